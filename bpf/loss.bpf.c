@@ -1,0 +1,446 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * lossd loss injector: one loss decision (loss_decide) run from every hook
+ * (XDP, tc ingress/egress, cgroup_skb ingress/egress) through a thin shim.
+ *
+ * Per packet: parse, then look up candidate rules through the anchor
+ * indexes (port array, host hash, short scan list) so the cost does not grow
+ * with the number of rules; the highest-priority matching rule decides. No
+ * match means pass, and no random number is drawn. Anything the parser
+ * cannot read passes and is counted.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "loss_abi.h"
+#include "lib/parse.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define TC_ACT_UNSPEC (-1)
+#define TC_ACT_SHOT 2
+#define TC_ACT_STOLEN 4
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct loss_config);
+} loss_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LOSS_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct loss_rule);
+} loss_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LOSS_PORT_INDEX_SIZE);
+	__type(key, __u32);
+	__type(value, struct loss_bucket);
+} loss_port_idx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * LOSS_MAX_RULES);
+	__type(key, struct loss_host_key);
+	__type(value, struct loss_bucket);
+} loss_host_idx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LOSS_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct loss_rule_stats);
+} loss_rule_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LOSS_HOOK_MAX);
+	__type(key, __u32);
+	__type(value, struct loss_hook_stats);
+} loss_hook_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, LOSS_FLOW_STATES);
+	__type(key, struct loss_flow_key);
+	__type(value, struct loss_flow_state);
+} loss_flow_state SEC(".maps");
+
+/* ---- rule matching ---------------------------------------------------- */
+
+/*
+ * Everything but the cgroup condition, in a global function: the verifier
+ * checks it once instead of once per candidate per path, which keeps the
+ * program small enough to verify however many candidates it scans.
+ *
+ * Returns 0 when the rule in slot does not match, else its rank: higher is
+ * better (priority first, then the lower slot), bit 0 set when the cgroup
+ * condition is still to be checked by the caller.
+ */
+__noinline __u64 loss_rank(__u32 slot, const struct pkt *p)
+{
+	if (!p)
+		return 0;
+	slot &= LOSS_MAX_RULES - 1;
+	const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
+	if (!r || !(r->flags & LOSS_RULE_ACTIVE))
+		return 0;
+	const struct loss_match *m = &r->m;
+
+	if (m->hook_mask && !(m->hook_mask & (1 << p->hook)))
+		return 0;
+	if (m->dir_mask && !(m->dir_mask & p->dir))
+		return 0;
+	if (m->family && m->family != p->family)
+		return 0;
+	if (m->l4proto && m->l4proto != p->l4proto)
+		return 0;
+	if (m->ifindex && m->ifindex != p->ifindex)
+		return 0;
+	if (r->flags & LOSS_RULE_HAS_PORTS) {
+		if (!p->has_ports)
+			return 0;
+		if (p->sport < m->sport_lo || p->sport > m->sport_hi ||
+		    p->dport < m->dport_lo || p->dport > m->dport_hi)
+			return 0;
+	}
+	if (m->tcp_flags_mask &&
+	    (p->l4proto != PROTO_TCP || !p->has_ports ||
+	     (p->tcp_flags & m->tcp_flags_mask) != m->tcp_flags_value))
+		return 0;
+	if (m->payload == LOSS_PAYLOAD_ONLY && (!p->has_ports || !p->has_payload))
+		return 0;
+	if (m->payload == LOSS_PAYLOAD_NONE && (!p->has_ports || p->has_payload))
+		return 0;
+	for (int i = 0; i < 4; i++) {
+		if ((p->saddr[i] & m->src_mask[i]) != m->src_addr[i] ||
+		    (p->daddr[i] & m->dst_mask[i]) != m->dst_addr[i])
+			return 0;
+	}
+	return ((__u64)(r->priority + 1) << 32) | ((__u64)(LOSS_MAX_RULES - 1 - slot) << 1) |
+	       (m->cgroup_id ? 1 : 0);
+}
+
+static __always_inline __u32 rank_slot(__u64 rank)
+{
+	return LOSS_MAX_RULES - 1 - ((rank >> 1) & (LOSS_MAX_RULES - 1));
+}
+
+/* is_skb: the context is a struct __sk_buff (cgroup helpers allowed). */
+static __always_inline __u64 rank_with_cgroup(__u32 slot, const struct pkt *p, void *ctx,
+					      const int is_skb)
+{
+	__u64 rank = loss_rank(slot, p);
+	if (!(rank & 1))
+		return rank;
+	if (!is_skb)
+		return 0;
+	slot = rank_slot(rank);
+	const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
+	if (!r || bpf_skb_ancestor_cgroup_id(ctx, r->m.cgroup_level) != r->m.cgroup_id)
+		return 0;
+	return rank & ~1ULL;
+}
+
+/* Candidate lists are sorted, so the first rule that matches is the list's best. */
+static __always_inline __u64 scan_slots(__u64 best, const __u32 *slots, __u32 n, const int max,
+					const struct pkt *p, void *ctx, const int is_skb)
+{
+	for (int i = 0; i < max; i++) {
+		if (i >= n)
+			break;
+		__u64 rank = rank_with_cgroup(slots[i], p, ctx, is_skb);
+		if (rank) {
+			if (rank > best)
+				best = rank;
+			break;
+		}
+	}
+	return best;
+}
+
+static __always_inline __u64 scan_bucket(__u64 best, const struct loss_bucket *bk,
+					 const struct pkt *p, void *ctx, const int is_skb)
+{
+	if (bk && bk->n)
+		best = scan_slots(best, bk->slot, bk->n, LOSS_BUCKET_SLOTS, p, ctx, is_skb);
+	return best;
+}
+
+static __always_inline __u64 scan_host(__u64 best, __u32 kind, const __u32 *addr,
+				       const struct pkt *p, void *ctx, const int is_skb)
+{
+	struct loss_host_key k = {
+		.kind = kind,
+		.family = p->family,
+	};
+	__builtin_memcpy(k.addr, addr, 16);
+	return scan_bucket(best, bpf_map_lookup_elem(&loss_host_idx, &k), p, ctx, is_skb);
+}
+
+/* ---- loss models -------------------------------------------------------- */
+
+static __always_inline __u64 mix64(__u64 z)
+{
+	/* splitmix64 finaliser */
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static __always_inline __u32 next32(struct loss_flow_state *st)
+{
+	/* xorshift64* */
+	__u64 x = st->prng;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	st->prng = x;
+	return (x * 0x2545F4914F6CDD1DULL) >> 32;
+}
+
+static __always_inline __u64 flow_seed(__u64 seed, const struct loss_flow_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u64 h = mix64(seed ^ 0x9e3779b97f4a7c15ULL);
+	/* skip slot and generation (words 0,1): the same flow gets the same
+	 * sequence whichever slot the rule landed in */
+#pragma unroll
+	for (int i = 2; i < (int)(sizeof(*k) / 4); i++)
+		h = mix64(h ^ w[i]);
+	return h ? h : 0x9e3779b97f4a7c15ULL;
+}
+
+static __always_inline __u32 draw(const struct loss_rule *r, struct loss_flow_state *st)
+{
+	return (r->flags & LOSS_RULE_SEEDED) ? next32(st) : bpf_get_prandom_u32();
+}
+
+/* Returns 1 to drop. Plain unseeded Bernoulli needs no flow state. */
+static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct pkt *p)
+{
+	if (r->model == LOSS_MODEL_BERNOULLI && !(r->flags & LOSS_RULE_SEEDED)) {
+		if (r->p == 0)
+			return 0;
+		return (__u64)bpf_get_prandom_u32() < r->p;
+	}
+
+	struct loss_flow_key k = {
+		.slot = slot,
+		.generation = r->generation,
+		.sport = p->sport,
+		.dport = p->dport,
+		.l4proto = p->l4proto,
+		.family = p->family,
+	};
+	__builtin_memcpy(k.saddr, p->saddr, 16);
+	__builtin_memcpy(k.daddr, p->daddr, 16);
+
+	struct loss_flow_state *st = bpf_map_lookup_elem(&loss_flow_state, &k);
+	if (!st) {
+		struct loss_flow_state init = {};
+		if (r->flags & LOSS_RULE_SEEDED)
+			init.prng = flow_seed(r->seed, &k);
+		bpf_map_update_elem(&loss_flow_state, &k, &init, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&loss_flow_state, &k);
+		if (!st)
+			return 0; /* pass on any doubt */
+	}
+	__u64 count = ++st->count;
+
+	switch (r->model) {
+	case LOSS_MODEL_BERNOULLI:
+		return (__u64)draw(r, st) < r->p;
+	case LOSS_MODEL_NTH:
+		return r->n && count % r->n == 0;
+	case LOSS_MODEL_FIRST:
+		return count <= r->n;
+	case LOSS_MODEL_GE: {
+		/* netem gemodel: the loss draw uses the state the packet found,
+		 * then the state may change. */
+		int drop;
+		if (st->bad) {
+			drop = (__u64)draw(r, st) < r->bad_loss;
+			if ((__u64)draw(r, st) < r->r)
+				st->bad = 0;
+		} else {
+			drop = (__u64)draw(r, st) < r->good_loss;
+			if ((__u64)draw(r, st) < r->p)
+				st->bad = 1;
+		}
+		return drop;
+	}
+	}
+	return 0;
+}
+
+/* ---- the shared decision ------------------------------------------------ */
+
+/*
+ * Returns 1 to drop. hook and is_skb are compile-time constants in each
+ * program, so the helpers one context type lacks are never emitted for it.
+ */
+static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3proto,
+				       struct pkt *p, void *base, const int hook, const int is_skb)
+{
+	__u32 hk = hook;
+	p->hook = hook;
+	struct loss_hook_stats *hs = bpf_map_lookup_elem(&loss_hook_stats, &hk);
+	if (!hs)
+		return 0;
+	hs->seen++;
+
+	int ret = parse_l3(c, l3proto, p, base);
+	if (ret != PARSE_OK) {
+		if (ret == PARSE_BAD)
+			hs->unparsable++;
+		else if (ret == PARSE_ALWAYS)
+			hs->always_pass++;
+		hs->passed++;
+		return 0;
+	}
+
+	__u32 zero = 0;
+	struct loss_config *cfg = bpf_map_lookup_elem(&loss_cfg, &zero);
+	if (!cfg) {
+		hs->passed++;
+		return 0;
+	}
+
+	__u64 best = 0;
+	if (cfg->n_port_rules && p->has_ports) {
+		__u32 k = LOSS_ANCHOR_DPORT * 65536 + p->dport;
+		best = scan_bucket(best, bpf_map_lookup_elem(&loss_port_idx, &k), p, ctx, is_skb);
+		k = LOSS_ANCHOR_SPORT * 65536 + p->sport;
+		best = scan_bucket(best, bpf_map_lookup_elem(&loss_port_idx, &k), p, ctx, is_skb);
+	}
+	if (cfg->n_host_rules) {
+		best = scan_host(best, LOSS_ANCHOR_DHOST, p->daddr, p, ctx, is_skb);
+		best = scan_host(best, LOSS_ANCHOR_SHOST, p->saddr, p, ctx, is_skb);
+	}
+	if (cfg->n_scan)
+		best = scan_slots(best, cfg->scan, cfg->n_scan, LOSS_SCAN_MAX, p, ctx, is_skb);
+	if (!best) {
+		hs->passed++;
+		return 0;
+	}
+	__u32 slot = rank_slot(best);
+	struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
+	if (!r) {
+		hs->passed++;
+		return 0;
+	}
+
+	/* Time is read only for a matching rule that has a deadline. */
+	if (r->expires_ns || cfg->lease_until_ns) {
+		__u64 now = bpf_ktime_get_ns();
+		if (r->expires_ns && now >= r->expires_ns) {
+			hs->passed++;
+			return 0; /* expired: as if the rule were gone */
+		}
+		if (cfg->lease_until_ns && now >= cfg->lease_until_ns) {
+			hs->lease_expired++;
+			hs->passed++;
+			return 0; /* owner gone: drop nothing */
+		}
+	}
+
+	struct loss_rule_stats *rs = bpf_map_lookup_elem(&loss_rule_stats, &slot);
+	int drop = decide(r, slot, p);
+	if (rs) {
+		rs->matched_pkts++;
+		rs->matched_segs += p->segs;
+		rs->matched_bytes += p->len;
+		if (drop) {
+			rs->dropped_pkts++;
+			rs->dropped_segs += p->segs;
+			rs->dropped_bytes += p->len;
+		}
+	}
+	if (drop)
+		hs->dropped++;
+	else
+		hs->passed++;
+	return drop;
+}
+
+/* ---- hooks: thin shims over loss_decide ---------------------------------- */
+
+SEC("xdp")
+int lossd_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	struct cursor c = { .pos = data, .end = (void *)(long)ctx->data_end };
+	struct pkt p = {
+		.dir = LOSS_DIR_INGRESS,
+		.ifindex = ctx->ingress_ifindex,
+		.len = c.end - c.pos,
+		.segs = 1,
+	};
+	__be16 proto = parse_eth(&c);
+	return loss_decide(ctx, &c, proto, &p, data, LOSS_HOOK_XDP, 0) ? XDP_DROP : XDP_PASS;
+}
+
+static __always_inline int tc_run(struct __sk_buff *skb, const int hook, __u8 dir)
+{
+	void *data = (void *)(long)skb->data;
+	struct cursor c = { .pos = data, .end = (void *)(long)skb->data_end };
+	struct pkt p = {
+		.dir = dir,
+		.ifindex = skb->ifindex,
+		.len = skb->len,
+		.segs = skb->gso_segs ? skb->gso_segs : 1,
+	};
+	__be16 proto = parse_eth(&c);
+	return loss_decide(skb, &c, proto, &p, data, hook, 1);
+}
+
+/* tc ingress (tcx link or clsact): a drop is network loss to the receiver. */
+SEC("tc")
+int lossd_tc_in(struct __sk_buff *skb)
+{
+	return tc_run(skb, LOSS_HOOK_TC_INGRESS, LOSS_DIR_INGRESS) ? TC_ACT_SHOT : TC_ACT_UNSPEC;
+}
+
+/*
+ * tc egress, clsact only: STOLEN consumes the skb and reports success to the
+ * stack, so a local TCP sender sees loss, not a local drop (DESIGN fact 3).
+ * Never attach through tcx: tcx treats 4 as "next" and would pass.
+ */
+SEC("tc")
+int lossd_tc_out(struct __sk_buff *skb)
+{
+	return tc_run(skb, LOSS_HOOK_TC_EGRESS, LOSS_DIR_EGRESS) ? TC_ACT_STOLEN : TC_ACT_UNSPEC;
+}
+
+static __always_inline int cg_run(struct __sk_buff *skb, const int hook, __u8 dir)
+{
+	void *data = (void *)(long)skb->data;
+	struct cursor c = { .pos = data, .end = (void *)(long)skb->data_end };
+	struct pkt p = {
+		.dir = dir,
+		.ifindex = skb->ifindex,
+		.len = skb->len,
+		.segs = skb->gso_segs ? skb->gso_segs : 1,
+	};
+	/* cgroup_skb data starts at the network header */
+	return loss_decide(skb, &c, skb->protocol, &p, data, hook, 1);
+}
+
+SEC("cgroup_skb/ingress")
+int lossd_cg_in(struct __sk_buff *skb)
+{
+	return cg_run(skb, LOSS_HOOK_CGROUP_INGRESS, LOSS_DIR_INGRESS) ? 0 : 1;
+}
+
+/* A cgroup egress drop is a local drop: the sender gets an error (EPERM). */
+SEC("cgroup_skb/egress")
+int lossd_cg_out(struct __sk_buff *skb)
+{
+	return cg_run(skb, LOSS_HOOK_CGROUP_EGRESS, LOSS_DIR_EGRESS) ? 0 : 1;
+}

@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Loss injector ABI: the structs and constants shared by bpf/loss.bpf.c and
+ * the C++ side (daemon/injector). Included by both; never mirror by hand.
+ *
+ * Byte order: addresses are kept in network byte order (as on the wire),
+ * ports in host byte order (converted once by the parser), everything else
+ * in host byte order.
+ */
+#ifndef LOSSD_LOSS_ABI_H
+#define LOSSD_LOSS_ABI_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#ifdef __cplusplus
+#define LOSS_STATIC_ASSERT static_assert
+#else
+#define LOSS_STATIC_ASSERT _Static_assert
+#endif
+
+#define LOSS_MAX_RULES 16384     /* rule slots (array map size) */
+#define LOSS_BUCKET_SLOTS 16     /* rules anchored on one port/host */
+#define LOSS_SCAN_MAX 64         /* rules with no port/host anchor */
+#define LOSS_FLOW_STATES 65536   /* per-rule per-flow model state (LRU) */
+
+/* Where a program runs. Index into the per-hook counters. */
+enum loss_hook {
+	LOSS_HOOK_XDP = 0,
+	LOSS_HOOK_TC_INGRESS = 1,
+	LOSS_HOOK_TC_EGRESS = 2,
+	LOSS_HOOK_CGROUP_INGRESS = 3,
+	LOSS_HOOK_CGROUP_EGRESS = 4,
+	LOSS_HOOK_MAX = 5,
+};
+
+/* Direction bits of loss_match.dir_mask. */
+#define LOSS_DIR_INGRESS 0x1
+#define LOSS_DIR_EGRESS 0x2
+
+/* loss_match.payload */
+#define LOSS_PAYLOAD_ANY 0
+#define LOSS_PAYLOAD_ONLY 1      /* only TCP/UDP packets carrying payload */
+#define LOSS_PAYLOAD_NONE 2      /* only packets without L4 payload (pure ACK, SYN, ...) */
+
+/* Loss models (loss_rule.model). */
+enum loss_model {
+	LOSS_MODEL_BERNOULLI = 0,   /* drop with probability p per packet */
+	LOSS_MODEL_GE = 1,          /* Gilbert-Elliott, netem gemodel p r 1-h 1-k */
+	LOSS_MODEL_NTH = 2,         /* drop every n-th packet of each flow */
+	LOSS_MODEL_FIRST = 3,       /* drop the first k packets of each flow */
+};
+
+/* loss_rule.flags */
+#define LOSS_RULE_ACTIVE 0x1     /* slot holds a live rule */
+#define LOSS_RULE_SEEDED 0x2     /* per-flow PRNG seeded from loss_rule.seed */
+#define LOSS_RULE_HAS_PORTS 0x4  /* rule needs L4 ports (never matches fragments) */
+
+/*
+ * Probabilities are fixed-point over 2^32: a packet is dropped when a
+ * uniform 32-bit draw is < threshold, so threshold = p * 2^32 (0 .. 2^32,
+ * hence 64 bits wide: 2^32 means always).
+ */
+#define LOSS_PROB_ONE (1ULL << 32)
+
+/*
+ * Match, any subset of fields. Addresses are 16 bytes: IPv4 occupies the
+ * first 4 bytes, the rest 0. addr is pre-masked; mask has 1-bits for the
+ * prefix. A zero mask matches everything.
+ */
+struct loss_match {
+	__u32 src_addr[4];    /* network byte order */
+	__u32 src_mask[4];    /* network byte order */
+	__u32 dst_addr[4];    /* network byte order */
+	__u32 dst_mask[4];    /* network byte order */
+	__u16 sport_lo;       /* host byte order, inclusive; 0..65535 = any */
+	__u16 sport_hi;
+	__u16 dport_lo;       /* host byte order, inclusive */
+	__u16 dport_hi;
+	__u8 family;          /* 0 any, 4 IPv4, 6 IPv6 */
+	__u8 l4proto;         /* 0 any, else IPPROTO_* (ICMPv6 = 58) */
+	__u8 tcp_flags_mask;  /* match (flags & mask) == value; FIN=0x01 SYN=0x02 RST=0x04 PSH=0x08 ACK=0x10 */
+	__u8 tcp_flags_value;
+	__u8 dir_mask;        /* LOSS_DIR_*; 0 = both */
+	__u8 payload;         /* LOSS_PAYLOAD_* */
+	__u8 cgroup_level;    /* ancestor level of cgroup_id (cgroup/tc hooks) */
+	__u8 hook_mask;       /* 1 << enum loss_hook the rule runs in; 0 = all */
+	__u32 ifindex;        /* 0 any */
+	__u64 cgroup_id;      /* 0 any; cgroup v2 id */
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_match) == 96, "loss_match layout");
+
+struct loss_rule {
+	struct loss_match m;
+	__u32 priority;       /* higher wins */
+	__u32 model;          /* enum loss_model */
+	__u64 p;              /* Bernoulli: drop threshold; GE: good->bad threshold */
+	__u64 r;              /* GE: bad->good threshold */
+	__u64 bad_loss;       /* GE: loss threshold in bad state (1-h) */
+	__u64 good_loss;      /* GE: loss threshold in good state (1-k) */
+	__u32 n;              /* NTH: period; FIRST: k */
+	__u32 flags;          /* LOSS_RULE_* */
+	__u64 seed;           /* LOSS_RULE_SEEDED */
+	__u64 expires_ns;     /* CLOCK_MONOTONIC (bpf_ktime_get_ns); 0 = never */
+	__u32 generation;     /* bumped on every (re)use of the slot */
+	__u32 _pad1;
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 168, "loss_rule layout");
+
+/*
+ * A bucket of rule slots sharing one anchor (a port, or a host address),
+ * sorted by priority (highest first, then lowest slot).
+ */
+struct loss_bucket {
+	__u32 n;
+	__u32 slot[LOSS_BUCKET_SLOTS];
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_bucket) == 68, "loss_bucket layout");
+
+/* Index of port anchors: array keyed by kind * 65536 + port. */
+#define LOSS_ANCHOR_DPORT 0
+#define LOSS_ANCHOR_SPORT 1
+#define LOSS_PORT_INDEX_SIZE (2 * 65536)
+
+/* Key of the host-anchor hash map: an exact (full-length) address. */
+#define LOSS_ANCHOR_DHOST 0
+#define LOSS_ANCHOR_SHOST 1
+struct loss_host_key {
+	__u32 kind;           /* LOSS_ANCHOR_DHOST / SHOST */
+	__u32 family;         /* 4 or 6 */
+	__u32 addr[4];        /* network byte order */
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_host_key) == 24, "loss_host_key layout");
+
+/* Global state: one entry of an array map. */
+struct loss_config {
+	__u64 lease_until_ns; /* bpf_ktime_get_ns; 0 = no lease. Past it, nothing is dropped. */
+	__u32 n_port_rules;   /* rules anchored in the port index (skip it when 0) */
+	__u32 n_host_rules;   /* rules anchored in the host index */
+	__u32 n_scan;         /* valid entries of scan[] */
+	__u32 _pad0;
+	__u32 scan[LOSS_SCAN_MAX]; /* unanchored rule slots, sorted like a bucket */
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_config) == 280, "loss_config layout");
+
+/* Per-rule counters (per-CPU; the reader sums). */
+struct loss_rule_stats {
+	__u64 matched_pkts;   /* skbs / frames */
+	__u64 matched_segs;   /* wire segments (gso_segs) */
+	__u64 matched_bytes;
+	__u64 dropped_pkts;
+	__u64 dropped_segs;
+	__u64 dropped_bytes;
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_rule_stats) == 48, "loss_rule_stats layout");
+
+/* Per-hook counters (per-CPU). */
+struct loss_hook_stats {
+	__u64 seen;           /* every packet the hook ran on */
+	__u64 passed;         /* passed (no match, not dropped, or not IP) */
+	__u64 dropped;
+	__u64 unparsable;     /* truncated/malformed/non-linear: passed */
+	__u64 always_pass;    /* ARP and IPv6 neighbour discovery */
+	__u64 lease_expired;  /* matched a dropping rule after the lease ran out */
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_hook_stats) == 48, "loss_hook_stats layout");
+
+/* Key of per-rule per-flow model state. */
+struct loss_flow_key {
+	__u32 slot;
+	__u32 generation;
+	__u32 saddr[4];       /* network byte order */
+	__u32 daddr[4];       /* network byte order */
+	__u16 sport;          /* host byte order */
+	__u16 dport;
+	__u8 l4proto;
+	__u8 family;
+	__u8 _pad[2];
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_flow_key) == 48, "loss_flow_key layout");
+
+struct loss_flow_state {
+	__u64 prng;           /* xorshift64* state (seeded rules) */
+	__u64 count;          /* packets of this flow seen by the rule */
+	__u32 bad;            /* GE: 1 while in the bad state */
+	__u32 _pad;
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_flow_state) == 24, "loss_flow_state layout");
+
+#endif /* LOSSD_LOSS_ABI_H */

@@ -1,0 +1,83 @@
+// Status and Result<T>: errors with a code (mapped to a gRPC status at the
+// edge) and a message a person can act on. No exceptions cross into libbpf.
+#pragma once
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace lossd {
+
+enum class Code {
+  kOk = 0,
+  kInvalidArgument,
+  kNotFound,
+  kAlreadyExists,
+  kPermissionDenied,
+  kFailedPrecondition,
+  kResourceExhausted,
+  kUnavailable,
+  kInternal,
+};
+
+const char* CodeName(Code code);
+
+class Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+  // "context: strerror(err)", with a code chosen from err (EPERM ->
+  // kPermissionDenied, ENOENT/ENODEV -> kNotFound, ...).
+  static Status FromErrno(int err, const std::string& context);
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+  std::string ToString() const;
+
+ private:
+  Code code_ = Code::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
+inline Status NotFound(std::string m) { return Status(Code::kNotFound, std::move(m)); }
+inline Status FailedPrecondition(std::string m) {
+  return Status(Code::kFailedPrecondition, std::move(m));
+}
+inline Status ResourceExhausted(std::string m) {
+  return Status(Code::kResourceExhausted, std::move(m));
+}
+inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
+
+// A value or the Status saying why there is none.
+template <typename T>
+class Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {}  // NOLINT
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+  T& value() { return *value_; }
+  const T& value() const { return *value_; }
+  T& operator*() { return *value_; }
+  const T& operator*() const { return *value_; }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+
+ private:
+  std::optional<T> value_;
+  Status status_;
+};
+
+}  // namespace lossd
+
+#define LOSSD_RETURN_IF_ERROR(expr)       \
+  do {                                    \
+    ::lossd::Status _st = (expr);         \
+    if (!_st.ok()) return _st;            \
+  } while (0)

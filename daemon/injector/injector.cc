@@ -1,0 +1,472 @@
+#include "injector/injector.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "loss.skel.h"
+
+namespace lossd {
+namespace {
+
+uint64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock of bpf_ktime_get_ns
+  return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+}  // namespace
+
+const char* LossHookName(int hook) {
+  switch (hook) {
+    case LOSS_HOOK_XDP: return "xdp";
+    case LOSS_HOOK_TC_INGRESS: return "tc_ingress";
+    case LOSS_HOOK_TC_EGRESS: return "tc_egress";
+    case LOSS_HOOK_CGROUP_INGRESS: return "cgroup_ingress";
+    case LOSS_HOOK_CGROUP_EGRESS: return "cgroup_egress";
+  }
+  return "?";
+}
+
+void Injector::SkelDeleter::operator()(loss_bpf* s) const { loss_bpf__destroy(s); }
+
+Injector::Injector(const InjectorOptions& opts) : opts_(opts) {}
+
+Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts) {
+  if (opts.max_rules == 0 || opts.max_rules > LOSS_MAX_RULES)
+    return InvalidArgument("max rules must lie between 1 and " + std::to_string(LOSS_MAX_RULES));
+  std::unique_ptr<Injector> inj(new Injector(opts));
+  LOSSD_RETURN_IF_ERROR(inj->Load());
+  int stale = RemoveStaleClsactFilters();
+  if (stale) LOG_INFO("removed %d stale clsact filter(s) of a previous lossd", stale);
+  if (!opts.state_dir.empty()) {
+    mkdir(opts.state_dir.c_str(), 0700);
+    RestoreOffloads(opts.state_dir + "/offloads");
+  }
+  inj->Tick();
+  if (opts.background) inj->thread_ = std::thread([p = inj.get()] { p->Run(); });
+  return inj;
+}
+
+Status Injector::Load() {
+  loss_bpf* skel = loss_bpf__open();
+  if (!skel) return Status::FromErrno(errno, "open BPF object");
+  skel_.reset(skel);
+  int err = loss_bpf__load(skel);
+  if (err) return Status::FromErrno(-err, "load BPF programs (see the libbpf log above)");
+  int n = libbpf_num_possible_cpus();
+  if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
+  ncpus_ = n;
+  for (uint32_t s = opts_.max_rules; s > 0; s--) free_slots_.push_back(s - 1);
+  return WriteConfig();
+}
+
+Injector::~Injector() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  Clear();
+  // Attachments and offload guards are gone with the rules; the skeleton
+  // (maps, programs) goes last.
+}
+
+void Injector::Run() {
+  auto period = opts_.lease.count() > 0 ? opts_.lease / 3 : std::chrono::milliseconds(500);
+  if (period < std::chrono::milliseconds(50)) period = std::chrono::milliseconds(50);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, period);
+    if (stop_) break;
+    lock.unlock();
+    Tick();
+    lock.lock();
+  }
+}
+
+void Injector::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t now = MonotonicNs();
+  std::vector<uint32_t> expired;
+  for (auto& [id, rule] : rules_)
+    if (rule.expires_ns && now >= rule.expires_ns) expired.push_back(id);
+  for (uint32_t id : expired) {
+    LOG_INFO("rule %u expired", id);
+    RemoveLocked(id);
+  }
+  cfg_.lease_until_ns = opts_.lease.count() > 0
+                            ? now + uint64_t(opts_.lease.count()) * 1000000ull
+                            : 0;
+  Status st = WriteConfig();
+  if (!st.ok()) LOG_ERROR("renew lease: %s", st.message().c_str());
+}
+
+int Injector::ProgFd(int hook) const {
+  switch (hook) {
+    case LOSS_HOOK_XDP: return bpf_program__fd(skel_->progs.lossd_xdp);
+    case LOSS_HOOK_TC_INGRESS: return bpf_program__fd(skel_->progs.lossd_tc_in);
+    case LOSS_HOOK_TC_EGRESS: return bpf_program__fd(skel_->progs.lossd_tc_out);
+    case LOSS_HOOK_CGROUP_INGRESS: return bpf_program__fd(skel_->progs.lossd_cg_in);
+    case LOSS_HOOK_CGROUP_EGRESS: return bpf_program__fd(skel_->progs.lossd_cg_out);
+  }
+  return -1;
+}
+
+Status Injector::WriteConfig() {
+  uint32_t zero = 0;
+  cfg_.n_port_rules = index_.port_rules();
+  cfg_.n_host_rules = index_.host_rules();
+  const auto& scan = index_.scan();
+  cfg_.n_scan = static_cast<uint32_t>(scan.size());
+  for (size_t i = 0; i < LOSS_SCAN_MAX; i++) cfg_.scan[i] = i < scan.size() ? scan[i].slot : 0;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_cfg), &zero, &cfg_, BPF_ANY))
+    return Status::FromErrno(errno, "write loss_cfg");
+  return Status::Ok();
+}
+
+Status Injector::WriteRule(uint32_t slot, const struct loss_rule& r) {
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_rules), &slot, &r, BPF_ANY))
+    return Status::FromErrno(errno, "write rule slot " + std::to_string(slot));
+  return Status::Ok();
+}
+
+Status Injector::ResetCounters(uint32_t slot) {
+  std::vector<struct loss_rule_stats> zero(ncpus_);
+  std::memset(zero.data(), 0, zero.size() * sizeof(zero[0]));
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_rule_stats), &slot, zero.data(), BPF_ANY))
+    return Status::FromErrno(errno, "reset counters of slot " + std::to_string(slot));
+  return Status::Ok();
+}
+
+// Writes the candidate lists of `keys`, then the config (its counts tell the
+// data plane which indexes to consult; it holds the scan list).
+Status Injector::WriteLists(const std::vector<AnchorKey>& keys) {
+  for (const auto& k : keys) {
+    const auto& list = index_.List(k);
+    struct loss_bucket b;
+    std::memset(&b, 0, sizeof(b));
+    b.n = static_cast<uint32_t>(std::min<size_t>(list.size(), LOSS_BUCKET_SLOTS));
+    for (uint32_t i = 0; i < b.n; i++) b.slot[i] = list[i].slot;
+    switch (k.kind) {
+      case AnchorKey::kDport:
+      case AnchorKey::kSport: {
+        uint32_t key = uint32_t(k.kind) * 65536 + k.port;
+        if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_port_idx), &key, &b, BPF_ANY))
+          return Status::FromErrno(errno, "write port index");
+        break;
+      }
+      case AnchorKey::kDhost:
+      case AnchorKey::kShost: {
+        struct loss_host_key hk;
+        std::memset(&hk, 0, sizeof(hk));
+        hk.kind = k.kind == AnchorKey::kDhost ? LOSS_ANCHOR_DHOST : LOSS_ANCHOR_SHOST;
+        hk.family = static_cast<uint32_t>(k.family);
+        std::memcpy(hk.addr, k.addr.data(), 16);
+        int fd = bpf_map__fd(skel_->maps.loss_host_idx);
+        if (b.n == 0) {
+          if (bpf_map_delete_elem(fd, &hk) && errno != ENOENT)
+            return Status::FromErrno(errno, "delete host index entry");
+        } else if (bpf_map_update_elem(fd, &hk, &b, BPF_ANY)) {
+          return Status::FromErrno(errno, "write host index");
+        }
+        break;
+      }
+      case AnchorKey::kScan:
+        break;
+    }
+  }
+  return WriteConfig();
+}
+
+Status Injector::Acquire(const AttachKey& key, int ifindex) {
+  auto it = attached_.find(key);
+  if (it != attached_.end()) {
+    it->second.refs++;
+    return Status::Ok();
+  }
+  Result<std::unique_ptr<Attachment>> a = Status();
+  int fd = ProgFd(key.kind);
+  switch (key.kind) {
+    case LOSS_HOOK_XDP: a = AttachXdp(fd, ifindex, key.target, opts_.xdp_mode); break;
+    case LOSS_HOOK_TC_INGRESS: a = AttachTcxIngress(fd, ifindex, key.target); break;
+    case LOSS_HOOK_TC_EGRESS: a = AttachClsactEgress(fd, ifindex, key.target); break;
+    case LOSS_HOOK_CGROUP_INGRESS: a = AttachCgroup(fd, key.target, false); break;
+    case LOSS_HOOK_CGROUP_EGRESS: a = AttachCgroup(fd, key.target, true); break;
+    default: return Internal("unknown hook");
+  }
+  if (!a.ok()) return a.status();
+  LOG_INFO("attached %s", (*a)->Describe().c_str());
+  attached_[key] = Attached{std::move(*a), 1};
+  return Status::Ok();
+}
+
+void Injector::Release(const AttachKey& key) {
+  auto it = attached_.find(key);
+  if (it == attached_.end()) return;
+  if (--it->second.refs > 0) return;
+  LOG_INFO("detaching %s", it->second.attachment->Describe().c_str());
+  attached_.erase(it);
+}
+
+void Injector::ReleaseOffload(const std::string& ifname) {
+  auto it = offloads_.find(ifname);
+  if (it == offloads_.end()) return;
+  if (--it->second.refs > 0) return;
+  offloads_.erase(it);  // the guard restores the interface
+}
+
+Result<uint32_t> Injector::Add(const RuleSpec& spec) {
+  LOSSD_RETURN_IF_ERROR(Validate(spec));
+  std::lock_guard<std::mutex> lock(mu_);
+
+  // Resolve the target.
+  int ifindex = 0;
+  if (!spec.iface.empty()) {
+    auto idx = IfIndex(spec.iface);
+    if (!idx.ok()) return idx.status();
+    ifindex = *idx;
+  }
+  CgroupInfo cg;
+  if (!spec.cgroup.empty()) {
+    auto c = ResolveCgroup(spec.cgroup);
+    if (!c.ok()) return c.status();
+    cg = *c;
+  }
+  bool ingress = spec.dir != Direction::kEgress;
+  bool egress = spec.dir != Direction::kIngress;
+  Hook hook = spec.hook;
+  if (hook == Hook::kAuto) {
+    if (!spec.cgroup.empty())
+      hook = Hook::kCgroup;
+    else if (ingress && !IsVirtualInterface(spec.iface) && spec.dir == Direction::kIngress)
+      hook = Hook::kXdp;  // physical NIC: drop before any skb exists
+    else
+      hook = Hook::kTc;   // veth/virtual: tcx costs nothing measurable there
+  }
+  if (hook == Hook::kTc && !spec.cgroup.empty() && ingress)
+    return InvalidArgument(
+        "a cgroup match at tc ingress never matches (no socket yet): use hook cgroup, or "
+        "direction egress");
+
+  std::vector<AttachKey> keys;
+  uint8_t mask = 0;
+  auto want = [&](int kind, const std::string& target) {
+    keys.push_back(AttachKey{kind, target});
+    mask |= uint8_t(1u << kind);
+  };
+  switch (hook) {
+    case Hook::kXdp: want(LOSS_HOOK_XDP, spec.iface); break;
+    case Hook::kTc:
+      if (ingress) want(LOSS_HOOK_TC_INGRESS, spec.iface);
+      if (egress) want(LOSS_HOOK_TC_EGRESS, spec.iface);
+      break;
+    case Hook::kCgroup:
+      if (ingress) want(LOSS_HOOK_CGROUP_INGRESS, cg.path);
+      if (egress) want(LOSS_HOOK_CGROUP_EGRESS, cg.path);
+      break;
+    case Hook::kAuto: break;
+  }
+
+  if (free_slots_.empty())
+    return ResourceExhausted("rule limit reached (" + std::to_string(opts_.max_rules) +
+                             " rules): remove rules first");
+  uint32_t slot = free_slots_.back();
+
+  // Attach (shared, reference-counted), then change offloads, then publish.
+  size_t acquired = 0;
+  Status st;
+  for (; acquired < keys.size(); acquired++) {
+    st = Acquire(keys[acquired], ifindex);
+    if (!st.ok()) break;
+  }
+  auto undo_attach = [&] {
+    for (size_t i = 0; i < acquired; i++) Release(keys[i]);
+  };
+  if (!st.ok()) {
+    undo_attach();
+    return st;
+  }
+  if (spec.per_segment) {
+    auto& off = offloads_[spec.iface];
+    if (!off.guard) {
+      auto g = OffloadGuard::Disable(spec.iface, opts_.state_dir.empty()
+                                                     ? std::string("/dev/null")
+                                                     : opts_.state_dir + "/offloads");
+      if (!g.ok()) {
+        offloads_.erase(spec.iface);
+        undo_attach();
+        return g.status();
+      }
+      off.guard = std::move(*g);
+      LOG_INFO("GRO/GSO/TSO off on %s while per-segment rules use it", spec.iface.c_str());
+    }
+    off.refs++;
+  }
+  auto undo = [&] {
+    if (spec.per_segment) ReleaseOffload(spec.iface);
+    undo_attach();
+  };
+
+  uint64_t expires = spec.ttl.count() > 0 ? MonotonicNs() + uint64_t(spec.ttl.count()) : 0;
+  uint32_t gen = ++generation_[slot];
+  struct loss_rule enc = Encode(spec, static_cast<uint32_t>(ifindex), cg.id, cg.level, expires, gen);
+  enc.m.hook_mask = mask;
+  st = ResetCounters(slot);
+  if (st.ok()) st = WriteRule(slot, enc);
+  if (!st.ok()) {
+    undo();
+    return st;
+  }
+  auto placed = index_.Insert(slot, spec);
+  if (!placed.ok()) {
+    enc.flags = 0;
+    WriteRule(slot, enc);
+    undo();
+    return placed.status();
+  }
+  st = WriteLists(*placed);
+  if (!st.ok()) {
+    WriteLists(index_.Remove(slot));
+    enc.flags = 0;
+    WriteRule(slot, enc);
+    undo();
+    return st;
+  }
+
+  free_slots_.pop_back();
+  Rule rule;
+  rule.info.id = next_id_++;
+  rule.info.spec = spec;
+  rule.info.spec.hook = hook;
+  for (const auto& k : keys) rule.info.hooks.push_back(attached_[k].attachment->Describe());
+  rule.slot = slot;
+  rule.attach = keys;
+  rule.offload_iface = spec.per_segment ? spec.iface : "";
+  rule.expires_ns = expires;
+  uint32_t id = rule.info.id;
+  rules_[id] = std::move(rule);
+  return id;
+}
+
+Status Injector::RemoveLocked(uint32_t id) {
+  auto it = rules_.find(id);
+  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  Rule& r = it->second;
+  // Unpublish first, then deactivate, then detach what nothing else uses.
+  Status st = WriteLists(index_.Remove(r.slot));
+  struct loss_rule off;
+  std::memset(&off, 0, sizeof(off));
+  off.generation = generation_[r.slot];
+  Status st2 = WriteRule(r.slot, off);
+  for (const auto& k : r.attach) Release(k);
+  if (!r.offload_iface.empty()) ReleaseOffload(r.offload_iface);
+  free_slots_.push_back(r.slot);
+  rules_.erase(it);
+  return st.ok() ? st2 : st;
+}
+
+Status Injector::Remove(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RemoveLocked(id);
+}
+
+void Injector::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> ids;
+  for (const auto& [id, r] : rules_) ids.push_back(id);
+  for (uint32_t id : ids) RemoveLocked(id);
+}
+
+std::vector<RuleInfo> Injector::Rules() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RuleInfo> out;
+  for (const auto& [id, r] : rules_) out.push_back(r.info);
+  return out;
+}
+
+Result<RuleInfo> Injector::Get(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rules_.find(id);
+  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  return it->second.info;
+}
+
+Result<RuleCounters> Injector::Counters(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rules_.find(id);
+  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  uint32_t slot = it->second.slot;
+  std::vector<struct loss_rule_stats> v(ncpus_);
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.loss_rule_stats), &slot, v.data()))
+    return Status::FromErrno(errno, "read counters of rule " + std::to_string(id));
+  RuleCounters c;
+  for (const auto& s : v) {
+    c.matched_pkts += s.matched_pkts;
+    c.matched_segs += s.matched_segs;
+    c.matched_bytes += s.matched_bytes;
+    c.dropped_pkts += s.dropped_pkts;
+    c.dropped_segs += s.dropped_segs;
+    c.dropped_bytes += s.dropped_bytes;
+  }
+  return c;
+}
+
+HookCounters Injector::HookTotals(int hook) const {
+  HookCounters c;
+  if (hook < 0 || hook >= LOSS_HOOK_MAX) return c;
+  uint32_t key = static_cast<uint32_t>(hook);
+  std::vector<struct loss_hook_stats> v(ncpus_);
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.loss_hook_stats), &key, v.data())) return c;
+  for (const auto& s : v) {
+    c.seen += s.seen;
+    c.passed += s.passed;
+    c.dropped += s.dropped;
+    c.unparsable += s.unparsable;
+    c.always_pass += s.always_pass;
+    c.lease_expired += s.lease_expired;
+  }
+  return c;
+}
+
+Capabilities ProbeCapabilities() {
+  Capabilities c;
+  struct utsname u;
+  if (uname(&u) == 0) c.kernel = u.release;
+  struct stat st;
+  c.btf = stat("/sys/kernel/btf/vmlinux", &st) == 0;
+  c.xdp = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_XDP, nullptr) == 1;
+  c.tc = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SCHED_CLS, nullptr) == 1;
+  c.cgroup_skb = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_CGROUP_SKB, nullptr) == 1;
+  c.cgroup2 = Cgroup2Mount();
+  if (c.cgroup2.empty()) c.notes.push_back("no cgroup v2 mount: cgroup targets unavailable");
+
+  // tcx and clsact: attach a pass-only program to loopback and detach again.
+  loss_bpf* skel = loss_bpf__open_and_load();
+  if (!skel) {
+    c.notes.push_back(std::string("loading the injector failed: ") + strerror(errno));
+    return c;
+  }
+  int lo = 1;
+  {
+    auto a = AttachTcxIngress(bpf_program__fd(skel->progs.lossd_tc_in), lo, "lo");
+    c.tcx = a.ok();
+    if (!a.ok()) c.notes.push_back("tcx: " + a.status().message() + " (tc ingress falls back to none)");
+  }
+  {
+    auto a = AttachClsactEgress(bpf_program__fd(skel->progs.lossd_tc_out), lo, "lo");
+    c.clsact = a.ok();
+    if (!a.ok()) c.notes.push_back("clsact: " + a.status().message());
+  }
+  loss_bpf__destroy(skel);
+  return c;
+}
+
+}  // namespace lossd

@@ -1,0 +1,294 @@
+// lossd: loads the loss injector and, given a rule on the command line,
+// applies it and reports its counters until stopped (SIGINT/SIGTERM detach
+// everything; SIGKILL leaves no loss behind either: see the lease).
+//
+//   lossd                                   probe and report, then wait
+//   lossd --iface veth0 --dport 8080 --rate 1%
+//   lossd --iface eth0 --dir egress --proto tcp --tcp-flags syn,!ack --first 3
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+#include "common/log.h"
+#include "injector/injector.h"
+
+namespace lossd {
+namespace {
+
+struct Flags {
+  RuleSpec rule;
+  std::string hook = "auto", dir = "ingress", src, dst, sport, dport, proto, tcp_flags,
+              payload = "any", family = "any", rate, ge, ttl, interval = "1s", duration,
+              lease = "3s", xdp_mode = "auto", log_level = "info";
+  uint32_t every = 0, first = 0;
+  uint64_t seed = 0;
+  bool seeded = false, json = false;
+  std::string state_dir = "/run/lossd";
+};
+
+bool HasRule(const Flags& f) {
+  return !f.rule.iface.empty() || !f.rule.cgroup.empty();
+}
+
+Status BuildRule(Flags& f) {
+  RuleSpec& r = f.rule;
+  if (f.hook == "auto") r.hook = Hook::kAuto;
+  else if (f.hook == "xdp") r.hook = Hook::kXdp;
+  else if (f.hook == "tc") r.hook = Hook::kTc;
+  else if (f.hook == "cgroup") r.hook = Hook::kCgroup;
+  else return InvalidArgument("--hook must be auto, xdp, tc or cgroup");
+  if (f.dir == "ingress") r.dir = Direction::kIngress;
+  else if (f.dir == "egress") r.dir = Direction::kEgress;
+  else if (f.dir == "both") r.dir = Direction::kBoth;
+  else return InvalidArgument("--dir must be ingress, egress or both");
+  if (f.family == "4" || f.family == "ipv4") r.family = 4;
+  else if (f.family == "6" || f.family == "ipv6") r.family = 6;
+  else if (f.family != "any") return InvalidArgument("--family must be 4, 6 or any");
+  if (f.payload == "only") r.payload = LOSS_PAYLOAD_ONLY;
+  else if (f.payload == "none") r.payload = LOSS_PAYLOAD_NONE;
+  else if (f.payload != "any") return InvalidArgument("--payload must be any, only or none");
+  if (!f.src.empty()) {
+    auto c = ParseCidr(f.src);
+    if (!c.ok()) return c.status();
+    r.src = *c;
+  }
+  if (!f.dst.empty()) {
+    auto c = ParseCidr(f.dst);
+    if (!c.ok()) return c.status();
+    r.dst = *c;
+  }
+  if (!f.sport.empty()) {
+    auto p = ParsePortRange(f.sport);
+    if (!p.ok()) return p.status();
+    r.sport = *p;
+  }
+  if (!f.dport.empty()) {
+    auto p = ParsePortRange(f.dport);
+    if (!p.ok()) return p.status();
+    r.dport = *p;
+  }
+  if (!f.proto.empty()) {
+    auto p = ParseProtocol(f.proto);
+    if (!p.ok()) return p.status();
+    r.l4proto = *p;
+  }
+  if (!f.tcp_flags.empty())
+    LOSSD_RETURN_IF_ERROR(ParseTcpFlags(f.tcp_flags, &r.tcp_flags_mask, &r.tcp_flags_value));
+  int models = !f.rate.empty() + !f.ge.empty() + (f.every > 0) + (f.first > 0);
+  if (models > 1) return InvalidArgument("give one loss model: --rate, --ge, --every or --first");
+  if (models == 0) return InvalidArgument("give a loss model: --rate, --ge, --every or --first");
+  if (!f.rate.empty()) {
+    auto p = ParseRate(f.rate);
+    if (!p.ok()) return p.status();
+    r.model.kind = LossModel::Kind::kBernoulli;
+    r.model.p = *p;
+  } else if (!f.ge.empty()) {
+    auto m = ParseGilbertElliott(f.ge);
+    if (!m.ok()) return m.status();
+    r.model = *m;
+  } else if (f.every) {
+    r.model.kind = LossModel::Kind::kEveryNth;
+    r.model.n = f.every;
+  } else {
+    r.model.kind = LossModel::Kind::kFirstK;
+    r.model.n = f.first;
+  }
+  if (f.seeded) r.seed = f.seed;
+  if (!f.ttl.empty()) {
+    auto d = ParseDuration(f.ttl);
+    if (!d.ok()) return d.status();
+    r.ttl = *d;
+  }
+  return Validate(r);
+}
+
+double Now() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void Report(const Injector& inj, uint32_t id, bool json, bool final) {
+  auto c = inj.Counters(id);
+  HookCounters h[LOSS_HOOK_MAX];
+  for (int i = 0; i < LOSS_HOOK_MAX; i++) h[i] = inj.HookTotals(i);
+  if (json) {
+    std::string hooks;
+    for (int i = 0; i < LOSS_HOOK_MAX; i++) {
+      char buf[256];
+      snprintf(buf, sizeof(buf),
+               "%s\"%s\":{\"seen\":%" PRIu64 ",\"passed\":%" PRIu64 ",\"dropped\":%" PRIu64
+               ",\"unparsable\":%" PRIu64 ",\"always_pass\":%" PRIu64 ",\"lease_expired\":%" PRIu64 "}",
+               i ? "," : "", LossHookName(i), h[i].seen, h[i].passed, h[i].dropped,
+               h[i].unparsable, h[i].always_pass, h[i].lease_expired);
+      hooks += buf;
+    }
+    if (c.ok()) {
+      printf("{\"event\":\"%s\",\"time\":%.3f,\"rule\":%u,\"matched_pkts\":%" PRIu64
+             ",\"matched_segs\":%" PRIu64 ",\"matched_bytes\":%" PRIu64 ",\"dropped_pkts\":%" PRIu64
+             ",\"dropped_segs\":%" PRIu64 ",\"dropped_bytes\":%" PRIu64 ",\"hooks\":{%s}}\n",
+             final ? "final" : "counters", Now(), id, c->matched_pkts, c->matched_segs,
+             c->matched_bytes, c->dropped_pkts, c->dropped_segs, c->dropped_bytes, hooks.c_str());
+    } else {
+      printf("{\"event\":\"%s\",\"time\":%.3f,\"rule\":%u,\"status\":\"gone\",\"hooks\":{%s}}\n",
+             final ? "final" : "counters", Now(), id, hooks.c_str());
+    }
+  } else if (c.ok()) {
+    double rate = c->matched_segs ? 100.0 * c->dropped_segs / c->matched_segs : 0;
+    printf("rule %u: matched %" PRIu64 " pkts / %" PRIu64 " segs, dropped %" PRIu64 " pkts / %" PRIu64
+           " segs (%.4f%% of segments)\n",
+           id, c->matched_pkts, c->matched_segs, c->dropped_pkts, c->dropped_segs, rate);
+  } else {
+    printf("rule %u: %s\n", id, c.status().message().c_str());
+  }
+  fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"lossd: eBPF packet-loss injector"};
+  app.add_option("--iface,-i", f.rule.iface, "Target interface");
+  app.add_option("--cgroup", f.rule.cgroup, "Target cgroup v2 path");
+  app.add_option("--hook", f.hook, "auto | xdp | tc | cgroup");
+  app.add_option("--dir", f.dir, "ingress | egress | both");
+  app.add_option("--src", f.src, "Source address or CIDR");
+  app.add_option("--dst", f.dst, "Destination address or CIDR");
+  app.add_option("--sport", f.sport, "Source port or LO-HI");
+  app.add_option("--dport", f.dport, "Destination port or LO-HI");
+  app.add_option("--proto", f.proto, "tcp | udp | icmp | icmpv6 | any | number");
+  app.add_option("--family", f.family, "4 | 6 | any");
+  app.add_option("--tcp-flags", f.tcp_flags, "e.g. syn,!ack");
+  app.add_option("--payload", f.payload, "any | only | none");
+  app.add_option("--rate", f.rate, "Bernoulli loss per segment, e.g. 1% or 0.005%");
+  app.add_option("--ge", f.ge, "Gilbert-Elliott p,r,1-h,1-k (netem gemodel)");
+  app.add_option("--every", f.every, "Drop every N-th packet of each flow");
+  app.add_option("--first", f.first, "Drop the first K packets of each flow");
+  app.add_option("--seed", f.seed, "Reproducible per-flow drop sequence")->each([&](const std::string&) { f.seeded = true; });
+  app.add_option("--priority", f.rule.priority, "Higher wins among overlapping rules");
+  app.add_option("--ttl", f.ttl, "Rule lifetime, e.g. 30s (enforced in BPF)");
+  app.add_flag("--per-segment", f.rule.per_segment,
+               "Turn GRO/GSO/TSO off on the interface while the rule lives: exact per-segment loss");
+  app.add_option("--interval", f.interval, "Counter report interval");
+  app.add_option("--duration", f.duration, "Stop after this long (default: until signalled)");
+  app.add_option("--lease", f.lease, "Drop nothing once this long passes without lossd renewing");
+  app.add_option("--xdp-mode", f.xdp_mode, "auto | native | generic");
+  app.add_option("--state-dir", f.state_dir, "Crash-recovery state");
+  app.add_flag("--json", f.json, "JSON lines on stdout");
+  app.add_option("--log-level", f.log_level, "debug | info | warn | error");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  LogLevel level;
+  if (!ParseLogLevel(f.log_level.c_str(), &level)) {
+    fprintf(stderr, "lossd: --log-level must be debug, info, warn or error\n");
+    return 2;
+  }
+  SetLogLevel(level);
+  RouteLibbpfLogs();
+
+  InjectorOptions opts;
+  auto lease = ParseDuration(f.lease);
+  auto interval = ParseDuration(f.interval);
+  std::chrono::nanoseconds duration{0};
+  if (!f.duration.empty()) {
+    auto d = ParseDuration(f.duration);
+    if (!d.ok()) {
+      fprintf(stderr, "lossd: --duration: %s\n", d.status().message().c_str());
+      return 2;
+    }
+    duration = *d;
+  }
+  if (!lease.ok() || !interval.ok() || interval->count() <= 0) {
+    fprintf(stderr, "lossd: %s\n",
+            (!lease.ok() ? lease.status() : interval.ok() ? InvalidArgument("--interval must be > 0") : interval.status())
+                .message().c_str());
+    return 2;
+  }
+  opts.lease = std::chrono::duration_cast<std::chrono::milliseconds>(*lease);
+  opts.state_dir = f.state_dir;
+  if (f.xdp_mode == "native") opts.xdp_mode = XdpMode::kNative;
+  else if (f.xdp_mode == "generic") opts.xdp_mode = XdpMode::kGeneric;
+  else if (f.xdp_mode != "auto") {
+    fprintf(stderr, "lossd: --xdp-mode must be auto, native or generic\n");
+    return 2;
+  }
+  if (HasRule(f)) {
+    Status st = BuildRule(f);
+    if (!st.ok()) {
+      fprintf(stderr, "lossd: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
+
+  // Signals are taken synchronously in the loop below.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto inj = Injector::Create(opts);
+  if (!inj.ok()) {
+    fprintf(stderr, "lossd: %s\n", inj.status().ToString().c_str());
+    return 1;
+  }
+  uint32_t id = 0;
+  if (HasRule(f)) {
+    auto r = (*inj)->Add(f.rule);
+    if (!r.ok()) {
+      fprintf(stderr, "lossd: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    id = *r;
+    auto info = (*inj)->Get(id);
+    std::string hooks;
+    for (const auto& h : info->hooks) hooks += (hooks.empty() ? "" : ", ") + h;
+    if (f.json)
+      printf("{\"event\":\"ready\",\"rule\":%u,\"pid\":%d,\"hooks\":\"%s\"}\n", id, getpid(), hooks.c_str());
+    else
+      printf("rule %u active: %s\n", id, hooks.c_str());
+  } else {
+    Capabilities c = ProbeCapabilities();
+    printf("lossd: kernel %s, BTF %s; xdp %s, tc %s (tcx %s, clsact %s), cgroup_skb %s (cgroup v2 at %s)\n",
+           c.kernel.c_str(), c.btf ? "yes" : "no", c.xdp ? "yes" : "no", c.tc ? "yes" : "no",
+           c.tcx ? "yes" : "no", c.clsact ? "yes" : "no", c.cgroup_skb ? "yes" : "no",
+           c.cgroup2.empty() ? "-" : c.cgroup2.c_str());
+    for (const auto& n : c.notes) printf("  note: %s\n", n.c_str());
+    printf("lossd: injector loaded, no rule given (see --help); waiting for SIGINT/SIGTERM\n");
+    if (f.json) printf("{\"event\":\"ready\",\"pid\":%d}\n", getpid());
+  }
+  fflush(stdout);
+
+  double start = Now();
+  for (;;) {
+    auto wait = *interval;
+    if (duration.count() > 0) {
+      double left = start + duration.count() / 1e9 - Now();
+      if (left <= 0) break;
+      if (left < wait.count() / 1e9) wait = std::chrono::nanoseconds(int64_t(left * 1e9));
+    }
+    struct timespec ts = {static_cast<time_t>(wait.count() / 1000000000),
+                          static_cast<long>(wait.count() % 1000000000)};
+    int sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM) {
+      LOG_INFO("signal %d: detaching", sig);
+      break;
+    }
+    if (id) Report(**inj, id, f.json, false);
+  }
+  if (id) Report(**inj, id, f.json, true);
+  return 0;  // the injector's destructor detaches everything
+}
+
+}  // namespace
+}  // namespace lossd
+
+int main(int argc, char** argv) { return lossd::Main(argc, argv); }

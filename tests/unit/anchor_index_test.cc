@@ -1,0 +1,2 @@
+#include <gtest/gtest.h>
+#include "injector/anchor_index.h"
