@@ -1,3 +1,335 @@
-#include <gtest/gtest.h>
+// Rule parsing, validation and encoding: each bad input gives a clear error.
 #include "injector/rule.h"
-TEST(Rule, Placeholder) { EXPECT_TRUE(lossd::ParseRate("1%").ok()); }
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace lossd {
+namespace {
+
+RuleSpec Base() {
+  RuleSpec s;
+  s.iface = "eth0";
+  s.model.p = 0.01;
+  return s;
+}
+
+// The message names the input and says what is expected.
+void ExpectInvalid(const Status& st, const std::string& needle) {
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find(needle), std::string::npos)
+      << "message '" << st.message() << "' lacks '" << needle << "'";
+}
+
+TEST(ParseRate, PercentAndFraction) {
+  EXPECT_DOUBLE_EQ(*ParseRate("1%"), 0.01);
+  EXPECT_DOUBLE_EQ(*ParseRate("0.005%"), 0.00005);
+  EXPECT_DOUBLE_EQ(*ParseRate("0.25"), 0.25);
+  EXPECT_DOUBLE_EQ(*ParseRate(" 100 % "), 1.0);
+  EXPECT_DOUBLE_EQ(*ParseRate("0"), 0.0);
+  EXPECT_DOUBLE_EQ(*ParseRate("1e-4"), 1e-4);
+}
+
+TEST(ParseRate, RejectsOutOfRangeAndJunk) {
+  ExpectInvalid(ParseRate("101%").status(), "between 0% and 100%");
+  ExpectInvalid(ParseRate("-1%").status(), "between 0% and 100%");
+  ExpectInvalid(ParseRate("1.5").status(), "between 0% and 100%");
+  ExpectInvalid(ParseRate("abc").status(), "invalid rate 'abc'");
+  ExpectInvalid(ParseRate("").status(), "invalid rate");
+  ExpectInvalid(ParseRate("nan").status(), "invalid rate");
+  ExpectInvalid(ParseRate("1%%").status(), "invalid rate");
+}
+
+TEST(ProbabilityToThreshold, ResolutionIsTwoToMinus32) {
+  EXPECT_EQ(ProbabilityToThreshold(0), 0u);
+  EXPECT_EQ(ProbabilityToThreshold(1), LOSS_PROB_ONE);
+  EXPECT_EQ(ProbabilityToThreshold(0.5), 1ull << 31);
+  // 0.005 % = 5e-5 -> 214748.3648 -> 214748: relative error < 2e-6.
+  uint64_t t = ProbabilityToThreshold(5e-5);
+  EXPECT_EQ(t, 214748u);
+  EXPECT_LT(std::fabs(double(t) / 4294967296.0 - 5e-5) / 5e-5, 2e-6);
+  // A positive rate never rounds to zero.
+  EXPECT_EQ(ProbabilityToThreshold(1e-12), 1u);
+}
+
+TEST(ParseCidr, IPv4AndIPv6) {
+  auto c = ParseCidr("10.1.2.0/24");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, 4);
+  EXPECT_EQ(c->prefix, 24);
+  EXPECT_EQ(c->ToString(), "10.1.2.0/24");
+  EXPECT_FALSE(c->IsHost());
+  auto h = ParseCidr("192.0.2.7");
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->prefix, 32);
+  EXPECT_TRUE(h->IsHost());
+  auto v6 = ParseCidr("fd00:1::/64");
+  ASSERT_TRUE(v6.ok()) << v6.status().ToString();
+  EXPECT_EQ(v6->family, 6);
+  EXPECT_EQ(v6->prefix, 64);
+  EXPECT_EQ(v6->ToString(), "fd00:1::/64");
+  auto v6h = ParseCidr("::1");
+  ASSERT_TRUE(v6h.ok());
+  EXPECT_EQ(v6h->prefix, 128);
+  EXPECT_TRUE(ParseCidr("0.0.0.0/0").ok());
+  EXPECT_TRUE(ParseCidr("::/0").ok());
+}
+
+TEST(ParseCidr, Errors) {
+  ExpectInvalid(ParseCidr("10.0.0.0/33").status(), "exceeds 32");
+  ExpectInvalid(ParseCidr("fd00::/129").status(), "prefix length");
+  ExpectInvalid(ParseCidr("10.0.0.1/24").status(), "host bits set");
+  ExpectInvalid(ParseCidr("fd00:1:2:3:4::/68").status(), "host bits set beyond /68");
+  ExpectInvalid(ParseCidr("10.0.0/24").status(), "not an IPv4 or IPv6 address");
+  ExpectInvalid(ParseCidr("example.com").status(), "not an IPv4 or IPv6 address");
+  ExpectInvalid(ParseCidr("10.0.0.0/x").status(), "prefix length must be a number");
+  ExpectInvalid(ParseCidr("").status(), "invalid CIDR");
+}
+
+TEST(ParsePortRange, SingleAndRange) {
+  auto p = ParsePortRange("8080");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->lo, 8080);
+  EXPECT_EQ(p->hi, 8080);
+  EXPECT_EQ(p->Size(), 1u);
+  auto r = ParsePortRange("8000-8100");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->lo, 8000);
+  EXPECT_EQ(r->hi, 8100);
+  EXPECT_TRUE(ParsePortRange("0-65535")->Any());
+}
+
+TEST(ParsePortRange, Errors) {
+  ExpectInvalid(ParsePortRange("65536").status(), "0-65535");
+  ExpectInvalid(ParsePortRange("90-80").status(), "low end above high end");
+  ExpectInvalid(ParsePortRange("http").status(), "invalid port 'http'");
+  ExpectInvalid(ParsePortRange("1-").status(), "invalid port range");
+  ExpectInvalid(ParsePortRange("-5").status(), "invalid port range");
+}
+
+TEST(ParseProtocol, NamesAndNumbers) {
+  EXPECT_EQ(*ParseProtocol("tcp"), IPPROTO_TCP);
+  EXPECT_EQ(*ParseProtocol("UDP"), IPPROTO_UDP);
+  EXPECT_EQ(*ParseProtocol("icmp"), IPPROTO_ICMP);
+  EXPECT_EQ(*ParseProtocol("icmpv6"), IPPROTO_ICMPV6);
+  EXPECT_EQ(*ParseProtocol("any"), 0);
+  EXPECT_EQ(*ParseProtocol("132"), 132);
+  ExpectInvalid(ParseProtocol("tcpp").status(), "invalid protocol 'tcpp'");
+  ExpectInvalid(ParseProtocol("256").status(), "invalid protocol");
+}
+
+TEST(ParseTcpFlags, SetAndClear) {
+  uint8_t mask, value;
+  ASSERT_TRUE(ParseTcpFlags("syn,!ack", &mask, &value).ok());
+  EXPECT_EQ(mask, 0x12);
+  EXPECT_EQ(value, 0x02);
+  ASSERT_TRUE(ParseTcpFlags("SYN|ACK", &mask, &value).ok());
+  EXPECT_EQ(mask, 0x12);
+  EXPECT_EQ(value, 0x12);
+  ExpectInvalid(ParseTcpFlags("syn,foo", &mask, &value), "invalid TCP flag 'foo'");
+  ExpectInvalid(ParseTcpFlags("syn,!syn", &mask, &value), "given twice");
+  ExpectInvalid(ParseTcpFlags("", &mask, &value), "empty TCP flag list");
+}
+
+TEST(ParseDuration, Units) {
+  EXPECT_EQ(ParseDuration("500ms")->count(), 500000000);
+  EXPECT_EQ(ParseDuration("30s")->count(), 30000000000);
+  EXPECT_EQ(ParseDuration("5m")->count(), 300000000000);
+  EXPECT_EQ(ParseDuration("1h")->count(), 3600000000000);
+  EXPECT_EQ(ParseDuration("2")->count(), 2000000000);
+  EXPECT_EQ(ParseDuration("1.5s")->count(), 1500000000);
+  ExpectInvalid(ParseDuration("soon").status(), "invalid duration 'soon'");
+  ExpectInvalid(ParseDuration("-1s").status(), "invalid duration");
+  ExpectInvalid(ParseDuration("10y").status(), "invalid duration");
+}
+
+TEST(ParseGilbertElliott, NetemDefaults) {
+  auto m = ParseGilbertElliott("1%");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->kind, LossModel::Kind::kGilbertElliott);
+  EXPECT_DOUBLE_EQ(m->p, 0.01);
+  EXPECT_DOUBLE_EQ(m->r, 0.99);
+  EXPECT_DOUBLE_EQ(m->bad_loss, 1.0);
+  EXPECT_DOUBLE_EQ(m->good_loss, 0.0);
+  auto full = ParseGilbertElliott("1%,20%,90%,0.1%");
+  ASSERT_TRUE(full.ok());
+  EXPECT_DOUBLE_EQ(full->r, 0.2);
+  EXPECT_DOUBLE_EQ(full->bad_loss, 0.9);
+  EXPECT_DOUBLE_EQ(full->good_loss, 0.001);
+  ExpectInvalid(ParseGilbertElliott("1%,2%,3%,4%,5%").status(), "p[,r[,1-h[,1-k]]]");
+  ExpectInvalid(ParseGilbertElliott("1%,200%").status(), "between 0% and 100%");
+}
+
+TEST(Validate, AcceptsTypicalRules) {
+  EXPECT_TRUE(Validate(Base()).ok());
+  RuleSpec s = Base();
+  s.dport = *ParsePortRange("8080");
+  s.l4proto = IPPROTO_TCP;
+  s.dst = *ParseCidr("10.0.0.0/8");
+  s.tcp_flags_mask = 0x12;
+  s.tcp_flags_value = 0x02;
+  s.dir = Direction::kEgress;
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).ToString();
+  RuleSpec cg;
+  cg.cgroup = "/sys/fs/cgroup/unified/app";
+  cg.model.p = 0.5;
+  EXPECT_TRUE(Validate(cg).ok());
+}
+
+TEST(Validate, EachBadInputHasAClearError) {
+  RuleSpec s = Base();
+  s.iface.clear();
+  ExpectInvalid(Validate(s), "needs a target");
+
+  s = Base();
+  s.hook = Hook::kXdp;
+  s.dir = Direction::kEgress;
+  ExpectInvalid(Validate(s), "XDP sees ingress only");
+
+  s = Base();
+  s.hook = Hook::kXdp;
+  s.cgroup = "x";
+  ExpectInvalid(Validate(s), "cgroup match needs hook tc or cgroup");
+
+  s = Base();
+  s.iface.clear();
+  s.cgroup = "x";
+  s.hook = Hook::kTc;
+  ExpectInvalid(Validate(s), "hook 'tc' needs an interface");
+
+  s = Base();
+  s.src = *ParseCidr("10.0.0.0/8");
+  s.dst = *ParseCidr("fd00::/8");
+  ExpectInvalid(Validate(s), "disagree on IPv4 vs IPv6");
+
+  s = Base();
+  s.family = 6;
+  s.src = *ParseCidr("10.0.0.0/8");
+  ExpectInvalid(Validate(s), "disagree");
+
+  s = Base();
+  s.l4proto = IPPROTO_ICMP;
+  s.dport = *ParsePortRange("80");
+  ExpectInvalid(Validate(s), "ports need protocol tcp or udp");
+
+  s = Base();
+  s.l4proto = IPPROTO_UDP;
+  s.tcp_flags_mask = 0x02;
+  s.tcp_flags_value = 0x02;
+  ExpectInvalid(Validate(s), "TCP flags need protocol tcp");
+
+  s = Base();
+  s.model.p = 1.5;
+  ExpectInvalid(Validate(s), "rate must lie between 0% and 100%");
+
+  s = Base();
+  s.model.kind = LossModel::Kind::kEveryNth;
+  s.model.n = 0;
+  ExpectInvalid(Validate(s), "every-Nth needs N >= 1");
+
+  s = Base();
+  s.model.kind = LossModel::Kind::kFirstK;
+  s.model.n = 0;
+  ExpectInvalid(Validate(s), "first-K needs K >= 1");
+
+  s = Base();
+  s.model.kind = LossModel::Kind::kGilbertElliott;
+  s.model.r = -0.1;
+  ExpectInvalid(Validate(s), "Gilbert-Elliott parameters");
+
+  s = Base();
+  s.priority = kMaxPriority + 1;
+  ExpectInvalid(Validate(s), "priority must lie between");
+
+  s = Base();
+  s.iface.clear();
+  s.cgroup = "x";
+  s.per_segment = true;
+  ExpectInvalid(Validate(s), "name the interface");
+
+  s = Base();
+  s.payload = 7;
+  ExpectInvalid(Validate(s), "payload must be");
+}
+
+TEST(Encode, MatchFields) {
+  RuleSpec s = Base();
+  s.src = *ParseCidr("10.1.0.0/16");
+  s.dst = *ParseCidr("192.0.2.9");
+  s.sport = *ParsePortRange("1000-2000");
+  s.dport = *ParsePortRange("80");
+  s.l4proto = IPPROTO_TCP;
+  s.dir = Direction::kBoth;
+  s.priority = 7;
+  s.seed = 42;
+  struct loss_rule r = Encode(s, 3, 99, 2, 12345, 5);
+  uint32_t want_src = htonl(0x0a010000), want_mask = htonl(0xffff0000);
+  EXPECT_EQ(r.m.src_addr[0], want_src);
+  EXPECT_EQ(r.m.src_mask[0], want_mask);
+  EXPECT_EQ(r.m.src_mask[1], 0u);
+  EXPECT_EQ(r.m.dst_addr[0], htonl(0xc0000209));
+  EXPECT_EQ(r.m.dst_mask[0], 0xffffffffu);
+  EXPECT_EQ(r.m.sport_lo, 1000);
+  EXPECT_EQ(r.m.sport_hi, 2000);
+  EXPECT_EQ(r.m.dport_lo, 80);
+  EXPECT_EQ(r.m.dport_hi, 80);
+  EXPECT_EQ(r.m.family, 4);
+  EXPECT_EQ(r.m.l4proto, IPPROTO_TCP);
+  EXPECT_EQ(r.m.dir_mask, LOSS_DIR_INGRESS | LOSS_DIR_EGRESS);
+  EXPECT_EQ(r.m.ifindex, 3u);
+  EXPECT_EQ(r.m.cgroup_id, 99u);
+  EXPECT_EQ(r.m.cgroup_level, 2);
+  EXPECT_EQ(r.priority, 7u);
+  EXPECT_EQ(r.flags, LOSS_RULE_ACTIVE | LOSS_RULE_HAS_PORTS | LOSS_RULE_SEEDED);
+  EXPECT_EQ(r.seed, 42u);
+  EXPECT_EQ(r.expires_ns, 12345u);
+  EXPECT_EQ(r.generation, 5u);
+  EXPECT_EQ(r.model, uint32_t(LOSS_MODEL_BERNOULLI));
+  EXPECT_EQ(r.p, ProbabilityToThreshold(0.01));
+}
+
+TEST(Encode, IPv6PrefixMaskAcrossWords) {
+  RuleSpec s = Base();
+  auto c = ParseCidr("fd00:1:2:3:4000::/68");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  s.dst = *c;
+  struct loss_rule r = Encode(s, 0, 0, 0, 0, 1);
+  EXPECT_EQ(r.m.family, 6);
+  EXPECT_EQ(r.m.dst_mask[0], 0xffffffffu);
+  EXPECT_EQ(r.m.dst_mask[1], 0xffffffffu);
+  EXPECT_EQ(r.m.dst_mask[2], htonl(0xf0000000));
+  EXPECT_EQ(r.m.dst_mask[3], 0u);
+  uint8_t want[16] = {0xfd, 0x00, 0x00, 0x01, 0x00, 0x02, 0x00, 0x03, 0x40, 0x00};
+  EXPECT_EQ(std::memcmp(r.m.dst_addr, want, 16), 0);
+  EXPECT_EQ(r.flags & LOSS_RULE_HAS_PORTS, 0u);
+}
+
+TEST(Encode, Models) {
+  RuleSpec s = Base();
+  s.model = *ParseGilbertElliott("1%,20%,90%,0.1%");
+  struct loss_rule r = Encode(s, 0, 0, 0, 0, 1);
+  EXPECT_EQ(r.model, uint32_t(LOSS_MODEL_GE));
+  EXPECT_EQ(r.p, ProbabilityToThreshold(0.01));
+  EXPECT_EQ(r.r, ProbabilityToThreshold(0.2));
+  EXPECT_EQ(r.bad_loss, ProbabilityToThreshold(0.9));
+  EXPECT_EQ(r.good_loss, ProbabilityToThreshold(0.001));
+  s.model = LossModel{};
+  s.model.kind = LossModel::Kind::kEveryNth;
+  s.model.n = 10;
+  r = Encode(s, 0, 0, 0, 0, 1);
+  EXPECT_EQ(r.model, uint32_t(LOSS_MODEL_NTH));
+  EXPECT_EQ(r.n, 10u);
+  s.model.kind = LossModel::Kind::kFirstK;
+  s.model.n = 3;
+  r = Encode(s, 0, 0, 0, 0, 1);
+  EXPECT_EQ(r.model, uint32_t(LOSS_MODEL_FIRST));
+  EXPECT_EQ(r.n, 3u);
+  EXPECT_EQ(r.flags & LOSS_RULE_SEEDED, 0u);
+}
+
+}  // namespace
+}  // namespace lossd
