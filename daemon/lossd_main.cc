@@ -5,6 +5,7 @@
 //   lossd                                   probe and report, then wait
 //   lossd --iface veth0 --dport 8080 --rate 1%
 //   lossd --iface eth0 --dir egress --proto tcp --tcp-flags syn,!ack --first 3
+//   lossd --observe --events --watch-port 5201      TCP retransmits, live
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,8 +15,13 @@
 #include <cstdio>
 #include <string>
 
+#include <atomic>
+#include <thread>
+
 #include "common/log.h"
 #include "injector/injector.h"
+#include "observer/format.h"
+#include "observer/observer.h"
 
 namespace lossd {
 namespace {
@@ -28,6 +34,9 @@ struct Flags {
   uint32_t every = 0, first = 0;
   uint64_t seed = 0;
   bool seeded = false, json = false;
+  bool observe = false, events = false;
+  std::vector<std::string> watch_ports, watch_addrs;
+  std::vector<uint64_t> watch_cgroups;
   std::string state_dir = "/run/lossd";
 };
 
@@ -179,6 +188,11 @@ int Main(int argc, char** argv) {
   app.add_option("--xdp-mode", f.xdp_mode, "auto | native | generic");
   app.add_option("--state-dir", f.state_dir, "Crash-recovery state");
   app.add_flag("--json", f.json, "JSON lines on stdout");
+  app.add_flag("--observe", f.observe, "Run the TCP observer (totals at exit; implies --json)");
+  app.add_flag("--events", f.events, "Print every retransmission and flow close (implies --observe)");
+  app.add_option("--watch-port", f.watch_ports, "Observe only sockets with this local/remote port (range); repeatable, OR");
+  app.add_option("--watch-addr", f.watch_addrs, "Observe only sockets with this local/remote address (CIDR); repeatable, OR");
+  app.add_option("--watch-cgroup", f.watch_cgroups, "Observe only sockets of this cgroup id; repeatable, OR");
   app.add_option("--log-level", f.log_level, "debug | info | warn | error");
   try {
     app.parse(argc, argv);
@@ -193,6 +207,34 @@ int Main(int argc, char** argv) {
   }
   SetLogLevel(level);
   RouteLibbpfLogs();
+  if (f.events) f.observe = true;
+  if (f.observe) f.json = true;
+  std::vector<ObsFilterSpec> filters;
+  for (const auto& p : f.watch_ports) {
+    auto r = ParsePortRange(p);
+    if (!r.ok()) {
+      fprintf(stderr, "lossd: --watch-port: %s\n", r.status().message().c_str());
+      return 2;
+    }
+    ObsFilterSpec fs;
+    fs.ports = *r;
+    filters.push_back(fs);
+  }
+  for (const auto& a : f.watch_addrs) {
+    auto c = ParseCidr(a);
+    if (!c.ok()) {
+      fprintf(stderr, "lossd: --watch-addr: %s\n", c.status().message().c_str());
+      return 2;
+    }
+    ObsFilterSpec fs;
+    fs.addr = *c;
+    filters.push_back(fs);
+  }
+  for (uint64_t cg : f.watch_cgroups) {
+    ObsFilterSpec fs;
+    fs.cgroup_id = cg;
+    filters.push_back(fs);
+  }
 
   InjectorOptions opts;
   auto lease = ParseDuration(f.lease);
@@ -240,6 +282,37 @@ int Main(int argc, char** argv) {
     fprintf(stderr, "lossd: %s\n", inj.status().ToString().c_str());
     return 1;
   }
+  std::unique_ptr<Observer> obs;
+  std::shared_ptr<Subscription> sub;
+  std::thread printer;
+  std::atomic<bool> printing{true};
+  if (f.observe) {
+    ObserverOptions oo;
+    oo.filters = filters;
+    auto o = Observer::Create(oo);
+    if (!o.ok()) {
+      fprintf(stderr, "lossd: %s\n", o.status().ToString().c_str());
+      return 1;
+    }
+    obs = std::move(*o);
+    for (const auto& h : obs->hooks())
+      if (!h.attached) LOG_WARN("observer: %s not attached: %s", h.name.c_str(), h.error.c_str());
+    if (f.events) {
+      sub = obs->hub().Subscribe(1 << 16);
+      printer = std::thread([&] {
+        for (;;) {
+          auto e = sub->Next(std::chrono::milliseconds(100));
+          if (e) {
+            printf("%s\n", EventJson(*e).c_str());
+          } else if (!printing) {
+            break;
+          }
+        }
+        fflush(stdout);
+      });
+    }
+  }
+
   uint32_t id = 0;
   if (HasRule(f)) {
     auto r = (*inj)->Add(f.rule);
@@ -256,13 +329,14 @@ int Main(int argc, char** argv) {
     else
       printf("rule %u active: %s\n", id, hooks.c_str());
   } else {
-    Capabilities c = ProbeCapabilities();
-    printf("lossd: kernel %s, BTF %s; xdp %s, tc %s (tcx %s, clsact %s), cgroup_skb %s (cgroup v2 at %s)\n",
+    Capabilities c = (*inj)->Probe();
+    FILE* out = f.json ? stderr : stdout;  // stdout carries JSON only
+    fprintf(out, "lossd: kernel %s, BTF %s; xdp %s, tc %s (tcx %s, clsact %s), cgroup_skb %s (cgroup v2 at %s)\n",
            c.kernel.c_str(), c.btf ? "yes" : "no", c.xdp ? "yes" : "no", c.tc ? "yes" : "no",
            c.tcx ? "yes" : "no", c.clsact ? "yes" : "no", c.cgroup_skb ? "yes" : "no",
            c.cgroup2.empty() ? "-" : c.cgroup2.c_str());
-    for (const auto& n : c.notes) printf("  note: %s\n", n.c_str());
-    printf("lossd: injector loaded, no rule given (see --help); waiting for SIGINT/SIGTERM\n");
+    for (const auto& n : c.notes) fprintf(out, "  note: %s\n", n.c_str());
+    fprintf(out, "lossd: injector loaded, no rule given (see --help); waiting for SIGINT/SIGTERM\n");
     if (f.json) printf("{\"event\":\"ready\",\"pid\":%d}\n", getpid());
   }
   fflush(stdout);
@@ -284,7 +358,21 @@ int Main(int argc, char** argv) {
     }
     if (id) Report(**inj, id, f.json, false);
   }
+  if (obs) {
+    obs->Drain();
+    if (printer.joinable()) {
+      printing = false;  // the printer empties its queue, then stops
+      printer.join();
+    }
+    ObsTotals t = obs->Totals();
+    printf("%s\n", TotalsJson(t, obs->hooks()).c_str());
+    if (sub)
+      printf("{\"event\":\"subscriber\",\"delivered\":%llu,\"lost\":%llu}\n",
+             (unsigned long long)sub->delivered(), (unsigned long long)sub->lost());
+    for (const auto& fl : obs->Flows()) printf("{\"event\":\"flow\",\"flow\":%s}\n", FlowJson(fl).c_str());
+  }
   if (id) Report(**inj, id, f.json, true);
+  fflush(stdout);
   return 0;  // the injector's destructor detaches everything
 }
 

@@ -436,7 +436,7 @@ HookCounters Injector::HookTotals(int hook) const {
   return c;
 }
 
-Capabilities ProbeCapabilities() {
+Capabilities Injector::Probe() const {
   Capabilities c;
   struct utsname u;
   if (uname(&u) == 0) c.kernel = u.release;
@@ -448,24 +448,26 @@ Capabilities ProbeCapabilities() {
   c.cgroup2 = Cgroup2Mount();
   if (c.cgroup2.empty()) c.notes.push_back("no cgroup v2 mount: cgroup targets unavailable");
 
-  // tcx and clsact: attach a pass-only program to loopback and detach again.
-  loss_bpf* skel = loss_bpf__open_and_load();
-  if (!skel) {
-    c.notes.push_back(std::string("loading the injector failed: ") + strerror(errno));
-    return c;
-  }
-  int lo = 1;
+  // tcx and clsact: attach the (rule-less, pass-only) programs to loopback
+  // and detach again. Loopback is ifindex 1 in every network namespace.
+  const int lo = 1;
   {
-    auto a = AttachTcxIngress(bpf_program__fd(skel->progs.lossd_tc_in), lo, "lo");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!attached_.empty()) {
+      c.notes.push_back("tcx/clsact not probed: attachments in use");
+      return c;
+    }
+  }
+  {
+    auto a = AttachTcxIngress(ProgFd(LOSS_HOOK_TC_INGRESS), lo, "lo");
     c.tcx = a.ok();
-    if (!a.ok()) c.notes.push_back("tcx: " + a.status().message() + " (tc ingress falls back to none)");
+    if (!a.ok()) c.notes.push_back("tcx: " + a.status().message());
   }
   {
-    auto a = AttachClsactEgress(bpf_program__fd(skel->progs.lossd_tc_out), lo, "lo");
+    auto a = AttachClsactEgress(ProgFd(LOSS_HOOK_TC_EGRESS), lo, "lo");
     c.clsact = a.ok();
     if (!a.ok()) c.notes.push_back("clsact: " + a.status().message());
   }
-  loss_bpf__destroy(skel);
   return c;
 }
 

@@ -56,6 +56,17 @@ struct HookCounters {
            lease_expired = 0;
 };
 
+// What this kernel supports (Injector::Probe).
+struct Capabilities {
+  std::string kernel;
+  bool btf = false;
+  bool xdp = false, tc = false, cgroup_skb = false;
+  bool tcx = false;        // tcx links (tc ingress without netlink)
+  bool clsact = false;     // netlink clsact (egress with STOLEN)
+  std::string cgroup2;     // mount point, "" if none
+  std::vector<std::string> notes;
+};
+
 const char* LossHookName(int hook);  // enum loss_hook -> "xdp", "tc_ingress", ...
 
 class Injector {
@@ -80,6 +91,11 @@ class Injector {
   // Extends the lease and removes expired rules (the background thread
   // calls this; exposed for callers that run without it).
   void Tick();
+
+  // Which hooks and attach modes this kernel supports; tries tcx and
+  // clsact on loopback with the injector's own (pass-only when no rule
+  // targets loopback) programs.
+  Capabilities Probe() const;
 
   // Program fds, for BPF_PROG_TEST_RUN in tests and benchmarks.
   int ProgFd(int hook) const;
@@ -142,16 +158,6 @@ class Injector {
   bool stop_ = false;
 };
 
-// What this kernel supports, probed at start.
-struct Capabilities {
-  std::string kernel;
-  bool btf = false;
-  bool xdp = false, tc = false, cgroup_skb = false;
-  bool tcx = false;        // tcx links (tc ingress without netlink)
-  bool clsact = false;     // netlink clsact (egress with STOLEN)
-  std::string cgroup2;     // mount point, "" if none
-  std::vector<std::string> notes;
-};
-Capabilities ProbeCapabilities();
+
 
 }  // namespace lossd

@@ -1,0 +1,489 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * lossd TCP observer: what TCP does about loss.
+ *
+ *  tp_btf/tcp_retransmit_skb     every retransmission, classified; exact totals
+ *  tp_btf/tcp_retransmit_synack  SYN-ACK retransmissions
+ *  tp_btf/tcp_probe              per-ACK: folded into the flow's aggregate only
+ *  tp_btf/tcp_cong_state_set     time per congestion state, per flow
+ *  tp_btf/inet_sock_set_state    flow open and close (closing summary event)
+ *  iter/tcp                      flows that existed before the observer started
+ *
+ * Totals cover every socket of the configured network namespace (they
+ * reconcile with its /proc/net/snmp and /proc/net/netstat); filters decide
+ * which sockets get events and flow records.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "observe_abi.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define TCPHDR_SYN 0x02
+#define TCPCB_LOST 0x04
+#define TCP_CA_Loss 4
+#define ICSK_TIME_LOSS_PROBE 5
+#define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
+#define TCP_ESTABLISHED 1
+#define TCP_CLOSE 7
+#define SOCK_DEAD 0
+#define EBUSY 16
+#define EAGAIN 11
+#define ENOMEM 12
+#define EINVAL 22
+#define EHOSTUNREACH 113
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct obs_config);
+} obs_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, OBS_TOTALS);
+	__type(key, __u32);
+	__type(value, struct obs_total);
+} obs_totals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, OBS_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} obs_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); /* socket cookie */
+	__type(value, struct obs_flow);
+} obs_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} obs_ring SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(&obs_counters, &idx);
+	if (c)
+		(*c)++;
+}
+
+static __always_inline struct obs_config *get_config(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&obs_cfg, &zero);
+}
+
+static __always_inline int in_netns(const struct obs_config *cfg, const struct sock *sk)
+{
+	if (!cfg->netns_ino)
+		return 1;
+	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) == cfg->netns_ino;
+}
+
+static __always_inline void read_tuple(const struct sock *sk, struct obs_tuple *t)
+{
+	t->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	t->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	t->dport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (t->family == AF_INET6) {
+		BPF_CORE_READ_INTO(&t->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32);
+		BPF_CORE_READ_INTO(&t->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr32);
+	} else {
+		t->saddr[0] = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		t->daddr[0] = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+	}
+}
+
+static __always_inline int filter_one(const struct obs_filter *f, const struct obs_tuple *t,
+				      __u64 cgroup_id)
+{
+	if (f->family && f->family != t->family)
+		return 0;
+	if (f->cgroup_id && f->cgroup_id != cgroup_id)
+		return 0;
+	if (f->port_lo || f->port_hi != 0xffff) {
+		if (!((t->sport >= f->port_lo && t->sport <= f->port_hi) ||
+		      (t->dport >= f->port_lo && t->dport <= f->port_hi)))
+			return 0;
+	}
+	int s = 1, d = 1;
+	for (int i = 0; i < 4; i++) {
+		s &= (t->saddr[i] & f->mask[i]) == f->addr[i];
+		d &= (t->daddr[i] & f->mask[i]) == f->addr[i];
+	}
+	return s | d;
+}
+
+/*
+ * Any filter matches (or there are none). A global function: the verifier
+ * checks it once, not once per path of every caller.
+ */
+__noinline int obs_wanted(const struct obs_tuple *t, __u64 cgroup_id)
+{
+	__u32 zero = 0;
+	struct obs_config *cfg = bpf_map_lookup_elem(&obs_cfg, &zero);
+	if (!cfg || !t)
+		return 0;
+	__u32 n = cfg->n_filters;
+	if (!n)
+		return 1;
+	for (int i = 0; i < OBS_MAX_FILTERS; i++) {
+		if (i >= n)
+			break;
+		if (filter_one(&cfg->filters[i], t, cgroup_id))
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline __u64 sock_cgroup(const struct sock *sk)
+{
+	return BPF_CORE_READ(sk, sk_cgrp_data.cgroup, kn, id);
+}
+
+static __always_inline void read_state(struct tcp_sock *tp, struct obs_sock_state *st)
+{
+	st->snd_cwnd = tp->snd_cwnd;
+	st->snd_ssthresh = tp->snd_ssthresh;
+	st->srtt_us = tp->srtt_us >> 3;
+	st->rttvar_us = tp->mdev_us >> 2;
+	st->mss = tp->mss_cache;
+	st->packets_out = tp->packets_out;
+	st->retrans_out = tp->retrans_out;
+	st->lost_out = tp->lost_out;
+	st->sacked_out = tp->sacked_out;
+	st->in_flight = tp->packets_out - tp->sacked_out - tp->lost_out + tp->retrans_out;
+	st->snd_wnd = tp->snd_wnd;
+	st->rcv_wnd = tp->rcv_wnd;
+	st->total_retrans = tp->total_retrans;
+	st->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+	st->backoff = tp->inet_conn.icsk_backoff;
+	st->retransmits = tp->inet_conn.icsk_retransmits;
+	st->tcp_state = tp->inet_conn.icsk_inet.sk.__sk_common.skc_state;
+	st->bytes_acked = tp->bytes_acked;
+	st->bytes_sent = tp->bytes_sent;
+}
+
+static __always_inline void add_total(__u32 type, __u32 outcome, __u32 segs)
+{
+	__u32 idx = type * OBS_OUTCOME_MAX + outcome;
+	if (idx >= OBS_TOTALS)
+		return;
+	struct obs_total *t = bpf_map_lookup_elem(&obs_totals, &idx);
+	if (t) {
+		t->events++;
+		t->segs += segs;
+	}
+}
+
+static __always_inline void flow_init(struct obs_flow *f, const struct obs_tuple *t,
+				      __u64 cgroup_id, __u64 now)
+{
+	__builtin_memset(f, 0, sizeof(*f));
+	f->tuple = *t;
+	f->cgroup_id = cgroup_id;
+	f->opened_ns = now;
+	f->updated_ns = now;
+	f->ca_since_ns = now;
+	f->cwnd_min = 0xffffffff;
+	f->srtt_min_us = 0xffffffff;
+}
+
+/* The flow record of a wanted socket, created on first sight. */
+static __always_inline struct obs_flow *flow_get(const struct sock *sk, __u64 cookie, __u64 now,
+						 int create)
+{
+	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &cookie);
+	if (f || !create)
+		return f;
+	struct obs_tuple t = {};
+	read_tuple(sk, &t);
+	__u64 cg = sock_cgroup(sk);
+	if (!obs_wanted(&t, cg))
+		return NULL;
+	struct obs_flow init;
+	flow_init(&init, &t, cg, now);
+	if (bpf_map_update_elem(&obs_flows, &cookie, &init, BPF_NOEXIST) == 0)
+		count(OBS_CNT_FLOWS_OPENED);
+	return bpf_map_lookup_elem(&obs_flows, &cookie);
+}
+
+/* err of tcp_retransmit_skb -> how the kernel accounted it (see the ABI). */
+static __always_inline __u32 outcome_of(int err)
+{
+	if (err == 0)
+		return OBS_SENT;
+	if (err == -EBUSY || err == -EAGAIN)
+		return OBS_NOT_SENT;
+	if (err == -ENOMEM || err == -EHOSTUNREACH || err == -EINVAL)
+		return OBS_AMBIGUOUS;
+	return OBS_FAILED;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(obs_retransmit, const struct sock *sk, const struct sk_buff *skb, int err)
+{
+	struct obs_config *cfg = get_config();
+	if (!cfg || !sk || !skb || !in_netns(cfg, sk))
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (!tp)
+		return 0;
+
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+	__u32 segs = BPF_CORE_READ(cb, tcp_gso_segs);
+	__u16 flags = BPF_CORE_READ(cb, tcp_flags);
+	__u8 sacked = BPF_CORE_READ(cb, sacked);
+	__u8 pending = tp->inet_conn.icsk_pending;
+	__u8 ca = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+	__u8 state = sk->__sk_common.skc_state;
+	if (!segs)
+		segs = 1;
+
+	/* Classification from the socket's own state (docs/observer.md). */
+	__u32 type;
+	if (flags & TCPHDR_SYN)
+		type = OBS_RTX_SYN;
+	else if (pending == 0) /* inside tcp_retransmit_timer */
+		type = (tp->snd_wnd == 0 && state != TCP_SYN_SENT && state != TCP_SYN_RECV)
+			       ? OBS_RTX_PROBE0
+			       : OBS_RTX_RTO;
+	else if (pending == ICSK_TIME_LOSS_PROBE && !(sacked & TCPCB_LOST))
+		type = OBS_RTX_TLP;
+	else if (sacked & TCPCB_LOST)
+		type = ca == TCP_CA_Loss ? OBS_RTX_LOSS : OBS_RTX_FAST;
+	else
+		type = OBS_RTX_UNKNOWN;
+	__u32 outcome = outcome_of(err);
+	add_total(type, outcome, segs);
+
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cookie = bpf_get_socket_cookie((void *)sk);
+	struct obs_flow *f = flow_get(sk, cookie, now, 1);
+	if (!f) {
+		count(OBS_CNT_FILTERED);
+		return 0;
+	}
+	if (outcome == OBS_SENT && type < OBS_RTX_MAX)
+		f->rtx_segs[type] += segs;
+	__u8 backoff = tp->inet_conn.icsk_backoff;
+	if (backoff > f->max_backoff)
+		f->max_backoff = backoff;
+	f->updated_ns = now;
+
+	struct obs_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
+	if (!e) {
+		count(OBS_CNT_RING_LOST);
+		return 0;
+	}
+	e->kind = OBS_EV_RETRANSMIT;
+	e->cpu = bpf_get_smp_processor_id();
+	e->time_ns = now;
+	e->cookie = cookie;
+	e->cgroup_id = f->cgroup_id;
+	e->tuple = f->tuple;
+	e->type = type;
+	e->outcome = outcome;
+	e->err = err;
+	e->segs = segs;
+	e->seq = BPF_CORE_READ(cb, seq);
+	e->_pad = 0;
+	read_state(tp, &e->st);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_synack")
+int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_sock *req)
+{
+	struct obs_config *cfg = get_config();
+	if (!cfg || !sk || !req || !in_netns(cfg, sk))
+		return 0;
+	add_total(OBS_RTX_SYNACK, OBS_SENT, 1);
+
+	struct obs_tuple t = {};
+	t.family = BPF_CORE_READ(req, __req_common.skc_family);
+	t.sport = BPF_CORE_READ(req, __req_common.skc_num);
+	t.dport = __builtin_bswap16(BPF_CORE_READ(req, __req_common.skc_dport));
+	if (t.family == AF_INET6) {
+		BPF_CORE_READ_INTO(&t.saddr, req, __req_common.skc_v6_rcv_saddr.in6_u.u6_addr32);
+		BPF_CORE_READ_INTO(&t.daddr, req, __req_common.skc_v6_daddr.in6_u.u6_addr32);
+	} else {
+		t.saddr[0] = BPF_CORE_READ(req, __req_common.skc_rcv_saddr);
+		t.daddr[0] = BPF_CORE_READ(req, __req_common.skc_daddr);
+	}
+	__u64 cg = sock_cgroup(sk);
+	if (!obs_wanted(&t, cg)) {
+		count(OBS_CNT_FILTERED);
+		return 0;
+	}
+	struct obs_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
+	if (!e) {
+		count(OBS_CNT_RING_LOST);
+		return 0;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = OBS_EV_RETRANSMIT;
+	e->cpu = bpf_get_smp_processor_id();
+	e->time_ns = bpf_ktime_get_ns();
+	e->cookie = bpf_get_socket_cookie((void *)sk); /* the listener's */
+	e->cgroup_id = cg;
+	e->tuple = t;
+	e->type = OBS_RTX_SYNACK;
+	e->outcome = OBS_SENT;
+	e->segs = 1;
+	e->st.tcp_state = TCP_SYN_RECV;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
+{
+	struct obs_config *cfg = get_config();
+	if (!cfg || !sk || !in_netns(cfg, sk))
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	struct obs_flow *f = flow_get(sk, bpf_get_socket_cookie(sk), now, 1);
+	if (!f)
+		return 0;
+	__u32 cwnd = tp->snd_cwnd, srtt = tp->srtt_us >> 3;
+	f->cwnd = cwnd;
+	if (cwnd < f->cwnd_min)
+		f->cwnd_min = cwnd;
+	if (cwnd > f->cwnd_max)
+		f->cwnd_max = cwnd;
+	if (srtt) {
+		f->srtt_us = srtt;
+		if (srtt < f->srtt_min_us)
+			f->srtt_min_us = srtt;
+		if (srtt > f->srtt_max_us)
+			f->srtt_max_us = srtt;
+	}
+	f->bytes_acked = tp->bytes_acked;
+	f->bytes_sent = tp->bytes_sent;
+	f->updated_ns = now;
+	return 0;
+}
+
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(obs_cong_state, struct sock *sk, const u8 ca_state)
+{
+	struct obs_config *cfg = get_config();
+	if (!cfg || !sk || !in_netns(cfg, sk))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	struct obs_flow *f = flow_get(sk, bpf_get_socket_cookie(sk), now, 1);
+	if (!f)
+		return 0;
+	__u32 old = f->ca_state;
+	if (old < OBS_CA_STATES && now > f->ca_since_ns)
+		f->ca_time_ns[old] += now - f->ca_since_ns;
+	f->ca_since_ns = now;
+	f->ca_state = ca_state < OBS_CA_STATES ? ca_state : 0;
+	f->updated_ns = now;
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	if (!sk || sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	if (newstate != TCP_ESTABLISHED && newstate != TCP_CLOSE)
+		return 0;
+	struct obs_config *cfg = get_config();
+	if (!cfg || !in_netns(cfg, sk))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cookie = bpf_get_socket_cookie((void *)sk);
+
+	if (newstate == TCP_ESTABLISHED) {
+		/* The 4-tuple is complete from here on (not at SYN_SENT). */
+		struct obs_flow *f = flow_get(sk, cookie, now, 1);
+		if (f) {
+			read_tuple(sk, &f->tuple);
+			f->opened_ns = now;
+		}
+		return 0;
+	}
+
+	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &cookie);
+	if (!f)
+		return 0;
+	struct obs_close_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
+	if (!e) {
+		count(OBS_CNT_RING_LOST);
+		bpf_map_delete_elem(&obs_flows, &cookie);
+		count(OBS_CNT_FLOWS_CLOSED);
+		return 0;
+	}
+	__builtin_memset(&e->ev, 0, sizeof(e->ev));
+	e->ev.kind = OBS_EV_FLOW_CLOSE;
+	e->ev.cpu = bpf_get_smp_processor_id();
+	e->ev.time_ns = now;
+	e->ev.cookie = cookie;
+	e->ev.cgroup_id = f->cgroup_id;
+	e->ev.tuple = f->tuple;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (tp)
+		read_state(tp, &e->ev.st);
+	/* close the books on the congestion state it ends in */
+	if (f->ca_state < OBS_CA_STATES && now > f->ca_since_ns)
+		f->ca_time_ns[f->ca_state] += now - f->ca_since_ns;
+	f->ca_since_ns = now;
+	e->flow = *f;
+	e->closed_ns = now;
+	bpf_ringbuf_submit(e, 0);
+	bpf_map_delete_elem(&obs_flows, &cookie);
+	count(OBS_CNT_FLOWS_CLOSED);
+	return 0;
+}
+
+/* Flows that were open before the observer: run once at start. */
+SEC("iter/tcp")
+int obs_iter_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	if (!skc)
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0;
+	struct sock *sk = &tp->inet_conn.icsk_inet.sk;
+	if (sk->__sk_common.skc_state != TCP_ESTABLISHED)
+		return 0;
+	struct obs_config *cfg = get_config();
+	if (!cfg || !in_netns(cfg, sk))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cookie = bpf_get_socket_cookie(skc);
+	if (bpf_map_lookup_elem(&obs_flows, &cookie))
+		return 0;
+	struct obs_flow *f = flow_get(sk, cookie, now, 1);
+	if (f) {
+		f->preexisting = 1;
+		f->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+		f->cwnd = f->cwnd_min = f->cwnd_max = tp->snd_cwnd;
+		f->srtt_us = f->srtt_min_us = f->srtt_max_us = tp->srtt_us >> 3;
+		f->bytes_acked = tp->bytes_acked;
+		f->bytes_sent = tp->bytes_sent;
+	}
+	return 0;
+}

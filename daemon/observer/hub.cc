@@ -1,0 +1,78 @@
+#include "observer/hub.h"
+
+#include <algorithm>
+
+namespace lossd {
+
+bool Subscription::Offer(const ObsEvent& e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return false;
+    if (queue_.size() >= capacity_) {
+      lost_++;
+      return false;
+    }
+    queue_.push_back(e);
+  }
+  cv_.notify_one();
+  return true;
+}
+
+std::optional<ObsEvent> Subscription::Next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_; })) return std::nullopt;
+  if (queue_.empty()) return std::nullopt;
+  ObsEvent e = queue_.front();
+  queue_.pop_front();
+  delivered_++;
+  return e;
+}
+
+uint64_t Subscription::lost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_;
+}
+
+uint64_t Subscription::delivered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return delivered_;
+}
+
+void Subscription::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::shared_ptr<Subscription> Hub::Subscribe(size_t capacity) {
+  auto s = std::make_shared<Subscription>(capacity ? capacity : 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  subs_.push_back(s);
+  return s;
+}
+
+void Hub::Unsubscribe(const std::shared_ptr<Subscription>& s) {
+  s->Close();
+  std::lock_guard<std::mutex> lock(mu_);
+  subs_.erase(std::remove(subs_.begin(), subs_.end(), s), subs_.end());
+}
+
+void Hub::Publish(ObsEvent e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  e.seq = ++seq_;
+  for (auto& s : subs_) s->Offer(e);
+}
+
+uint64_t Hub::published() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seq_;
+}
+
+void Hub::CloseAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : subs_) s->Close();
+}
+
+}  // namespace lossd

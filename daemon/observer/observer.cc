@@ -1,0 +1,243 @@
+#include "observer/observer.h"
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "common/log.h"
+#include "observe.skel.h"
+
+namespace lossd {
+namespace {
+
+std::mutex g_ring_mu;  // ring_buffer__poll/consume are not thread-safe
+
+}  // namespace
+
+const char* RtxTypeName(int type) {
+  switch (type) {
+    case OBS_RTX_FAST: return "fast";
+    case OBS_RTX_RTO: return "rto";
+    case OBS_RTX_LOSS: return "loss";
+    case OBS_RTX_TLP: return "tlp";
+    case OBS_RTX_SYN: return "syn";
+    case OBS_RTX_SYNACK: return "synack";
+    case OBS_RTX_PROBE0: return "probe0";
+    case OBS_RTX_UNKNOWN: return "unknown";
+  }
+  return "?";
+}
+
+const char* OutcomeName(int outcome) {
+  switch (outcome) {
+    case OBS_SENT: return "sent";
+    case OBS_FAILED: return "failed";
+    case OBS_NOT_SENT: return "not_sent";
+    case OBS_AMBIGUOUS: return "ambiguous";
+  }
+  return "?";
+}
+
+uint64_t ObsTotals::RetransSegs() const {
+  uint64_t segs = 0;
+  for (int t = 0; t < OBS_RTX_MAX; t++)
+    segs += by_type[t][OBS_SENT].segs + by_type[t][OBS_FAILED].segs;
+  return segs;
+}
+
+void Observer::SkelDeleter::operator()(observe_bpf* s) const { observe_bpf__destroy(s); }
+
+Result<std::unique_ptr<Observer>> Observer::Create(const ObserverOptions& opts) {
+  std::unique_ptr<Observer> o(new Observer());
+  LOSSD_RETURN_IF_ERROR(o->Load(opts));
+  o->thread_ = std::thread([p = o.get()] { p->Run(); });
+  return o;
+}
+
+Status Observer::Load(const ObserverOptions& opts) {
+  observe_bpf* skel = observe_bpf__open_and_load();
+  if (!skel) return Status::FromErrno(errno, "load the TCP observer's BPF programs");
+  skel_.reset(skel);
+  int n = libbpf_num_possible_cpus();
+  if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
+  ncpus_ = n;
+
+  cfg_.netns_ino = opts.netns_ino;
+  if (!cfg_.netns_ino) {
+    struct stat st;
+    if (stat("/proc/self/ns/net", &st) != 0) return Status::FromErrno(errno, "stat /proc/self/ns/net");
+    cfg_.netns_ino = st.st_ino;
+  }
+  LOSSD_RETURN_IF_ERROR(SetFilters(opts.filters));
+
+  // Attach each program on its own: report, do not fail, on what is missing.
+  struct {
+    bpf_program* prog;
+    const char* name;
+  } progs[] = {
+      {skel->progs.obs_retransmit, "tp_btf/tcp_retransmit_skb"},
+      {skel->progs.obs_retransmit_synack, "tp_btf/tcp_retransmit_synack"},
+      {skel->progs.obs_probe, "tp_btf/tcp_probe"},
+      {skel->progs.obs_cong_state, "tp_btf/tcp_cong_state_set"},
+      {skel->progs.obs_set_state, "tp_btf/inet_sock_set_state"},
+  };
+  for (const auto& p : progs) {
+    ObsHookStatus hs;
+    hs.name = p.name;
+    bpf_link* l = bpf_program__attach(p.prog);
+    if (!l) {
+      hs.error = std::string("attach ") + p.name + ": " + strerror(errno);
+      LOG_WARN("observer: %s", hs.error.c_str());
+    } else {
+      hs.attached = true;
+      links_.push_back(l);
+    }
+    hooks_.push_back(hs);
+  }
+  if (!hooks_[0].attached)
+    return FailedPrecondition("the observer cannot see retransmissions: " + hooks_[0].error);
+
+  ObsHookStatus it;
+  it.name = "iter/tcp";
+  if (opts.pick_up_existing) {
+    bpf_link* l = bpf_program__attach_iter(skel->progs.obs_iter_tcp, nullptr);
+    if (!l) {
+      it.error = std::string("attach iter/tcp: ") + strerror(errno);
+    } else {
+      int fd = bpf_iter_create(bpf_link__fd(l));
+      if (fd < 0) {
+        it.error = std::string("create tcp iterator: ") + strerror(errno);
+      } else {
+        char buf[4096];
+        while (read(fd, buf, sizeof(buf)) > 0) {
+        }
+        close(fd);
+        it.attached = true;
+      }
+      bpf_link__destroy(l);
+    }
+    if (!it.attached) LOG_WARN("observer: %s (existing flows not picked up)", it.error.c_str());
+  } else {
+    it.error = "disabled";
+  }
+  hooks_.push_back(it);
+
+  ring_ = ring_buffer__new(bpf_map__fd(skel->maps.obs_ring), &Observer::OnEvent, this, nullptr);
+  if (!ring_) return Status::FromErrno(errno, "open the observer's ring buffer");
+  return Status::Ok();
+}
+
+Observer::~Observer() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  hub_.CloseAll();
+  if (ring_) ring_buffer__free(ring_);
+  for (bpf_link* l : links_) bpf_link__destroy(l);
+}
+
+int Observer::OnEvent(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<Observer*>(ctx);
+  ObsEvent e;
+  std::memcpy(&e.data, data, std::min(size, sizeof(e.data)));
+  self->consumed_++;
+  self->hub_.Publish(std::move(e));
+  return 0;
+}
+
+void Observer::Run() {
+  while (!stop_) {
+    std::lock_guard<std::mutex> lock(g_ring_mu);
+    int n = ring_buffer__poll(ring_, 100);
+    if (n < 0 && n != -EINTR) {
+      LOG_ERROR("observer: ring buffer poll: %s", strerror(-n));
+      break;
+    }
+  }
+}
+
+void Observer::Drain() {
+  std::lock_guard<std::mutex> lock(g_ring_mu);
+  ring_buffer__consume(ring_);
+}
+
+Status Observer::SetFilters(const std::vector<ObsFilterSpec>& filters) {
+  if (filters.size() > OBS_MAX_FILTERS)
+    return InvalidArgument("at most " + std::to_string(OBS_MAX_FILTERS) + " observer filters");
+  cfg_.n_filters = static_cast<uint32_t>(filters.size());
+  for (size_t i = 0; i < OBS_MAX_FILTERS; i++) {
+    obs_filter& f = cfg_.filters[i];
+    std::memset(&f, 0, sizeof(f));
+    if (i >= filters.size()) continue;
+    const ObsFilterSpec& s = filters[i];
+    f.port_lo = s.ports.lo;
+    f.port_hi = s.ports.hi;
+    f.cgroup_id = s.cgroup_id;
+    int fam = s.family ? s.family : s.addr ? s.addr->family : 0;
+    if (fam && fam != 4 && fam != 6) return InvalidArgument("filter family must be 4 or 6");
+    f.family = fam == 4 ? AF_INET : fam == 6 ? AF_INET6 : 0;
+    if (s.addr) {
+      uint8_t a[16] = {}, m[16] = {};
+      for (int bit = 0; bit < s.addr->prefix; bit++) m[bit / 8] |= 0x80 >> (bit % 8);
+      for (int b = 0; b < 16; b++) a[b] = s.addr->addr[b] & m[b];
+      std::memcpy(f.addr, a, 16);
+      std::memcpy(f.mask, m, 16);
+    }
+  }
+  uint32_t zero = 0;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.obs_cfg), &zero, &cfg_, BPF_ANY))
+    return Status::FromErrno(errno, "write observer config");
+  return Status::Ok();
+}
+
+ObsTotals Observer::Totals() const {
+  ObsTotals t;
+  std::vector<obs_total> v(ncpus_);
+  for (uint32_t i = 0; i < OBS_TOTALS; i++) {
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.obs_totals), &i, v.data())) continue;
+    obs_total& dst = t.by_type[i / OBS_OUTCOME_MAX][i % OBS_OUTCOME_MAX];
+    for (const auto& c : v) {
+      dst.events += c.events;
+      dst.segs += c.segs;
+    }
+  }
+  std::vector<uint64_t> c(ncpus_);
+  for (uint32_t i = 0; i < OBS_CNT_MAX; i++) {
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.obs_counters), &i, c.data())) continue;
+    for (uint64_t x : c) t.counters[i] += x;
+  }
+  t.ring_consumed = consumed_;
+  t.hub_published = hub_.published();
+  bpf_program* progs[] = {skel_->progs.obs_retransmit, skel_->progs.obs_retransmit_synack,
+                          skel_->progs.obs_probe, skel_->progs.obs_cong_state,
+                          skel_->progs.obs_set_state};
+  for (bpf_program* p : progs) {
+    struct bpf_prog_info info;
+    std::memset(&info, 0, sizeof(info));
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(p), &info, &len) == 0)
+      t.recursion_misses += info.recursion_misses;
+  }
+  return t;
+}
+
+std::vector<ObsFlow> Observer::Flows() const {
+  std::vector<ObsFlow> out;
+  int fd = bpf_map__fd(skel_->maps.obs_flows);
+  uint64_t key, next;
+  uint64_t* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    ObsFlow f;
+    f.cookie = next;
+    if (bpf_map_lookup_elem(fd, &next, &f.flow) == 0) out.push_back(f);
+    key = next;
+    prev = &key;
+  }
+  return out;
+}
+
+}  // namespace lossd

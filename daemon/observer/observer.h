@@ -1,0 +1,105 @@
+// The TCP observer: owns the observer's BPF skeleton, attaches each
+// tracepoint program on its own (reporting what attached and what did not),
+// pushes filters into the kernel, reads the ring buffer on a thread that
+// never blocks on consumers, and reads totals and flows from the maps.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "injector/rule.h"
+#include "observe_abi.h"
+#include "observer/hub.h"
+
+struct observe_bpf;
+struct bpf_link;
+struct ring_buffer;
+
+namespace lossd {
+
+struct ObsFilterSpec {
+  std::optional<Cidr> addr;  // local or remote address
+  PortRange ports;           // local or remote port
+  uint64_t cgroup_id = 0;
+  int family = 0;            // 0 any, 4, 6
+};
+
+struct ObserverOptions {
+  // Only sockets of this network namespace (inode of /proc/<pid>/ns/net).
+  // 0: the namespace lossd runs in.
+  uint64_t netns_ino = 0;
+  std::vector<ObsFilterSpec> filters;
+  bool pick_up_existing = true;  // run iter/tcp at start
+};
+
+struct ObsHookStatus {
+  std::string name;  // e.g. "tp_btf/tcp_retransmit_skb"
+  bool attached = false;
+  std::string error;
+};
+
+struct ObsTotals {
+  // [type][outcome]
+  std::array<std::array<obs_total, OBS_OUTCOME_MAX>, OBS_RTX_MAX> by_type{};
+  std::array<uint64_t, OBS_CNT_MAX> counters{};
+  uint64_t ring_consumed = 0;    // events read from the ring
+  uint64_t hub_published = 0;
+  uint64_t recursion_misses = 0; // program runs the kernel skipped (all programs)
+
+  // Exactly TcpRetransSegs: segments the kernel counted (sent + failed
+  // after counting) plus one per SYN-ACK retransmission.
+  uint64_t RetransSegs() const;
+};
+
+struct ObsFlow {
+  uint64_t cookie = 0;
+  obs_flow flow{};
+};
+
+const char* RtxTypeName(int type);    // "fast", "rto", ...
+const char* OutcomeName(int outcome); // "sent", "failed", ...
+
+class Observer {
+ public:
+  static Result<std::unique_ptr<Observer>> Create(const ObserverOptions& opts);
+  ~Observer();
+  Observer(const Observer&) = delete;
+  Observer& operator=(const Observer&) = delete;
+
+  const std::vector<ObsHookStatus>& hooks() const { return hooks_; }
+  Status SetFilters(const std::vector<ObsFilterSpec>& filters);
+  ObsTotals Totals() const;
+  std::vector<ObsFlow> Flows() const;
+  Hub& hub() { return hub_; }
+  // Reads what is in the ring now (the reader thread does this continuously).
+  void Drain();
+
+ private:
+  Observer() = default;
+  Status Load(const ObserverOptions& opts);
+  void Run();
+  static int OnEvent(void* ctx, void* data, size_t size);
+
+  struct SkelDeleter {
+    void operator()(observe_bpf* s) const;
+  };
+  std::unique_ptr<observe_bpf, SkelDeleter> skel_;
+  std::vector<bpf_link*> links_;
+  std::vector<ObsHookStatus> hooks_;
+  ring_buffer* ring_ = nullptr;
+  struct obs_config cfg_{};
+  Hub hub_;
+  std::atomic<uint64_t> consumed_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  int ncpus_ = 1;
+};
+
+}  // namespace lossd
