@@ -122,8 +122,10 @@ double Now() {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-void Report(const Injector& inj, uint32_t id, bool json, bool final) {
-  auto c = inj.Counters(id);
+// final_counters: the counters Remove() returned (the rule is gone by then).
+void Report(const Injector& inj, uint32_t id, bool json, bool final,
+            const RuleCounters* final_counters = nullptr) {
+  Result<RuleCounters> c = final_counters ? Result<RuleCounters>(*final_counters) : inj.Counters(id);
   HookCounters h[LOSS_HOOK_MAX];
   for (int i = 0; i < LOSS_HOOK_MAX; i++) h[i] = inj.HookTotals(i);
   if (json) {
@@ -371,7 +373,11 @@ int Main(int argc, char** argv) {
              (unsigned long long)sub->delivered(), (unsigned long long)sub->lost());
     for (const auto& fl : obs->Flows()) printf("{\"event\":\"flow\",\"flow\":%s}\n", FlowJson(fl).c_str());
   }
-  if (id) Report(**inj, id, f.json, true);
+  if (id) {
+    // Detach first, then report: no drop can happen after the final count.
+    auto final_counters = (*inj)->Remove(id);
+    Report(**inj, id, f.json, true, final_counters.ok() ? &*final_counters : nullptr);
+  }
   fflush(stdout);
   return 0;  // the injector's destructor detaches everything
 }

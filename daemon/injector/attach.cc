@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <linux/ethtool.h>
 #include <linux/if_link.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <linux/sockios.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
@@ -169,8 +171,17 @@ Result<int> IfIndex(const std::string& ifname) {
 }
 
 bool IsVirtualInterface(const std::string& ifname) {
-  struct stat st;
-  return stat(("/sys/class/net/" + ifname + "/device").c_str(), &st) != 0;
+  // A device on a bus (PCI, ...) reports where; veth, bridges, tun do not.
+  // ethtool, not /sys/class/net: sysfs may belong to another namespace.
+  UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return true;
+  struct ethtool_drvinfo info = {};
+  info.cmd = ETHTOOL_GDRVINFO;
+  struct ifreq ifr = {};
+  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  ifr.ifr_data = reinterpret_cast<char*>(&info);
+  if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0) return true;
+  return info.bus_info[0] == 0 || std::strcmp(info.bus_info, "N/A") == 0;
 }
 
 std::string Cgroup2Mount() {
@@ -207,38 +218,105 @@ Result<CgroupInfo> ResolveCgroup(const std::string& path) {
 
 namespace {
 
-Status Ethtool(const std::string& ifname, uint32_t cmd, uint32_t* value) {
+Status EthtoolValue(const std::string& ifname, uint32_t cmd, uint32_t* value) {
   UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return Status::FromErrno(errno, "socket for ethtool");
   struct ethtool_value ev = {};
   ev.cmd = cmd;
-  ev.data = value ? *value : 0;
+  ev.data = *value;
   struct ifreq ifr = {};
   std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
   ifr.ifr_data = reinterpret_cast<char*>(&ev);
   if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0)
     return Status::FromErrno(errno, "ethtool on " + ifname);
-  if (value) *value = ev.data;
+  *value = ev.data;
   return Status::Ok();
 }
 
+// One rtnetlink request on ifname; for RTM_GETLINK, *reply gets the answer.
+Status LinkRequest(const std::string& ifname, uint16_t type, const struct rtattr* attr,
+                   std::vector<char>* reply) {
+  auto idx = IfIndex(ifname);
+  if (!idx.ok()) return idx.status();
+  UniqueFd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!fd.valid()) return Status::FromErrno(errno, "netlink socket");
+  struct {
+    struct nlmsghdr nh;
+    struct ifinfomsg ifi;
+    char attrs[64];
+  } req;
+  std::memset(&req, 0, sizeof(req));
+  req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifinfomsg));
+  req.nh.nlmsg_type = type;
+  req.nh.nlmsg_flags = NLM_F_REQUEST | (type == RTM_GETLINK ? 0 : NLM_F_ACK);
+  req.nh.nlmsg_seq = 1;
+  req.ifi.ifi_family = AF_UNSPEC;
+  req.ifi.ifi_index = *idx;
+  if (attr) {
+    std::memcpy(reinterpret_cast<char*>(&req) + NLMSG_ALIGN(req.nh.nlmsg_len), attr, attr->rta_len);
+    req.nh.nlmsg_len = NLMSG_ALIGN(req.nh.nlmsg_len) + RTA_ALIGN(attr->rta_len);
+  }
+  if (send(fd.get(), &req, req.nh.nlmsg_len, 0) < 0)
+    return Status::FromErrno(errno, "netlink request on " + ifname);
+  std::vector<char> buf(32768);
+  ssize_t n = recv(fd.get(), buf.data(), buf.size(), 0);
+  if (n < 0) return Status::FromErrno(errno, "netlink reply on " + ifname);
+  auto* nh = reinterpret_cast<struct nlmsghdr*>(buf.data());
+  if (!NLMSG_OK(nh, static_cast<unsigned>(n))) return Internal("short netlink reply on " + ifname);
+  if (nh->nlmsg_type == NLMSG_ERROR) {
+    auto* err = static_cast<struct nlmsgerr*>(NLMSG_DATA(nh));
+    if (err->error) return Status::FromErrno(-err->error, "netlink request on " + ifname);
+  }
+  if (reply) {
+    buf.resize(static_cast<size_t>(n));
+    *reply = std::move(buf);
+  }
+  return Status::Ok();
+}
+
+// The device's gso_max_segs: how many segments the stack may put in one skb
+// for it (TCP sizes its skbs by it, before any hook sees them). Read over
+// netlink: /sys/class/net shows another namespace's devices under nsenter.
+Status GetGsoMaxSegs(const std::string& ifname, uint32_t* segs) {
+  std::vector<char> reply;
+  LOSSD_RETURN_IF_ERROR(LinkRequest(ifname, RTM_GETLINK, nullptr, &reply));
+  auto* nh = reinterpret_cast<struct nlmsghdr*>(reply.data());
+  if (nh->nlmsg_type != RTM_NEWLINK) return Internal("unexpected netlink reply for " + ifname);
+  auto* ifi = static_cast<struct ifinfomsg*>(NLMSG_DATA(nh));
+  int len = static_cast<int>(nh->nlmsg_len) - NLMSG_LENGTH(sizeof(*ifi));
+  for (auto* rta = IFLA_RTA(ifi); RTA_OK(rta, len); rta = RTA_NEXT(rta, len)) {
+    if (rta->rta_type == IFLA_GSO_MAX_SEGS) {
+      std::memcpy(segs, RTA_DATA(rta), sizeof(*segs));
+      return Status::Ok();
+    }
+  }
+  return FailedPrecondition("the kernel reports no gso_max_segs for " + ifname);
+}
+
+Status SetGsoMaxSegs(const std::string& ifname, uint32_t segs) {
+  char buf[RTA_SPACE(sizeof(uint32_t))] = {};
+  auto* rta = reinterpret_cast<struct rtattr*>(buf);
+  rta->rta_type = IFLA_GSO_MAX_SEGS;
+  rta->rta_len = RTA_LENGTH(sizeof(uint32_t));
+  std::memcpy(RTA_DATA(rta), &segs, sizeof(segs));
+  return LinkRequest(ifname, RTM_NEWLINK, rta, nullptr);
+}
+
 struct Offloads {
-  uint32_t gro = 0, gso = 0, tso = 0;
+  uint32_t gro = 0;
+  uint32_t gso_max_segs = 0;
 };
 
 Status GetOffloads(const std::string& ifname, Offloads* o) {
-  LOSSD_RETURN_IF_ERROR(Ethtool(ifname, ETHTOOL_GGRO, &o->gro));
-  LOSSD_RETURN_IF_ERROR(Ethtool(ifname, ETHTOOL_GGSO, &o->gso));
-  return Ethtool(ifname, ETHTOOL_GTSO, &o->tso);
+  LOSSD_RETURN_IF_ERROR(EthtoolValue(ifname, ETHTOOL_GGRO, &o->gro));
+  return GetGsoMaxSegs(ifname, &o->gso_max_segs);
 }
 
 Status SetOffloads(const std::string& ifname, Offloads o) {
-  // A device without TSO rejects setting it even to 0: only change what differs.
   Offloads cur;
   LOSSD_RETURN_IF_ERROR(GetOffloads(ifname, &cur));
-  if (cur.tso != o.tso) LOSSD_RETURN_IF_ERROR(Ethtool(ifname, ETHTOOL_STSO, &o.tso));
-  if (cur.gso != o.gso) LOSSD_RETURN_IF_ERROR(Ethtool(ifname, ETHTOOL_SGSO, &o.gso));
-  if (cur.gro != o.gro) LOSSD_RETURN_IF_ERROR(Ethtool(ifname, ETHTOOL_SGRO, &o.gro));
+  if (cur.gso_max_segs != o.gso_max_segs) LOSSD_RETURN_IF_ERROR(SetGsoMaxSegs(ifname, o.gso_max_segs));
+  if (cur.gro != o.gro) LOSSD_RETURN_IF_ERROR(EthtoolValue(ifname, ETHTOOL_SGRO, &o.gro));
   return Status::Ok();
 }
 
@@ -265,6 +343,18 @@ void WriteLines(const std::string& file, const std::vector<std::string>& lines) 
 
 }  // namespace
 
+std::string DriverName(const std::string& ifname) {
+  UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return "";
+  struct ethtool_drvinfo info = {};
+  info.cmd = ETHTOOL_GDRVINFO;
+  struct ifreq ifr = {};
+  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  ifr.ifr_data = reinterpret_cast<char*>(&info);
+  if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0) return "";
+  return info.driver;
+}
+
 Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& ifname,
                                                             const std::string& state_file) {
   Offloads saved;
@@ -273,20 +363,24 @@ Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& i
   g->ifname_ = ifname;
   g->state_file_ = state_file;
   g->gro_ = saved.gro;
-  g->gso_ = saved.gso;
-  g->tso_ = saved.tso;
+  g->gso_max_segs_ = saved.gso_max_segs;
   // Record before changing, so a crash in between is recoverable.
   auto lines = ReadLines(state_file);
-  lines.push_back(ifname + " " + std::to_string(saved.gro) + " " + std::to_string(saved.gso) +
-                  " " + std::to_string(saved.tso));
+  lines.push_back(ifname + " " + std::to_string(saved.gro) + " " + std::to_string(saved.gso_max_segs));
   WriteLines(state_file, lines);
-  Status st = SetOffloads(ifname, Offloads{});
+  Offloads one;
+  one.gro = 0;
+  one.gso_max_segs = 1;
+  Status st = SetOffloads(ifname, one);
   if (!st.ok()) return st;  // the destructor restores what was changed
   return g;
 }
 
 OffloadGuard::~OffloadGuard() {
-  Status st = SetOffloads(ifname_, Offloads{gro_, gso_, tso_});
+  Offloads o;
+  o.gro = gro_;
+  o.gso_max_segs = gso_max_segs_;
+  Status st = SetOffloads(ifname_, o);
   if (!st.ok()) LOG_WARN("restore offloads: %s", st.message().c_str());
   auto lines = ReadLines(state_file_);
   for (auto it = lines.begin(); it != lines.end(); ++it) {
@@ -304,7 +398,7 @@ int RestoreOffloads(const std::string& state_file) {
     std::istringstream in(line);
     std::string ifname;
     Offloads o;
-    if (!(in >> ifname >> o.gro >> o.gso >> o.tso)) continue;
+    if (!(in >> ifname >> o.gro >> o.gso_max_segs)) continue;
     Status st = SetOffloads(ifname, o);
     if (st.ok()) {
       LOG_INFO("restored offloads of %s left by a previous run", ifname.c_str());

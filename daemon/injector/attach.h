@@ -75,6 +75,8 @@ int RemoveStaleClsactFilters();
 
 // Interfaces.
 Result<int> IfIndex(const std::string& ifname);
+// The driver's name ("veth", "ixgbe", ...), "" if unknown.
+std::string DriverName(const std::string& ifname);
 // True for interfaces without a device behind them (veth, bridge, ...).
 bool IsVirtualInterface(const std::string& ifname);
 
@@ -89,10 +91,12 @@ Result<CgroupInfo> ResolveCgroup(const std::string& path);
 // The cgroup v2 mount point ("" if none).
 std::string Cgroup2Mount();
 
-// Turns off GRO, GSO and TSO on an interface so that one skb is one wire
-// segment, and restores the previous settings on destruction. The previous
-// settings are also written to state_file so that a crashed owner's changes
-// are undone at the next start (RestoreOffloads).
+// Makes one skb one wire segment on an interface: gso_max_segs 1 (the
+// stack then builds single-segment skbs for it; TCP sizes them before any
+// hook runs, so turning TSO/GSO off would not do) and GRO off (no
+// aggregation on receive). Restores both on destruction. The previous
+// settings are written to state_file first, so that a crashed owner's
+// changes are undone at the next start (RestoreOffloads).
 class OffloadGuard {
  public:
   static Result<std::unique_ptr<OffloadGuard>> Disable(const std::string& ifname,
@@ -104,7 +108,7 @@ class OffloadGuard {
  private:
   OffloadGuard() = default;
   std::string ifname_, state_file_;
-  uint32_t gro_ = 0, gso_ = 0, tso_ = 0;
+  uint32_t gro_ = 0, gso_max_segs_ = 0;
 };
 
 // Restores every interface listed in state_file; returns how many.

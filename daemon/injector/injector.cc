@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <deque>
 #include <cstring>
 
 #include "common/log.h"
@@ -95,12 +96,19 @@ void Injector::Run() {
 void Injector::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t now = MonotonicNs();
-  std::vector<uint32_t> expired;
-  for (auto& [id, rule] : rules_)
-    if (rule.expires_ns && now >= rule.expires_ns) expired.push_back(id);
-  for (uint32_t id : expired) {
-    LOG_INFO("rule %u expired", id);
-    RemoveLocked(id);
+  for (auto& [id, rule] : rules_) {
+    if (rule.live && rule.expires_ns && now >= rule.expires_ns) {
+      LOG_INFO("rule %u expired", id);
+      Status st = Retire(rule);
+      if (!st.ok()) LOG_ERROR("retire expired rule %u: %s", id, st.message().c_str());
+      rule.info.expired = true;
+      expired_.push_back(id);
+    }
+  }
+  // Keep a bounded history of expired rules (their final counters).
+  while (expired_.size() > kExpiredKept) {
+    rules_.erase(expired_.front());
+    expired_.pop_front();
   }
   cfg_.lease_until_ns = opts_.lease.count() > 0
                             ? now + uint64_t(opts_.lease.count()) * 1000000ull
@@ -251,6 +259,11 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
     else
       hook = Hook::kTc;   // veth/virtual: tcx costs nothing measurable there
   }
+  if (spec.per_segment && ingress && DriverName(spec.iface) == "veth")
+    return FailedPrecondition(
+        "per-segment loss at a veth's ingress cannot be had there: the sending side builds the "
+        "multi-segment packets. Put the rule on the sender's interface with direction egress, "
+        "or set `ip link set <peer> gso_max_segs 1` on the peer");
   if (hook == Hook::kTc && !spec.cgroup.empty() && ingress)
     return InvalidArgument(
         "a cgroup match at tc ingress never matches (no socket yet): use hook cgroup, or "
@@ -351,16 +364,16 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
   rule.attach = keys;
   rule.offload_iface = spec.per_segment ? spec.iface : "";
   rule.expires_ns = expires;
+  rule.live = true;
   uint32_t id = rule.info.id;
   rules_[id] = std::move(rule);
   return id;
 }
 
-Status Injector::RemoveLocked(uint32_t id) {
-  auto it = rules_.find(id);
-  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
-  Rule& r = it->second;
-  // Unpublish first, then deactivate, then detach what nothing else uses.
+// Takes a live rule out of the kernel: unpublish, deactivate, detach what
+// nothing else uses, restore offloads; then reads its final counters (no
+// packet can reach it any more) and frees its slot.
+Status Injector::Retire(Rule& r) {
   Status st = WriteLists(index_.Remove(r.slot));
   struct loss_rule off;
   std::memset(&off, 0, sizeof(off));
@@ -368,12 +381,28 @@ Status Injector::RemoveLocked(uint32_t id) {
   Status st2 = WriteRule(r.slot, off);
   for (const auto& k : r.attach) Release(k);
   if (!r.offload_iface.empty()) ReleaseOffload(r.offload_iface);
+  auto c = ReadCounters(r.slot);
+  if (c.ok()) r.final_counters = *c;
   free_slots_.push_back(r.slot);
-  rules_.erase(it);
-  return st.ok() ? st2 : st;
+  r.live = false;
+  if (!st.ok()) return st;
+  if (!st2.ok()) return st2;
+  return c.ok() ? Status::Ok() : c.status();
 }
 
-Status Injector::Remove(uint32_t id) {
+Result<RuleCounters> Injector::RemoveLocked(uint32_t id) {
+  auto it = rules_.find(id);
+  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  Rule& r = it->second;
+  Status st = r.live ? Retire(r) : Status::Ok();
+  RuleCounters final_counters = r.final_counters;
+  if (r.info.expired) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
+  rules_.erase(it);
+  if (!st.ok()) return st;
+  return final_counters;
+}
+
+Result<RuleCounters> Injector::Remove(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   return RemoveLocked(id);
 }
@@ -399,14 +428,10 @@ Result<RuleInfo> Injector::Get(uint32_t id) const {
   return it->second.info;
 }
 
-Result<RuleCounters> Injector::Counters(uint32_t id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = rules_.find(id);
-  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
-  uint32_t slot = it->second.slot;
+Result<RuleCounters> Injector::ReadCounters(uint32_t slot) const {
   std::vector<struct loss_rule_stats> v(ncpus_);
   if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.loss_rule_stats), &slot, v.data()))
-    return Status::FromErrno(errno, "read counters of rule " + std::to_string(id));
+    return Status::FromErrno(errno, "read counters of slot " + std::to_string(slot));
   RuleCounters c;
   for (const auto& s : v) {
     c.matched_pkts += s.matched_pkts;
@@ -417,6 +442,14 @@ Result<RuleCounters> Injector::Counters(uint32_t id) const {
     c.dropped_bytes += s.dropped_bytes;
   }
   return c;
+}
+
+Result<RuleCounters> Injector::Counters(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rules_.find(id);
+  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  if (!it->second.live) return it->second.final_counters;
+  return ReadCounters(it->second.slot);
 }
 
 HookCounters Injector::HookTotals(int hook) const {

@@ -8,6 +8,7 @@
 #include <array>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -80,11 +81,15 @@ class Injector {
 
   // Validates, attaches what the rule needs and publishes it. Returns its id.
   Result<uint32_t> Add(const RuleSpec& spec);
-  Status Remove(uint32_t id);
+  // Takes the rule out of the kernel and returns its final counters. An
+  // expired rule (retired by the lease thread) is forgotten.
+  Result<RuleCounters> Remove(uint32_t id);
   void Clear();
 
+  // Live rules and the most recent expired ones (RuleInfo.expired).
   std::vector<RuleInfo> Rules() const;
   Result<RuleInfo> Get(uint32_t id) const;
+  // Live counters, or the final ones of an expired rule.
   Result<RuleCounters> Counters(uint32_t id) const;
   HookCounters HookTotals(int hook) const;  // enum loss_hook
 
@@ -122,7 +127,10 @@ class Injector {
     std::vector<AttachKey> attach;
     std::string offload_iface;
     uint64_t expires_ns = 0;
+    bool live = false;             // holds a slot; false once expired
+    RuleCounters final_counters;   // read when retired
   };
+  static constexpr size_t kExpiredKept = 1024;
 
   explicit Injector(const InjectorOptions& opts);
   Status Load();
@@ -133,7 +141,9 @@ class Injector {
   Status WriteConfig();
   Status WriteRule(uint32_t slot, const struct loss_rule& r);
   Status ResetCounters(uint32_t slot);
-  Status RemoveLocked(uint32_t id);
+  Status Retire(Rule& r);
+  Result<RuleCounters> RemoveLocked(uint32_t id);
+  Result<RuleCounters> ReadCounters(uint32_t slot) const;
   void Run();
 
   InjectorOptions opts_;
@@ -147,6 +157,7 @@ class Injector {
   AnchorIndex index_;
   struct loss_config cfg_ {};
   std::map<uint32_t, Rule> rules_;
+  std::deque<uint32_t> expired_;  // ids of retained expired rules, oldest first
   std::map<AttachKey, Attached> attached_;
   std::map<std::string, Offload> offloads_;
   std::vector<uint32_t> free_slots_;
