@@ -1,0 +1,99 @@
+"""e2e 5: a SIGKILLed lossd leaves no loss behind (DESIGN fact 4).
+
+Ingress (tcx link): the link dies with the process, so drops stop at once.
+Egress (netlink clsact filter, the only way to get TC_ACT_STOLEN): the filter
+survives the process, but the lease it checks in BPF runs out (--lease 1s)
+and it drops nothing after; the next lossd start removes the stale filter.
+"""
+import json
+import re
+import shutil
+import subprocess
+import time
+import unittest
+
+import netlab
+
+PORT = 9100
+N = 2000
+
+
+def flow(lab, port=PORT, n=N):
+    ((sent, got),) = netlab.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=port,
+                                                 flow=5, count=n, pps=20_000)], settle=0.2)
+    assert sent["sent"] == n, sent
+    return got["unique"]
+
+
+def lossd_filters(lab):
+    out = lab.run(lab.a, "tc", "filter", "show", "dev", lab.IF_A, "egress").stdout
+    return out, [int(m.group(1)) for m in re.finditer(r"lossd_tc_out.*? id (\d+)", out)]
+
+
+def hook_stats_of_prog(prog_id):
+    """Sums loss_hook_stats[tc_egress] of a loaded program (bpftool), or None without bpftool."""
+    if not shutil.which("bpftool"):
+        return None
+    prog = json.loads(subprocess.check_output(["bpftool", "-j", "prog", "show", "id", str(prog_id)]))
+    for mid in prog.get("map_ids", []):
+        m = json.loads(subprocess.check_output(["bpftool", "-j", "map", "show", "id", str(mid)]))
+        if m.get("name") == "loss_hook_stats":
+            v = json.loads(subprocess.check_output(
+                ["bpftool", "-j", "map", "lookup", "id", str(mid), "key", "2", "0", "0", "0"]))
+            tot = {}
+            for cpu in v["formatted"]["values"]:
+                for k, x in cpu["value"].items():
+                    tot[k] = tot.get(k, 0) + x
+            return tot
+    return None
+
+
+class SigkillLeavesNoLoss(unittest.TestCase):
+    def test_tcx_ingress_stops_dropping_at_once(self):
+        with netlab.Lab() as lab:
+            d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(PORT),
+                                  "--rate", "100%", "--lease", "1s", "--interval", "100ms"])
+            self.assertIn("tcx ingress", d.ready["hooks"])
+            self.assertEqual(flow(lab), 0, "the 100 % rule dropped nothing")
+            deadline = time.monotonic() + 5
+            while (d.last_counters() or {}).get("dropped_pkts") != N and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(d.last_counters()["dropped_pkts"], N)
+            d.kill9()
+            got = flow(lab)  # right away: no waiting for the lease
+            netlab.measured("sigkill_tcx", before_kill_received=0, after_kill_received=got, sent=N)
+            self.assertEqual(got, N, "a SIGKILLed lossd's tcx program still drops")
+
+    def test_clsact_egress_stops_after_lease_and_next_start_removes_filter(self):
+        with netlab.Lab() as lab:
+            d = lab.lossd(lab.a, ["--iface", lab.IF_A, "--dir", "egress", "--proto", "udp", "--dport",
+                                  str(PORT), "--rate", "100%", "--lease", "1s", "--interval", "100ms"])
+            self.assertIn("clsact egress", d.ready["hooks"])
+            self.assertEqual(flow(lab), 0, "the 100 % rule dropped nothing")
+            d.kill9()
+            out, progs = lossd_filters(lab)
+            self.assertEqual(len(progs), 1, "expected lossd's clsact filter to outlive SIGKILL:\n" + out)
+            before = hook_stats_of_prog(progs[0])
+            time.sleep(2.0)  # > the 1 s lease
+            got = flow(lab)
+            after = hook_stats_of_prog(progs[0])
+            out2, progs2 = lossd_filters(lab)
+            self.assertEqual(progs2, progs, "the filter should still be there, passing:\n" + out2)
+            self.assertEqual(got, N, "a dead lossd's clsact filter still drops after its lease")
+            lease_expired = None
+            if before is not None and after is not None:
+                lease_expired = after["lease_expired"] - before["lease_expired"]
+                self.assertEqual(lease_expired, N, (before, after))
+                self.assertEqual(after["dropped"] - before["dropped"], 0, (before, after))
+            # The next start (no rule needed) removes the stale filter.
+            d2 = lab.lossd(lab.a, [])
+            d2.stop(expect_final=False)
+            out3, progs3 = lossd_filters(lab)
+            netlab.measured("sigkill_clsact", after_lease_received=got, sent=N,
+                            lease_expired_counted=lease_expired, filters_after_restart=len(progs3))
+            self.assertEqual(progs3, [], "stale lossd filter survived the next start:\n" + out3)
+            self.assertIn("stale", d2.stderr())
+
+
+if __name__ == "__main__":
+    netlab.main()

@@ -1,0 +1,136 @@
+"""Counted UDP flow for the lossd e2e tests (stdlib only).
+
+  udpflow.py recv --bind ADDR --port P --flow F [--rcvbuf BYTES]
+      Prints READY once bound, counts datagrams of flow F until a line (or
+      EOF) arrives on stdin, drains the socket and prints one JSON line:
+      {"received", "unique", "dups", "foreign", "max_seq", "seqs_missing"}
+      (+ "missing": the sequence numbers never received, with --list-missing).
+
+  udpflow.py send --dst ADDR --port P --flow F --count N --pps R
+      Sends N datagrams (magic, flow id, sequence number 0..N-1), paced to R
+      per second, and prints {"sent", "errors": {errno name: count}}. A send
+      that fails is counted, not retried.
+"""
+
+import argparse
+import errno
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+
+MAGIC = 0x4C4F5353  # "LOSS"
+HDR = struct.Struct("!IIQ")
+SIZE = 64
+
+
+def family(addr):
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
+def recv(a):
+    s = socket.socket(family(a.bind), socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, 33, a.rcvbuf)  # SO_RCVBUFFORCE (root)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, a.rcvbuf)
+    s.bind((a.bind, a.port))
+    print("READY", flush=True)
+    seen = bytearray()
+    received = dups = foreign = 0
+    max_seq = -1
+    buf = bytearray(2048)
+    stdin = sys.stdin.fileno()
+
+    def take(n):
+        nonlocal received, dups, foreign, max_seq, seen
+        if n < HDR.size:
+            foreign += 1
+            return
+        magic, flow, seq = HDR.unpack_from(buf)
+        if magic != MAGIC or flow != a.flow:
+            foreign += 1
+            return
+        received += 1
+        if seq >= len(seen):
+            seen.extend(b"\0" * (seq + 1 - len(seen) + 65536))
+        if seen[seq]:
+            dups += 1
+        seen[seq] = 1
+        if seq > max_seq:
+            max_seq = seq
+
+    s.settimeout(0.05)
+    stop = False
+    while not stop:
+        try:
+            for _ in range(4096):
+                take(s.recv_into(buf))
+        except socket.timeout:
+            pass
+        r, _, _ = select.select([stdin], [], [], 0)
+        if r:
+            stop = True
+    s.setblocking(False)
+    try:
+        while True:
+            take(s.recv_into(buf))
+    except BlockingIOError:
+        pass
+    unique = received - dups
+    out = {"received": received, "unique": unique, "dups": dups, "foreign": foreign,
+           "max_seq": max_seq, "seqs_missing": (max_seq + 1) - unique}
+    if a.list_missing:
+        out["missing"] = [i for i in range(max_seq + 1) if not seen[i]]
+    print(json.dumps(out), flush=True)
+
+
+def send(a):
+    s = socket.socket(family(a.dst), socket.SOCK_DGRAM)
+    dst = (a.dst, a.port)
+    payload = bytearray(SIZE)
+    errors = {}
+    sent = 0
+    batch = 32
+    t0 = time.monotonic()
+    for seq in range(a.count):
+        HDR.pack_into(payload, 0, MAGIC, a.flow, seq)
+        try:
+            s.sendto(payload, dst)
+            sent += 1
+        except OSError as e:
+            name = errno.errorcode.get(e.errno, str(e.errno))
+            errors[name] = errors.get(name, 0) + 1
+        if (seq + 1) % batch == 0:
+            due = t0 + (seq + 1) / a.pps
+            d = due - time.monotonic()
+            if d > 0:
+                time.sleep(d)
+    print(json.dumps({"sent": sent, "errors": errors, "secs": round(time.monotonic() - t0, 3)}),
+          flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("recv")
+    r.add_argument("--bind", required=True)
+    r.add_argument("--port", type=int, required=True)
+    r.add_argument("--flow", type=int, default=1)
+    r.add_argument("--rcvbuf", type=int, default=32 << 20)
+    r.add_argument("--list-missing", action="store_true")
+    w = sub.add_parser("send")
+    w.add_argument("--dst", required=True)
+    w.add_argument("--port", type=int, required=True)
+    w.add_argument("--flow", type=int, default=1)
+    w.add_argument("--count", type=int, required=True)
+    w.add_argument("--pps", type=float, default=20000)
+    a = ap.parse_args()
+    recv(a) if a.cmd == "recv" else send(a)
+
+
+if __name__ == "__main__":
+    main()
