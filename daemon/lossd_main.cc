@@ -1,8 +1,9 @@
-// lossd: loads the loss injector and, given a rule on the command line,
-// applies it and reports its counters until stopped (SIGINT/SIGTERM detach
+// lossd: the daemon (default: gRPC lossd.v1 on /run/lossd/lossd.sock), or,
+// given a rule or --observe on the command line, a one-shot run that applies
+// the rule / observes and reports until stopped (SIGINT/SIGTERM detach
 // everything; SIGKILL leaves no loss behind either: see the lease).
 //
-//   lossd                                   probe and report, then wait
+//   lossd                                   serve the API (lossctl, Python)
 //   lossd --iface veth0 --dport 8080 --rate 1%
 //   lossd --iface eth0 --dir egress --proto tcp --tcp-flags syn,!ack --first 3
 //   lossd --observe --events --watch-port 5201      TCP retransmits, live
@@ -22,6 +23,7 @@
 #include "injector/injector.h"
 #include "observer/format.h"
 #include "observer/observer.h"
+#include "service/server.h"
 
 namespace lossd {
 namespace {
@@ -38,6 +40,10 @@ struct Flags {
   std::vector<std::string> watch_ports, watch_addrs;
   std::vector<uint64_t> watch_cgroups;
   std::string state_dir = "/run/lossd";
+  // daemon mode
+  std::string socket = "/run/lossd/lossd.sock", listen, tls_cert, tls_key, tls_client_ca, max_ttl;
+  bool insecure_tcp = false, no_observer = false;
+  uint32_t max_rules = 10000;
 };
 
 bool HasRule(const Flags& f) {
@@ -196,6 +202,16 @@ int Main(int argc, char** argv) {
   app.add_option("--watch-addr", f.watch_addrs, "Observe only sockets with this local/remote address (CIDR); repeatable, OR");
   app.add_option("--watch-cgroup", f.watch_cgroups, "Observe only sockets of this cgroup id; repeatable, OR");
   app.add_option("--log-level", f.log_level, "debug | info | warn | error");
+  auto* daemon = app.add_option_group("daemon", "Serving the gRPC API (when no rule or --observe is given)");
+  daemon->add_option("--socket", f.socket, "Unix socket (mode 0660); empty: none");
+  daemon->add_option("--listen", f.listen, "Also listen on TCP host:port (TLS unless loopback)");
+  daemon->add_option("--tls-cert", f.tls_cert, "Server certificate (PEM)");
+  daemon->add_option("--tls-key", f.tls_key, "Server key (PEM)");
+  daemon->add_option("--tls-client-ca", f.tls_client_ca, "Require client certificates from this CA (mutual TLS)");
+  daemon->add_flag("--insecure-tcp", f.insecure_tcp, "Allow plaintext TCP on a non-loopback address");
+  daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
+  daemon->add_option("--max-ttl", f.max_ttl, "Every rule must expire within this (e.g. 1h); default: no limit");
+  daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -264,6 +280,27 @@ int Main(int argc, char** argv) {
     fprintf(stderr, "lossd: --xdp-mode must be auto, native or generic\n");
     return 2;
   }
+  if (!HasRule(f) && !f.observe) {
+    DaemonOptions d;
+    d.socket = f.socket;
+    d.listen = f.listen;
+    d.tls_cert = f.tls_cert;
+    d.tls_key = f.tls_key;
+    d.tls_client_ca = f.tls_client_ca;
+    d.insecure_tcp = f.insecure_tcp;
+    d.injector = opts;
+    d.limits.max_rules = f.max_rules;
+    if (!f.max_ttl.empty()) {
+      auto t = ParseDuration(f.max_ttl);
+      if (!t.ok() || t->count() <= 0) {
+        fprintf(stderr, "lossd: --max-ttl: %s\n", t.ok() ? "must be > 0" : t.status().message().c_str());
+        return 2;
+      }
+      d.limits.max_ttl_ns = static_cast<uint64_t>(t->count());
+    }
+    d.observer = !f.no_observer;
+    return RunDaemon(d);
+  }
   if (HasRule(f)) {
     Status st = BuildRule(f);
     if (!st.ok()) {
@@ -330,15 +367,7 @@ int Main(int argc, char** argv) {
       printf("{\"event\":\"ready\",\"rule\":%u,\"pid\":%d,\"hooks\":\"%s\"}\n", id, getpid(), hooks.c_str());
     else
       printf("rule %u active: %s\n", id, hooks.c_str());
-  } else {
-    Capabilities c = (*inj)->Probe();
-    FILE* out = f.json ? stderr : stdout;  // stdout carries JSON only
-    fprintf(out, "lossd: kernel %s, BTF %s; xdp %s, tc %s (tcx %s, clsact %s), cgroup_skb %s (cgroup v2 at %s)\n",
-           c.kernel.c_str(), c.btf ? "yes" : "no", c.xdp ? "yes" : "no", c.tc ? "yes" : "no",
-           c.tcx ? "yes" : "no", c.clsact ? "yes" : "no", c.cgroup_skb ? "yes" : "no",
-           c.cgroup2.empty() ? "-" : c.cgroup2.c_str());
-    for (const auto& n : c.notes) fprintf(out, "  note: %s\n", n.c_str());
-    fprintf(out, "lossd: injector loaded, no rule given (see --help); waiting for SIGINT/SIGTERM\n");
+  } else {  // --observe alone
     if (f.json) printf("{\"event\":\"ready\",\"pid\":%d}\n", getpid());
   }
   fflush(stdout);

@@ -402,6 +402,26 @@ Result<RuleCounters> Injector::RemoveLocked(uint32_t id) {
   return final_counters;
 }
 
+Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rules_.find(id);
+    if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  }
+  auto nid = Add(spec);
+  if (!nid.ok()) return nid.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto old = rules_.find(id);
+  auto fresh = rules_.find(*nid);
+  if (old == rules_.end() || fresh == rules_.end()) return Internal("rule vanished during replace");
+  Status st = old->second.live ? Retire(old->second) : Status::Ok();
+  if (old->second.info.expired) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
+  old->second = std::move(fresh->second);
+  old->second.info.id = id;
+  rules_.erase(fresh);
+  return st;
+}
+
 Result<RuleCounters> Injector::Remove(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   return RemoveLocked(id);

@@ -81,6 +81,9 @@ class Injector {
 
   // Validates, attaches what the rule needs and publishes it. Returns its id.
   Result<uint32_t> Add(const RuleSpec& spec);
+  // Swaps rule `id` for a new spec, keeping the id (counters restart). The
+  // new rule is published before the old one is withdrawn.
+  Status Replace(uint32_t id, const RuleSpec& spec);
   // Takes the rule out of the kernel and returns its final counters. An
   // expired rule (retired by the lease thread) is forgotten.
   Result<RuleCounters> Remove(uint32_t id);

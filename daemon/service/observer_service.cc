@@ -1,0 +1,291 @@
+#include <arpa/inet.h>
+#include <time.h>
+
+#include <set>
+#include <unordered_map>
+
+#include "service/convert.h"
+#include "service/services.h"
+#include "service/stream.h"
+
+namespace lossd {
+namespace {
+
+uint64_t UnixNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+// A typed filter, parsed once per stream.
+struct Filter {
+  std::optional<Cidr> addr;
+  PortRange port;
+  uint64_t cgroup_id = 0;
+  std::set<int> types;  // obs_rtx_type; empty = any
+  uint32_t rule_id = 0;
+};
+
+Status ParseFilters(const google::protobuf::RepeatedPtrField<v1::EventFilter>& in,
+                    const char* field, std::vector<Filter>* out) {
+  for (int i = 0; i < in.size(); i++) {
+    const v1::EventFilter& f = in[i];
+    std::string name = std::string(field) + "[" + std::to_string(i) + "]";
+    Filter p;
+    if (!f.addr().empty()) {
+      auto c = ParseCidr(f.addr());
+      if (!c.ok()) return InvalidArgument(name + ".addr: " + c.status().message());
+      p.addr = *c;
+    }
+    if (f.port().lo() || f.port().hi()) {
+      uint32_t hi = f.port().hi() ? f.port().hi() : f.port().lo();
+      if (f.port().lo() > hi || hi > 65535) return InvalidArgument(name + ".port: invalid range");
+      p.port.lo = static_cast<uint16_t>(f.port().lo());
+      p.port.hi = static_cast<uint16_t>(hi);
+    }
+    p.cgroup_id = f.cgroup_id();
+    for (int t : f.types()) {
+      if (t <= v1::RETRANSMIT_TYPE_UNSPECIFIED || t > v1::RETRANSMIT_TYPE_UNKNOWN)
+        return InvalidArgument(name + ".types: unknown type " + std::to_string(t));
+      p.types.insert(t - 1);  // proto enum = obs_rtx_type + 1
+    }
+    p.rule_id = f.rule_id();
+    out->push_back(p);
+  }
+  return Status::Ok();
+}
+
+bool AddrIn(const Cidr& c, uint16_t family, const uint32_t* a) {
+  if ((c.family == 4) != (family == AF_INET)) return false;
+  const auto* b = reinterpret_cast<const uint8_t*>(a);
+  for (int bit = 0; bit < c.prefix; bit++) {
+    uint8_t m = 0x80 >> (bit % 8);
+    if ((b[bit / 8] & m) != (c.addr[bit / 8] & m)) return false;
+  }
+  return true;
+}
+
+// AND inside a filter. type < 0: not a retransmission (flows): type ignored.
+bool Matches(const Filter& f, const obs_tuple& t, uint64_t cgroup_id, int type,
+             const std::vector<uint32_t>& rules) {
+  if (f.addr && !AddrIn(*f.addr, t.family, t.saddr) && !AddrIn(*f.addr, t.family, t.daddr)) return false;
+  if (!f.port.Any() && !(f.port.lo <= t.sport && t.sport <= f.port.hi) &&
+      !(f.port.lo <= t.dport && t.dport <= f.port.hi))
+    return false;
+  if (f.cgroup_id && f.cgroup_id != cgroup_id) return false;
+  if (type >= 0 && !f.types.empty() && !f.types.count(type)) return false;
+  if (f.rule_id && std::find(rules.begin(), rules.end(), f.rule_id) == rules.end()) return false;
+  return true;
+}
+
+// OR across allow filters (none = all), then no deny filter may match.
+bool Wanted(const std::vector<Filter>& allow, const std::vector<Filter>& deny, const obs_tuple& t,
+            uint64_t cgroup_id, int type, const std::vector<uint32_t>& rules) {
+  bool ok = allow.empty();
+  for (const auto& f : allow)
+    if (Matches(f, t, cgroup_id, type, rules)) ok = true;
+  if (!ok) return false;
+  for (const auto& f : deny)
+    if (Matches(f, t, cgroup_id, type, rules)) return false;
+  return true;
+}
+
+grpc::Status Unavailable() {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "the TCP observer is not running on this daemon (see GetCapabilities)");
+}
+
+// Reports the losses a stream saw since the last report, per source.
+struct GapTracker {
+  uint64_t ring_seen = 0, sub_seen = 0;
+  template <typename Emit>
+  void Report(Observer* obs, Subscription* sub, Emit emit) {
+    uint64_t ring = obs->Totals().counters[OBS_CNT_RING_LOST];
+    if (ring > ring_seen) emit(v1::GAP_SOURCE_KERNEL_RING, ring - ring_seen);
+    ring_seen = ring;
+    uint64_t lost = sub->lost();
+    if (lost > sub_seen) emit(v1::GAP_SOURCE_SUBSCRIBER, lost - sub_seen);
+    sub_seen = lost;
+  }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::RetransmitStreamMessage>* ObserverService::WatchRetransmits(
+    grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest* req) {
+  using Reactor = PumpReactor<v1::RetransmitStreamMessage>;
+  std::vector<Filter> allow, deny;
+  Status st = ParseFilters(req->allow(), "allow", &allow);
+  if (st.ok()) st = ParseFilters(req->deny(), "deny", &deny);
+  size_t queue = req->queue() ? req->queue() : 65536;
+  Observer* obs = obs_;
+  EffectTracker* effects = effects_;
+  std::atomic<int>* subs = &subscribers_;
+  return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
+    if (!st.ok()) return ToGrpc(st);
+    if (!obs) return Unavailable();
+    auto sub = obs->hub().Subscribe(queue);
+    (*subs)++;
+    GapTracker gaps;
+    gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
+    uint64_t seq = 0;
+    auto next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    grpc::Status result = grpc::Status::OK;
+    while (!sink.cancelled()) {
+      auto e = sub->Next(std::chrono::milliseconds(100));
+      if (e && e->data.ev.kind == OBS_EV_RETRANSMIT) {
+        const obs_event& ev = e->data.ev;
+        std::vector<uint32_t> rules;
+        if (effects) rules = effects->RulesFor(ev.cookie, ev.tuple);
+        if (Wanted(allow, deny, ev.tuple, ev.cgroup_id, static_cast<int>(ev.type), rules)) {
+          v1::RetransmitStreamMessage m;
+          m.set_seq(++seq);
+          EventToProto(ev, m.mutable_event());
+          for (uint32_t id : rules) m.mutable_event()->add_rule_ids(id);
+          if (!sink.Write(m)) break;
+        }
+      }
+      if (std::chrono::steady_clock::now() >= next_report) {
+        next_report += std::chrono::seconds(1);
+        bool ok = true;
+        gaps.Report(obs, sub.get(), [&](v1::GapSource src, uint64_t n) {
+          v1::RetransmitStreamMessage m;
+          m.set_seq(++seq);
+          m.mutable_gap()->set_source(src);
+          m.mutable_gap()->set_count(n);
+          if (ok) ok = sink.Write(m);
+        });
+        if (!ok) break;
+      }
+    }
+    obs->hub().Unsubscribe(sub);
+    (*subs)--;
+    return result;
+  });
+}
+
+grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext* ctx,
+                                                     const v1::ListFlowsRequest* req,
+                                                     v1::ListFlowsResponse* resp) {
+  auto* r = ctx->DefaultReactor();
+  if (!obs_) {
+    r->Finish(Unavailable());
+    return r;
+  }
+  std::vector<Filter> filters;
+  Status st = ParseFilters(req->filter(), "filter", &filters);
+  if (!st.ok()) {
+    r->Finish(ToGrpc(st));
+    return r;
+  }
+  for (const auto& f : obs_->Flows()) {
+    std::vector<uint32_t> rules;
+    if (effects_) rules = effects_->RulesFor(f.cookie, f.flow.tuple);
+    if (Wanted(filters, {}, f.flow.tuple, f.flow.cgroup_id, -1, rules))
+      FlowToProto(f.cookie, f.flow, resp->add_flows());
+  }
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
+    grpc::CallbackServerContext*, const v1::WatchFlowsRequest* req) {
+  using Reactor = PumpReactor<v1::FlowStreamMessage>;
+  std::vector<Filter> filters;
+  Status st = ParseFilters(req->filter(), "filter", &filters);
+  uint64_t interval = req->interval_ns() ? std::max<uint64_t>(req->interval_ns(), 100000000ull)
+                                         : 1000000000ull;
+  Observer* obs = obs_;
+  EffectTracker* effects = effects_;
+  return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
+    if (!st.ok()) return ToGrpc(st);
+    if (!obs) return Unavailable();
+    auto closes = obs->hub().Subscribe(65536);
+    auto wanted = [&](uint64_t cookie, const obs_flow& f) {
+      std::vector<uint32_t> rules;
+      if (effects) rules = effects->RulesFor(cookie, f.tuple);
+      return Wanted(filters, {}, f.tuple, f.cgroup_id, -1, rules);
+    };
+    uint64_t seq = 0, since = 0;
+    bool first = true;
+    grpc::Status result = grpc::Status::OK;
+    while (!sink.cancelled()) {
+      v1::FlowStreamMessage m;
+      m.set_seq(++seq);
+      m.set_snapshot(first);
+      m.set_time_unix_ns(UnixNs());
+      uint64_t newest = since;
+      for (const auto& f : obs->Flows()) {
+        newest = std::max<uint64_t>(newest, f.flow.updated_ns);
+        if ((first || f.flow.updated_ns > since) && wanted(f.cookie, f.flow))
+          FlowToProto(f.cookie, f.flow, m.add_flows());
+      }
+      while (auto e = closes->Next(std::chrono::milliseconds(0))) {
+        if (e->data.ev.kind != OBS_EV_FLOW_CLOSE || first) continue;
+        if (!wanted(e->data.ev.cookie, e->data.flow)) continue;
+        v1::Flow* f = m.add_flows();
+        FlowToProto(e->data.ev.cookie, e->data.flow, f);
+        f->set_closed(true);
+        f->set_duration_ns(e->data.closed_ns > e->data.flow.opened_ns
+                               ? e->data.closed_ns - e->data.flow.opened_ns
+                               : 0);
+      }
+      since = newest;
+      first = false;
+      if (!sink.Write(m)) break;
+      if (!sink.Sleep(std::chrono::nanoseconds(interval))) break;
+    }
+    obs->hub().Unsubscribe(closes);
+    return result;
+  });
+}
+
+grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
+    grpc::CallbackServerContext*, const v1::WatchAggregatesRequest* req) {
+  using Reactor = PumpReactor<v1::Aggregate>;
+  uint64_t window = req->window_ns() ? std::max<uint64_t>(req->window_ns(), 100000000ull)
+                                     : 1000000000ull;
+  Observer* obs = obs_;
+  EffectTracker* effects = effects_;
+  std::atomic<int>* subs = &subscribers_;
+  return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
+    if (!obs) return Unavailable();
+    auto sub = obs->hub().Subscribe(1 << 18);
+    (*subs)++;
+    GapTracker gaps;
+    gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
+    uint64_t seq = 0;
+    while (!sink.cancelled()) {
+      v1::Aggregate a;
+      a.set_window_start_unix_ns(UnixNs());
+      a.set_window_ns(window);
+      for (int t = 0; t < OBS_RTX_MAX; t++) (*a.mutable_retransmits_by_type())[RtxTypeName(t)] = 0;
+      auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(window);
+      while (!sink.cancelled()) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        auto e = sub->Next(left);
+        if (!e || e->data.ev.kind != OBS_EV_RETRANSMIT) continue;
+        const obs_event& ev = e->data.ev;
+        if (ev.outcome != OBS_SENT && ev.outcome != OBS_FAILED) continue;
+        (*a.mutable_retransmits_by_type())[RtxTypeName(static_cast<int>(ev.type))] += ev.segs;
+        (*a.mutable_retransmits_by_flow())[ev.cookie] += ev.segs;
+        if (effects)
+          for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple))
+            (*a.mutable_retransmits_by_rule())[id] += ev.segs;
+      }
+      gaps.Report(obs, sub.get(), [&](v1::GapSource src, uint64_t n) {
+        v1::Gap* g = a.add_gaps();
+        g->set_source(src);
+        g->set_count(n);
+      });
+      a.set_seq(++seq);
+      if (!sink.Write(a)) break;
+    }
+    obs->hub().Unsubscribe(sub);
+    (*subs)--;
+    return grpc::Status::OK;
+  });
+}
+
+}  // namespace lossd

@@ -1,0 +1,158 @@
+#include "service/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+#include "injector/attach.h"
+#include "service/effects.h"
+
+namespace lossd {
+namespace {
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+bool IsLoopback(const std::string& hostport) {
+  std::string host = hostport.substr(0, hostport.rfind(':'));
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// A live daemon answers on the socket; a dead one left a file behind.
+bool SocketInUse(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  bool live = connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return live;
+}
+
+}  // namespace
+
+int RunDaemon(const DaemonOptions& opts) {
+  std::shared_ptr<grpc::ServerCredentials> tcp_creds;
+  if (!opts.listen.empty()) {
+    if (!opts.tls_cert.empty() || !opts.tls_key.empty()) {
+      grpc::SslServerCredentialsOptions ssl;
+      grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+      if (!ReadFile(opts.tls_key, &pair.private_key) || !ReadFile(opts.tls_cert, &pair.cert_chain)) {
+        LOG_ERROR("cannot read --tls-cert %s / --tls-key %s", opts.tls_cert.c_str(), opts.tls_key.c_str());
+        return 2;
+      }
+      ssl.pem_key_cert_pairs.push_back(pair);
+      if (!opts.tls_client_ca.empty()) {
+        if (!ReadFile(opts.tls_client_ca, &ssl.pem_root_certs)) {
+          LOG_ERROR("cannot read --tls-client-ca %s", opts.tls_client_ca.c_str());
+          return 2;
+        }
+        ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      }
+      tcp_creds = grpc::SslServerCredentials(ssl);
+    } else if (IsLoopback(opts.listen) || opts.insecure_tcp) {
+      tcp_creds = grpc::InsecureServerCredentials();
+    } else {
+      LOG_ERROR("refusing plaintext gRPC on %s: give --tls-cert and --tls-key, listen on loopback, "
+                "or force it with --insecure-tcp", opts.listen.c_str());
+      return 2;
+    }
+  }
+  if (opts.socket.empty() && opts.listen.empty()) {
+    LOG_ERROR("nothing to listen on: give --socket and/or --listen");
+    return 2;
+  }
+
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  if (!opts.socket.empty()) {
+    std::string dir = opts.socket.substr(0, opts.socket.rfind('/'));
+    if (!dir.empty()) mkdir(dir.c_str(), 0750);
+    if (SocketInUse(opts.socket)) {
+      LOG_ERROR("another lossd is serving on %s", opts.socket.c_str());
+      return 1;
+    }
+    unlink(opts.socket.c_str());  // left by a dead daemon
+  }
+
+  auto inj = Injector::Create(opts.injector);
+  if (!inj.ok()) {
+    LOG_ERROR("%s", inj.status().ToString().c_str());
+    return 1;
+  }
+  Capabilities caps = (*inj)->Probe();
+
+  std::unique_ptr<Observer> obs;
+  std::string observer_error = "disabled (--no-observer)";
+  if (opts.observer) {
+    auto o = Observer::Create(ObserverOptions{});
+    if (o.ok()) {
+      obs = std::move(*o);
+    } else {
+      observer_error = o.status().message();
+      LOG_WARN("TCP observer unavailable: %s", observer_error.c_str());
+    }
+  }
+  EffectTracker effects(obs.get());
+  ServiceLimits limits = opts.limits;
+  if (!opts.listen.empty()) {
+    auto colon = opts.listen.rfind(':');
+    if (colon != std::string::npos)
+      limits.protected_ports.push_back(static_cast<uint16_t>(std::atoi(opts.listen.c_str() + colon + 1)));
+  }
+  InjectorService injector_service(inj->get(), &effects, limits);
+  ObserverService observer_service(obs.get(), &effects);
+  SystemService system_service(caps, obs.get(), &injector_service, &observer_service, limits,
+                               observer_error);
+
+  grpc::ServerBuilder builder;
+  if (!opts.socket.empty()) builder.AddListeningPort("unix:" + opts.socket, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!opts.listen.empty()) builder.AddListeningPort(opts.listen, tcp_creds, &tcp_port);
+  builder.RegisterService(&injector_service);
+  builder.RegisterService(&observer_service);
+  builder.RegisterService(&system_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    LOG_ERROR("cannot listen on %s%s%s", opts.socket.c_str(), opts.listen.empty() ? "" : " / ",
+              opts.listen.c_str());
+    return 1;
+  }
+  if (!opts.socket.empty()) chmod(opts.socket.c_str(), 0660);
+  LOG_INFO("serving lossd.v1 on %s%s%s", opts.socket.empty() ? "" : ("unix:" + opts.socket).c_str(),
+           opts.listen.empty() ? "" : " and ", opts.listen.c_str());
+  std::printf("{\"event\":\"ready\",\"pid\":%d,\"socket\":\"%s\",\"tcp_port\":%d}\n", getpid(),
+              opts.socket.c_str(), tcp_port);
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  LOG_INFO("signal %d: finishing streams, detaching", sig);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  server->Wait();
+  if (!opts.socket.empty()) unlink(opts.socket.c_str());
+  // effects, services, observer, then the injector (which detaches everything)
+  return 0;
+}
+
+}  // namespace lossd

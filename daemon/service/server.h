@@ -1,0 +1,26 @@
+// The daemon: injector + observer + gRPC services on a Unix socket (and,
+// on request, TCP with TLS), until SIGINT/SIGTERM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "injector/injector.h"
+#include "service/services.h"
+
+namespace lossd {
+
+struct DaemonOptions {
+  std::string socket = "/run/lossd/lossd.sock";  // "" = no Unix socket
+  std::string listen;          // host:port for TCP ("" = none)
+  std::string tls_cert, tls_key, tls_client_ca;
+  bool insecure_tcp = false;   // plaintext TCP on a non-loopback address
+  InjectorOptions injector;
+  ServiceLimits limits;
+  bool observer = true;
+};
+
+// Returns the process exit code.
+int RunDaemon(const DaemonOptions& opts);
+
+}  // namespace lossd

@@ -1,0 +1,104 @@
+// A server-streaming reactor fed by a producer thread: the producer builds
+// messages (blocking as it likes: timers, hub subscriptions), the reactor
+// keeps exactly one write in flight, and a cancelled or finished stream
+// stops the producer. The service layer writes only the producer.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace lossd {
+
+template <typename Msg>
+class PumpReactor : public grpc::ServerWriteReactor<Msg> {
+ public:
+  // Context handed to the producer.
+  class Sink {
+   public:
+    explicit Sink(PumpReactor* r) : r_(r) {}
+    // Sends one message; waits for the previous write. False once the
+    // client is gone (stop producing).
+    bool Write(const Msg& m) { return r_->WriteOne(m); }
+    // Sleeps up to `d`; false if the stream was cancelled meanwhile.
+    template <typename D>
+    bool Sleep(D d) {
+      std::unique_lock<std::mutex> lock(r_->mu_);
+      r_->cv_.wait_for(lock, d, [&] { return r_->cancelled_; });
+      return !r_->cancelled_;
+    }
+    bool cancelled() const {
+      std::lock_guard<std::mutex> lock(r_->mu_);
+      return r_->cancelled_;
+    }
+
+   private:
+    PumpReactor* r_;
+  };
+
+  // produce(sink) runs on its own thread; its return value ends the stream.
+  explicit PumpReactor(std::function<grpc::Status(Sink&)> produce) {
+    thread_ = std::thread([this, produce = std::move(produce)] {
+      Sink sink(this);
+      grpc::Status st = produce(sink);
+      {
+        // Wait for the last write before finishing.
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !writing_; });
+      }
+      this->Finish(cancelled() ? grpc::Status::CANCELLED : st);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) cancelled_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  void OnCancel() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  void OnDone() override {
+    if (thread_.joinable()) thread_.join();
+    delete this;
+  }
+
+ private:
+  bool cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+
+  bool WriteOne(const Msg& m) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !writing_ || cancelled_; });
+    if (cancelled_) return false;
+    msg_ = m;
+    writing_ = true;
+    lock.unlock();
+    this->StartWrite(&msg_);
+    return true;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool writing_ = false;
+  bool cancelled_ = false;
+  Msg msg_;
+  std::thread thread_;
+};
+
+}  // namespace lossd
