@@ -90,6 +90,9 @@ __noinline __u64 loss_rank(__u32 slot, const struct pkt *p)
 	const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
 	if (!r || !(r->flags & LOSS_RULE_ACTIVE))
 		return 0;
+	/* An expired rule is gone: it must not shadow lower-priority rules. */
+	if (r->expires_ns && bpf_ktime_get_ns() >= r->expires_ns)
+		return 0;
 	const struct loss_match *m = &r->m;
 
 	if (m->hook_mask && !(m->hook_mask & (1 << p->hook)))
@@ -336,18 +339,12 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		return 0;
 	}
 
-	/* Time is read only for a matching rule that has a deadline. */
-	if (r->expires_ns || cfg->lease_until_ns) {
-		__u64 now = bpf_ktime_get_ns();
-		if (r->expires_ns && now >= r->expires_ns) {
-			hs->passed++;
-			return 0; /* expired: as if the rule were gone */
-		}
-		if (cfg->lease_until_ns && now >= cfg->lease_until_ns) {
-			hs->lease_expired++;
-			hs->passed++;
-			return 0; /* owner gone: drop nothing */
-		}
+	/* Time is read only once a rule matched (and expiry in loss_rank only
+	 * for rules that have one). */
+	if (cfg->lease_until_ns && bpf_ktime_get_ns() >= cfg->lease_until_ns) {
+		hs->lease_expired++;
+		hs->passed++;
+		return 0; /* owner gone: drop nothing */
 	}
 
 	struct loss_rule_stats *rs = bpf_map_lookup_elem(&loss_rule_stats, &slot);

@@ -88,20 +88,27 @@ struct ip6_frag_ {
 	__be32 id;
 };
 
-/* Ethernet + up to two VLAN tags. Returns the L3 ethertype (network order), 0 if truncated. */
+/*
+ * Ethernet + up to two VLAN tags. Returns the L3 ethertype (network order);
+ * a truncated header leaves c->pos NULL (a real ethertype may be 0).
+ */
 static __always_inline __be16 parse_eth(struct cursor *c)
 {
 	struct ethhdr *eth = CURSOR_TAKE(c, struct ethhdr);
-	if (!eth)
+	if (!eth) {
+		c->pos = NULL;
 		return 0;
+	}
 	__be16 proto = eth->h_proto;
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
 		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
 			break;
 		struct vlan_hdr_ *vh = CURSOR_TAKE(c, struct vlan_hdr_);
-		if (!vh)
+		if (!vh) {
+			c->pos = NULL;
 			return 0;
+		}
 		proto = vh->proto;
 	}
 	return proto;
@@ -138,7 +145,8 @@ static __always_inline int parse_l4(struct cursor *c, struct pkt *p, __u32 l4len
 		__u8 *type = CURSOR_TAKE(c, __u8);
 		if (!type)
 			return PARSE_BAD;
-		if (p->l4proto == PROTO_ICMPV6 && *type >= ICMPV6_ND_FIRST && *type <= ICMPV6_ND_LAST)
+		if (p->l4proto == PROTO_ICMPV6 && p->family == 6 && *type >= ICMPV6_ND_FIRST &&
+		    *type <= ICMPV6_ND_LAST)
 			return PARSE_ALWAYS;
 		return PARSE_OK;
 	} else {
@@ -229,8 +237,8 @@ static __always_inline int parse_l3(struct cursor *c, __be16 eth_proto, struct p
 	__u32 l4len = 0;
 	int ret;
 
-	if (!eth_proto)
-		return PARSE_BAD; /* runt frame */
+	if (!c->pos)
+		return PARSE_BAD; /* truncated L2 header */
 	if (eth_proto == bpf_htons(ETH_P_IP))
 		ret = parse_ipv4(c, p, &l4len);
 	else if (eth_proto == bpf_htons(ETH_P_IPV6))
