@@ -1,0 +1,381 @@
+"""Building requests: rule specs and event filters, from friendly arguments.
+
+The builders are pure Python: they validate and normalise the arguments into
+dicts shaped like the proto's JSON form (field names of lossd.v1, enum value
+names), which to_proto() turns into messages once the generated modules are
+loaded. So they can be tested, and mistakes reported, without a daemon.
+"""
+
+import dataclasses
+import ipaddress
+import os
+import re
+import stat as _stat
+
+from .errors import LossdInputError
+from .units import parse_duration, parse_labels, parse_ports, parse_rate
+
+# ------------------------------------------------------------------ enums --
+
+DIRECTIONS = {
+    "ingress": "DIRECTION_INGRESS", "in": "DIRECTION_INGRESS",
+    "egress": "DIRECTION_EGRESS", "out": "DIRECTION_EGRESS",
+    "both": "DIRECTION_BOTH",
+}
+HOOKS = {"auto": "HOOK_AUTO", "xdp": "HOOK_XDP", "tc": "HOOK_TC", "cgroup": "HOOK_CGROUP"}
+PAYLOADS = {"any": "PAYLOAD_ANY", "only": "PAYLOAD_ONLY", "none": "PAYLOAD_NONE"}
+RETRANSMIT_TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
+TCP_FLAGS = ("fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr")
+PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6")
+FAMILIES = {None: 0, 0: 0, 4: 4, 6: 6, "4": 4, "6": 6, "any": 0, "ipv4": 4, "ipv6": 6,
+            "inet": 4, "inet6": 6}
+
+
+def _enum(value, table, prefix, name):
+    """'ingress' / 'INGRESS' / 'DIRECTION_INGRESS' -> 'DIRECTION_INGRESS'."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v.startswith(prefix.lower()):
+            v = v[len(prefix):]
+        if v in table:
+            return table[v]
+    choices = sorted(set(short_name(n, prefix) for n in table.values()))
+    raise LossdInputError("%s: expected one of %s, got %r" % (name, ", ".join(choices), value))
+
+
+def parse_direction(value):
+    return _enum(value, DIRECTIONS, "DIRECTION_", "direction")
+
+
+def parse_hook(value):
+    return _enum(value, HOOKS, "HOOK_", "hook")
+
+
+def parse_payload(value):
+    if value is None:
+        return "PAYLOAD_ANY"
+    return _enum(value, PAYLOADS, "PAYLOAD_", "payload")
+
+
+def parse_retransmit_type(value):
+    """'fast' / 'FAST' / 'RETRANSMIT_TYPE_FAST' -> 'RETRANSMIT_TYPE_FAST'."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v.startswith("retransmit_type_"):
+            v = v[len("retransmit_type_"):]
+        if v in RETRANSMIT_TYPES:
+            return "RETRANSMIT_TYPE_" + v.upper()
+    raise LossdInputError("types: expected some of %s, got %r" % (", ".join(RETRANSMIT_TYPES), value))
+
+
+def short_name(enum_name, prefix):
+    """'RETRANSMIT_TYPE_FAST' -> 'fast' (and 'FAST' / 'fast' -> 'fast')."""
+    s = str(enum_name)
+    if s.upper().startswith(prefix):
+        s = s[len(prefix):]
+    return s.lower()
+
+
+# ----------------------------------------------------------- match fields --
+
+def parse_address(value, name):
+    """A CIDR or an address, IPv4 or IPv6; returned as given (stripped)."""
+    if value is None:
+        return None
+    if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address,
+                          ipaddress.IPv4Network, ipaddress.IPv6Network)):
+        return str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise LossdInputError("%s: expected an address or a CIDR, got %r" % (name, value))
+    v = value.strip()
+    try:
+        ipaddress.ip_network(v, strict=False)
+    except ValueError:
+        raise LossdInputError("%s: %r is not an IPv4/IPv6 address or CIDR" % (name, value)) from None
+    return v
+
+
+def parse_protocol(value):
+    if value is None or value == "":
+        return ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 <= value <= 255:
+            return str(value)
+    elif isinstance(value, str):
+        v = value.strip().lower()
+        if v in PROTOCOLS:
+            return v
+        if v.isdigit() and int(v) <= 255:
+            return str(int(v))
+    raise LossdInputError("protocol: expected tcp, udp, icmp, icmpv6 or a number 0-255, got %r" % (value,))
+
+
+def parse_family(value):
+    key = value.strip().lower() if isinstance(value, str) else value
+    if isinstance(key, bool) or key not in FAMILIES:
+        raise LossdInputError("family: expected 4, 6 or None (any), got %r" % (value,))
+    return FAMILIES[key]
+
+
+def parse_tcp_flags(value):
+    """'syn,!ack' or ['syn', '!ack'] -> 'syn,!ack' (lowercase, checked)."""
+    if value is None or value == "":
+        return ""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out, seen = [], set()
+    for it in items:
+        if not isinstance(it, str):
+            raise LossdInputError("tcp_flags: expected flag names, got %r" % (it,))
+        f = it.strip().lower()
+        neg = f.startswith("!")
+        bare = f[1:].strip() if neg else f
+        if bare not in TCP_FLAGS:
+            raise LossdInputError("tcp_flags: unknown flag %r (flags: %s; '!' = clear)"
+                                  % (it, ",".join(TCP_FLAGS)))
+        if bare in seen:
+            raise LossdInputError("tcp_flags: %s given twice" % bare)
+        seen.add(bare)
+        out.append(("!" if neg else "") + bare)
+    if not out:
+        raise LossdInputError("tcp_flags: no flag in %r" % (value,))
+    return ",".join(out)
+
+
+def _uint(value, name, bits=32, minimum=0):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LossdInputError("%s: expected an integer, got %r" % (name, value))
+    if value < minimum or value >= 1 << bits:
+        raise LossdInputError("%s: %d is out of range (%d to %d)" % (name, value, minimum, (1 << bits) - 1))
+    return value
+
+
+def _ports_json(pr):
+    return {"lo": pr[0], "hi": pr[1]}
+
+
+# ------------------------------------------------------------- loss model --
+
+def gilbert_elliott(value):
+    """(p, r[, bad_loss[, good_loss]]), {'p':..,'r':..,'bad_loss':..,'good_loss':..}
+    or 'p,r,1-h,1-k' like the CLI's --ge; every item a rate ('1%' or 0.01).
+    bad_loss defaults to 100 %, good_loss to 0 (netem's gemodel defaults)."""
+    keys = ("p", "r", "bad_loss", "good_loss")
+    if isinstance(value, str):
+        value = [v for v in value.split(",")]
+    if isinstance(value, dict):
+        unknown = set(value) - set(keys)
+        if unknown:
+            raise LossdInputError("ge: unknown keys %s (keys: p, r, bad_loss, good_loss)" % sorted(unknown))
+        if "p" not in value or "r" not in value:
+            raise LossdInputError("ge: p and r are required")
+        vals = dict(value)
+    elif isinstance(value, (list, tuple)) and 2 <= len(value) <= 4:
+        vals = dict(zip(keys, value))
+    else:
+        raise LossdInputError("ge: expected (p, r[, bad_loss[, good_loss]]) or 'p,r,1-h,1-k', got %r"
+                              % (value,))
+    vals.setdefault("bad_loss", 1.0)
+    vals.setdefault("good_loss", 0.0)
+    return {k: parse_rate(vals[k], "ge." + k) for k in keys}
+
+
+def loss_model(rate=None, ge=None, every=None, first=None, seed=None):
+    given = [k for k, v in (("rate", rate), ("ge", ge), ("every", every), ("first", first)) if v is not None]
+    if len(given) != 1:
+        raise LossdInputError("loss model: give exactly one of rate=, ge=, every=, first= (got %s)"
+                              % (", ".join(given) or "none"))
+    if rate is not None:
+        lm = {"bernoulli": {"rate": parse_rate(rate)}}
+    elif ge is not None:
+        lm = {"gilbert_elliott": gilbert_elliott(ge)}
+    elif every is not None:
+        lm = {"every_nth": _uint(every, "every", minimum=1)}
+    else:
+        lm = {"first_k": _uint(first, "first", minimum=1)}
+    if seed is not None:
+        lm["seed"] = _uint(seed, "seed", bits=64)
+    return lm
+
+
+# -------------------------------------------------------------- rule spec --
+
+class Spec(dict):
+    """A normalised RuleSpec in the proto's JSON shape (what rule_spec() returns)."""
+
+
+def rule_spec(iface=None, *, cgroup=None, direction="ingress", hook="auto",
+              src=None, dst=None, sport=None, dport=None, protocol=None, family=None,
+              tcp_flags=None, payload=None,
+              rate=None, ge=None, every=None, first=None, seed=None,
+              priority=0, ttl=None, per_segment=False, labels=None, force=False):
+    """A RuleSpec from friendly arguments (see Client.add_rule)."""
+    if not iface and not cgroup:
+        raise LossdInputError("target: give iface= and/or cgroup=")
+    spec = Spec()
+    if iface:
+        if not isinstance(iface, str) or not re.fullmatch(r"[^\s/]{1,15}", iface):
+            raise LossdInputError("iface: %r is not an interface name" % (iface,))
+        spec["interface"] = iface
+    if cgroup:
+        if not isinstance(cgroup, str):
+            raise LossdInputError("cgroup: expected a cgroup v2 path, got %r" % (cgroup,))
+        spec["cgroup"] = cgroup
+    spec["hook"] = parse_hook(hook)
+    spec["direction"] = parse_direction(direction)
+    match = {}
+    for key, val in (("src", src), ("dst", dst)):
+        a = parse_address(val, key)
+        if a:
+            match[key] = a
+    for key, val in (("sport", sport), ("dport", dport)):
+        pr = parse_ports(val, key)
+        if pr:
+            match[key] = _ports_json(pr)
+    proto = parse_protocol(protocol)
+    if proto:
+        match["protocol"] = proto
+    fam = parse_family(family)
+    if fam:
+        match["family"] = fam
+    flags = parse_tcp_flags(tcp_flags)
+    if flags:
+        if proto not in ("", "tcp", "6"):
+            raise LossdInputError("tcp_flags: only for TCP, but protocol is %r" % proto)
+        match["tcp_flags"] = flags
+    pl = parse_payload(payload)
+    if pl != "PAYLOAD_ANY":
+        match["payload"] = pl
+    if match:
+        spec["match"] = match
+    spec["loss"] = loss_model(rate=rate, ge=ge, every=every, first=first, seed=seed)
+    if priority:
+        spec["priority"] = _uint(priority, "priority")
+    if ttl is not None:
+        ttl_ns = parse_duration(ttl, "ttl")
+        if ttl_ns:
+            spec["ttl_ns"] = ttl_ns
+    if per_segment:
+        spec["per_segment"] = True
+    lab = parse_labels(labels)
+    if lab:
+        spec["labels"] = lab
+    if force:
+        spec["force"] = True
+    return spec
+
+
+# ----------------------------------------------------------- event filter --
+
+def parse_cgroup_id(value):
+    """A cgroup v2 id: an int as is, a path as the inode number of its directory
+    (what the kernel reports as the cgroup id). Paths only work on the host
+    running lossd."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _uint(value, "cgroup", bits=64, minimum=1)
+    if isinstance(value, str) and value:
+        try:
+            st = os.stat(value)
+        except OSError as e:
+            raise LossdInputError("cgroup: cannot stat %r (%s); give the cgroup id instead"
+                                  % (value, e.strerror)) from None
+        if not _stat.S_ISDIR(st.st_mode):
+            raise LossdInputError("cgroup: %r is not a cgroup directory" % value)
+        return st.st_ino
+    raise LossdInputError("cgroup: expected a cgroup v2 path or id, got %r" % (value,))
+
+
+@dataclasses.dataclass(frozen=True)
+class Filter:
+    """One EventFilter (AND of its fields); a list of filters is their OR.
+
+    Build with event_filter() (or Filter.of(...)), which checks the values.
+    """
+    addr: str = ""
+    port: tuple = None
+    cgroup_id: int = 0
+    types: tuple = ()
+    rule_id: int = 0
+
+    @classmethod
+    def of(cls, addr=None, port=None, cgroup=None, types=None, rule=None):
+        return event_filter(addr=addr, port=port, cgroup=cgroup, types=types, rule=rule)
+
+    def to_json(self):
+        d = {}
+        if self.addr:
+            d["addr"] = self.addr
+        if self.port:
+            d["port"] = _ports_json(self.port)
+        if self.cgroup_id:
+            d["cgroup_id"] = self.cgroup_id
+        if self.types:
+            d["types"] = list(self.types)
+        if self.rule_id:
+            d["rule_id"] = self.rule_id
+        return d
+
+
+def event_filter(addr=None, port=None, cgroup=None, types=None, rule=None):
+    """A Filter: addr (CIDR, local or remote), port (local or remote: port or
+    range), cgroup (path or id), types ('fast', 'rto', ... one or a list),
+    rule (id or Rule: flows that rule matched). A filter needs a field."""
+    f = Filter(
+        addr=parse_address(addr, "addr") or "",
+        port=parse_ports(port, "port"),
+        cgroup_id=parse_cgroup_id(cgroup) if cgroup is not None else 0,
+        types=tuple(parse_retransmit_type(t) for t in ([types] if isinstance(types, str) else (types or ()))),
+        rule_id=parse_rule_id(rule, "rule") if rule is not None else 0,
+    )
+    if f == Filter():
+        raise LossdInputError("filter: give at least one of addr, port, cgroup, types, rule "
+                              "(an empty filter matches everything)")
+    return f
+
+
+def parse_rule_id(value, name="id"):
+    """An int, or anything with an int .id (a Rule)."""
+    rid = getattr(value, "id", value)
+    if isinstance(rid, bool) or not isinstance(rid, int) or not 0 < rid < 1 << 32:
+        raise LossdInputError("%s: expected a rule id (1 to 2^32-1) or a Rule, got %r" % (name, value))
+    return rid
+
+
+def filters(value):
+    """None, one filter or a list of them -> list of Filter (or EventFilter messages,
+    passed through). A filter may be a Filter, a dict of event_filter() arguments
+    or a lossd.v1.EventFilter."""
+    if value is None:
+        return []
+    if isinstance(value, (Filter, dict)) or hasattr(value, "DESCRIPTOR"):
+        value = [value]
+    out = []
+    for f in value:
+        if isinstance(f, Filter):
+            out.append(f)
+        elif isinstance(f, dict):
+            try:
+                out.append(event_filter(**f))
+            except TypeError as e:
+                raise LossdInputError("filter: %s (keys: addr, port, cgroup, types, rule)" % e) from None
+        elif hasattr(f, "DESCRIPTOR") and f.DESCRIPTOR.name == "EventFilter":
+            out.append(f)
+        else:
+            raise LossdInputError("filter: expected a Filter, a dict or an EventFilter, got %r" % (f,))
+    return out
+
+
+# ---------------------------------------------------------------- to proto --
+
+def to_proto(json_dict, message):
+    """Fill a message from a dict in the proto's JSON shape; returns the message."""
+    from google.protobuf import json_format
+    try:
+        return json_format.ParseDict(json_dict, message)
+    except json_format.ParseError as e:  # a bug here, not the caller's input
+        raise LossdInputError("building %s: %s" % (message.DESCRIPTOR.name, e)) from None
+
+
+def filter_to_proto(f, pb2):
+    if isinstance(f, Filter):
+        return to_proto(f.to_json(), pb2.EventFilter())
+    return f

@@ -1,0 +1,450 @@
+"""Friendly, read-only views of the API's messages.
+
+Enums become short lowercase names ('active', 'ingress', 'fast'), port ranges
+(lo, hi) tuples or None, maps plain dicts (retransmit type names normalised to
+'fast', 'rto', ...). Every view keeps the message it came from in .raw.
+"""
+
+import dataclasses
+import typing
+
+from .spec import RETRANSMIT_TYPES, short_name
+from .units import format_duration, format_ports, format_rate
+
+
+def _enum_name(enum_type, value, prefix):
+    try:
+        return short_name(enum_type.Name(value), prefix)
+    except ValueError:  # a value newer than these stubs
+        return str(value)
+
+
+def _ports(pr):
+    if pr.lo == 0 and pr.hi == 0:
+        return None
+    return (pr.lo, pr.hi if pr.hi else pr.lo)
+
+
+def type_counts(m):
+    """A retransmit-type map as {'fast': n, ...}, whatever the daemon's spelling."""
+    out = {}
+    for k, v in m.items():
+        key = short_name(k, "RETRANSMIT_TYPE_")
+        out[key] = out.get(key, 0) + v
+    return out
+
+
+def _sorted_types(d):
+    order = {t: i for i, t in enumerate(RETRANSMIT_TYPES)}
+    return sorted(d, key=lambda t: (order.get(t, len(order)), t))
+
+
+# --------------------------------------------------------------- injector --
+
+@dataclasses.dataclass(frozen=True)
+class Counters:
+    matched_packets: int = 0
+    matched_segments: int = 0
+    matched_bytes: int = 0
+    dropped_packets: int = 0
+    dropped_segments: int = 0
+    dropped_bytes: int = 0
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.matched_packets, m.matched_segments, m.matched_bytes,
+                   m.dropped_packets, m.dropped_segments, m.dropped_bytes)
+
+    @property
+    def drop_rate(self):
+        """Dropped / matched segments, None before any match."""
+        return self.dropped_segments / self.matched_segments if self.matched_segments else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    src: str = ""
+    dst: str = ""
+    sport: typing.Optional[tuple] = None
+    dport: typing.Optional[tuple] = None
+    protocol: str = ""
+    family: int = 0
+    tcp_flags: str = ""
+    payload: str = "any"
+
+    @classmethod
+    def from_proto(cls, m, pb2):
+        return cls(m.src, m.dst, _ports(m.sport), _ports(m.dport), m.protocol, m.family,
+                   m.tcp_flags, _enum_name(pb2.Payload, m.payload, "PAYLOAD_"))
+
+    def __str__(self):
+        parts = []
+        if self.family:
+            parts.append("ipv%d" % self.family)
+        if self.protocol:
+            parts.append(self.protocol)
+        if self.src:
+            parts.append("src " + self.src)
+        if self.dst:
+            parts.append("dst " + self.dst)
+        if self.sport:
+            parts.append("sport " + format_ports(self.sport))
+        if self.dport:
+            parts.append("dport " + format_ports(self.dport))
+        if self.tcp_flags:
+            parts.append("flags " + self.tcp_flags)
+        if self.payload != "any":
+            parts.append("payload " + self.payload)
+        return " ".join(parts) or "all"
+
+
+@dataclasses.dataclass(frozen=True)
+class LossModel:
+    kind: str = ""            # 'bernoulli', 'gilbert_elliott', 'every_nth', 'first_k' or ''
+    rate: float = 0.0         # bernoulli
+    p: float = 0.0            # gilbert_elliott
+    r: float = 0.0
+    bad_loss: float = 0.0
+    good_loss: float = 0.0
+    n: int = 0                # every_nth / first_k
+    seed: typing.Optional[int] = None
+
+    @classmethod
+    def from_proto(cls, m):
+        kind = m.WhichOneof("model") or ""
+        seed = m.seed if m.HasField("seed") else None
+        if kind == "bernoulli":
+            return cls(kind, rate=m.bernoulli.rate, seed=seed)
+        if kind == "gilbert_elliott":
+            g = m.gilbert_elliott
+            return cls(kind, p=g.p, r=g.r, bad_loss=g.bad_loss, good_loss=g.good_loss, seed=seed)
+        if kind == "every_nth":
+            return cls(kind, n=m.every_nth, seed=seed)
+        if kind == "first_k":
+            return cls(kind, n=m.first_k, seed=seed)
+        return cls(kind, seed=seed)
+
+    @property
+    def mean_rate(self):
+        """The long-run loss rate: the Bernoulli rate, the Gilbert-Elliott
+        stationary mean, 1/n for every_nth; None for first_k."""
+        if self.kind == "bernoulli":
+            return self.rate
+        if self.kind == "gilbert_elliott":
+            if self.p + self.r == 0:
+                return self.good_loss
+            bad = self.p / (self.p + self.r)
+            return bad * self.bad_loss + (1 - bad) * self.good_loss
+        if self.kind == "every_nth":
+            return 1.0 / self.n if self.n else 0.0
+        return None
+
+    def __str__(self):
+        if self.kind == "bernoulli":
+            s = format_rate(self.rate)
+        elif self.kind == "gilbert_elliott":
+            s = "ge %s,%s,%s,%s" % tuple(format_rate(x) for x in (self.p, self.r, self.bad_loss, self.good_loss))
+        elif self.kind == "every_nth":
+            s = "every %d" % self.n
+        elif self.kind == "first_k":
+            s = "first %d" % self.n
+        else:
+            s = "no model"
+        if self.seed is not None:
+            s += " seed %d" % self.seed
+        return s
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    id: int
+    state: str                # 'active', 'expired', 'failed', 'unspecified'
+    reason: str
+    attachments: tuple
+    interface: str
+    cgroup: str
+    hook: str                 # 'xdp', 'tc', 'cgroup' (as resolved), 'auto'
+    direction: str            # 'ingress', 'egress', 'both'
+    match: Match
+    loss: LossModel
+    priority: int
+    ttl_ns: int
+    per_segment: bool
+    labels: dict
+    force: bool
+    created_unix_ns: int
+    expires_unix_ns: int
+    counters: Counters
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m, pb2):
+        s = m.spec
+        return cls(
+            id=m.id, state=_enum_name(pb2.RuleState, m.state, "RULE_STATE_"), reason=m.reason,
+            attachments=tuple(m.attachments), interface=s.interface, cgroup=s.cgroup,
+            hook=_enum_name(pb2.Hook, s.hook, "HOOK_"),
+            direction=_enum_name(pb2.Direction, s.direction, "DIRECTION_"),
+            match=Match.from_proto(s.match, pb2), loss=LossModel.from_proto(s.loss),
+            priority=s.priority, ttl_ns=s.ttl_ns, per_segment=s.per_segment, labels=dict(s.labels),
+            force=s.force, created_unix_ns=m.created_unix_ns, expires_unix_ns=m.expires_unix_ns,
+            counters=Counters.from_proto(m.counters), raw=m)
+
+    @property
+    def rate(self):
+        """The configured (mean) loss rate, see LossModel.mean_rate."""
+        return self.loss.mean_rate
+
+    @property
+    def target(self):
+        t = []
+        if self.interface:
+            t.append(self.interface)
+        if self.cgroup:
+            t.append("cgroup " + self.cgroup)
+        return " ".join(t) + " " + self.direction
+
+    def __str__(self):
+        s = "rule %d %s: %s %s, %s" % (self.id, self.state, self.target, self.match, self.loss)
+        if self.ttl_ns:
+            s += ", ttl %s" % format_duration(self.ttl_ns)
+        if self.per_segment:
+            s += ", per-segment"
+        if self.reason:
+            s += " (%s)" % self.reason
+        return s
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleEffect:
+    id: int
+    configured_rate: float
+    measured_rate: float
+    rate_ci_low: float
+    rate_ci_high: float
+    configured_within_ci: bool
+    counters: Counters
+    retransmitted_segments: dict   # {'fast': n, 'rto': n, ...}
+    flows: int
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.id, m.configured_rate, m.measured_rate, m.rate_ci_low, m.rate_ci_high,
+                   m.configured_within_ci, Counters.from_proto(m.counters),
+                   type_counts(m.retransmitted_segments), m.flows, raw=m)
+
+    @property
+    def retransmitted_total(self):
+        return sum(self.retransmitted_segments.values())
+
+    def types(self):
+        """Retransmit type names present, in the API's order."""
+        return _sorted_types(self.retransmitted_segments)
+
+    def __str__(self):
+        c = self.counters
+        s = ("rule %d: configured %s, measured %s [%s, %s] %s; dropped %d of %d segments; "
+             "%d flows; retransmitted %d"
+             % (self.id, format_rate(self.configured_rate), format_rate(self.measured_rate),
+                format_rate(self.rate_ci_low), format_rate(self.rate_ci_high),
+                "ok" if self.configured_within_ci else "OUTSIDE CI",
+                c.dropped_segments, c.matched_segments, self.flows, self.retransmitted_total))
+        if self.retransmitted_segments:
+            s += " (%s)" % ", ".join("%s %d" % (t, self.retransmitted_segments[t]) for t in self.types())
+        return s
+
+
+@dataclasses.dataclass(frozen=True)
+class CountersUpdate:
+    seq: int
+    time_unix_ns: int
+    rules: tuple
+
+    @classmethod
+    def from_proto(cls, m, pb2):
+        return cls(m.seq, m.time_unix_ns, tuple(Rule.from_proto(r, pb2) for r in m.rules))
+
+
+# --------------------------------------------------------------- observer --
+
+class Tuple(typing.NamedTuple):
+    local_addr: str
+    local_port: int
+    remote_addr: str
+    remote_port: int
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.local_addr, m.local_port, m.remote_addr, m.remote_port)
+
+    def __str__(self):
+        def ep(a, p):
+            return ("[%s]:%d" if ":" in a else "%s:%d") % (a, p)
+        return "%s -> %s" % (ep(self.local_addr, self.local_port), ep(self.remote_addr, self.remote_port))
+
+
+@dataclasses.dataclass(frozen=True)
+class RetransmitEvent:
+    seq: int                  # stream sequence number
+    time_mono_ns: int
+    cookie: int
+    cgroup_id: int
+    tuple: Tuple
+    type: str                 # 'fast', 'rto', 'loss', 'tlp', 'syn', 'synack', 'probe0', 'unknown'
+    outcome: str              # 'sent', 'failed', 'not_sent', 'ambiguous'
+    err: int
+    segments: int
+    tcp_seq: int              # first TCP sequence number resent (RetransmitEvent.seq)
+    state: typing.Any         # the lossd.v1.SocketState message (cwnd, srtt_us, ...)
+    rule_ids: tuple
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, seq, m, pb2):
+        return cls(seq, m.time_mono_ns, m.cookie, m.cgroup_id, Tuple.from_proto(m.tuple),
+                   _enum_name(pb2.RetransmitType, m.type, "RETRANSMIT_TYPE_"),
+                   _enum_name(pb2.Outcome, m.outcome, "OUTCOME_"), m.err, m.segments, m.seq,
+                   m.state, tuple(m.rule_ids), raw=m)
+
+    @property
+    def counted(self):
+        """True when the kernel counted it as retransmitted (sent or failed after counting)."""
+        return self.outcome in ("sent", "failed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """Stream messages lost (count since the previous Gap of this source)."""
+    seq: int
+    source: str               # 'kernel_ring', 'daemon_hub', 'subscriber'
+    count: int
+
+    @classmethod
+    def from_proto(cls, seq, m, pb2):
+        return cls(seq, _enum_name(pb2.GapSource, m.source, "GAP_SOURCE_"), m.count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Flow:
+    cookie: int
+    tuple: Tuple
+    cgroup_id: int
+    opened_mono_ns: int
+    cwnd: int
+    cwnd_min: int
+    cwnd_max: int
+    srtt_us: int
+    srtt_min_us: int
+    srtt_max_us: int
+    bytes_acked: int
+    bytes_sent: int
+    retransmitted_segments: dict   # by type name
+    ca_time_ns: dict               # by congestion state name
+    max_backoff: int
+    preexisting: bool
+    ca_state: int
+    closed: bool
+    duration_ns: int
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.cookie, Tuple.from_proto(m.tuple), m.cgroup_id, m.opened_mono_ns,
+                   m.cwnd, m.cwnd_min, m.cwnd_max, m.srtt_us, m.srtt_min_us, m.srtt_max_us,
+                   m.bytes_acked, m.bytes_sent, type_counts(m.retransmitted_segments),
+                   {k.lower(): v for k, v in m.ca_time_ns.items()}, m.max_backoff,
+                   m.preexisting, m.ca_state, m.closed, m.duration_ns, raw=m)
+
+    @property
+    def retransmitted_total(self):
+        return sum(self.retransmitted_segments.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowUpdate:
+    seq: int
+    snapshot: bool
+    time_unix_ns: int
+    flows: tuple
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.seq, m.snapshot, m.time_unix_ns, tuple(Flow.from_proto(f) for f in m.flows))
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregate:
+    seq: int
+    window_start_unix_ns: int
+    window_ns: int
+    retransmits_by_type: dict      # {'fast': segments, ...}
+    retransmits_by_rule: dict      # {rule id: segments}
+    retransmits_by_flow: dict      # {socket cookie: segments}
+    gaps: tuple                    # Gap(seq=the aggregate's seq, ...)
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m, pb2):
+        return cls(m.seq, m.window_start_unix_ns, m.window_ns, type_counts(m.retransmits_by_type),
+                   dict(m.retransmits_by_rule), dict(m.retransmits_by_flow),
+                   tuple(Gap.from_proto(m.seq, g, pb2) for g in m.gaps), raw=m)
+
+    @property
+    def total(self):
+        return sum(self.retransmits_by_type.values())
+
+    def types(self):
+        return _sorted_types(self.retransmits_by_type)
+
+
+# ----------------------------------------------------------------- system --
+
+@dataclasses.dataclass(frozen=True)
+class HookAvailability:
+    name: str
+    available: bool
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    kernel: str
+    btf: bool
+    injector_hooks: tuple
+    observer_hooks: tuple
+    cgroup2_mount: str
+    max_rules: int
+    max_ttl_ns: int
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m):
+        def hooks(hs):
+            return tuple(HookAvailability(h.name, h.available, h.reason) for h in hs)
+        return cls(m.kernel, m.btf, hooks(m.injector_hooks), hooks(m.observer_hooks),
+                   m.cgroup2_mount, m.max_rules, m.max_ttl_ns, raw=m)
+
+
+@dataclasses.dataclass(frozen=True)
+class Health:
+    serving: bool
+    rules: int
+    lease_remaining_ns: int
+    events_lost_kernel: int
+    subscribers: int
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.serving, m.rules, m.lease_remaining_ns, m.events_lost_kernel, m.subscribers, raw=m)
+
+
+@dataclasses.dataclass(frozen=True)
+class Version:
+    version: str
+    api: str
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.version, m.api)
