@@ -72,7 +72,11 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
   }
 
   void OnDone() override {
-    if (thread_.joinable()) thread_.join();
+    // gRPC may run this reaction inline, on the producer thread inside Finish.
+    if (thread_.get_id() == std::this_thread::get_id())
+      thread_.detach();
+    else if (thread_.joinable())
+      thread_.join();
     delete this;
   }
 
