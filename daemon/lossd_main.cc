@@ -198,7 +198,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--json", f.json, "JSON lines on stdout");
   app.add_flag("--observe", f.observe, "Run the TCP observer (totals at exit; implies --json)");
   app.add_flag("--events", f.events, "Print every retransmission and flow close (implies --observe)");
-  app.add_option("--watch-port", f.watch_ports, "Observe only sockets with this local/remote port (range); repeatable, OR");
+  app.add_option("--watch-port", f.watch_ports, "Observe only sockets with this local/remote port (range); repeatable, OR; filters in the kernel (also in daemon mode)");
   app.add_option("--watch-addr", f.watch_addrs, "Observe only sockets with this local/remote address (CIDR); repeatable, OR");
   app.add_option("--watch-cgroup", f.watch_cgroups, "Observe only sockets of this cgroup id; repeatable, OR");
   app.add_option("--log-level", f.log_level, "debug | info | warn | error");
@@ -299,6 +299,7 @@ int Main(int argc, char** argv) {
       d.limits.max_ttl_ns = static_cast<uint64_t>(t->count());
     }
     d.observer = !f.no_observer;
+    d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
     return RunDaemon(d);
   }
   if (HasRule(f)) {

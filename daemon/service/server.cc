@@ -105,7 +105,9 @@ int RunDaemon(const DaemonOptions& opts) {
   std::unique_ptr<Observer> obs;
   std::string observer_error = "disabled (--no-observer)";
   if (opts.observer) {
-    auto o = Observer::Create(ObserverOptions{});
+    ObserverOptions oo;
+    oo.filters = opts.observer_filters;
+    auto o = Observer::Create(oo);
     if (o.ok()) {
       obs = std::move(*o);
     } else {

@@ -18,6 +18,8 @@ struct DaemonOptions {
   InjectorOptions injector;
   ServiceLimits limits;
   bool observer = true;
+  // Kernel-side observer filters (the daemon observes only these sockets).
+  std::vector<ObsFilterSpec> observer_filters;
 };
 
 // Returns the process exit code.
