@@ -117,6 +117,12 @@ void Injector::Tick() {
   if (!st.ok()) LOG_ERROR("renew lease: %s", st.message().c_str());
 }
 
+uint64_t Injector::LeaseRemainingNs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t now = MonotonicNs();
+  return cfg_.lease_until_ns > now ? cfg_.lease_until_ns - now : 0;
+}
+
 int Injector::ProgFd(int hook) const {
   switch (hook) {
     case LOSS_HOOK_XDP: return bpf_program__fd(skel_->progs.lossd_xdp);

@@ -105,6 +105,10 @@ class Injector {
   // targets loopback) programs.
   Capabilities Probe() const;
 
+  // Time left before the data plane stops dropping unless renewed (0 when
+  // the lease is off or has run out).
+  uint64_t LeaseRemainingNs() const;
+
   // Program fds, for BPF_PROG_TEST_RUN in tests and benchmarks.
   int ProgFd(int hook) const;
 

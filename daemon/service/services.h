@@ -46,6 +46,7 @@ class InjectorService final : public v1::Injector::CallbackService {
                                           const v1::GetRuleEffectRequest*, v1::RuleEffect*) override;
 
   size_t rule_count() const;
+  uint64_t lease_remaining_ns() const { return inj_->LeaseRemainingNs(); }
 
  private:
   struct Meta {

@@ -41,6 +41,7 @@ grpc::ServerUnaryReactor* SystemService::GetHealth(grpc::CallbackServerContext* 
                                                    const v1::GetHealthRequest*, v1::Health* resp) {
   resp->set_serving(true);
   resp->set_rules(static_cast<uint32_t>(inj_->rule_count()));
+  resp->set_lease_remaining_ns(inj_->lease_remaining_ns());
   if (obs_) resp->set_events_lost_kernel(obs_->Totals().counters[OBS_CNT_RING_LOST]);
   resp->set_subscribers(static_cast<uint32_t>(observer_->subscribers()));
   auto* r = ctx->DefaultReactor();

@@ -1,0 +1,23 @@
+// The commands: each Add* registers its subcommands on the CLI and, when
+// one is chosen, sets *run to the function that carries it out (after the
+// whole command line parsed; no exception leaves a command).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+#include "lossctl.h"
+
+namespace lossctl {
+
+using Run = std::function<int()>;
+
+// rule add | ls | get | rm | clear | effect
+void AddRuleCommands(CLI::App* app, const Globals* globals, Run* run);
+// watch | flows | stats
+void AddObserveCommands(CLI::App* app, const Globals* globals, Run* run);
+// status
+void AddSystemCommands(CLI::App* app, const Globals* globals, Run* run);
+
+}  // namespace lossctl

@@ -1,0 +1,424 @@
+// rule add | ls | get | rm | clear | effect: the Injector service.
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+#include "commands.h"
+#include "connect.h"
+#include "format.h"
+#include "rule_flags.h"
+
+namespace lossctl {
+namespace {
+
+std::string Ratio(double v) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.3g", v);
+  return buf;
+}
+
+uint64_t NowUnixNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::string ExpiresText(const v1::Rule& r) {
+  if (r.state() == v1::RULE_STATE_EXPIRED) return "expired";
+  if (r.expires_unix_ns() == 0) return "never";
+  uint64_t now = NowUnixNs();
+  if (r.expires_unix_ns() <= now) return "now";
+  return "in " + FormatDuration(r.expires_unix_ns() - now);
+}
+
+std::string DropShare(uint64_t dropped, uint64_t matched) {
+  if (matched == 0) return "-";
+  return FormatRate(static_cast<double>(dropped) / static_cast<double>(matched));
+}
+
+// "eth0 ingress via tc"
+std::string Where(const v1::RuleSpec& s) {
+  return TargetSummary(s) + " " + DirectionName(s.direction()) + " via " + HookName(s.hook());
+}
+
+void PrintRuleLine(const v1::Rule& r, const char* verb) {
+  const v1::RuleSpec& s = r.spec();
+  std::string ttl = s.ttl_ns() ? ", ttl " + FormatDuration(s.ttl_ns()) + " (expires " +
+                                     ExpiresText(r) + ")"
+                               : "";
+  printf("rule %u %s: %s, %s, loss %s%s\n", r.id(), verb, Where(s).c_str(),
+         MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(), ttl.c_str());
+  for (const auto& a : r.attachments()) printf("  attached: %s\n", a.c_str());
+  if (r.state() == v1::RULE_STATE_FAILED) printf("  FAILED: %s\n", r.reason().c_str());
+}
+
+void KeyValue(const char* key, const std::string& value) { printf("  %-12s %s\n", key, value.c_str()); }
+
+void PrintRuleDetail(const v1::Rule& r) {
+  const v1::RuleSpec& s = r.spec();
+  const v1::RuleCounters& c = r.counters();
+  printf("rule %u  %s\n", r.id(), RuleStateName(r.state()));
+  if (r.state() == v1::RULE_STATE_FAILED) KeyValue("reason", r.reason());
+  KeyValue("target", Where(s));
+  KeyValue("match", MatchSummary(s.match()));
+  KeyValue("loss", LossSummary(s.loss()));
+  KeyValue("priority", std::to_string(s.priority()));
+  KeyValue("ttl", s.ttl_ns() ? FormatDuration(s.ttl_ns()) + ", expires " + ExpiresText(r) +
+                                   (r.expires_unix_ns() ? " (" + FormatUnixTime(r.expires_unix_ns()) + ")" : "")
+                             : "none (until deleted)");
+  std::string opts;
+  if (s.per_segment()) opts += "per-segment ";
+  if (s.force()) opts += "force ";
+  if (!opts.empty()) KeyValue("options", opts);
+  if (!s.labels().empty()) KeyValue("labels", LabelsSummary(s.labels()));
+  if (r.created_unix_ns()) KeyValue("created", FormatUnixTime(r.created_unix_ns()));
+  for (const auto& a : r.attachments()) KeyValue("attached", a);
+  KeyValue("matched", std::to_string(c.matched_packets()) + " pkts, " +
+                          std::to_string(c.matched_segments()) + " segs, " +
+                          FormatBytes(c.matched_bytes()));
+  KeyValue("dropped", std::to_string(c.dropped_packets()) + " pkts, " +
+                          std::to_string(c.dropped_segments()) + " segs, " +
+                          FormatBytes(c.dropped_bytes()) + " (" +
+                          DropShare(c.dropped_segments(), c.matched_segments()) + " of segments)");
+}
+
+void PrintRuleTable(const google::protobuf::RepeatedPtrField<v1::Rule>& rules) {
+  Table t({"ID", "STATE", "TARGET", "DIR", "HOOK", "MATCH", "LOSS", "PRIO", "EXPIRES", "MATCHED",
+           "DROPPED", "DROP%", "TRAFFIC", "LABELS"});
+  for (size_t c : {0, 7, 9, 10, 11, 12}) t.RightAlign(c);
+  for (const auto& r : rules) {
+    const auto& s = r.spec();
+    const auto& c = r.counters();
+    t.AddRow({std::to_string(r.id()), RuleStateName(r.state()), TargetSummary(s),
+              DirectionName(s.direction()), HookName(s.hook()), MatchSummary(s.match()),
+              LossSummary(s.loss()), std::to_string(s.priority()), ExpiresText(r),
+              std::to_string(c.matched_segments()), std::to_string(c.dropped_segments()),
+              DropShare(c.dropped_segments(), c.matched_segments()), FormatBytes(c.matched_bytes()),
+              LabelsSummary(s.labels())});
+  }
+  t.Print(stdout);
+}
+
+bool ParseRuleId(const std::string& text, uint32_t* id, std::string* error) {
+  uint64_t v;
+  if (!ParseUint(text, 1, UINT32_MAX, "rule id", &v, error)) return false;
+  *id = static_cast<uint32_t>(v);
+  return true;
+}
+
+bool ReadInput(const std::string& path, std::string* out, std::string* error) {
+  if (path == "-") {
+    out->assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    return true;
+  }
+  std::ifstream in(path);
+  if (!in) {
+    *error = "--file: cannot read '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// ---------------------------------------------------------------- add --
+
+struct AddFlags {
+  RuleFlags rule;
+  std::string file;
+  bool atomic = false, quiet = false;
+};
+
+int AddOne(const Globals& g, const AddFlags& f) {
+  v1::CreateRuleRequest req;
+  std::string error;
+  if (!BuildRuleSpec(f.rule, "--", req.mutable_spec(), &error)) return UsageError(error);
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  grpc::ClientContext ctx;
+  conn->SetDeadline(&ctx);
+  v1::Rule rule;
+  grpc::Status st = conn->injector().CreateRule(&ctx, req, &rule);
+  if (!st.ok()) return conn->Report(st, "rule add");
+  if (g.json()) PrintLine(ToJson(rule));
+  else if (f.quiet) printf("%u\n", rule.id());
+  else PrintRuleLine(rule, "added");
+  if (rule.state() == v1::RULE_STATE_FAILED)
+    return Fail(kExitError, "rule " + std::to_string(rule.id()) + " failed: " + rule.reason());
+  return kExitOk;
+}
+
+int AddBatch(const Globals& g, const AddFlags& f) {
+  std::string text, error;
+  if (!ReadInput(f.file, &text, &error)) return UsageError(error);
+  v1::CreateRulesRequest req;
+  std::vector<v1::RuleSpec> specs;
+  std::string source = f.file == "-" ? "stdin" : f.file;
+  std::vector<std::string> where;
+  if (!ParseRulesJson(text, source, f.rule, &specs, &error, &where)) return UsageError(error);
+  for (auto& s : specs) *req.add_specs() = std::move(s);
+  req.set_atomic(f.atomic);
+
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  grpc::ClientContext ctx;
+  conn->SetDeadline(&ctx);
+  v1::CreateRulesResponse resp;
+  grpc::Status st = conn->injector().CreateRules(&ctx, req, &resp);
+  if (!st.ok()) {  // --atomic: the first refused spec's status, "specs[i]: ..."
+    return conn->Report(grpc::Status(st.error_code(), LocateSpecError(st.error_message(), where)),
+                        "rule add --file");
+  }
+
+  int failed = 0;
+  for (int i = 0; i < resp.errors_size(); i++) {
+    if (resp.errors(i).empty()) continue;
+    failed++;
+    std::string msg = LocateSpecError(resp.errors(i), where);
+    if (msg == resp.errors(i) && i < static_cast<int>(where.size())) msg = where[i] + ": " + msg;
+    fprintf(stderr, "lossctl: %s\n", msg.c_str());
+  }
+  if (g.json()) {
+    PrintLine(ToJson(resp));
+  } else if (f.quiet) {
+    for (const auto& r : resp.rules()) printf("%u\n", r.id());
+  } else if (resp.rules_size() > 0) {
+    PrintRuleTable(resp.rules());
+  }
+  if (failed) {
+    return Fail(kExitInvalid, std::to_string(failed) + " of " + std::to_string(req.specs_size()) +
+                                  " rules refused" +
+                                  (f.atomic ? " (--atomic: none created)" : ""));
+  }
+  return kExitOk;
+}
+
+// -------------------------------------------------------- ls get rm ... --
+
+int List(const Globals& g, const std::vector<std::string>& labels) {
+  v1::ListRulesRequest req;
+  std::map<std::string, std::string> m;
+  std::string error;
+  if (!ParseLabels(labels, "--label", &m, &error)) return UsageError(error);
+  for (const auto& kv : m) (*req.mutable_labels())[kv.first] = kv.second;
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  grpc::ClientContext ctx;
+  conn->SetDeadline(&ctx);
+  v1::ListRulesResponse resp;
+  grpc::Status st = conn->injector().ListRules(&ctx, req, &resp);
+  if (!st.ok()) return conn->Report(st, "rule ls");
+  if (g.json()) PrintLine(ToJson(resp));
+  else if (resp.rules().empty()) printf("no rules\n");
+  else PrintRuleTable(resp.rules());
+  return kExitOk;
+}
+
+int Get(const Globals& g, const std::string& id_text) {
+  v1::GetRuleRequest req;
+  uint32_t id;
+  std::string error;
+  if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
+  req.set_id(id);
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  grpc::ClientContext ctx;
+  conn->SetDeadline(&ctx);
+  v1::Rule rule;
+  grpc::Status st = conn->injector().GetRule(&ctx, req, &rule);
+  if (!st.ok()) return conn->Report(st, "rule get " + id_text);
+  if (g.json()) PrintLine(ToJson(rule));
+  else PrintRuleDetail(rule);
+  return kExitOk;
+}
+
+int Remove(const Globals& g, const std::vector<std::string>& id_texts) {
+  std::vector<uint32_t> ids;
+  std::string error;
+  for (const auto& t : id_texts) {
+    uint32_t id;
+    if (!ParseRuleId(t, &id, &error)) return UsageError(error);
+    ids.push_back(id);
+  }
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  int result = kExitOk;
+  for (uint32_t id : ids) {
+    v1::DeleteRuleRequest req;
+    req.set_id(id);
+    grpc::ClientContext ctx;
+    conn->SetDeadline(&ctx);
+    v1::DeleteRuleResponse resp;
+    grpc::Status st = conn->injector().DeleteRule(&ctx, req, &resp);
+    if (!st.ok()) {
+      int rc = conn->Report(st, "rule rm " + std::to_string(id));
+      if (result == kExitOk) result = rc;  // the first failure decides; go on with the others
+      if (rc == kExitUnavailable) break;
+      continue;
+    }
+    if (g.json()) {
+      PrintLine(ToJson(resp));
+    } else {
+      const auto& c = resp.rule().counters();
+      printf("rule %u removed: dropped %" PRIu64 " of %" PRIu64 " segments (%s), %s\n", id,
+             c.dropped_segments(), c.matched_segments(),
+             DropShare(c.dropped_segments(), c.matched_segments()).c_str(),
+             FormatBytes(c.dropped_bytes()).c_str());
+    }
+  }
+  return result;
+}
+
+int Clear(const Globals& g) {
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  grpc::ClientContext ctx;
+  conn->SetDeadline(&ctx);
+  v1::ClearRulesResponse resp;
+  grpc::Status st = conn->injector().ClearRules(&ctx, v1::ClearRulesRequest(), &resp);
+  if (!st.ok()) return conn->Report(st, "rule clear");
+  if (g.json()) PrintLine(ToJson(resp));
+  else printf("%u rule%s removed\n", resp.deleted(), resp.deleted() == 1 ? "" : "s");
+  return kExitOk;
+}
+
+int Effect(const Globals& g, const std::string& id_text) {
+  v1::GetRuleEffectRequest req;
+  uint32_t id;
+  std::string error;
+  if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
+  req.set_id(id);
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  grpc::ClientContext ctx;
+  conn->SetDeadline(&ctx);
+  v1::RuleEffect e;
+  grpc::Status st = conn->injector().GetRuleEffect(&ctx, req, &e);
+  if (!st.ok()) return conn->Report(st, "rule effect " + id_text);
+  if (g.json()) {
+    PrintLine(ToJson(e));
+    return kExitOk;
+  }
+  const auto& c = e.counters();
+  printf("rule %u\n", e.id());
+  KeyValue("configured", FormatRate(e.configured_rate()));
+  if (c.matched_segments() == 0) {
+    KeyValue("measured", "- (no segment matched yet)");
+  } else {
+    KeyValue("measured", FormatRate(e.measured_rate()) + "  99.9% CI " +
+                             FormatRate(e.rate_ci_low()) + " .. " + FormatRate(e.rate_ci_high()) +
+                             (e.configured_within_ci() ? "  (configured rate within)"
+                                                       : "  (configured rate OUTSIDE)"));
+  }
+  KeyValue("matched", std::to_string(c.matched_segments()) + " segs, " +
+                          std::to_string(c.matched_packets()) + " pkts, " +
+                          FormatBytes(c.matched_bytes()) + ", " + std::to_string(e.flows()) +
+                          " flow" + (e.flows() == 1 ? "" : "s"));
+  KeyValue("dropped", std::to_string(c.dropped_segments()) + " segs, " +
+                          std::to_string(c.dropped_packets()) + " pkts, " +
+                          FormatBytes(c.dropped_bytes()));
+  uint64_t total = 0;
+  std::string by_type;
+  for (const auto& kv : OrderedByType(e.retransmitted_segments())) {
+    total += kv.second;
+    by_type += (by_type.empty() ? "" : ", ") + kv.first + " " + std::to_string(kv.second);
+  }
+  KeyValue("retransmits", std::to_string(total) + " segs" +
+                              (by_type.empty() ? "" : " (" + by_type + ")") +
+                              " in the flows matched");
+  if (c.dropped_segments() > 0)
+    KeyValue("ratio", Ratio(static_cast<double>(total) / c.dropped_segments()) +
+                          " retransmitted per dropped segment");
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddRuleCommands(CLI::App* app, const Globals* g, Run* run) {
+  CLI::App* rule = app->add_subcommand("rule", "Loss rules: add, list, inspect, remove");
+  rule->callback([rule, run] {
+    if (rule->get_subcommands().empty())
+      *run = [] { return UsageError("rule: give a command: add, ls, get, rm, clear or effect"); };
+  });
+
+  // add
+  auto af = std::make_shared<AddFlags>();
+  RuleFlags& f = af->rule;
+  CLI::App* add = rule->add_subcommand("add", "Add a loss rule (or the rules of --file)");
+  add->add_option("--iface,-i", f.iface, "Target interface");
+  add->add_option("--cgroup", f.cgroup, "Target cgroup v2 path");
+  add->add_option("--hook", f.hook, "auto (default) | xdp | tc | cgroup");
+  add->add_option("--dir", f.dir, "ingress (default) | egress | both");
+  add->add_option("--src", f.src, "Source address or CIDR (IPv4 or IPv6)");
+  add->add_option("--dst", f.dst, "Destination address or CIDR");
+  add->add_option("--sport", f.sport, "Source port or LO-HI");
+  add->add_option("--dport", f.dport, "Destination port or LO-HI");
+  add->add_option("--proto", f.proto, "tcp | udp | icmp | icmpv6 | any | 0-255");
+  add->add_option("--family", f.family, "4 | 6 | any (default)");
+  add->add_option("--tcp-flags", f.tcp_flags, "Flags set, ! for clear, e.g. syn,!ack");
+  add->add_option("--payload", f.payload, "any (default) | only | none");
+  add->add_option("--rate", f.rate, "Loss model: Bernoulli rate per segment, e.g. 1% or 0.005%");
+  add->add_option("--ge", f.ge, "Loss model: Gilbert-Elliott p,r,1-h,1-k (netem gemodel), e.g. 1%,20%");
+  add->add_option("--every", f.every, "Loss model: drop every N-th packet of each flow");
+  add->add_option("--first", f.first, "Loss model: drop the first K packets of each flow");
+  add->add_option("--seed", f.seed, "Same seed, same packets: same drops (per flow)");
+  add->add_option("--priority", f.priority, "Highest wins among overlapping rules (0-1000000)");
+  add->add_option("--ttl", f.ttl, "Lifetime, e.g. 30s, 5m (default: until removed)");
+  add->add_flag("--per-segment", f.per_segment, "Exact per-segment loss (GSO/GRO off on the interface)");
+  add->add_option("--label", f.labels, "key=value (repeatable)")->allow_extra_args(false);
+  add->add_flag("--force", f.force, "Allow a rule that would cut SSH or lossd's own traffic");
+  add->add_option("--file,-f", af->file,
+                  "Add the rules of a JSON file (- for stdin): an array, or one object per line, "
+                  "fields named as the flags; flags given here are their defaults");
+  add->add_flag("--atomic", af->atomic, "With --file: all rules or none");
+  add->add_flag("--quiet,-q", af->quiet, "Print only the new rule ids");
+  add->callback([g, af, run] {
+    *run = [g, af] {
+      if (af->atomic && af->file.empty()) return UsageError("--atomic goes with --file");
+      return af->file.empty() ? AddOne(*g, *af) : AddBatch(*g, *af);
+    };
+  });
+
+  // ls
+  auto labels = std::make_shared<std::vector<std::string>>();
+  CLI::App* ls = rule->add_subcommand("ls", "List rules with their counters");
+  ls->alias("list");
+  ls->add_option("--label", *labels, "Only rules carrying key=value (repeatable: all of them)")
+      ->allow_extra_args(false);
+  ls->callback([g, labels, run] { *run = [g, labels] { return List(*g, *labels); }; });
+
+  // get
+  auto get_id = std::make_shared<std::string>();
+  CLI::App* get = rule->add_subcommand("get", "Show one rule");
+  get->add_option("ID", *get_id, "Rule id")->required();
+  get->callback([g, get_id, run] { *run = [g, get_id] { return Get(*g, *get_id); }; });
+
+  // rm
+  auto rm_ids = std::make_shared<std::vector<std::string>>();
+  CLI::App* rm = rule->add_subcommand("rm", "Remove rules (prints their final counters)");
+  rm->alias("del");
+  rm->add_option("ID", *rm_ids, "Rule ids")->required();
+  rm->callback([g, rm_ids, run] { *run = [g, rm_ids] { return Remove(*g, *rm_ids); }; });
+
+  // clear
+  CLI::App* clear = rule->add_subcommand("clear", "Remove every rule");
+  clear->callback([g, run] { *run = [g] { return Clear(*g); }; });
+
+  // effect
+  auto eff_id = std::make_shared<std::string>();
+  CLI::App* effect = rule->add_subcommand(
+      "effect", "A rule's drops beside the retransmissions they caused; measured vs configured rate");
+  effect->add_option("ID", *eff_id, "Rule id")->required();
+  effect->callback([g, eff_id, run] { *run = [g, eff_id] { return Effect(*g, *eff_id); }; });
+}
+
+}  // namespace lossctl

@@ -1,0 +1,159 @@
+#include "filter_flags.h"
+
+#include <functional>
+
+#include "format.h"
+#include "injector/rule.h"
+#include "rule_flags.h"
+
+namespace lossctl {
+namespace {
+
+constexpr size_t kMaxFilters = 1024;
+
+using Setter = std::function<void(v1::EventFilter*)>;
+
+bool AddrSetter(const std::string& flag, const std::string& text, Setter* out, std::string* error) {
+  auto c = lossd::ParseCidr(text);
+  if (!c.ok()) {
+    *error = flag + ": " + c.status().message();
+    return false;
+  }
+  std::string cidr = c->ToString();
+  *out = [cidr](v1::EventFilter* f) { f->set_addr(cidr); };
+  return true;
+}
+
+bool PortSetter(const std::string& flag, const std::string& text, Setter* out, std::string* error) {
+  auto r = lossd::ParsePortRange(text);
+  if (!r.ok()) {
+    *error = flag + ": " + r.status().message();
+    return false;
+  }
+  if (r->hi == 0) {
+    *error = flag + ": port 0 cannot be matched (the API reads port 0 as any port)";
+    return false;
+  }
+  uint32_t lo = r->lo, hi = r->hi;
+  *out = [lo, hi](v1::EventFilter* f) {
+    f->mutable_port()->set_lo(lo);
+    f->mutable_port()->set_hi(hi);
+  };
+  return true;
+}
+
+bool CgroupSetter(const std::string& flag, const std::string& text, Setter* out,
+                  std::string* error) {
+  uint64_t id;
+  if (!ParseUint(text, 1, UINT64_MAX, flag + " (a cgroup id, as in `stat -c %i DIR`)", &id, error))
+    return false;
+  *out = [id](v1::EventFilter* f) { f->set_cgroup_id(id); };
+  return true;
+}
+
+bool RuleSetter(const std::string& flag, const std::string& text, Setter* out, std::string* error) {
+  uint64_t id;
+  if (!ParseUint(text, 1, UINT32_MAX, flag + " (a rule id)", &id, error)) return false;
+  *out = [id](v1::EventFilter* f) { f->set_rule_id(static_cast<uint32_t>(id)); };
+  return true;
+}
+
+bool ParseTypes(const std::string& flag, const std::vector<std::string>& items,
+                std::vector<v1::RetransmitType>* out, std::string* error) {
+  for (const auto& item : items) {
+    std::string cur;
+    for (size_t i = 0; i <= item.size(); i++) {
+      if (i < item.size() && item[i] != ',') {
+        cur.push_back(item[i]);
+        continue;
+      }
+      if (cur.empty()) continue;
+      v1::RetransmitType t;
+      if (!ParseRetransmitType(cur, &t)) {
+        *error = flag + ": invalid type '" + cur +
+                 "': expected fast, rto, loss, tlp, syn, synack, probe0 or unknown";
+        return false;
+      }
+      out->push_back(t);
+      cur.clear();
+    }
+  }
+  return true;
+}
+
+using SetterParser = bool (*)(const std::string&, const std::string&, Setter*, std::string*);
+
+bool Setters(const std::string& flag, const std::vector<std::string>& values, SetterParser parse,
+             std::vector<Setter>* out, std::string* error) {
+  for (const auto& v : values) {
+    Setter s;
+    if (!parse(flag, v, &s, error)) return false;
+    out->push_back(std::move(s));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool BuildFilters(const FilterFlags& f, std::vector<v1::EventFilter>* allow,
+                  std::vector<v1::EventFilter>* deny, std::string* error) {
+  allow->clear();
+  deny->clear();
+  // Allow: the cross product of the dimensions given.
+  std::vector<std::vector<Setter>> dims(4);
+  if (!Setters("--addr", f.addrs, AddrSetter, &dims[0], error) ||
+      !Setters("--port", f.ports, PortSetter, &dims[1], error) ||
+      !Setters("--cgroup", f.cgroups, CgroupSetter, &dims[2], error) ||
+      !Setters("--rule", f.rules, RuleSetter, &dims[3], error))
+    return false;
+  std::vector<v1::RetransmitType> types;
+  if (!ParseTypes("--type", f.types, &types, error)) return false;
+  size_t combos = 1;
+  bool any = !types.empty();
+  for (const auto& d : dims) {
+    if (d.empty()) continue;
+    any = true;
+    combos *= d.size();
+    if (combos > kMaxFilters) {
+      *error = "too many filter combinations (above " + std::to_string(kMaxFilters) +
+               "): use CIDRs and port ranges rather than many single values";
+      return false;
+    }
+  }
+  if (any) {
+    std::vector<v1::EventFilter> cur(1);
+    for (const auto& t : types) cur[0].add_types(t);
+    for (const auto& d : dims) {
+      if (d.empty()) continue;
+      std::vector<v1::EventFilter> next;
+      for (const auto& base : cur) {
+        for (const auto& set : d) {
+          next.push_back(base);
+          set(&next.back());
+        }
+      }
+      cur = std::move(next);
+    }
+    *allow = std::move(cur);
+  }
+  // Deny: each value on its own.
+  std::vector<Setter> denies;
+  if (!Setters("--deny-addr", f.deny_addrs, AddrSetter, &denies, error) ||
+      !Setters("--deny-port", f.deny_ports, PortSetter, &denies, error) ||
+      !Setters("--deny-cgroup", f.deny_cgroups, CgroupSetter, &denies, error) ||
+      !Setters("--deny-rule", f.deny_rules, RuleSetter, &denies, error))
+    return false;
+  for (const auto& set : denies) {
+    deny->emplace_back();
+    set(&deny->back());
+  }
+  std::vector<v1::RetransmitType> deny_types;
+  if (!ParseTypes("--deny-type", f.deny_types, &deny_types, error)) return false;
+  if (!deny_types.empty()) {
+    deny->emplace_back();
+    for (const auto& t : deny_types) deny->back().add_types(t);
+  }
+  return true;
+}
+
+}  // namespace lossctl

@@ -1,0 +1,55 @@
+// A rule as flags or as a JSON object with the flags' names, checked with
+// the daemon's own parsers (daemon/injector/rule.h) and turned into a
+// lossd.v1.RuleSpec. Errors name the flag (or field) and say what to fix.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lossd/v1/lossd.pb.h"
+
+namespace lossctl {
+
+namespace v1 = ::lossd::v1;
+
+// Every value as typed; empty = not given (the API's default).
+struct RuleFlags {
+  std::string iface, cgroup, hook, dir, src, dst, sport, dport, proto, family, tcp_flags,
+      payload, rate, ge, every, first, seed, priority, ttl;
+  bool per_segment = false, force = false;
+  std::vector<std::string> labels;  // "k=v"
+};
+
+// `dash` is "--" for flags, "" for JSON fields: error messages name the
+// value as the user wrote it ("--rate: ..." or "rate: ...").
+bool BuildRuleSpec(const RuleFlags& f, const std::string& dash, v1::RuleSpec* out,
+                   std::string* error);
+
+// "k=v" (the value may be empty) into `labels`; a key given twice with two
+// values is an error.
+bool ParseLabels(const std::vector<std::string>& items, const std::string& flag,
+                 std::map<std::string, std::string>* labels, std::string* error);
+
+// A whole decimal number in [min, max]; the message names `flag`.
+bool ParseUint(const std::string& text, uint64_t min, uint64_t max, const std::string& flag,
+               uint64_t* out, std::string* error);
+
+// Rules for CreateRules: a JSON array of objects, one object, or JSON lines
+// (blank lines and lines starting with # skipped). Field names are the
+// flags' (with - or _): {"iface": "eth0", "dport": 8080, "rate": "1%",
+// "labels": {"test": "a"}}. Fields a rule omits come from `defaults` (the
+// command line's flags). `source` names the input in errors ("rules.json:3: ...").
+// `where`, when given, gets each rule's place ("rules.json:3", "rules.json:
+// rule 2"), for the daemon's per-spec errors.
+bool ParseRulesJson(const std::string& text, const std::string& source, const RuleFlags& defaults,
+                    std::vector<v1::RuleSpec>* out, std::string* error,
+                    std::vector<std::string>* where = nullptr);
+
+// The daemon names a spec of CreateRules "specs[i]: ..."; this puts the
+// rule's place in the input there instead ("rules.json:3: ..."). Other
+// messages come back unchanged.
+std::string LocateSpecError(const std::string& message, const std::vector<std::string>& where);
+
+}  // namespace lossctl
