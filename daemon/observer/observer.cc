@@ -81,6 +81,9 @@ Status Observer::Load(const ObserverOptions& opts) {
     const char* name;
   } progs[] = {
       {skel->progs.obs_retransmit, "tp_btf/tcp_retransmit_skb"},
+      // its twin: takes the events the kernel skips for the first one when a
+      // retransmission nests on the same CPU (see observe.bpf.c)
+      {skel->progs.obs_retransmit2, "tp_btf/tcp_retransmit_skb (nesting twin)"},
       {skel->progs.obs_retransmit_synack, "tp_btf/tcp_retransmit_synack"},
       {skel->progs.obs_probe, "tp_btf/tcp_probe"},
       {skel->progs.obs_cong_state, "tp_btf/tcp_cong_state_set"},
@@ -212,7 +215,8 @@ ObsTotals Observer::Totals() const {
   }
   t.ring_consumed = consumed_;
   t.hub_published = hub_.published();
-  bpf_program* progs[] = {skel_->progs.obs_retransmit, skel_->progs.obs_retransmit_synack,
+  bpf_program* progs[] = {skel_->progs.obs_retransmit, skel_->progs.obs_retransmit2,
+                          skel_->progs.obs_retransmit_synack,
                           skel_->progs.obs_probe, skel_->progs.obs_cong_state,
                           skel_->progs.obs_set_state};
   for (bpf_program* p : progs) {
