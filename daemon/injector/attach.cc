@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "loss_abi.h"
 
 namespace lossd {
 
@@ -95,6 +97,42 @@ std::string ProgName(uint32_t prog_id) {
   return name;
 }
 
+// A lossd clsact program whose owner still renews its lease (its loss_cfg
+// map says so). Lease 0 (--lease 0) cannot be told apart: taken as live.
+bool OwnerAlive(uint32_t prog_id) {
+  int fd = bpf_prog_get_fd_by_id(prog_id);
+  if (fd < 0) return false;
+  uint32_t map_ids[16] = {};
+  struct bpf_prog_info info;
+  std::memset(&info, 0, sizeof(info));
+  info.nr_map_ids = 16;
+  info.map_ids = reinterpret_cast<uint64_t>(map_ids);
+  uint32_t len = sizeof(info);
+  bool alive = false;
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
+    for (uint32_t i = 0; i < info.nr_map_ids && i < 16; i++) {
+      int mfd = bpf_map_get_fd_by_id(map_ids[i]);
+      if (mfd < 0) continue;
+      struct bpf_map_info minfo;
+      std::memset(&minfo, 0, sizeof(minfo));
+      uint32_t mlen = sizeof(minfo);
+      if (bpf_obj_get_info_by_fd(mfd, &minfo, &mlen) == 0 && std::string(minfo.name) == "loss_cfg") {
+        struct loss_config cfg;
+        uint32_t zero = 0;
+        if (bpf_map_lookup_elem(mfd, &zero, &cfg) == 0) {
+          struct timespec ts;
+          clock_gettime(CLOCK_MONOTONIC, &ts);
+          uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+          alive = cfg.lease_until_ns == 0 || cfg.lease_until_ns > now;
+        }
+      }
+      close(mfd);
+    }
+  }
+  close(fd);
+  return alive;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Attachment>> AttachXdp(int prog_fd, int ifindex, const std::string& ifname,
@@ -118,6 +156,22 @@ Result<std::unique_ptr<Attachment>> AttachTcxIngress(int prog_fd, int ifindex,
 Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
                                                        const std::string& ifname) {
   LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+  {
+    // Never take the slot from a live owner (another lossd, another tool).
+    LIBBPF_OPTS(bpf_tc_opts, q, .handle = kTcHandle, .priority = kTcPriority);
+    if (bpf_tc_query(&hook, &q) == 0) {
+      std::string name = ProgName(q.prog_id);
+      if (name != kTcEgressProgName)
+        return Status(Code::kAlreadyExists, "clsact egress on " + ifname + ": handle " +
+                                                std::to_string(kTcHandle) + " prio " +
+                                                std::to_string(kTcPriority) + " is taken by program '" +
+                                                name + "'");
+      if (OwnerAlive(q.prog_id))
+        return Status(Code::kAlreadyExists,
+                      "clsact egress on " + ifname + " is held by another running lossd in this "
+                      "network namespace: one lossd per namespace owns egress rules");
+    }
+  }
   int err = bpf_tc_hook_create(&hook);
   bool created = err == 0;
   if (err && err != -EEXIST) return Status::FromErrno(-err, "create clsact qdisc on " + ifname);
@@ -152,6 +206,7 @@ int RemoveStaleClsactFilters() {
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
     if (bpf_tc_query(&hook, &opts) != 0) continue;
     if (ProgName(opts.prog_id) != kTcEgressProgName) continue;
+    if (OwnerAlive(opts.prog_id)) continue;  // another lossd, alive: not stale
     LIBBPF_OPTS(bpf_tc_opts, del, .handle = kTcHandle, .priority = kTcPriority);
     if (bpf_tc_detach(&hook, &del) == 0) {
       LOG_INFO("removed a stale lossd clsact egress filter from %s", i->if_name);

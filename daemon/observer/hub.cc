@@ -5,6 +5,7 @@
 namespace lossd {
 
 bool Subscription::Offer(const ObsEvent& e) {
+  if (filter_ && !filter_(e)) return false;  // not wanted: not lost either
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return false;
@@ -46,8 +47,8 @@ void Subscription::Close() {
   cv_.notify_all();
 }
 
-std::shared_ptr<Subscription> Hub::Subscribe(size_t capacity) {
-  auto s = std::make_shared<Subscription>(capacity ? capacity : 1);
+std::shared_ptr<Subscription> Hub::Subscribe(size_t capacity, EventFilterFn filter) {
+  auto s = std::make_shared<Subscription>(capacity ? capacity : 1, std::move(filter));
   std::lock_guard<std::mutex> lock(mu_);
   subs_.push_back(s);
   return s;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,9 +23,14 @@ struct ObsEvent {
   struct obs_close_event data{};  // data.ev.kind says which part is valid
 };
 
+// Which events a subscriber wants; the hub offers it only those, so its
+// loss count covers exactly the events it would have received.
+using EventFilterFn = std::function<bool(const ObsEvent&)>;
+
 class Subscription {
  public:
-  explicit Subscription(size_t capacity) : capacity_(capacity) {}
+  Subscription(size_t capacity, EventFilterFn filter)
+      : capacity_(capacity), filter_(std::move(filter)) {}
 
   // Waits up to `timeout` for an event; nullopt on timeout or when closed.
   std::optional<ObsEvent> Next(std::chrono::milliseconds timeout);
@@ -38,6 +44,7 @@ class Subscription {
   bool Offer(const ObsEvent& e);  // false (and counted) when full
 
   const size_t capacity_;
+  const EventFilterFn filter_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<ObsEvent> queue_;
@@ -47,7 +54,7 @@ class Subscription {
 
 class Hub {
  public:
-  std::shared_ptr<Subscription> Subscribe(size_t capacity);
+  std::shared_ptr<Subscription> Subscribe(size_t capacity, EventFilterFn filter = nullptr);
   void Unsubscribe(const std::shared_ptr<Subscription>& s);
   // Assigns the next sequence number and offers the event to every subscriber.
   void Publish(ObsEvent e);

@@ -72,7 +72,7 @@ size_t InjectorService::rule_count() const {
   return meta_.size();
 }
 
-Status InjectorService::Check(const v1::RuleSpec& in, RuleSpec* spec) {
+Status InjectorService::Check(const v1::RuleSpec& in, RuleSpec* spec, bool new_rule) {
   LOSSD_RETURN_IF_ERROR(SpecFromProto(in, spec));
   if (limits_.max_ttl_ns) {
     uint64_t ttl = static_cast<uint64_t>(spec->ttl.count());
@@ -81,7 +81,7 @@ Status InjectorService::Check(const v1::RuleSpec& in, RuleSpec* spec) {
                              std::to_string(limits_.max_ttl_ns / 1000000000ull) +
                              " s (--max-ttl); give a ttl within it");
   }
-  if (rule_count() >= limits_.max_rules)
+  if (new_rule && rule_count() >= limits_.max_rules)
     return ResourceExhausted("rule limit reached (" + std::to_string(limits_.max_rules) +
                              " rules, --max-rules): delete rules first");
   if (in.force() || ModelMeanLoss(spec->model) == 0) return Status::Ok();
@@ -121,6 +121,7 @@ Status InjectorService::Fill(uint32_t id, v1::Rule* out) const {
     auto it = meta_.find(id);
     if (it != meta_.end()) {
       for (const auto& [k, v] : it->second.labels) (*out->mutable_spec()->mutable_labels())[k] = v;
+      out->mutable_spec()->set_force(it->second.force);
       out->set_created_unix_ns(it->second.created_unix_ns);
       out->set_expires_unix_ns(it->second.expires_unix_ns);
     }
@@ -140,10 +141,12 @@ void InjectorService::SyncEffects() {
 
 Status InjectorService::Create(const v1::RuleSpec& in, v1::Rule* out) {
   RuleSpec spec;
-  LOSSD_RETURN_IF_ERROR(Check(in, &spec));
+  std::unique_lock<std::mutex> create(create_mu_);
+  LOSSD_RETURN_IF_ERROR(Check(in, &spec, true));
   auto id = inj_->Add(spec);
   if (!id.ok()) return id.status();
   Meta m;
+  m.force = in.force();
   for (const auto& [k, v] : in.labels()) m.labels[k] = v;
   m.created_unix_ns = UnixNs();
   if (spec.ttl.count() > 0) m.expires_unix_ns = m.created_unix_ns + uint64_t(spec.ttl.count());
@@ -151,6 +154,7 @@ Status InjectorService::Create(const v1::RuleSpec& in, v1::Rule* out) {
     std::lock_guard<std::mutex> lock(mu_);
     meta_[*id] = m;
   }
+  create.unlock();
   SyncEffects();
   return Fill(*id, out);
 }
@@ -198,7 +202,7 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
     if (!meta_.count(req->id())) return Done(ctx, NotFound("no rule with id " + std::to_string(req->id())));
   }
   RuleSpec spec;
-  Status st = Check(req->spec(), &spec);
+  Status st = Check(req->spec(), &spec, false);
   if (!st.ok()) return Done(ctx, st);
   st = inj_->Replace(req->id(), spec);
   if (!st.ok()) return Done(ctx, st);
@@ -206,6 +210,7 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
     std::lock_guard<std::mutex> lock(mu_);
     Meta& m = meta_[req->id()];
     m.labels.clear();
+    m.force = req->spec().force();
     for (const auto& [k, v] : req->spec().labels()) m.labels[k] = v;
     m.expires_unix_ns = spec.ttl.count() > 0 ? UnixNs() + uint64_t(spec.ttl.count()) : 0;
   }
@@ -287,8 +292,8 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
               *u.add_rules() = r;
             }
           }
-          if (!sink.Write(u)) return grpc::Status::CANCELLED;
-          if (!sink.Sleep(std::chrono::nanoseconds(interval))) return grpc::Status::CANCELLED;
+          if (!sink.Write(u) || !sink.Sleep(std::chrono::nanoseconds(interval)))
+            return grpc::Status::OK;  // client gone (reported as cancelled) or shutdown
         }
       });
 }

@@ -124,26 +124,31 @@ grpc::ServerWriteReactor<v1::RetransmitStreamMessage>* ObserverService::WatchRet
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return Unavailable();
-    auto sub = obs->hub().Subscribe(queue);
+    // Filtered at the hub: this subscriber's gap counts cover only events
+    // it would have received.
+    auto sub = obs->hub().Subscribe(queue, [=](const ObsEvent& e) {
+      const obs_event& ev = e.data.ev;
+      if (ev.kind != OBS_EV_RETRANSMIT) return false;
+      std::vector<uint32_t> rules;
+      if (effects) rules = effects->RulesFor(ev.cookie, ev.tuple);
+      return Wanted(allow, deny, ev.tuple, ev.cgroup_id, static_cast<int>(ev.type), rules);
+    });
     (*subs)++;
     GapTracker gaps;
     gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
     uint64_t seq = 0;
     auto next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     grpc::Status result = grpc::Status::OK;
-    while (!sink.cancelled()) {
+    while (!sink.done()) {
       auto e = sub->Next(std::chrono::milliseconds(100));
-      if (e && e->data.ev.kind == OBS_EV_RETRANSMIT) {
+      if (e) {
         const obs_event& ev = e->data.ev;
-        std::vector<uint32_t> rules;
-        if (effects) rules = effects->RulesFor(ev.cookie, ev.tuple);
-        if (Wanted(allow, deny, ev.tuple, ev.cgroup_id, static_cast<int>(ev.type), rules)) {
-          v1::RetransmitStreamMessage m;
-          m.set_seq(++seq);
-          EventToProto(ev, m.mutable_event());
-          for (uint32_t id : rules) m.mutable_event()->add_rule_ids(id);
-          if (!sink.Write(m)) break;
-        }
+        v1::RetransmitStreamMessage m;
+        m.set_seq(++seq);
+        EventToProto(ev, m.mutable_event());
+        if (effects)
+          for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple)) m.mutable_event()->add_rule_ids(id);
+        if (!sink.Write(m)) break;
       }
       if (std::chrono::steady_clock::now() >= next_report) {
         next_report += std::chrono::seconds(1);
@@ -200,7 +205,8 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return Unavailable();
-    auto closes = obs->hub().Subscribe(65536);
+    auto closes = obs->hub().Subscribe(
+        65536, [](const ObsEvent& e) { return e.data.ev.kind == OBS_EV_FLOW_CLOSE; });
     auto wanted = [&](uint64_t cookie, const obs_flow& f) {
       std::vector<uint32_t> rules;
       if (effects) rules = effects->RulesFor(cookie, f.tuple);
@@ -209,7 +215,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
     uint64_t seq = 0, since = 0;
     bool first = true;
     grpc::Status result = grpc::Status::OK;
-    while (!sink.cancelled()) {
+    while (!sink.done()) {
       v1::FlowStreamMessage m;
       m.set_seq(++seq);
       m.set_snapshot(first);
@@ -250,18 +256,21 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
   std::atomic<int>* subs = &subscribers_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!obs) return Unavailable();
-    auto sub = obs->hub().Subscribe(1 << 18);
+    auto sub = obs->hub().Subscribe(1 << 18, [](const ObsEvent& e) {
+      return e.data.ev.kind == OBS_EV_RETRANSMIT &&
+             (e.data.ev.outcome == OBS_SENT || e.data.ev.outcome == OBS_FAILED);
+    });
     (*subs)++;
     GapTracker gaps;
     gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
     uint64_t seq = 0;
-    while (!sink.cancelled()) {
+    while (!sink.done()) {
       v1::Aggregate a;
       a.set_window_start_unix_ns(UnixNs());
       a.set_window_ns(window);
       for (int t = 0; t < OBS_RTX_MAX; t++) (*a.mutable_retransmits_by_type())[RtxTypeName(t)] = 0;
       auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(window);
-      while (!sink.cancelled()) {
+      while (!sink.done()) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
         if (left.count() <= 0) break;
         auto e = sub->Next(left);

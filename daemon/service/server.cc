@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "injector/attach.h"
 #include "service/effects.h"
+#include "service/stream.h"
 
 namespace lossd {
 namespace {
@@ -150,7 +151,8 @@ int RunDaemon(const DaemonOptions& opts) {
   int sig = 0;
   sigwait(&sigs, &sig);
   LOG_INFO("signal %d: finishing streams, detaching", sig);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  g_streams_stopping = true;  // producers end their streams with OK
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   if (!opts.socket.empty()) unlink(opts.socket.c_str());
   // effects, services, observer, then the injector (which detaches everything)

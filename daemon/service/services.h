@@ -51,11 +51,13 @@ class InjectorService final : public v1::Injector::CallbackService {
  private:
   struct Meta {
     std::map<std::string, std::string> labels;
+    bool force = false;
     uint64_t created_unix_ns = 0;
     uint64_t expires_unix_ns = 0;
   };
   Status Create(const v1::RuleSpec& spec, v1::Rule* out);
-  Status Check(const v1::RuleSpec& in, RuleSpec* spec);  // convert, limits, safety
+  // Convert, limits (the rule count only for a new rule), safety.
+  Status Check(const v1::RuleSpec& in, RuleSpec* spec, bool new_rule);
   Status Fill(uint32_t id, v1::Rule* out) const;
   void SyncEffects();
 
@@ -64,6 +66,7 @@ class InjectorService final : public v1::Injector::CallbackService {
   ServiceLimits limits_;
   mutable std::mutex mu_;
   std::map<uint32_t, Meta> meta_;
+  std::mutex create_mu_;  // count check and creation are one step
 };
 
 class ObserverService final : public v1::Observer::CallbackService {

@@ -14,6 +14,10 @@
 
 namespace lossd {
 
+// Set when the server shuts down: producers finish their streams cleanly
+// (status OK) instead of being cut off at the shutdown deadline.
+inline std::atomic<bool> g_streams_stopping{false};
+
 template <typename Msg>
 class PumpReactor : public grpc::ServerWriteReactor<Msg> {
  public:
@@ -24,16 +28,25 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
     // Sends one message; waits for the previous write. False once the
     // client is gone (stop producing).
     bool Write(const Msg& m) { return r_->WriteOne(m); }
-    // Sleeps up to `d`; false if the stream was cancelled meanwhile.
+    // Sleeps up to `d`; false if the stream should end meanwhile.
     template <typename D>
     bool Sleep(D d) {
+      auto end = std::chrono::steady_clock::now() + d;
       std::unique_lock<std::mutex> lock(r_->mu_);
-      r_->cv_.wait_for(lock, d, [&] { return r_->cancelled_; });
-      return !r_->cancelled_;
+      while (!r_->cancelled_ && !g_streams_stopping) {
+        auto slice = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+        if (slice >= end) {
+          r_->cv_.wait_until(lock, end, [&] { return r_->cancelled_; });
+          break;
+        }
+        r_->cv_.wait_until(lock, slice, [&] { return r_->cancelled_; });
+      }
+      return !r_->cancelled_ && !g_streams_stopping;
     }
-    bool cancelled() const {
+    // The client went away, or the server is shutting down.
+    bool done() const {
       std::lock_guard<std::mutex> lock(r_->mu_);
-      return r_->cancelled_;
+      return r_->cancelled_ || g_streams_stopping;
     }
 
    private:
