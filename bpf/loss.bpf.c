@@ -51,6 +51,13 @@ struct {
 } loss_host_idx SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * LOSS_BLOOM_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} loss_host_bloom SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LOSS_MAX_RULES);
 	__type(key, __u32);
@@ -90,8 +97,9 @@ __noinline __u64 loss_rank(__u32 slot, const struct pkt *p)
 	const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
 	if (!r || !(r->flags & LOSS_RULE_ACTIVE))
 		return 0;
-	/* An expired rule is gone: it must not shadow lower-priority rules. */
-	if (r->expires_ns && bpf_ktime_get_ns() >= r->expires_ns)
+	/* An expired rule is gone: it must not shadow lower-priority rules.
+	 * The coarse clock (a tick) is plenty for a TTL and costs a third. */
+	if (r->expires_ns && bpf_ktime_get_coarse_ns() >= r->expires_ns)
 		return 0;
 	const struct loss_match *m = &r->m;
 
@@ -178,6 +186,11 @@ static __always_inline __u64 scan_bucket(__u64 best, const struct loss_bucket *b
 static __always_inline __u64 scan_host(__u64 best, __u32 kind, const __u32 *addr,
 				       const struct pkt *p, void *ctx, const int is_skb)
 {
+	__u32 h = loss_addr_hash(addr);
+	__u32 word = kind * LOSS_BLOOM_WORDS + ((h >> 6) & (LOSS_BLOOM_WORDS - 1));
+	__u64 *bits = bpf_map_lookup_elem(&loss_host_bloom, &word);
+	if (!bits || !(*bits & (1ULL << (h & 63))))
+		return best; /* no rule anchored on this address */
 	struct loss_host_key k = {
 		.kind = kind,
 		.family = p->family,
@@ -322,10 +335,10 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		k = LOSS_ANCHOR_SPORT * 65536 + p->sport;
 		best = scan_bucket(best, bpf_map_lookup_elem(&loss_port_idx, &k), p, ctx, is_skb);
 	}
-	if (cfg->n_host_rules) {
+	if (cfg->n_dhost_rules)
 		best = scan_host(best, LOSS_ANCHOR_DHOST, p->daddr, p, ctx, is_skb);
+	if (cfg->n_shost_rules)
 		best = scan_host(best, LOSS_ANCHOR_SHOST, p->saddr, p, ctx, is_skb);
-	}
 	if (cfg->n_scan)
 		best = scan_slots(best, cfg->scan, cfg->n_scan, LOSS_SCAN_MAX, p, ctx, is_skb);
 	if (!best) {
@@ -339,16 +352,14 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		return 0;
 	}
 
-	/* Time is read only once a rule matched (and expiry in loss_rank only
-	 * for rules that have one). */
-	if (cfg->lease_until_ns && bpf_ktime_get_ns() >= cfg->lease_until_ns) {
-		hs->lease_expired++;
-		hs->passed++;
-		return 0; /* owner gone: drop nothing */
-	}
-
 	struct loss_rule_stats *rs = bpf_map_lookup_elem(&loss_rule_stats, &slot);
 	int drop = decide(r, slot, p);
+	/* The clock is read only to drop: a lease that ran out (owner gone)
+	 * turns the drop into a pass. */
+	if (drop && cfg->lease_until_ns && bpf_ktime_get_coarse_ns() >= cfg->lease_until_ns) {
+		hs->lease_expired++;
+		drop = 0;
+	}
 	if (rs) {
 		rs->matched_pkts++;
 		rs->matched_segs += p->segs;

@@ -133,13 +133,30 @@ struct loss_host_key {
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_host_key) == 24, "loss_host_key layout");
 
+/*
+ * Pre-filter in front of the host hash: one bit per hashed address and
+ * kind, set while some rule is anchored on an address with that hash. A
+ * clear bit turns a packet away with one array read instead of a hash
+ * lookup. Array of u64 words, key = kind * LOSS_BLOOM_WORDS + word.
+ */
+#define LOSS_BLOOM_BITS (1 << 20)
+#define LOSS_BLOOM_WORDS (LOSS_BLOOM_BITS / 64)
+
+/* The pre-filter's hash of an address (the same in BPF and user space). */
+static inline __u32 loss_addr_hash(const __u32 *addr)
+{
+	__u32 h = (addr[0] ^ (addr[1] * 0x85ebca6bU) ^ (addr[2] * 0xc2b2ae35U) ^ (addr[3] * 0x27d4eb2fU));
+	h *= 0x9E3779B1U;
+	return h >> 12; /* 20 bits */
+}
+
 /* Global state: one entry of an array map. */
 struct loss_config {
 	__u64 lease_until_ns; /* bpf_ktime_get_ns; 0 = no lease. Past it, nothing is dropped. */
 	__u32 n_port_rules;   /* rules anchored in the port index (skip it when 0) */
-	__u32 n_host_rules;   /* rules anchored in the host index */
+	__u32 n_dhost_rules;  /* rules anchored on a destination host */
 	__u32 n_scan;         /* valid entries of scan[] */
-	__u32 _pad0;
+	__u32 n_shost_rules;  /* rules anchored on a source host */
 	__u32 scan[LOSS_SCAN_MAX]; /* unanchored rule slots, sorted like a bucket */
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_config) == 280, "loss_config layout");

@@ -47,7 +47,8 @@ Result<std::vector<AnchorKey>> AnchorIndex::Insert(uint32_t slot, const RuleSpec
     }
     AnchorKey::Kind kind = keys.front().kind;
     if (kind == AnchorKey::kDport || kind == AnchorKey::kSport) port_rules_++;
-    if (kind == AnchorKey::kDhost || kind == AnchorKey::kShost) host_rules_++;
+    if (kind == AnchorKey::kDhost) dhost_rules_++;
+    if (kind == AnchorKey::kShost) shost_rules_++;
     placed_[slot] = keys;
     return keys;
   }
@@ -73,7 +74,8 @@ std::vector<AnchorKey> AnchorIndex::Remove(uint32_t slot) {
   }
   AnchorKey::Kind kind = keys.front().kind;
   if (kind == AnchorKey::kDport || kind == AnchorKey::kSport) port_rules_--;
-  if (kind == AnchorKey::kDhost || kind == AnchorKey::kShost) host_rules_--;
+  if (kind == AnchorKey::kDhost) dhost_rules_--;
+  if (kind == AnchorKey::kShost) shost_rules_--;
   return keys;
 }
 

@@ -55,7 +55,8 @@ class AnchorIndex {
   const std::vector<Candidate>& List(const AnchorKey& key) const;
 
   uint32_t port_rules() const { return port_rules_; }
-  uint32_t host_rules() const { return host_rules_; }
+  uint32_t dhost_rules() const { return dhost_rules_; }
+  uint32_t shost_rules() const { return shost_rules_; }
   const std::vector<Candidate>& scan() const { return List(AnchorKey{}); }
 
  private:
@@ -66,7 +67,8 @@ class AnchorIndex {
   std::map<AnchorKey, std::vector<Candidate>> lists_;
   std::map<uint32_t, std::vector<AnchorKey>> placed_;
   uint32_t port_rules_ = 0;
-  uint32_t host_rules_ = 0;
+  uint32_t dhost_rules_ = 0;
+  uint32_t shost_rules_ = 0;
 };
 
 }  // namespace lossd

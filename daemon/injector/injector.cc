@@ -137,7 +137,8 @@ int Injector::ProgFd(int hook) const {
 Status Injector::WriteConfig() {
   uint32_t zero = 0;
   cfg_.n_port_rules = index_.port_rules();
-  cfg_.n_host_rules = index_.host_rules();
+  cfg_.n_dhost_rules = index_.dhost_rules();
+  cfg_.n_shost_rules = index_.shost_rules();
   const auto& scan = index_.scan();
   cfg_.n_scan = static_cast<uint32_t>(scan.size());
   for (size_t i = 0; i < LOSS_SCAN_MAX; i++) cfg_.scan[i] = i < scan.size() ? scan[i].slot : 0;
@@ -157,6 +158,24 @@ Status Injector::ResetCounters(uint32_t slot) {
   std::memset(zero.data(), 0, zero.size() * sizeof(zero[0]));
   if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_rule_stats), &slot, zero.data(), BPF_ANY))
     return Status::FromErrno(errno, "reset counters of slot " + std::to_string(slot));
+  return Status::Ok();
+}
+
+// Counts one more (or one fewer) host anchored on addr's pre-filter bit and
+// writes the word when the bit changes.
+Status Injector::BloomRef(uint32_t kind, const uint32_t* addr, int delta) {
+  uint32_t bit = loss_addr_hash(addr) & (LOSS_BLOOM_BITS - 1);
+  uint32_t ref = kind * LOSS_BLOOM_BITS + bit;
+  uint32_t& n = bloom_refs_[ref];
+  uint32_t before = n;
+  n = delta > 0 ? n + 1 : (n ? n - 1 : 0);
+  if (n == 0) bloom_refs_.erase(ref);
+  if ((before == 0) == (n == 0)) return Status::Ok();
+  uint32_t word = kind * LOSS_BLOOM_WORDS + bit / 64;
+  if (n) bloom_words_[word] |= 1ULL << (bit % 64);
+  else bloom_words_[word] &= ~(1ULL << (bit % 64));
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_host_bloom), &word, &bloom_words_[word], BPF_ANY))
+    return Status::FromErrno(errno, "write host pre-filter");
   return Status::Ok();
 }
 
@@ -185,10 +204,18 @@ Status Injector::WriteLists(const std::vector<AnchorKey>& keys) {
         hk.family = static_cast<uint32_t>(k.family);
         std::memcpy(hk.addr, k.addr.data(), 16);
         int fd = bpf_map__fd(skel_->maps.loss_host_idx);
-        if (b.n == 0) {
+        bool present = b.n > 0, was = hosts_present_.count(k) > 0;
+        if (present && !was) {
+          // Publish the bucket, then open the pre-filter for it.
+          if (bpf_map_update_elem(fd, &hk, &b, BPF_ANY)) return Status::FromErrno(errno, "write host index");
+          hosts_present_.insert(k);
+          LOSSD_RETURN_IF_ERROR(BloomRef(hk.kind, hk.addr, +1));
+        } else if (!present && was) {
+          hosts_present_.erase(k);
+          LOSSD_RETURN_IF_ERROR(BloomRef(hk.kind, hk.addr, -1));
           if (bpf_map_delete_elem(fd, &hk) && errno != ENOENT)
             return Status::FromErrno(errno, "delete host index entry");
-        } else if (bpf_map_update_elem(fd, &hk, &b, BPF_ANY)) {
+        } else if (present && bpf_map_update_elem(fd, &hk, &b, BPF_ANY)) {
           return Status::FromErrno(errno, "write host index");
         }
         break;

@@ -11,6 +11,7 @@
 #include <deque>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -145,6 +146,7 @@ class Injector {
   void Release(const AttachKey& key);
   void ReleaseOffload(const std::string& ifname);
   Status WriteLists(const std::vector<AnchorKey>& keys);
+  Status BloomRef(uint32_t kind, const uint32_t* addr, int delta);
   Status WriteConfig();
   Status WriteRule(uint32_t slot, const struct loss_rule& r);
   Status ResetCounters(uint32_t slot);
@@ -168,6 +170,10 @@ class Injector {
   std::map<AttachKey, Attached> attached_;
   std::map<std::string, Offload> offloads_;
   std::vector<uint32_t> free_slots_;
+  // Host pre-filter: rules per bit, and the words as written to the map.
+  std::map<uint32_t, uint32_t> bloom_refs_;  // kind * LOSS_BLOOM_BITS + bit
+  std::vector<uint64_t> bloom_words_ = std::vector<uint64_t>(2 * LOSS_BLOOM_WORDS);
+  std::set<AnchorKey> hosts_present_;
   std::array<uint32_t, LOSS_MAX_RULES> generation_{};
   uint32_t next_id_ = 1;
 

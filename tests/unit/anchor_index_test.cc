@@ -54,7 +54,8 @@ TEST(AnchorIndex, SourcePortThenHostThenScan) {
   h.iface = "eth0";
   h.dst = *ParseCidr("fd00::1");
   EXPECT_EQ((*idx.Insert(2, h))[0].kind, AnchorKey::kDhost);
-  EXPECT_EQ(idx.host_rules(), 1u);
+  EXPECT_EQ(idx.dhost_rules(), 1u);
+  EXPECT_EQ(idx.shost_rules(), 0u);
   RuleSpec net;
   net.iface = "eth0";
   net.src = *ParseCidr("10.0.0.0/8");
