@@ -1,0 +1,656 @@
+#!/usr/bin/python3
+"""TCP observer benchmarks: what the observer costs a TCP flow, and how many
+retransmit events per second it delivers to a consumer with every event
+accounted for. Prints one JSON document on stdout. Needs root.
+
+  bench/observer_bench.py --lossd build/daemon/lossd [--pairs 6] [--seconds 4]
+                          [--rounds 3] [--streams 16] [--loss 30%] [--skip-throughput]
+                          [--skip-events]
+
+Two network namespaces made for this run (netlab.Lab from tests/e2e: unique
+names, documentation addresses 192.0.2.0/24, removed on exit, on failure and on
+SIGINT/SIGTERM/SIGHUP), a veth pair between them; A sends, B receives. Traffic
+stays inside them.
+
+Part 1, throughput (DESIGN.md "How we measure": interleaved rounds, medians and
+ratios against a baseline measured in the same run). One unpaced TCP iperf3
+flow A -> B for --seconds, in rounds whose order rotates:
+
+  none      no observer
+  sender    `lossd --observe` in A (the sender's namespace): every observer
+            hook attached; it sees A's sockets only (retransmissions, and
+            tcp_probe once per ACK segment A receives)
+  receiver  `lossd --observe` in B (the receiver's namespace): tcp_probe once
+            per data segment (GRO skb) B receives
+
+Each observer is started and waited for (its "ready" line) before iperf3
+starts, and stopped after it. Target: median(placement) / median(none) >= 0.97
+for each placement.
+
+Part 2, events per second (a fresh lab). The retransmit generator is the
+fastest found on this machine: TSO/GSO off on A's veth (one wire segment per
+skb on the wire; TCP still retransmits per lost segment), a lossd rule at
+B's ingress dropping --loss of the data segments to the port (tcx), iperf3
+with --streams parallel unpaced streams for --seconds. Configurations, in
+rotating order over --rounds rounds:
+
+  gen       the generator alone: the kernel's retransmission rate
+            (TcpRetransSegs of A per second) with no observer
+  observed  the generator with `lossd --observe --events --watch-port P` in A,
+            stdout to a file (the consumer: lossd's own printer thread).
+            Events/s delivered = printed events / (time from traffic start to
+            the consumer's last write). Checked: ring_consumed + ring_lost ==
+            wanted events (sum of events over types and outcomes - filtered +
+            flow closes); hub_published == ring_consumed; delivered + lost ==
+            hub_published; printed lines == delivered; hub sequence numbers
+            unique (and 1..n when nothing was lost)
+  burst     the same, but the observer is stopped (SIGSTOP) 0.5 s into the
+            traffic, so the kernel fills its 8 MiB ring (the rest is counted
+            in ring_lost); once the traffic is over it is continued (SIGCONT)
+            and the drain of the full ring is timed from the output file (1 ms
+            polls): the pipeline's rate (ring reader, hub, subscriber queue,
+            JSON printer) when it has work queued and the CPU is not shared
+            with the generator. A burst, not a sustained rate.
+
+While part 2 runs, BPF run-time statistics are enabled through BPF_ENABLE_STATS
+(an fd held by this process: they stop when it exits), to report the kernel
+cost per observer program run; the observer's CPU time comes from
+/proc/<pid>/stat. Target: >= 200,000 events/s delivered, sustained (the
+"observed" configuration), with every identity holding.
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+import netlab  # noqa: E402  (read-only use: the namespace lab)
+
+TARGET_RATIO = 0.97
+TARGET_EVENTS_PER_S = 200000
+PORT_TPUT = 5201
+PORT_FLOOD = 5202
+TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
+OUTCOMES = ("sent", "failed", "not_sent", "ambiguous")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def git_describe():
+    """HEAD of the source tree and whether it has uncommitted changes."""
+    top = os.path.join(HERE, "..")
+    head = subprocess.run(["git", "-C", top, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", top, "status", "--porcelain", "--untracked-files=no"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    if not dirty:
+        return head
+    import hashlib
+    diff = subprocess.run(["git", "-C", top, "diff", "HEAD"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL).stdout
+    return "%s-dirty (uncommitted changes in %d tracked files, diff sha256 %s)" % (
+        head, len(dirty.splitlines()), hashlib.sha256(diff).hexdigest()[:12])
+
+
+def log(msg):
+    print("observer_bench %s: %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def rnd(x, n=3):
+    return None if x is None else round(x, n)
+
+
+# ---- BPF run-time statistics -------------------------------------------------------
+
+class BpfStats:
+    """BPF_ENABLE_STATS(BPF_STATS_RUN_TIME): run_time_ns/run_cnt are kept while the fd is open."""
+
+    def __init__(self):
+        self.fd = -1
+        self.error = None
+        libc = ctypes.CDLL(None, use_errno=True)
+        attr = (ctypes.c_uint8 * 8)()  # union bpf_attr { struct { __u32 type; } enable_stats; }
+        fd = libc.syscall(321, 32, attr, ctypes.sizeof(attr))  # __NR_bpf, BPF_ENABLE_STATS
+        if fd < 0:
+            self.error = os.strerror(ctypes.get_errno())
+        else:
+            self.fd = fd
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def prog_stats(pid):
+    """{prog_id: {run_time_ns, run_cnt, recursion_misses}} for the BPF programs pid holds."""
+    out = {}
+    d = "/proc/%d/fdinfo" % pid
+    try:
+        fds = os.listdir(d)
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            with open(os.path.join(d, fd)) as f:
+                kv = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:
+            continue
+        if "prog_type" in kv and "prog_id" in kv and "run_cnt" in kv:
+            out[int(kv["prog_id"])] = {k: int(kv.get(k, 0)) for k in
+                                       ("run_time_ns", "run_cnt", "recursion_misses")}
+    return out
+
+
+def prog_names(ids):
+    names = {}
+    for i in ids:
+        r = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(i)], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        try:
+            names[i] = json.loads(r.stdout).get("name", str(i))
+        except ValueError:
+            names[i] = str(i)
+    return names
+
+
+def cpu_secs(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+# ---- lossd --observe with its stdout in a file ---------------------------------------
+
+class Observer:
+    def __init__(self, lab, ns, lossd, extra=(), timeout=120):
+        d = lab.tempdir()
+        self.out_path = os.path.join(d, "observer.out")
+        self.err_path = os.path.join(d, "observer.err")
+        self.cmd = [lossd, "--observe", "--state-dir", d] + list(extra)
+        t0 = time.monotonic()
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.proc = lab.popen(ns, self.cmd, stdout=out, stderr=err)
+        self.pid = self.proc.pid  # ip netns exec execs lossd: same pid
+        while True:
+            with open(self.out_path) as f:
+                if '"event":"ready"' in f.readline():
+                    break
+            if self.proc.poll() is not None:
+                raise RuntimeError("lossd %s exited %s before ready: %s"
+                                   % (self.cmd, self.proc.returncode, self.stderr()))
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError("lossd %s not ready in %ss: %s" % (self.cmd, timeout, self.stderr()))
+            time.sleep(0.05)
+        self.ready_secs = time.monotonic() - t0
+
+    def stderr(self):
+        try:
+            with open(self.err_path) as f:
+                return f.read()[-3000:]
+        except OSError:
+            return ""
+
+    def size(self):
+        return os.stat(self.out_path).st_size
+
+    def stop(self, timeout=180):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("lossd did not exit on SIGTERM: " + self.stderr())
+        if self.proc.returncode != 0:
+            raise RuntimeError("lossd exited %d: %s" % (self.proc.returncode, self.stderr()))
+        return parse_output(self.out_path)
+
+
+def parse_output(path, count_from=None):
+    """Totals, subscriber line, counts and hub seqs of retransmit/flow_close lines."""
+    res = {"totals": None, "subscriber": None, "retransmit_lines": 0, "close_lines": 0,
+           "bad_lines": 0, "event_line_bytes": 0, "seqs": []}
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.startswith(b'{"event":"retransmit"') or raw.startswith(b'{"event":"flow_close"'):
+                if raw.startswith(b'{"event":"retransmit"'):
+                    res["retransmit_lines"] += 1
+                else:
+                    res["close_lines"] += 1
+                res["event_line_bytes"] += len(raw)
+                i = raw.find(b'"seq":')
+                j = raw.find(b",", i)
+                try:
+                    res["seqs"].append(int(raw[i + 6:j]))
+                except ValueError:
+                    res["bad_lines"] += 1
+                continue
+            try:
+                ev = json.loads(raw)
+            except ValueError:
+                res["bad_lines"] += 1
+                continue
+            if ev.get("event") == "observer_totals":
+                res["totals"] = ev
+            elif ev.get("event") == "subscriber":
+                res["subscriber"] = ev
+    return res
+
+
+def totals_summary(t):
+    out = {"retrans_segs": t["retrans_segs"]}
+    for ty in TYPES:
+        for o in OUTCOMES:
+            x = t["types"][ty][o]
+            if x["events"] or x["segs"]:
+                out["%s.%s" % (ty, o)] = {"events": x["events"], "segs": x["segs"]}
+    for k in ("ring_lost", "ring_consumed", "hub_published", "filtered", "flows_opened",
+              "flows_closed", "recursion_misses", "flow_table_full"):
+        out[k] = t.get(k)
+    out["hooks_attached"] = [h["name"] for h in t["hooks"] if h["attached"]]
+    out["hooks_not_attached"] = {h["name"]: h["error"] for h in t["hooks"] if not h["attached"]}
+    return out
+
+
+def all_events(t):
+    return sum(t["types"][ty][o]["events"] for ty in TYPES for o in OUTCOMES)
+
+
+def identities(res):
+    """The transport accounting of one --events run: each identity with both sides."""
+    t, sub = res["totals"], res["subscriber"]
+    wanted = all_events(t) - t["filtered"] + t["flows_closed"]
+    lines = res["retransmit_lines"] + res["close_lines"]
+    seqs = res["seqs"]
+    ids = {
+        "ring_consumed+ring_lost==wanted": [t["ring_consumed"] + t["ring_lost"], wanted],
+        "hub_published==ring_consumed": [t["hub_published"], t["ring_consumed"]],
+        "delivered+lost==hub_published": [sub["delivered"] + sub["lost"], t["hub_published"]],
+        "lines==delivered": [lines, sub["delivered"]],
+        "hub_seqs_unique": [len(set(seqs)), len(seqs)],
+    }
+    if sub["lost"] == 0:
+        ids["hub_seqs==1..n"] = [sorted(seqs) == list(range(1, len(seqs) + 1)), True]
+    ok = all(a == b for a, b in ids.values()) and res["bad_lines"] == 0
+    return ids, ok, wanted
+
+
+# ---- lab helpers -----------------------------------------------------------------------
+
+def iperf_server(lab, port):
+    p = lab.popen(lab.b, ["iperf3", "-s", "-p", str(port)], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        if lab.run(lab.b, "ss", "-Hltn", "sport = :%d" % port).stdout.strip():
+            return p
+        time.sleep(0.05)
+    raise RuntimeError("iperf3 server did not listen on %d" % port)
+
+
+def iperf_cmd(lab, port, secs, streams=1):
+    return ["iperf3", "-c", lab.V4_B, "-p", str(port), "-t", str(secs), "-P", str(streams), "-J"]
+
+
+def iperf_result(stdout):
+    j = json.loads(stdout)
+    if "error" in j:
+        raise RuntimeError("iperf3: " + j["error"])
+    end = j["end"]
+    return {"gbps": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
+            "retransmits": end["sum_sent"].get("retransmits")}
+
+
+def iperf(lab, port, secs, streams=1):
+    r = lab.run(lab.a, *iperf_cmd(lab, port, secs, streams), timeout=secs + 90)
+    return iperf_result(r.stdout)
+
+
+def wait_idle(lab, ns, port, timeout=60):
+    """No TCP socket of the port in ns but LISTEN/TIME-WAIT."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        busy = [l for l in lab.run(ns, "ss", "-Htan").stdout.splitlines()
+                if (":%d " % port) in l and not l.startswith(("TIME-WAIT", "LISTEN"))]
+        if not busy:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+# ---- part 1: throughput ----------------------------------------------------------------
+
+def throughput(args):
+    res = {"configs": {
+        "none": "no observer",
+        "sender": "lossd --observe in A (sender's namespace)",
+        "receiver": "lossd --observe in B (receiver's namespace)"},
+        "traffic": "iperf3 -c B -t %d -P 1 (unpaced TCP, port %d), A -> B over veth"
+                   % (args.seconds, PORT_TPUT)}
+    configs = ["none", "sender", "receiver"]
+    runs = {c: [] for c in configs}
+    with netlab.Lab() as lab:
+        iperf_server(lab, PORT_TPUT)
+        log("throughput: warm-up (not counted)")
+        iperf(lab, PORT_TPUT, 1)
+        for i in range(args.pairs):
+            order = configs[i % 3:] + configs[:i % 3]
+            for c in order:
+                obs = None
+                if c != "none":
+                    obs = Observer(lab, lab.a if c == "sender" else lab.b, args.lossd)
+                try:
+                    r = iperf(lab, PORT_TPUT, args.seconds)
+                finally:
+                    out = obs.stop() if obs else None
+                r["round"] = i
+                if out:
+                    t = out["totals"]
+                    r["observer_ready_secs"] = round(obs.ready_secs, 2)
+                    r["observer"] = {k: v for k, v in totals_summary(t).items()
+                                     if k in ("retrans_segs", "flows_opened", "flows_closed",
+                                              "recursion_misses", "ring_lost", "hooks_not_attached")}
+                    r["observer"]["hooks_attached"] = len(totals_summary(t)["hooks_attached"])
+                runs[c].append(r)
+                log("throughput round %d %s: %.3f Gbit/s" % (i, c, r["gbps"]))
+    m = {c: med(r["gbps"] for r in runs[c]) for c in configs}
+    res["runs"] = runs
+    res["median_gbps"] = m
+    res["spread_gbps"] = {c: {"min": min(r["gbps"] for r in runs[c]), "max": max(r["gbps"] for r in runs[c]),
+                              "cv": rnd(statistics.pstdev([r["gbps"] for r in runs[c]]) / m[c])}
+                          for c in configs}
+    res["ratios"] = {}
+    for c in ("sender", "receiver"):
+        ratio = m[c] / m["none"]
+        per_round = [b["gbps"] / a["gbps"] for a, b in zip(runs["none"], runs[c])]
+        res["ratios"][c] = {
+            "median_over_median": rnd(ratio),
+            "per_round": [rnd(x) for x in per_round],
+            "median_per_round": rnd(med(per_round)),
+            "per_round_min_max": [rnd(min(per_round)), rnd(max(per_round))],
+            "target_min": TARGET_RATIO,
+            "pass": ratio >= TARGET_RATIO,
+            "shortfall": rnd(max(0.0, TARGET_RATIO - ratio)),
+        }
+    problems = []
+    for c in ("sender", "receiver"):
+        for r in runs[c]:
+            o = r.get("observer", {})
+            if o.get("hooks_not_attached"):
+                problems.append("round %d %s: hooks not attached %s" % (r["round"], c, o["hooks_not_attached"]))
+            if not o.get("flows_opened"):
+                problems.append("round %d %s: the observer saw no flow" % (r["round"], c))
+    res["problems"] = problems
+    res["pass"] = all(res["ratios"][c]["pass"] for c in ("sender", "receiver")) and not problems
+    return res
+
+
+# ---- part 2: events per second ------------------------------------------------------------
+
+def gen_only(lab, args):
+    c0 = lab.counters(lab.a)
+    t0 = time.monotonic()
+    r = iperf(lab, PORT_FLOOD, args.seconds, args.streams)
+    t1 = time.monotonic()
+    wait_idle(lab, lab.a, PORT_FLOOD)
+    d = lab.counters(lab.a) - c0
+    secs = t1 - t0
+    return {"gbps": r["gbps"], "secs": round(secs, 3), "kernel_retrans_segs": d["Tcp.RetransSegs"],
+            "kernel_retrans_segs_per_s": round(d["Tcp.RetransSegs"] / secs),
+            "kernel_out_segs_per_s": round(d["Tcp.OutSegs"] / secs)}
+
+
+def observed(lab, args, burst=False):
+    obs = Observer(lab, lab.a, args.lossd, ["--events", "--watch-port", str(PORT_FLOOD)])
+    pid = obs.pid
+    ps0, cpu0 = prog_stats(pid), cpu_secs(pid)
+    c0 = lab.counters(lab.a)
+    samples = []
+    t0 = time.monotonic()
+    it = lab.popen(lab.a, iperf_cmd(lab, PORT_FLOOD, args.seconds, args.streams),
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stopped_at = None
+    while it.poll() is None:
+        now = time.monotonic()
+        samples.append((now, obs.size()))
+        if burst and stopped_at is None and now - t0 >= 0.5:
+            obs.proc.send_signal(signal.SIGSTOP)
+            stopped_at = now
+        time.sleep(0.05)
+    t1 = time.monotonic()
+    iout, ierr = it.communicate()
+    if it.returncode != 0:
+        obs.stop()
+        raise RuntimeError("iperf3 failed: %s %s" % (iout[-500:], ierr[-500:]))
+    ir = iperf_result(iout)
+    wait_idle(lab, lab.a, PORT_FLOOD)
+    out = {"gbps": ir["gbps"], "secs": round(t1 - t0, 3)}
+    if burst:
+        if stopped_at is None:
+            raise RuntimeError("traffic ended before the observer was stopped")
+        s0 = obs.size()
+        tc = time.monotonic()
+        obs.proc.send_signal(signal.SIGCONT)
+        last, t_last = s0, tc
+        while time.monotonic() - t_last < 0.5:
+            s = obs.size()
+            if s != last:
+                last, t_last = s, time.monotonic()
+            time.sleep(0.001)
+        with open(obs.out_path, "rb") as f:
+            f.seek(s0)
+            drained = f.read(last - s0).count(b"\n")
+        out["burst"] = {"stopped_secs": round(tc - stopped_at, 3), "drained_events": drained,
+                        "drain_secs": round(t_last - tc, 4),
+                        "drain_events_per_s": round(drained / (t_last - tc)) if t_last > tc else None}
+        t_done = None
+    else:
+        # The consumer's last write: the file stops growing (stdio keeps < 4 KiB until exit).
+        last, t_last = obs.size(), time.monotonic()
+        samples.append((t_last, last))
+        while time.monotonic() - t_last < 1.0:
+            s = obs.size()
+            if s != last:
+                last, t_last = s, time.monotonic()
+                samples.append((t_last, s))
+            time.sleep(0.01)
+        t_done = max(t for t, s in samples if s == last) if samples else t1
+    d = lab.counters(lab.a) - c0
+    ps1, cpu1 = prog_stats(pid), cpu_secs(pid)
+    names = prog_names(list(ps1))  # while lossd still holds them
+    res = obs.stop()
+    t = res["totals"]
+    ids, ok, wanted = identities(res)
+    sub = res["subscriber"]
+    bpf = {}
+    for i, name in names.items():
+        p0 = ps0.get(i, {"run_cnt": 0, "run_time_ns": 0, "recursion_misses": 0})
+        cnt = ps1[i]["run_cnt"] - p0["run_cnt"]
+        if not cnt and not name.startswith("obs_"):
+            continue
+        ns = ps1[i]["run_time_ns"] - p0["run_time_ns"]
+        bpf[name] = {"runs": cnt, "ns_per_run": round(ns / cnt, 1) if cnt else None,
+                     "total_ms": round(ns / 1e6, 1),
+                     "recursion_misses": ps1[i]["recursion_misses"] - p0["recursion_misses"]}
+    avg_line = res["event_line_bytes"] / max(1, res["retransmit_lines"] + res["close_lines"])
+    out.update({
+        "observer_ready_secs": round(obs.ready_secs, 2),
+        "kernel": {"RetransSegs": d["Tcp.RetransSegs"], "TCPFastRetrans": d["TcpExt.TCPFastRetrans"],
+                   "TCPSlowStartRetrans": d["TcpExt.TCPSlowStartRetrans"],
+                   "TCPTimeouts": d["TcpExt.TCPTimeouts"], "OutSegs": d["Tcp.OutSegs"]},
+        "observer": totals_summary(t),
+        "kernel_minus_observer_retrans_segs": d["Tcp.RetransSegs"] - t["retrans_segs"],
+        "wanted_events": wanted,
+        "retransmit_events": all_events(t) - t["filtered"],
+        "generated_events_per_s": round((t["ring_consumed"] + t["ring_lost"]) / (t1 - t0)),
+        "delivered": sub["delivered"], "subscriber_lost": sub["lost"],
+        "retransmit_lines": res["retransmit_lines"], "flow_close_lines": res["close_lines"],
+        "identities": ids, "identities_hold": ok,
+        "observer_cpu_secs": round(cpu1 - cpu0, 3),
+        "observer_cpu_us_per_delivered_event": round((cpu1 - cpu0) / sub["delivered"] * 1e6, 3)
+        if sub["delivered"] else None,
+        "bpf_programs": bpf,
+        "avg_event_line_bytes": round(avg_line, 1),
+    })
+    if not burst:
+        span = t_done - t0
+        out["consumer_done_secs"] = round(span, 3)
+        out["delivered_events_per_s"] = round(sub["delivered"] / span)
+        # Delivered events per 1 s window while the traffic ran (from file growth).
+        wins = []
+        for w in range(int(t1 - t0)):
+            a, b = t0 + w, t0 + w + 1
+            sa = [s for tt, s in samples if tt <= a]
+            sb = [s for tt, s in samples if tt <= b]
+            if sa and sb:
+                wins.append(round((sb[-1] - sa[-1]) / avg_line))
+        out["delivered_events_per_1s_window"] = wins
+    return out
+
+
+def events(args, stats):
+    res = {"generator": {
+        "sender_offloads": "ethtool -K <A veth> tso off gso off",
+        "injector": "lossd --iface <B veth> --proto tcp --dport %d --payload only --rate %s (B's ingress, tcx)"
+                    % (PORT_FLOOD, args.loss),
+        "traffic": "iperf3 -c B -p %d -t %d -P %d (unpaced)" % (PORT_FLOOD, args.seconds, args.streams)},
+        "observer": "lossd --observe --events --watch-port %d in A, stdout to a file" % PORT_FLOOD,
+        "bpf_stats": "enabled (BPF_ENABLE_STATS)" if stats.fd >= 0 else "unavailable: %s" % stats.error}
+    configs = ["gen", "observed", "burst"]
+    runs = {c: [] for c in configs}
+    with netlab.Lab() as lab:
+        lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tso", "off", "gso", "off")
+        d = lab.tempdir()
+        inj = lab.popen(lab.b, [args.lossd, "--iface", lab.IF_B, "--proto", "tcp", "--dport", str(PORT_FLOOD),
+                                "--payload", "only", "--rate", args.loss, "--json", "--interval", "1h",
+                                "--state-dir", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        line = inj.stdout.readline()
+        if '"ready"' not in line:
+            raise RuntimeError("injector not ready: %r %s" % (line, inj.stderr.read()[-2000:]))
+        res["injector_hooks"] = json.loads(line).get("hooks")
+        iperf_server(lab, PORT_FLOOD)
+        log("events: warm-up (not counted)")
+        iperf(lab, PORT_FLOOD, 1, args.streams)
+        wait_idle(lab, lab.a, PORT_FLOOD)
+        for i in range(args.rounds):
+            order = configs[i % 3:] + configs[:i % 3]
+            for c in order:
+                r = gen_only(lab, args) if c == "gen" else observed(lab, args, burst=(c == "burst"))
+                r["round"] = i
+                runs[c].append(r)
+                if c == "gen":
+                    log("events round %d gen: %d retransmitted segs/s" % (i, r["kernel_retrans_segs_per_s"]))
+                elif c == "observed":
+                    log("events round %d observed: %d events/s delivered (generated %d/s), lost %d, ids %s"
+                        % (i, r["delivered_events_per_s"], r["generated_events_per_s"],
+                           r["subscriber_lost"] + r["observer"]["ring_lost"], r["identities_hold"]))
+                else:
+                    log("events round %d burst: drained %d events in %.4f s = %s/s"
+                        % (i, r["burst"]["drained_events"], r["burst"]["drain_secs"],
+                           r["burst"]["drain_events_per_s"]))
+        inj.send_signal(signal.SIGTERM)
+        fin = inj.communicate(timeout=60)[0]
+        for l in fin.splitlines():
+            if '"final"' in l:
+                f = json.loads(l)
+                res["injector_final"] = {k: f[k] for k in ("matched_segs", "dropped_segs")}
+    res["runs"] = runs
+    o = runs["observed"]
+    res["median"] = {
+        "gen_kernel_retrans_segs_per_s": med(r["kernel_retrans_segs_per_s"] for r in runs["gen"]),
+        "observed_kernel_retrans_segs_per_s": med(round(r["kernel"]["RetransSegs"] / r["secs"]) for r in o),
+        "observed_generated_events_per_s": med(r["generated_events_per_s"] for r in o),
+        "observed_delivered_events_per_s": med(r["delivered_events_per_s"] for r in o),
+        "observed_max_1s_window_events_per_s": med(max(r["delivered_events_per_1s_window"] or [0]) for r in o),
+        "observer_cpu_us_per_event": med(r["observer_cpu_us_per_delivered_event"] for r in o),
+        "obs_retransmit_ns_per_run_observed": med(r["bpf_programs"].get("obs_retransmit", {}).get("ns_per_run")
+                                                  for r in o),
+        "obs_retransmit_ns_per_run_burst": med(r["bpf_programs"].get("obs_retransmit", {}).get("ns_per_run")
+                                               for r in runs["burst"]),
+        "kernel_minus_observer_retrans_segs_observed": med(r["kernel_minus_observer_retrans_segs"] for r in o),
+        "burst_observer_cpu_us_per_event": med(r["observer_cpu_us_per_delivered_event"] for r in runs["burst"]),
+        "burst_drain_events_per_s": med(r["burst"]["drain_events_per_s"] for r in runs["burst"]),
+        "burst_drained_events": med(r["burst"]["drained_events"] for r in runs["burst"]),
+    }
+    m = res["median"]
+    if m["gen_kernel_retrans_segs_per_s"]:
+        res["ratio_observed_over_gen_kernel_retrans"] = rnd(
+            m["observed_kernel_retrans_segs_per_s"] / m["gen_kernel_retrans_segs_per_s"])
+    if m["observer_cpu_us_per_event"]:
+        res["observer_events_per_cpu_second"] = round(1e6 / m["observer_cpu_us_per_event"])
+    ids_ok = all(r["identities_hold"] for r in o + runs["burst"])
+    no_loss = all(r["subscriber_lost"] == 0 and r["observer"]["ring_lost"] == 0 for r in o)
+    rate = m["observed_delivered_events_per_s"]
+    res["identities_hold_every_run"] = ids_ok
+    res["no_loss_in_observed_runs"] = no_loss
+    res["target"] = {"events_per_s_min": TARGET_EVENTS_PER_S, "measured_sustained": rate,
+                     "pass": bool(rate and rate >= TARGET_EVENTS_PER_S and ids_ok),
+                     "generator_limited": bool(m["observed_generated_events_per_s"] is not None
+                                               and m["observed_generated_events_per_s"] < TARGET_EVENTS_PER_S)}
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lossd", default=os.path.join(HERE, "..", "build", "daemon", "lossd"))
+    ap.add_argument("--pairs", type=int, default=6, help="throughput rounds (>= 5)")
+    ap.add_argument("--seconds", type=int, default=4, help="iperf3 run length")
+    ap.add_argument("--rounds", type=int, default=3, help="event-rate rounds (>= 3)")
+    ap.add_argument("--streams", type=int, default=16, help="parallel iperf3 streams of the generator")
+    ap.add_argument("--loss", default="30%", help="injected loss of the generator")
+    ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--skip-events", action="store_true")
+    args = ap.parse_args()
+    if args.pairs < 5:
+        ap.error("--pairs must be >= 5")
+    if args.rounds < 3:
+        ap.error("--rounds must be >= 3")
+    args.lossd = os.path.abspath(args.lossd)
+    if not os.access(args.lossd, os.X_OK):
+        ap.error("no lossd binary at %s (build first, or pass --lossd)" % args.lossd)
+    if os.geteuid() != 0:
+        ap.error("needs root (network namespaces, BPF)")
+    out = {"benchmark": "observer",
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "kernel": os.uname().release, "cpus": os.cpu_count(), "lossd": args.lossd,
+           "command": " ".join([sys.executable] + sys.argv),
+           "loadavg_1m_start": os.getloadavg()[0],
+           "git": git_describe()}
+    targets = {}
+    if not args.skip_throughput:
+        out["throughput"] = throughput(args)
+        targets["throughput_ratio_min"] = TARGET_RATIO
+        targets["throughput_sender_ratio"] = out["throughput"]["ratios"]["sender"]["median_over_median"]
+        targets["throughput_receiver_ratio"] = out["throughput"]["ratios"]["receiver"]["median_over_median"]
+        targets["throughput_pass"] = out["throughput"]["pass"]
+    if not args.skip_events:
+        stats = BpfStats()
+        try:
+            out["events"] = events(args, stats)
+        finally:
+            stats.close()
+        targets["events_per_s_min"] = TARGET_EVENTS_PER_S
+        targets["events_per_s_sustained"] = out["events"]["target"]["measured_sustained"]
+        targets["events_pass"] = out["events"]["target"]["pass"]
+    out["loadavg_1m_end"] = os.getloadavg()[0]
+    targets["pass"] = all(v for k, v in targets.items() if k.endswith("_pass"))
+    out["targets"] = targets
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+#!/bin/sh
+# Runs every benchmark against a build tree and prints their JSON; keeps a
+# copy of each result in <build>/bench/results/. Needs root.
+#
+#   bench/run_all.sh <build-dir>          (make bench does this)
+#
+# Environment:
+#   BPF_COST_ARGS   extra arguments for bpf_cost (e.g. "--repeat 1000000 --rounds 3")
+#   E2E_ARGS        extra arguments for e2e_throughput.py (e.g. "--pairs 3 --no-iptables")
+#   BENCH_STRICT=1  exit 1 when a target is missed (default: only when a benchmark fails)
+set -u
+
+BUILD=${1:?usage: $0 <build-dir>}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=/usr/bin/python3   # DESIGN.md: the Debian python3
+OUT="$BUILD/bench/results"
+mkdir -p "$OUT"
+
+if [ "$(id -u)" != 0 ]; then
+  echo "run_all.sh: needs root (BPF, network namespaces)" >&2
+  exit 2
+fi
+for f in "$BUILD/bench/bpf_cost" "$BUILD/daemon/lossd"; do
+  if [ ! -x "$f" ]; then
+    echo "run_all.sh: $f missing: build first (make build)" >&2
+    exit 2
+  fi
+done
+
+status=0
+missed=""
+
+run() {  # name, command...
+  name=$1
+  shift
+  echo "== $name: $*" >&2
+  if "$@" >"$OUT/$name.json"; then
+    :
+  else
+    echo "run_all.sh: $name failed (exit $?)" >&2
+    status=1
+  fi
+  cat "$OUT/$name.json"
+  if ! "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); t=j.get("target") or j.get("targets"); sys.exit(0 if t["pass"] else 1)' "$OUT/$name.json" 2>/dev/null; then
+    missed="$missed $name"
+  fi
+}
+
+# shellcheck disable=SC2086
+run bpf_cost "$BUILD/bench/bpf_cost" ${BPF_COST_ARGS:-}
+# shellcheck disable=SC2086
+run e2e_throughput "$PY" "$HERE/e2e_throughput.py" --lossd "$BUILD/daemon/lossd" ${E2E_ARGS:-}
+
+echo "== results in $OUT" >&2
+if [ -n "$missed" ]; then
+  echo "== targets missed:$missed" >&2
+  [ "${BENCH_STRICT:-0}" = 1 ] && status=1
+else
+  echo "== all targets met" >&2
+fi
+exit $status
