@@ -238,47 +238,8 @@ static __always_inline __u32 outcome_of(int err)
 /*
  * The kernel skips a tracing program that would nest on the same CPU (a
  * retransmission in softirq interrupting one in process context) and only
- * counts the miss. Two identical programs sit on tcp_retransmit_skb: a
- * nested run finds at most one of them busy, and the other takes the
- * event. Whichever runs first for an invocation claims it in a small
- * per-CPU ring of recent invocations; the other sees the claim and stops.
- * So every retransmission is counted once, nested or not.
+ * counts the miss: those are reported as recursion_misses, never guessed.
  */
-#define OBS_CLAIMS 4
-struct obs_claims {
-	__u64 key[OBS_CLAIMS];
-	__u32 head;
-	__u32 _pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct obs_claims);
-} obs_claim SEC(".maps");
-
-/* 1 if this program should handle the invocation identified by key. */
-static __always_inline int claim(__u64 key)
-{
-	__u32 zero = 0;
-	struct obs_claims *c = bpf_map_lookup_elem(&obs_claim, &zero);
-	if (!c)
-		return 1;
-#pragma unroll
-	for (int i = 0; i < OBS_CLAIMS; i++)
-		if (c->key[i] == key)
-			return 0;
-	/* Same CPU only, so plain stores do, in this order: a run nesting
-	 * between them completes before we resume, and at worst its key is
-	 * overwritten after it no longer matters. */
-	__u32 slot = c->head;
-	c->head = slot + 1;
-	asm volatile("" ::: "memory");
-	c->key[slot & (OBS_CLAIMS - 1)] = key;
-	return 1;
-}
-
 static __always_inline int on_retransmit(const struct sock *sk, const struct sk_buff *skb, int err)
 {
 	struct obs_config *cfg = get_config();
@@ -287,15 +248,8 @@ static __always_inline int on_retransmit(const struct sock *sk, const struct sk_
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (!tp)
 		return 0;
-	/* One invocation: this socket, this sequence number, the socket's
-	 * retransmit count (it grows with every counted one), this outcome. */
 	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
 	__u64 cookie = bpf_get_socket_cookie((void *)sk);
-	__u64 key = cookie * 0x9E3779B97F4A7C15ULL ^
-		    (((__u64)BPF_CORE_READ(cb, seq) << 32) | tp->total_retrans) ^ (__u32)err;
-	if (!claim(key))
-		return 0;
-
 	__u32 segs = BPF_CORE_READ(cb, tcp_gso_segs);
 	__u16 flags = BPF_CORE_READ(cb, tcp_flags);
 	__u8 sacked = BPF_CORE_READ(cb, sacked);
@@ -359,12 +313,6 @@ static __always_inline int on_retransmit(const struct sock *sk, const struct sk_
 
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(obs_retransmit, const struct sock *sk, const struct sk_buff *skb, int err)
-{
-	return on_retransmit(sk, skb, err);
-}
-
-SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(obs_retransmit2, const struct sock *sk, const struct sk_buff *skb, int err)
 {
 	return on_retransmit(sk, skb, err);
 }

@@ -75,36 +75,8 @@ Status Observer::Load(const ObserverOptions& opts) {
   }
   LOSSD_RETURN_IF_ERROR(SetFilters(opts.filters));
 
-  // Attach each program on its own: report, do not fail, on what is missing.
-  struct {
-    bpf_program* prog;
-    const char* name;
-  } progs[] = {
-      {skel->progs.obs_retransmit, "tp_btf/tcp_retransmit_skb"},
-      // its twin: takes the events the kernel skips for the first one when a
-      // retransmission nests on the same CPU (see observe.bpf.c)
-      {skel->progs.obs_retransmit2, "tp_btf/tcp_retransmit_skb (nesting twin)"},
-      {skel->progs.obs_retransmit_synack, "tp_btf/tcp_retransmit_synack"},
-      {skel->progs.obs_probe, "tp_btf/tcp_probe"},
-      {skel->progs.obs_cong_state, "tp_btf/tcp_cong_state_set"},
-      {skel->progs.obs_set_state, "tp_btf/inet_sock_set_state"},
-  };
-  for (const auto& p : progs) {
-    ObsHookStatus hs;
-    hs.name = p.name;
-    bpf_link* l = bpf_program__attach(p.prog);
-    if (!l) {
-      hs.error = std::string("attach ") + p.name + ": " + strerror(errno);
-      LOG_WARN("observer: %s", hs.error.c_str());
-    } else {
-      hs.attached = true;
-      links_.push_back(l);
-    }
-    hooks_.push_back(hs);
-  }
-  if (!hooks_[0].attached)
-    return FailedPrecondition("the observer cannot see retransmissions: " + hooks_[0].error);
-
+  // Existing flows first: once the tracepoints run, a flow's next ACK would
+  // create its record and the iterator would no longer mark it preexisting.
   ObsHookStatus it;
   it.name = "iter/tcp";
   if (opts.pick_up_existing) {
@@ -129,6 +101,33 @@ Status Observer::Load(const ObserverOptions& opts) {
     it.error = "disabled";
   }
   hooks_.push_back(it);
+  // Attach each program on its own: report, do not fail, on what is missing.
+  struct {
+    bpf_program* prog;
+    const char* name;
+  } progs[] = {
+      {skel->progs.obs_retransmit, "tp_btf/tcp_retransmit_skb"},
+      {skel->progs.obs_retransmit_synack, "tp_btf/tcp_retransmit_synack"},
+      {skel->progs.obs_probe, "tp_btf/tcp_probe"},
+      {skel->progs.obs_cong_state, "tp_btf/tcp_cong_state_set"},
+      {skel->progs.obs_set_state, "tp_btf/inet_sock_set_state"},
+  };
+  for (const auto& p : progs) {
+    ObsHookStatus hs;
+    hs.name = p.name;
+    bpf_link* l = bpf_program__attach(p.prog);
+    if (!l) {
+      hs.error = std::string("attach ") + p.name + ": " + strerror(errno);
+      LOG_WARN("observer: %s", hs.error.c_str());
+    } else {
+      hs.attached = true;
+      links_.push_back(l);
+    }
+    hooks_.push_back(hs);
+  }
+  if (!hooks_[1].attached)
+    return FailedPrecondition("the observer cannot see retransmissions: " + hooks_[1].error);
+
 
   ring_ = ring_buffer__new(bpf_map__fd(skel->maps.obs_ring), &Observer::OnEvent, this, nullptr);
   if (!ring_) return Status::FromErrno(errno, "open the observer's ring buffer");
@@ -215,8 +214,7 @@ ObsTotals Observer::Totals() const {
   }
   t.ring_consumed = consumed_;
   t.hub_published = hub_.published();
-  bpf_program* progs[] = {skel_->progs.obs_retransmit, skel_->progs.obs_retransmit2,
-                          skel_->progs.obs_retransmit_synack,
+  bpf_program* progs[] = {skel_->progs.obs_retransmit, skel_->progs.obs_retransmit_synack,
                           skel_->progs.obs_probe, skel_->progs.obs_cong_state,
                           skel_->progs.obs_set_state};
   for (bpf_program* p : progs) {

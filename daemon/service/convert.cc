@@ -230,8 +230,8 @@ void WilsonInterval(uint64_t k, uint64_t n, double* lo, double* hi) {
   double denom = 1 + z * z / nn;
   double centre = (p + z * z / (2 * nn)) / denom;
   double half = z * std::sqrt(p * (1 - p) / nn + z * z / (4 * nn * nn)) / denom;
-  *lo = std::max(0.0, centre - half);
-  *hi = std::min(1.0, centre + half);
+  *lo = k == 0 ? 0.0 : std::max(0.0, centre - half);
+  *hi = k == n ? 1.0 : std::min(1.0, centre + half);  // no rounding below 1 at 100 %
 }
 
 v1::RetransmitType TypeToProto(int t) {

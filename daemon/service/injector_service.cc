@@ -244,6 +244,10 @@ grpc::ServerUnaryReactor* InjectorService::ListRules(grpc::CallbackServerContext
                                                      const v1::ListRulesRequest* req,
                                                      v1::ListRulesResponse* resp) {
   for (const auto& info : inj_->Rules()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!meta_.count(info.id)) continue;  // still being created
+    }
     v1::Rule r;
     if (!Fill(info.id, &r).ok()) continue;
     bool ok = true;
@@ -310,8 +314,10 @@ grpc::ServerUnaryReactor* InjectorService::GetRuleEffect(grpc::CallbackServerCon
   resp->set_configured_rate(mean);
   double measured = c->matched_segs ? double(c->dropped_segs) / double(c->matched_segs) : 0;
   resp->set_measured_rate(measured);
+  // The interval comes from skbs: each skb is dropped with the configured
+  // probability, whole, so its segments are not independent trials.
   double lo, hi;
-  WilsonInterval(c->dropped_segs, c->matched_segs, &lo, &hi);
+  WilsonInterval(c->dropped_pkts, c->matched_pkts, &lo, &hi);
   resp->set_rate_ci_low(lo);
   resp->set_rate_ci_high(hi);
   resp->set_configured_within_ci(mean >= 0 && lo <= mean && mean <= hi);

@@ -273,7 +273,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
       while (!sink.done()) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
         if (left.count() <= 0) break;
-        auto e = sub->Next(left);
+        auto e = sub->Next(std::min(left, std::chrono::milliseconds(100)));
         if (!e || e->data.ev.kind != OBS_EV_RETRANSMIT) continue;
         const obs_event& ev = e->data.ev;
         if (ev.outcome != OBS_SENT && ev.outcome != OBS_FAILED) continue;
@@ -288,6 +288,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
         g->set_source(src);
         g->set_count(n);
       });
+      if (sink.done()) break;  // a window cut short is not reported
       a.set_seq(++seq);
       if (!sink.Write(a)) break;
     }
