@@ -280,17 +280,20 @@ void StateToProto(const obs_sock_state& s, v1::SocketState* o) {
 bool PortIn(const PortRange& r, uint16_t port) { return port >= r.lo && port <= r.hi; }
 
 bool AddrIn(const std::optional<Cidr>& c, uint16_t family, const uint32_t* a) {
-  if (!c) return true;
-  if ((c->family == 4) != (family == AF_INET)) return false;
-  const auto* b = reinterpret_cast<const uint8_t*>(a);
-  for (int bit = 0; bit < c->prefix; bit++) {
-    uint8_t m = 0x80 >> (bit % 8);
-    if ((b[bit / 8] & m) != (c->addr[bit / 8] & m)) return false;
-  }
-  return true;
+  return !c || AddrInCidr(*c, family, a);
 }
 
 }  // namespace
+
+bool AddrInCidr(const Cidr& c, uint16_t family, const uint32_t* a) {
+  if ((c.family == 4) != (family == AF_INET)) return false;
+  const auto* b = reinterpret_cast<const uint8_t*>(a);
+  for (int bit = 0; bit < c.prefix; bit++) {
+    uint8_t m = 0x80 >> (bit % 8);
+    if ((b[bit / 8] & m) != (c.addr[bit / 8] & m)) return false;
+  }
+  return true;
+}
 
 void TupleToProto(const obs_tuple& t, v1::Tuple* out) {
   out->set_local_addr(AddrString(t.family, t.saddr));

@@ -29,6 +29,9 @@ void TupleToProto(const obs_tuple& t, v1::Tuple* out);
 void EventToProto(const obs_event& e, v1::RetransmitEvent* out);
 void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out);
 
+// Whether an address (network byte order words, AF_INET/AF_INET6) lies in c.
+bool AddrInCidr(const Cidr& c, uint16_t family, const uint32_t* addr);
+
 // Whether packets of a TCP flow (local -> remote as seen by this host) can
 // match the rule's address/port/protocol conditions in the rule's direction.
 bool RuleCoversFlow(const RuleSpec& spec, const obs_tuple& t);

@@ -55,20 +55,11 @@ Status ParseFilters(const google::protobuf::RepeatedPtrField<v1::EventFilter>& i
   return Status::Ok();
 }
 
-bool AddrIn(const Cidr& c, uint16_t family, const uint32_t* a) {
-  if ((c.family == 4) != (family == AF_INET)) return false;
-  const auto* b = reinterpret_cast<const uint8_t*>(a);
-  for (int bit = 0; bit < c.prefix; bit++) {
-    uint8_t m = 0x80 >> (bit % 8);
-    if ((b[bit / 8] & m) != (c.addr[bit / 8] & m)) return false;
-  }
-  return true;
-}
-
 // AND inside a filter. type < 0: not a retransmission (flows): type ignored.
 bool Matches(const Filter& f, const obs_tuple& t, uint64_t cgroup_id, int type,
              const std::vector<uint32_t>& rules) {
-  if (f.addr && !AddrIn(*f.addr, t.family, t.saddr) && !AddrIn(*f.addr, t.family, t.daddr)) return false;
+  if (f.addr && !AddrInCidr(*f.addr, t.family, t.saddr) && !AddrInCidr(*f.addr, t.family, t.daddr))
+    return false;
   if (!f.port.Any() && !(f.port.lo <= t.sport && t.sport <= f.port.hi) &&
       !(f.port.lo <= t.dport && t.dport <= f.port.hi))
     return false;
