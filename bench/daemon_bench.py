@@ -5,7 +5,8 @@ every event accounted for. Prints one JSON document on stdout. Needs root.
 
   bench/daemon_bench.py --lossd build/daemon/lossd --stubs build/python
                         [--tries 10] [--batches 5] [--rounds 3] [--seconds 4]
-                        [--subscribers 10] [--skip-latency] [--skip-batch] [--skip-events]
+                        [--subscribers 10] [--small-queue 512] [--skip-latency]
+                        [--skip-batch] [--skip-events]
 
 Setup: two network namespaces made for this run (netlab.Lab from tests/e2e:
 unique names, documentation addresses 192.0.2.0/24, removed on exit, on
@@ -24,8 +25,13 @@ namespaces.
    try: the RPC latency, the time from the call to the send time of the first
    missing datagram (`to_first_drop_us`; resolution: the send interval), the
    time from the call to the arrival of the last datagram that got through
-   (`last_through_us`, receive timestamp), and whether the first drop happened
-   before the RPC returned. Four variants: ingress (sender in B, rule on A's
+   (`last_through_us`, receive timestamp), the send gap before the first
+   missing datagram (`resolution_us`: a descheduled sender makes it coarser),
+   whether the first drop happened before the RPC returned, the start of the
+   run of drops that lasted until DeleteRule (the rule's own), DeleteRule's
+   latency and the first datagram through after it. Every 4th interval the
+   sender also sends to a control port no rule matches: any control datagram
+   lost is collateral damage of creating/deleting the rule. Four variants: ingress (sender in B, rule on A's
    veth ingress: tcx) and egress (sender in A, rule on A's veth egress:
    clsact), each cold (no other rule there: the call attaches the hook) and
    warm (another rule on the same hook, other port, keeps it attached).
@@ -36,8 +42,10 @@ namespaces.
    lossd at B's ingress dropping 30 % of the data segments to the port,
    iperf3 -P 16 unpaced A -> B. Subscribers are separate processes (this
    script, `_subscribe`), each its own channel, default queue (65536).
-   Configurations `1` and `N` (--subscribers) subscribers, rotating order over
-   --rounds rounds. Reference: the daemon's own kernel-side totals, read from
+   Configurations `1` and `N` (--subscribers) subscribers, and `1_queue<Q>`:
+   one subscriber with a --small-queue queue, so that the daemon drops events
+   for it and the Gap accounting is exercised; rotating order over --rounds
+   rounds. Reference: the daemon's own kernel-side totals, read from
    its BPF maps (obs_totals, obs_counters) with bpftool, before the traffic
    (every subscriber subscribed: GetHealth.subscribers) and after (every TCP
    socket closed): published retransmit events = delta(sum of events over
@@ -45,8 +53,13 @@ namespaces.
    of its Gap counts must equal that, plus at most the flow-close events lost
    (flow closes share the hub and the subscriber queue but are not sent on
    this stream; a lost one is counted in a Gap). Stream sequence numbers must
-   be 1..n. Events/s per subscriber = events received / (time from traffic
-   start to that subscriber's last event).
+   be 1..n. Before the subscribers are stopped, their counts must have stopped
+   changing (polled once a second, then 2.5 s more for the last Gap reports).
+   Events/s per subscriber = events received / (time from traffic start to that
+   subscriber's last event). Also reported: duplicate events (two sent
+   retransmit events with the same cookie, TCP sequence number, total_retrans
+   and err: one attempt reported twice), the daemon's CPU time per event
+   written, by thread name, and the subscribers' CPU time.
 """
 import argparse
 import array
@@ -94,6 +107,15 @@ def git_describe():
                           stderr=subprocess.DEVNULL).stdout
     return "%s-dirty (uncommitted changes in %d tracked files, diff sha256 %s)" % (
         head, len(dirty.splitlines()), hashlib.sha256(diff).hexdigest()[:12])
+
+
+def binary_id(path):
+    """What was measured: the binary's modification time (UTC) and sha256."""
+    import hashlib
+    with open(path, "rb") as f:
+        h = hashlib.sha256(f.read()).hexdigest()[:16]
+    mt = datetime.datetime.fromtimestamp(os.stat(path).st_mtime, datetime.timezone.utc)
+    return {"mtime": mt.strftime("%Y-%m-%dT%H:%M:%SZ"), "sha256": h}
 
 
 def log(msg):
@@ -256,6 +278,7 @@ def cmd_subscribe(a):
     gaps = 0
     first = last = None
     gap_by = st["gaps"]
+    seen, dups = set(), 0  # (cookie, TCP seq, total_retrans, err): one retransmission attempt
     try:
         for m in call:
             if m.seq != expect:
@@ -263,6 +286,11 @@ def cmd_subscribe(a):
             expect = m.seq + 1
             if m.HasField("event"):
                 st["events"] += 1
+                e = m.event
+                key = (e.cookie, e.seq, e.state.total_retrans, e.err)
+                if key in seen and e.err == 0:  # sent: a real second one has a larger total_retrans
+                    dups += 1
+                seen.add(key)
                 last = mono()
                 if first is None:
                     first = last
@@ -275,7 +303,8 @@ def cmd_subscribe(a):
             res["error"] = "%s: %s" % (e.code(), e.details())
     ev = st["events"]
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    res.update(events=ev, gaps=gap_by, messages=ev + gaps, first_mono_ns=first, last_mono_ns=last,
+    res.update(events=ev, gaps=gap_by, duplicates=dups, messages=ev + gaps, first_mono_ns=first,
+               last_mono_ns=last,
                cpu_secs=round(ru.ru_utime + ru.ru_stime, 3))
     print(json.dumps(res), flush=True)
 
@@ -546,10 +575,11 @@ def wait_idle(lab, ns, port, timeout=60):
     return False
 
 
-def events_round(lab, d, args, nsubs):
-    subs = [helper(lab, lab.a, ["_subscribe", "--socket", d.sock, "--stubs", args.stubs, "--queue", "65536"])
+def events_round(lab, d, args, nsubs, queue=65536):
+    subs = [helper(lab, lab.a, ["_subscribe", "--socket", d.sock, "--stubs", args.stubs, "--queue", str(queue)])
             for _ in range(nsubs)]
     marks = [{"mark": 0, "gaps": {}} for _ in subs]
+    drained = False
     try:
         end = time.monotonic() + 30
         while d.health().subscribers < nsubs:
@@ -573,16 +603,27 @@ def events_round(lab, d, args, nsubs):
         wait_idle(lab, lab.a, PORT_TCP)
         ref1 = d.bpf_totals()
         dk = lab.counters(lab.a) - c0
-        # Let every stream drain and report its last gaps (Gap messages go out once a second):
-        # wait until the daemon's CPU use settles, then 2.5 s more.
-        last = cpu_secs(d.pid)
-        while True:
+        # Let every stream drain and report its last gaps (Gap messages go out once a
+        # second): poll every subscriber's counts once a second until none changed for
+        # two polls in a row, then 2.5 s more, then read them once more.
+        def counts():
+            out = []
+            for p in subs:
+                p.stdin.write("mark\n")
+                p.stdin.flush()
+                m = json.loads(p.stdout.readline())
+                out.append((m["mark"], sum(m["gaps"].values())))
+            return out
+        prev, stable = counts(), 0
+        while stable < 2 and time.monotonic_ns() - t1 < args.drain_timeout * 1e9:
             time.sleep(1.0)
-            now = cpu_secs(d.pid)
-            if now - last < 0.05 or time.monotonic_ns() - t1 > 300e9:
-                break
-            last = now
+            cur = counts()
+            stable = stable + 1 if cur == prev else 0
+            prev = cur
+        drained = stable >= 2
         time.sleep(2.5)
+        if counts() != prev:
+            drained = False
         cpu1 = cpu_secs(d.pid)
         thr1 = thread_cpu(d.pid)
         t_stop = time.monotonic_ns()
@@ -613,20 +654,22 @@ def events_round(lab, d, args, nsubs):
                     "accounted": 0 <= acc - published <= closes,
                     "exact": acc == published,
                     "seq_ok": s["seq_ok"], "error": s["error"],
+                    "duplicate_events": s.get("duplicates"),
                     "events_per_s": round(s["events"] / span) if span else None,
                     "last_event_after_traffic_end_s": round((s["last_mono_ns"] - t1) / 1e9, 3)
                     if s["last_mono_ns"] else None,
                     "client_cpu_secs": s.get("cpu_secs")})
     good = [p for p in per if "events" in p]
     traffic_s = (t1 - t0) / 1e9
-    out = {"subscribers": nsubs, "gbps": round(gbps, 3), "traffic_secs": round(traffic_s, 3),
+    out = {"subscribers": nsubs, "queue": queue, "drained_before_stop": drained, "gbps": round(gbps, 3),
+           "traffic_secs": round(traffic_s, 3),
            "published_retransmit_events": published, "published_per_s": round(published / traffic_s),
            "flow_closes": closes, "ring_lost": ring_lost, "daemon_event_types": {
                k: ref1["by_type"].get(k, 0) - ref0["by_type"].get(k, 0) for k in ref1["by_type"]},
            "kernel_RetransSegs": dk["Tcp.RetransSegs"],
            "per_subscriber": per,
-           "all_accounted": len(good) == nsubs and all(p["accounted"] and p["seq_ok"] and not p["error"]
-                                                        for p in good),
+           "all_accounted": drained and len(good) == nsubs and all(
+               p["accounted"] and p["seq_ok"] and not p["error"] for p in good),
            "max_received_plus_gaps": max((p["received_plus_gaps"] for p in good), default=None),
            "events_per_s_per_subscriber_median": med(p["events_per_s"] for p in good),
            "events_per_s_per_subscriber_min": min((p["events_per_s"] or 0 for p in good), default=None),
@@ -656,25 +699,30 @@ def events(lab, d, args):
         if lab.run(lab.b, "ss", "-Hltn", "sport = :%d" % PORT_TCP).stdout.strip():
             break
         time.sleep(0.05)
-    configs = [1, args.subscribers]
-    runs = {str(c): [] for c in configs}
+    # (name, subscribers, queue): the last one, a deliberately small queue, makes the
+    # daemon drop events for the subscriber, so the Gap accounting is exercised too.
+    configs = [("1", 1, 65536), (str(args.subscribers), args.subscribers, 65536)]
+    if args.small_queue:
+        configs.append(("1_queue%d" % args.small_queue, 1, args.small_queue))
+    runs = {c[0]: [] for c in configs}
     for i in range(args.rounds):
-        order = configs[i % 2:] + configs[:i % 2]
-        for c in order:
-            r = events_round(lab, d, args, c)
+        k = i % len(configs)
+        for name, n, q in configs[k:] + configs[:k]:
+            r = events_round(lab, d, args, n, q)
             r["round"] = i
-            runs[str(c)].append(r)
-            log("events round %d, %d subscriber(s): published %d (%d/s), per subscriber %s/s (median), "
-                "total %d/s, accounted %s"
-                % (i, c, r["published_retransmit_events"], r["published_per_s"],
-                   r["events_per_s_per_subscriber_median"], r["events_per_s_total"], r["all_accounted"]))
+            runs[name].append(r)
+            log("events round %d, %s: published %d (%d/s), per subscriber %s/s (median), "
+                "total %d/s, gaps %d, accounted %s"
+                % (i, name, r["published_retransmit_events"], r["published_per_s"],
+                   r["events_per_s_per_subscriber_median"], r["events_per_s_total"],
+                   r["subscriber_gaps_total"], r["all_accounted"]))
     inj.send_signal(signal.SIGTERM)
     inj.communicate(timeout=60)
     srv.kill()
     summary = {}
-    for c in configs:
-        rs = runs[str(c)]
-        summary[str(c)] = {
+    for c, _, _ in configs:
+        rs = runs[c]
+        summary[c] = {
             "published_per_s": med(r["published_per_s"] for r in rs),
             "events_per_s_per_subscriber": med(r["events_per_s_per_subscriber_median"] for r in rs),
             "events_per_s_total": med(r["events_per_s_total"] for r in rs),
@@ -720,6 +768,10 @@ def main():
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--loss", default="30%")
     ap.add_argument("--subscribers", type=int, default=10)
+    ap.add_argument("--drain-timeout", type=int, default=300,
+                    help="most seconds to wait for the subscribers to drain after the traffic")
+    ap.add_argument("--small-queue", type=int, default=512,
+                    help="also run 1 subscriber with this queue length (Gap accounting); 0: skip")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-batch", action="store_true")
     ap.add_argument("--skip-events", action="store_true")
@@ -738,9 +790,10 @@ def main():
     out = {"benchmark": "daemon",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "kernel": os.uname().release, "cpus": os.cpu_count(), "lossd": args.lossd,
+           "lossd_binary": binary_id(args.lossd),
            "command": " ".join([sys.executable] + sys.argv), "loadavg_1m_start": os.getloadavg()[0],
            "grpcio": grpc.__version__,
-           "git": git_describe()}
+           "git_at_run": git_describe()}
     targets = {}
     with netlab.Lab() as lab:
         d = Daemon(lab, lab.a, args.lossd)
@@ -773,8 +826,23 @@ def main():
     out["loadavg_1m_end"] = os.getloadavg()[0]
     targets["pass"] = all(v for k, v in targets.items() if k.endswith("_pass"))
     out["targets"] = targets
+    # Sanity checks (not targets): a failed one makes the exit status 1.
+    problems = []
+    for v in out.get("create_to_first_drop", []):
+        if v["tries_with_drop"] != len(v["tries"]):
+            problems.append("%s: %d of %d tries saw no run of drops"
+                            % (v["variant"], len(v["tries"]) - v["tries_with_drop"], len(v["tries"])))
+    if "batch" in out and not out["batch"]["all_created_and_cleared"]:
+        problems.append("batch: not every rule was created and cleared")
+    for c, rs in out.get("events", {}).get("runs", {}).items():
+        for r in rs:
+            if not r["all_accounted"]:
+                problems.append("events %s round %d: not every event accounted for (drained %s)"
+                                % (c, r["round"], r["drained_before_stop"]))
+    out["checks_ok"] = not problems
+    out["problems"] = problems
     print(json.dumps(out, indent=2))
-    return 0
+    return 0 if not problems else 1
 
 
 netlab = None

@@ -3,7 +3,7 @@
 retransmit events per second it delivers to a consumer with every event
 accounted for. Prints one JSON document on stdout. Needs root.
 
-  bench/observer_bench.py --lossd build/daemon/lossd [--pairs 6] [--seconds 4]
+  bench/observer_bench.py --lossd build/daemon/lossd [--pairs 10] [--seconds 4]
                           [--rounds 3] [--streams 16] [--loss 30%] [--skip-throughput]
                           [--skip-events]
 
@@ -25,7 +25,11 @@ flow A -> B for --seconds, in rounds whose order rotates:
 
 Each observer is started and waited for (its "ready" line) before iperf3
 starts, and stopped after it. Target: median(placement) / median(none) >= 0.97
-for each placement.
+for each placement. Also reported: each round's ratio to the same round's
+baseline, a 95 % bootstrap interval of their median, and `conclusive`: false
+when that interval straddles 0.97 (the noise is larger than the margin). The
+verdict is pass, fail or inconclusive; the target counts as met (`pass`) only
+on a conclusive pass.
 
 Part 2, events per second (a fresh lab). The retransmit generator is the
 fastest found on this machine: TSO/GSO off on A's veth (one wire segment per
@@ -43,7 +47,11 @@ rotating order over --rounds rounds:
             wanted events (sum of events over types and outcomes - filtered +
             flow closes); hub_published == ring_consumed; delivered + lost ==
             hub_published; printed lines == delivered; hub sequence numbers
-            unique (and 1..n when nothing was lost)
+            unique (and 1..n when nothing was lost). Also reported: the
+            kernel's TcpRetransSegs delta of A minus the observer's
+            retrans_segs (0 when they reconcile), and duplicate events (two
+            sent retransmit events with the same cookie, TCP sequence number,
+            total_retrans and err: one attempt reported twice)
   burst     the same, but the observer is stopped (SIGSTOP) 0.5 s into the
             traffic, so the kernel fills its 8 MiB ring (the rest is counted
             in ring_lost); once the traffic is over it is continued (SIGCONT)
@@ -96,6 +104,15 @@ def git_describe():
                           stderr=subprocess.DEVNULL).stdout
     return "%s-dirty (uncommitted changes in %d tracked files, diff sha256 %s)" % (
         head, len(dirty.splitlines()), hashlib.sha256(diff).hexdigest()[:12])
+
+
+def binary_id(path):
+    """What was measured: the binary's modification time (UTC) and sha256."""
+    import hashlib
+    with open(path, "rb") as f:
+        h = hashlib.sha256(f.read()).hexdigest()[:16]
+    mt = datetime.datetime.fromtimestamp(os.stat(path).st_mtime, datetime.timezone.utc)
+    return {"mtime": mt.strftime("%Y-%m-%dT%H:%M:%SZ"), "sha256": h}
 
 
 def log(msg):
@@ -223,12 +240,26 @@ class Observer:
 def parse_output(path, count_from=None):
     """Totals, subscriber line, counts and hub seqs of retransmit/flow_close lines."""
     res = {"totals": None, "subscriber": None, "retransmit_lines": 0, "close_lines": 0,
-           "bad_lines": 0, "event_line_bytes": 0, "seqs": []}
+           "bad_lines": 0, "event_line_bytes": 0, "seqs": [], "duplicate_retransmits": 0,
+           "repeated_failed_attempts": 0}
+    seen = set()
     with open(path, "rb") as f:
         for raw in f:
             if raw.startswith(b'{"event":"retransmit"') or raw.startswith(b'{"event":"flow_close"'):
                 if raw.startswith(b'{"event":"retransmit"'):
                     res["retransmit_lines"] += 1
+                    # One retransmission attempt: socket, TCP sequence number, the socket's
+                    # retransmit count and err; the same four twice is the same attempt twice.
+                    try:
+                        ev = json.loads(raw)
+                        key = (ev["cookie"], ev["seq_no"], ev["total_retrans"], ev["err"])
+                        if key in seen:
+                            # err 0 (sent): the kernel added its segments to total_retrans,
+                            # so a second, real retransmission cannot carry the same four
+                            res["duplicate_retransmits" if ev["err"] == 0 else "repeated_failed_attempts"] += 1
+                        seen.add(key)
+                    except (ValueError, KeyError):
+                        res["bad_lines"] += 1
                 else:
                     res["close_lines"] += 1
                 res["event_line_bytes"] += len(raw)
@@ -287,6 +318,14 @@ def identities(res):
         ids["hub_seqs==1..n"] = [sorted(seqs) == list(range(1, len(seqs) + 1)), True]
     ok = all(a == b for a, b in ids.values()) and res["bad_lines"] == 0
     return ids, ok, wanted
+
+
+def bootstrap_ci(xs, n=4000, seed=1):
+    """95 % bootstrap interval of the median of xs (fixed seed: same data, same interval)."""
+    import random
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
 
 
 # ---- lab helpers -----------------------------------------------------------------------
@@ -381,10 +420,15 @@ def throughput(args):
             "per_round": [rnd(x) for x in per_round],
             "median_per_round": rnd(med(per_round)),
             "per_round_min_max": [rnd(min(per_round)), rnd(max(per_round))],
+            "per_round_median_ci95": [rnd(x) for x in bootstrap_ci(per_round)],
             "target_min": TARGET_RATIO,
             "pass": ratio >= TARGET_RATIO,
             "shortfall": rnd(max(0.0, TARGET_RATIO - ratio)),
         }
+        lo, hi = res["ratios"][c]["per_round_median_ci95"]
+        rc = res["ratios"][c]
+        rc["conclusive"] = not (lo < TARGET_RATIO <= hi)
+        rc["verdict"] = ("inconclusive" if not rc["conclusive"] else "pass" if rc["pass"] else "fail")
     problems = []
     for c in ("sender", "receiver"):
         for r in runs[c]:
@@ -394,7 +438,8 @@ def throughput(args):
             if not o.get("flows_opened"):
                 problems.append("round %d %s: the observer saw no flow" % (r["round"], c))
     res["problems"] = problems
-    res["pass"] = all(res["ratios"][c]["pass"] for c in ("sender", "receiver")) and not problems
+    # Met only when the median rule passes and the noise cannot have decided it.
+    res["pass"] = all(res["ratios"][c]["verdict"] == "pass" for c in ("sender", "receiver")) and not problems
     return res
 
 
@@ -498,6 +543,8 @@ def observed(lab, args, burst=False):
         "generated_events_per_s": round((t["ring_consumed"] + t["ring_lost"]) / (t1 - t0)),
         "delivered": sub["delivered"], "subscriber_lost": sub["lost"],
         "retransmit_lines": res["retransmit_lines"], "flow_close_lines": res["close_lines"],
+        "duplicate_retransmit_events": res["duplicate_retransmits"],
+        "repeated_identical_failed_attempts": res["repeated_failed_attempts"],
         "identities": ids, "identities_hold": ok,
         "observer_cpu_secs": round(cpu1 - cpu0, 3),
         "observer_cpu_us_per_delivered_event": round((cpu1 - cpu0) / sub["delivered"] * 1e6, 3)
@@ -581,6 +628,7 @@ def events(args, stats):
         "obs_retransmit_ns_per_run_burst": med(r["bpf_programs"].get("obs_retransmit", {}).get("ns_per_run")
                                                for r in runs["burst"]),
         "kernel_minus_observer_retrans_segs_observed": med(r["kernel_minus_observer_retrans_segs"] for r in o),
+        "duplicate_retransmit_events_observed": med(r["duplicate_retransmit_events"] for r in o),
         "burst_observer_cpu_us_per_event": med(r["observer_cpu_us_per_delivered_event"] for r in runs["burst"]),
         "burst_drain_events_per_s": med(r["burst"]["drain_events_per_s"] for r in runs["burst"]),
         "burst_drained_events": med(r["burst"]["drained_events"] for r in runs["burst"]),
@@ -606,7 +654,7 @@ def events(args, stats):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lossd", default=os.path.join(HERE, "..", "build", "daemon", "lossd"))
-    ap.add_argument("--pairs", type=int, default=6, help="throughput rounds (>= 5)")
+    ap.add_argument("--pairs", type=int, default=10, help="throughput rounds (>= 5)")
     ap.add_argument("--seconds", type=int, default=4, help="iperf3 run length")
     ap.add_argument("--rounds", type=int, default=3, help="event-rate rounds (>= 3)")
     ap.add_argument("--streams", type=int, default=16, help="parallel iperf3 streams of the generator")
@@ -626,15 +674,18 @@ def main():
     out = {"benchmark": "observer",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "kernel": os.uname().release, "cpus": os.cpu_count(), "lossd": args.lossd,
+           "lossd_binary": binary_id(args.lossd),
            "command": " ".join([sys.executable] + sys.argv),
            "loadavg_1m_start": os.getloadavg()[0],
-           "git": git_describe()}
+           "git_at_run": git_describe()}
     targets = {}
     if not args.skip_throughput:
         out["throughput"] = throughput(args)
         targets["throughput_ratio_min"] = TARGET_RATIO
         targets["throughput_sender_ratio"] = out["throughput"]["ratios"]["sender"]["median_over_median"]
         targets["throughput_receiver_ratio"] = out["throughput"]["ratios"]["receiver"]["median_over_median"]
+        targets["throughput_sender_verdict"] = out["throughput"]["ratios"]["sender"]["verdict"]
+        targets["throughput_receiver_verdict"] = out["throughput"]["ratios"]["receiver"]["verdict"]
         targets["throughput_pass"] = out["throughput"]["pass"]
     if not args.skip_events:
         stats = BpfStats()
@@ -648,8 +699,18 @@ def main():
     out["loadavg_1m_end"] = os.getloadavg()[0]
     targets["pass"] = all(v for k, v in targets.items() if k.endswith("_pass"))
     out["targets"] = targets
+    # Sanity checks (not targets): a failed one makes the exit status 1.
+    problems = list(out.get("throughput", {}).get("problems", []))
+    if "events" in out:
+        for c in ("observed", "burst"):
+            for r in out["events"]["runs"][c]:
+                if not r["identities_hold"]:
+                    problems.append("events %s round %d: accounting identities do not hold: %s"
+                                    % (c, r["round"], r["identities"]))
+    out["checks_ok"] = not problems
+    out["problems"] = problems
     print(json.dumps(out, indent=2))
-    return 0
+    return 0 if not problems else 1
 
 
 if __name__ == "__main__":
