@@ -2,12 +2,22 @@
 /*
  * lossd TCP observer: what TCP does about loss.
  *
- *  tp_btf/tcp_retransmit_skb     every retransmission, classified; exact totals
+ *  sockops (root cgroup)         every counted retransmission (RETRANS_CB),
+ *                                classified; exact totals. Arms the callback
+ *                                on connect, listen and establishment.
  *  tp_btf/tcp_retransmit_synack  SYN-ACK retransmissions
  *  tp_btf/tcp_probe              per-ACK: folded into the flow's aggregate only
  *  tp_btf/tcp_cong_state_set     time per congestion state, per flow
  *  tp_btf/inet_sock_set_state    flow open and close (closing summary event)
- *  iter/tcp                      flows that existed before the observer started
+ *  iter/tcp                      flows that existed before the observer started;
+ *                                arms their retransmission callback
+ *
+ * Why sock_ops and not tcp:tcp_retransmit_skb: __tcp_retransmit_skb calls the
+ * RETRANS_CB right after it adds the segments to TcpRetransSegs, on exactly
+ * the path that counts them, with (seq, segs, err). The tracepoint, a few
+ * lines later, did not reach BPF for about 1 retransmission in 100-300 on
+ * this kernel (docs/observer.md), and tracing programs are skipped when they
+ * would nest on a CPU; sock_ops programs are neither.
  *
  * Totals cover every socket of the configured network namespace (they
  * reconcile with its /proc/net/snmp and /proc/net/netstat); filters decide
@@ -25,20 +35,13 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define AF_INET 2
 #define AF_INET6 10
 #define IPPROTO_TCP 6
-#define TCPHDR_SYN 0x02
-#define TCPCB_LOST 0x04
 #define TCP_CA_Loss 4
 #define ICSK_TIME_LOSS_PROBE 5
 #define TCP_SYN_SENT 2
 #define TCP_SYN_RECV 3
 #define TCP_ESTABLISHED 1
 #define TCP_CLOSE 7
-#define SOCK_DEAD 0
-#define EBUSY 16
-#define EAGAIN 11
-#define ENOMEM 12
-#define EINVAL 22
-#define EHOSTUNREACH 113
+#define SOL_TCP 6
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -223,64 +226,66 @@ static __always_inline struct obs_flow *flow_get(const struct sock *sk, __u64 co
 	return bpf_map_lookup_elem(&obs_flows, &cookie);
 }
 
-/* err of tcp_retransmit_skb -> how the kernel accounted it (see the ABI). */
-static __always_inline __u32 outcome_of(int err)
+/*
+ * Type of a counted retransmission, from the socket's own state at the
+ * RETRANS_CB (docs/observer.md). The kernel picks its MIB the same way:
+ * tcp_xmit_retransmit_queue counts TCPSlowStartRetrans in Loss state and
+ * TCPFastRetrans otherwise; the timer runs with icsk_pending cleared; a tail
+ * loss probe runs with icsk_pending == ICSK_TIME_LOSS_PROBE, in Open state.
+ */
+static __always_inline __u32 classify(struct tcp_sock *tp)
 {
-	if (err == 0)
-		return OBS_SENT;
-	if (err == -EBUSY || err == -EAGAIN)
-		return OBS_NOT_SENT;
-	if (err == -ENOMEM || err == -EHOSTUNREACH || err == -EINVAL)
-		return OBS_AMBIGUOUS;
-	return OBS_FAILED;
+	__u8 pending = tp->inet_conn.icsk_pending;
+	__u8 ca = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+	__u8 state = tp->inet_conn.icsk_inet.sk.__sk_common.skc_state;
+
+	if (state == TCP_SYN_SENT)
+		return OBS_RTX_SYN;
+	if (pending == 0) /* inside tcp_retransmit_timer */
+		return (tp->snd_wnd == 0 && state != TCP_SYN_RECV) ? OBS_RTX_PROBE0 : OBS_RTX_RTO;
+	if (ca == TCP_CA_Loss)
+		return OBS_RTX_LOSS;
+	if (ca != TCP_CA_Open)
+		return OBS_RTX_FAST;
+	if (pending == ICSK_TIME_LOSS_PROBE)
+		return OBS_RTX_TLP;
+	return OBS_RTX_UNKNOWN;
 }
 
 /*
- * The kernel skips a tracing program that would nest on the same CPU (a
- * retransmission in softirq interrupting one in process context) and only
- * counts the miss: those are reported as recursion_misses, never guessed.
+ * Wake the reader at most once per OBS_WAKEUP_NS, or when a batch is waiting:
+ * a wakeup per event cost more than the event (docs/observer.md). The reader
+ * polls with a short timeout while events flow, so none waits long.
  */
-static __always_inline int on_retransmit(const struct sock *sk, const struct sk_buff *skb, int err)
-{
-	struct obs_config *cfg = get_config();
-	if (!cfg || !sk || !skb || !in_netns(cfg, sk))
-		return 0;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
-	if (!tp)
-		return 0;
-	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
-	__u64 cookie = bpf_get_socket_cookie((void *)sk);
-	__u32 segs = BPF_CORE_READ(cb, tcp_gso_segs);
-	__u16 flags = BPF_CORE_READ(cb, tcp_flags);
-	__u8 sacked = BPF_CORE_READ(cb, sacked);
-	__u8 pending = tp->inet_conn.icsk_pending;
-	__u8 ca = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
-	__u8 state = sk->__sk_common.skc_state;
-	if (!segs)
-		segs = 1;
+__u64 obs_last_wakeup_ns;
 
-	/* Classification from the socket's own state (docs/observer.md). */
-	__u32 type;
-	if (flags & TCPHDR_SYN)
-		type = OBS_RTX_SYN;
-	else if (pending == 0) /* inside tcp_retransmit_timer */
-		type = (tp->snd_wnd == 0 && state != TCP_SYN_SENT && state != TCP_SYN_RECV)
-			       ? OBS_RTX_PROBE0
-			       : OBS_RTX_RTO;
-	else if (pending == ICSK_TIME_LOSS_PROBE && !(sacked & TCPCB_LOST))
-		type = OBS_RTX_TLP;
-	else if (sacked & TCPCB_LOST)
-		type = ca == TCP_CA_Loss ? OBS_RTX_LOSS : OBS_RTX_FAST;
-	else
-		type = OBS_RTX_UNKNOWN;
-	__u32 outcome = outcome_of(err);
+static __always_inline __u64 wakeup_flag(__u64 now)
+{
+	if (now - obs_last_wakeup_ns >= OBS_WAKEUP_NS ||
+	    bpf_ringbuf_query(&obs_ring, BPF_RB_AVAIL_DATA) >= OBS_WAKEUP_BYTES) {
+		obs_last_wakeup_ns = now;
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
+}
+
+/* Called where the kernel has just counted segs in TcpRetransSegs. */
+static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp_sock *tp)
+{
+	struct sock *sk = &tp->inet_conn.icsk_inet.sk;
+	__u32 seq = skops->args[0];
+	__u32 segs = skops->args[1];
+	int err = (int)skops->args[2];
+	__u32 type = classify(tp);
+	__u32 outcome = err ? OBS_FAILED : OBS_SENT;
 	add_total(type, outcome, segs);
 
 	__u64 now = bpf_ktime_get_ns();
+	__u64 cookie = bpf_get_socket_cookie(skops);
 	struct obs_flow *f = flow_get(sk, cookie, now, 1);
 	if (!f) {
 		count(OBS_CNT_FILTERED);
-		return 0;
+		return;
 	}
 	if (outcome == OBS_SENT && type < OBS_RTX_MAX)
 		__sync_fetch_and_add(&f->rtx_segs[type], segs);
@@ -292,7 +297,7 @@ static __always_inline int on_retransmit(const struct sock *sk, const struct sk_
 	struct obs_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
 	if (!e) {
 		count(OBS_CNT_RING_LOST);
-		return 0;
+		return;
 	}
 	e->kind = OBS_EV_RETRANSMIT;
 	e->cpu = bpf_get_smp_processor_id();
@@ -304,17 +309,47 @@ static __always_inline int on_retransmit(const struct sock *sk, const struct sk_
 	e->outcome = outcome;
 	e->err = err;
 	e->segs = segs;
-	e->seq = BPF_CORE_READ(cb, seq);
+	e->seq = seq;
 	e->_pad = 0;
 	read_state(tp, &e->st);
-	bpf_ringbuf_submit(e, 0);
-	return 0;
+	bpf_ringbuf_submit(e, wakeup_flag(now));
 }
 
-SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(obs_retransmit, const struct sock *sk, const struct sk_buff *skb, int err)
+/* Sockets whose retransmissions are counted: those of the namespace. */
+static __always_inline struct tcp_sock *observed_tcp_sock(struct bpf_sock_ops *skops)
 {
-	return on_retransmit(sk, skb, err);
+	struct bpf_sock *bsk = skops->sk;
+	if (!bsk)
+		return NULL;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
+	struct obs_config *cfg = get_config();
+	if (!tp || !cfg || !in_netns(cfg, &tp->inet_conn.icsk_inet.sk))
+		return NULL;
+	return tp;
+}
+
+SEC("sockops")
+int obs_sockops(struct bpf_sock_ops *skops)
+{
+	__u32 op = skops->op;
+	if (op == BPF_SOCK_OPS_RETRANS_CB) {
+		struct tcp_sock *tp = observed_tcp_sock(skops);
+		if (tp)
+			on_retransmit(skops, tp);
+		return 1;
+	}
+	/* Arm the callback before the first SYN (connect), on listeners (their
+	 * children inherit it) and on establishment (both sides). */
+	if (op == BPF_SOCK_OPS_TCP_CONNECT_CB || op == BPF_SOCK_OPS_TCP_LISTEN_CB ||
+	    op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		if (!observed_tcp_sock(skops))
+			return 1;
+		__u32 flags = skops->bpf_sock_ops_cb_flags;
+		if (!(flags & BPF_SOCK_OPS_RETRANS_CB_FLAG) &&
+		    bpf_sock_ops_cb_flags_set(skops, flags | BPF_SOCK_OPS_RETRANS_CB_FLAG))
+			count(OBS_CNT_ARM_FAILED);
+	}
+	return 1;
 }
 
 SEC("tp_btf/tcp_retransmit_synack")
@@ -357,7 +392,7 @@ int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_
 	e->outcome = OBS_SENT;
 	e->segs = 1;
 	e->st.tcp_state = TCP_SYN_RECV;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup_flag(e->time_ns));
 	return 0;
 }
 
@@ -461,13 +496,17 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 	f->ca_since_ns = now;
 	e->flow = *f;
 	e->closed_ns = now;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup_flag(now));
 	bpf_map_delete_elem(&obs_flows, &cookie);
 	count(OBS_CNT_FLOWS_CLOSED);
 	return 0;
 }
 
-/* Flows that were open before the observer: run once at start. */
+/*
+ * Flows that were open before the observer: run once at start, after the
+ * sockops program is attached. Arms the retransmission callback of every
+ * socket of the namespace (whatever its state) and records established flows.
+ */
 SEC("iter/tcp")
 int obs_iter_tcp(struct bpf_iter__tcp *ctx)
 {
@@ -476,12 +515,20 @@ int obs_iter_tcp(struct bpf_iter__tcp *ctx)
 		return 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(skc);
 	if (!tp)
-		return 0;
+		return 0; /* request and timewait sockets: nothing to retransmit */
 	struct sock *sk = &tp->inet_conn.icsk_inet.sk;
-	if (sk->__sk_common.skc_state != TCP_ESTABLISHED)
-		return 0;
 	struct obs_config *cfg = get_config();
 	if (!cfg || !in_netns(cfg, sk))
+		return 0;
+	__u32 flags = tp->bpf_sock_ops_cb_flags;
+	if (!(flags & BPF_SOCK_OPS_RETRANS_CB_FLAG)) {
+		flags |= BPF_SOCK_OPS_RETRANS_CB_FLAG;
+		if (bpf_setsockopt(tp, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags)))
+			count(OBS_CNT_ARM_FAILED);
+		else
+			count(OBS_CNT_ARMED_EXISTING);
+	}
+	if (sk->__sk_common.skc_state != TCP_ESTABLISHED)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = bpf_get_socket_cookie(skc);

@@ -20,29 +20,31 @@
 #endif
 
 /*
- * Retransmission types, classified at tcp:tcp_retransmit_skb from the
- * socket's own state (icsk_pending, icsk_ca_state, the skb's LOST mark and
- * SYN flag); see docs/observer.md for the rules and their blind spots.
+ * Retransmission types, classified at the sock_ops RETRANS_CB from the
+ * socket's own state (TCP state, icsk_pending, icsk_ca_state); see
+ * docs/observer.md for the rules and their blind spots.
  */
 enum obs_rtx_type {
-	OBS_RTX_FAST = 0,    /* lost-marked segment outside Loss state: TCPFastRetrans */
+	OBS_RTX_FAST = 0,    /* resent in Disorder/CWR/Recovery: TCPFastRetrans */
 	OBS_RTX_RTO = 1,     /* the retransmission timer's own resend of the head */
 	OBS_RTX_LOSS = 2,    /* further resends in Loss state after an RTO: TCPSlowStartRetrans */
 	OBS_RTX_TLP = 3,     /* tail loss probe resending the last segment */
 	OBS_RTX_SYN = 4,     /* SYN resent by the timer */
 	OBS_RTX_SYNACK = 5,  /* SYN-ACK resent (tcp:tcp_retransmit_synack) */
 	OBS_RTX_PROBE0 = 6,  /* zero-window probe by the retransmission timer */
-	OBS_RTX_UNKNOWN = 7, /* none of the above (should stay 0) */
+	OBS_RTX_UNKNOWN = 7, /* in Open state, not timer nor TLP (should stay 0) */
 	OBS_RTX_MAX = 8,
 };
 
-/* How the kernel accounted an event (tcp_retransmit_skb's err). */
+/*
+ * What became of a counted retransmission (RETRANS_CB's err, the return of
+ * tcp_transmit_skb). Both are in TcpRetransSegs; attempts the kernel gave up
+ * before counting (EBUSY, EAGAIN, ENOMEM) do not reach the callback.
+ */
 enum obs_outcome {
-	OBS_SENT = 0,        /* err == 0: counted in TcpRetransSegs and the per-type MIBs */
-	OBS_FAILED = 1,      /* err != 0 after counting: TcpRetransSegs and TCPRetransFail */
-	OBS_NOT_SENT = 2,    /* early return before counting (EBUSY, EAGAIN): no MIB */
-	OBS_AMBIGUOUS = 3,   /* ENOMEM/EHOSTUNREACH/EINVAL: before or after counting */
-	OBS_OUTCOME_MAX = 4,
+	OBS_SENT = 0,        /* err == 0 */
+	OBS_FAILED = 1,      /* err != 0: also in TCPRetransFail */
+	OBS_OUTCOME_MAX = 2,
 };
 
 /* Per-CPU totals, index obs_rtx_type * OBS_OUTCOME_MAX + obs_outcome. */
@@ -60,8 +62,14 @@ enum obs_counter {
 	OBS_CNT_FLOWS_OPENED = 2,
 	OBS_CNT_FLOWS_CLOSED = 3,
 	OBS_CNT_FLOW_TABLE_FULL = 4,
-	OBS_CNT_MAX = 5,
+	OBS_CNT_ARM_FAILED = 5,     /* sockets whose retransmission callback could not be armed */
+	OBS_CNT_ARMED_EXISTING = 6, /* pre-existing sockets armed by the iterator */
+	OBS_CNT_MAX = 7,
 };
+
+/* Ring wakeups: at most one per OBS_WAKEUP_NS, or when this much waits. */
+#define OBS_WAKEUP_NS (1000ULL * 1000)
+#define OBS_WAKEUP_BYTES (64 * 1024)
 
 enum obs_event_kind {
 	OBS_EV_RETRANSMIT = 1,

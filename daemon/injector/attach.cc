@@ -20,6 +20,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/cgroup.h"
 #include "common/log.h"
 #include "loss_abi.h"
 
@@ -28,11 +29,6 @@ namespace lossd {
 // Not in Debian 12's UAPI headers (Linux 6.1); values from the running
 // kernel's enum bpf_attach_type.
 constexpr int kBpfTcxIngress = 46;
-
-void UniqueFd::Reset() {
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
-}
 
 namespace {
 
@@ -237,14 +233,6 @@ bool IsVirtualInterface(const std::string& ifname) {
   ifr.ifr_data = reinterpret_cast<char*>(&info);
   if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0) return true;
   return info.bus_info[0] == 0 || std::strcmp(info.bus_info, "N/A") == 0;
-}
-
-std::string Cgroup2Mount() {
-  std::ifstream in("/proc/self/mounts");
-  std::string dev, dir, type, rest;
-  while (in >> dev >> dir >> type && std::getline(in, rest))
-    if (type == "cgroup2") return dir;
-  return "";
 }
 
 Result<CgroupInfo> ResolveCgroup(const std::string& path) {

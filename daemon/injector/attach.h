@@ -7,38 +7,10 @@
 #include <memory>
 #include <string>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace lossd {
-
-// An owned file descriptor.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { Reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.Release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      fd_ = o.Release();
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void Reset();
-
- private:
-  int fd_ = -1;
-};
 
 // Something attached to the kernel; detached when destroyed.
 class Attachment {
@@ -89,7 +61,6 @@ struct CgroupInfo {
 };
 Result<CgroupInfo> ResolveCgroup(const std::string& path);
 // The cgroup v2 mount point ("" if none).
-std::string Cgroup2Mount();
 
 // Makes one skb one wire segment on an interface: gso_max_segs 1 (the
 // stack then builds single-segment skbs for it; TCP sizes them before any

@@ -10,6 +10,7 @@
 #include <deque>
 #include <cstring>
 
+#include "common/cgroup.h"
 #include "common/log.h"
 #include "loss.skel.h"
 

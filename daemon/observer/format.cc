@@ -104,11 +104,13 @@ std::string TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hoo
          ",\"types\":{" + types + "}" +
          Fmt(",\"ring_lost\":%llu,\"filtered\":%llu,\"flows_opened\":%llu"
              ",\"flows_closed\":%llu,\"ring_consumed\":%llu,\"hub_published\":%llu"
-             ",\"recursion_misses\":%llu,\"flow_table_full\":%llu",
+             ",\"recursion_misses\":%llu,\"flow_table_full\":%llu"
+             ",\"arm_failed\":%llu,\"armed_existing\":%llu",
              U(t.counters[OBS_CNT_RING_LOST]), U(t.counters[OBS_CNT_FILTERED]),
              U(t.counters[OBS_CNT_FLOWS_OPENED]), U(t.counters[OBS_CNT_FLOWS_CLOSED]),
              U(t.ring_consumed), U(t.hub_published), U(t.recursion_misses),
-             U(t.counters[OBS_CNT_FLOW_TABLE_FULL])) +
+             U(t.counters[OBS_CNT_FLOW_TABLE_FULL]), U(t.counters[OBS_CNT_ARM_FAILED]),
+             U(t.counters[OBS_CNT_ARMED_EXISTING])) +
          ",\"hooks\":[" + hs + "]}";
 }
 

@@ -34,6 +34,9 @@ class Subscription {
 
   // Waits up to `timeout` for an event; nullopt on timeout or when closed.
   std::optional<ObsEvent> Next(std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for events, then takes up to `max` of those waiting
+  // (one lock for all); empty on timeout or when closed.
+  std::vector<ObsEvent> NextBatch(size_t max, std::chrono::milliseconds timeout);
   // Events that did not fit this subscriber's queue.
   uint64_t lost() const;
   uint64_t delivered() const;
@@ -42,6 +45,7 @@ class Subscription {
  private:
   friend class Hub;
   bool Offer(const ObsEvent& e);  // false (and counted) when full
+  void OfferAll(const std::vector<ObsEvent>& events);
 
   const size_t capacity_;
   const EventFilterFn filter_;
@@ -58,6 +62,8 @@ class Hub {
   void Unsubscribe(const std::shared_ptr<Subscription>& s);
   // Assigns the next sequence number and offers the event to every subscriber.
   void Publish(ObsEvent e);
+  // The same for several events at once: one lock and one wakeup per subscriber.
+  void PublishAll(std::vector<ObsEvent>* events);
   uint64_t published() const;
   void CloseAll();
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/cgroup.h"
 #include "common/log.h"
 #include "observe.skel.h"
 
@@ -37,8 +38,6 @@ const char* OutcomeName(int outcome) {
   switch (outcome) {
     case OBS_SENT: return "sent";
     case OBS_FAILED: return "failed";
-    case OBS_NOT_SENT: return "not_sent";
-    case OBS_AMBIGUOUS: return "ambiguous";
   }
   return "?";
 }
@@ -75,8 +74,32 @@ Status Observer::Load(const ObserverOptions& opts) {
   }
   LOSSD_RETURN_IF_ERROR(SetFilters(opts.filters));
 
-  // Existing flows first: once the tracepoints run, a flow's next ACK would
-  // create its record and the iterator would no longer mark it preexisting.
+  // Retransmissions are counted by a sock_ops program on the root cgroup
+  // (every socket of the host; it keeps those of the namespace). It must be
+  // in place before the iterator arms the sockets that already exist.
+  ObsHookStatus so;
+  so.name = "sockops/retransmit";
+  {
+    Result<UniqueFd> root = OpenCgroup2Root();
+    if (!root.ok()) {
+      so.error = root.status().message();
+    } else {
+      bpf_link* l = bpf_program__attach_cgroup(skel->progs.obs_sockops, root->get());
+      if (!l) {
+        so.error = std::string("attach sockops to the root cgroup: ") + strerror(errno);
+      } else {
+        so.attached = true;
+        links_.push_back(l);
+      }
+    }
+  }
+  hooks_.push_back(so);
+  if (!so.attached)
+    return FailedPrecondition("the observer cannot see retransmissions: " + so.error);
+
+  // Existing flows next: this arms their retransmission callback, and once
+  // the tracepoints run, a flow's next ACK would create its record and the
+  // iterator would no longer mark it preexisting.
   ObsHookStatus it;
   it.name = "iter/tcp";
   if (opts.pick_up_existing) {
@@ -96,7 +119,9 @@ Status Observer::Load(const ObserverOptions& opts) {
       }
       bpf_link__destroy(l);
     }
-    if (!it.attached) LOG_WARN("observer: %s (existing flows not picked up)", it.error.c_str());
+    if (!it.attached)
+      LOG_WARN("observer: %s (existing flows not picked up; their retransmissions are not counted)",
+               it.error.c_str());
   } else {
     it.error = "disabled";
   }
@@ -106,7 +131,6 @@ Status Observer::Load(const ObserverOptions& opts) {
     bpf_program* prog;
     const char* name;
   } progs[] = {
-      {skel->progs.obs_retransmit, "tp_btf/tcp_retransmit_skb"},
       {skel->progs.obs_retransmit_synack, "tp_btf/tcp_retransmit_synack"},
       {skel->progs.obs_probe, "tp_btf/tcp_probe"},
       {skel->progs.obs_cong_state, "tp_btf/tcp_cong_state_set"},
@@ -125,9 +149,6 @@ Status Observer::Load(const ObserverOptions& opts) {
     }
     hooks_.push_back(hs);
   }
-  if (!hooks_[1].attached)
-    return FailedPrecondition("the observer cannot see retransmissions: " + hooks_[1].error);
-
 
   ring_ = ring_buffer__new(bpf_map__fd(skel->maps.obs_ring), &Observer::OnEvent, this, nullptr);
   if (!ring_) return Status::FromErrno(errno, "open the observer's ring buffer");
@@ -146,25 +167,41 @@ int Observer::OnEvent(void* ctx, void* data, size_t size) {
   auto* self = static_cast<Observer*>(ctx);
   ObsEvent e;
   std::memcpy(&e.data, data, std::min(size, sizeof(e.data)));
-  self->consumed_++;
-  self->hub_.Publish(std::move(e));
+  self->batch_.push_back(e);
+  // Publish in batches (one hub lock and one wakeup per subscriber per
+  // batch); the reader flushes what is left after each poll.
+  if (self->batch_.size() >= 256) self->Flush();
   return 0;
 }
 
+void Observer::Flush() {
+  consumed_ += batch_.size();
+  hub_.PublishAll(&batch_);
+  batch_.clear();
+}
+
+// The BPF side wakes this thread at most once per OBS_WAKEUP_NS (or when a
+// batch waits), so while events flow the ring is also read on a short timeout;
+// after a quiet second the thread sleeps until the next wakeup.
 void Observer::Run() {
+  int quiet_polls = 0;
   while (!stop_) {
+    int timeout_ms = quiet_polls < 500 ? 2 : 100;
     std::lock_guard<std::mutex> lock(g_ring_mu);
-    int n = ring_buffer__poll(ring_, 100);
+    int n = ring_buffer__poll(ring_, timeout_ms);
+    Flush();
     if (n < 0 && n != -EINTR) {
       LOG_ERROR("observer: ring buffer poll: %s", strerror(-n));
       break;
     }
+    quiet_polls = n > 0 ? 0 : quiet_polls + 1;
   }
 }
 
 void Observer::Drain() {
   std::lock_guard<std::mutex> lock(g_ring_mu);
   ring_buffer__consume(ring_);
+  Flush();
 }
 
 Status Observer::SetFilters(const std::vector<ObsFilterSpec>& filters) {
@@ -214,7 +251,7 @@ ObsTotals Observer::Totals() const {
   }
   t.ring_consumed = consumed_;
   t.hub_published = hub_.published();
-  bpf_program* progs[] = {skel_->progs.obs_retransmit, skel_->progs.obs_retransmit_synack,
+  bpf_program* progs[] = {skel_->progs.obs_retransmit_synack,
                           skel_->progs.obs_probe, skel_->progs.obs_cong_state,
                           skel_->progs.obs_set_state};
   for (bpf_program* p : progs) {

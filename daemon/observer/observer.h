@@ -40,7 +40,7 @@ struct ObserverOptions {
 };
 
 struct ObsHookStatus {
-  std::string name;  // e.g. "tp_btf/tcp_retransmit_skb"
+  std::string name;  // e.g. "sockops/retransmit", "tp_btf/tcp_probe"
   bool attached = false;
   std::string error;
 };
@@ -86,6 +86,7 @@ class Observer {
   Status Load(const ObserverOptions& opts);
   void Run();
   static int OnEvent(void* ctx, void* data, size_t size);
+  void Flush();  // publishes batch_ (holding g_ring_mu)
 
   struct SkelDeleter {
     void operator()(observe_bpf* s) const;
@@ -97,6 +98,7 @@ class Observer {
   struct obs_config cfg_{};
   Hub hub_;
   std::atomic<uint64_t> consumed_{0};
+  std::vector<ObsEvent> batch_;  // read from the ring, not yet published (g_ring_mu)
   std::atomic<bool> stop_{false};
   std::thread thread_;
   int ncpus_ = 1;

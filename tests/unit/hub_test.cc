@@ -65,6 +65,35 @@ TEST(Hub, ProducerNeverBlocksOnAStalledConsumer) {
   EXPECT_EQ(stalled->lost(), 200000u - 1);
 }
 
+TEST(Hub, BatchesKeepOrderFiltersAndLossAccounting) {
+  Hub hub;
+  auto odd = hub.Subscribe(3, [](const ObsEvent& e) { return e.data.ev.segs % 2 == 1; });
+  auto all = hub.Subscribe(100);
+  std::vector<ObsEvent> batch;
+  for (uint32_t i = 0; i < 10; i++) batch.push_back(Ev(i));
+  hub.PublishAll(&batch);
+  EXPECT_EQ(hub.published(), 10u);
+  // 5 odd events wanted, 3 fit, 2 lost; the even ones are neither.
+  EXPECT_EQ(odd->lost(), 2u);
+  auto got = odd->NextBatch(100, std::chrono::milliseconds(10));
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].seq, 2u);
+  EXPECT_EQ(got[1].seq, 4u);
+  EXPECT_EQ(got[2].seq, 6u);
+  // NextBatch takes at most max, in order, and the rest stays queued.
+  auto first = all->NextBatch(4, std::chrono::milliseconds(10));
+  auto rest = all->NextBatch(100, std::chrono::milliseconds(10));
+  ASSERT_EQ(first.size(), 4u);
+  ASSERT_EQ(rest.size(), 6u);
+  EXPECT_EQ(first.back().seq + 1, rest.front().seq);
+  EXPECT_EQ(rest.back().seq, 10u);
+  EXPECT_EQ(all->delivered(), 10u);
+  EXPECT_TRUE(all->NextBatch(100, std::chrono::milliseconds(1)).empty());
+  // Single and batched publishing share one sequence.
+  hub.Publish(Ev(1));
+  EXPECT_EQ(all->Next(std::chrono::milliseconds(10))->seq, 11u);
+}
+
 TEST(Hub, UnsubscribeAndCloseWakeReaders) {
   Hub hub;
   auto s = hub.Subscribe(8);
