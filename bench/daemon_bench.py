@@ -280,7 +280,7 @@ def cmd_subscribe(a):
     gap_by = st["gaps"]
     seen, dups = set(), 0  # (cookie, TCP seq, total_retrans, err): one retransmission attempt
     try:
-        for m in call:
+        for m in (item for batch in call for item in batch.items):
             if m.seq != expect:
                 res["seq_ok"] = False
             expect = m.seq + 1
@@ -389,7 +389,7 @@ class Daemon:
             s = sum(int.from_bytes(raw(v["value"])[0:8], "little") for v in e["values"])  # obs_total.events
             events += s
             if s:
-                by_type[TYPES[key // 4] + "." + ("sent", "failed", "not_sent", "ambiguous")[key % 4]] = s
+                by_type[TYPES[key // 2] + "." + ("sent", "failed")[key % 2]] = s
         c = {}
         for e in cnt:
             key = int.from_bytes(raw(e["key"]), "little")

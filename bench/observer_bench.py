@@ -86,7 +86,7 @@ TARGET_EVENTS_PER_S = 200000
 PORT_TPUT = 5201
 PORT_FLOOD = 5202
 TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
-OUTCOMES = ("sent", "failed", "not_sent", "ambiguous")
+OUTCOMES = ("sent", "failed")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

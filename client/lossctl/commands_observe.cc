@@ -89,8 +89,12 @@ int ReadStream(Connection* conn, grpc::ClientContext* ctx, grpc::ClientReaderInt
   }
   grpc::Status st = reader->Finish();
   if (stopped || guard.interrupted() || st.ok()) return kExitOk;
-  if (received && st.error_code() == grpc::StatusCode::UNAVAILABLE)
-    return Fail(kExitUnavailable, what + ": lossd ended the stream: " + st.error_message());
+  // The connection was up (OpenForStream waited for it): UNAVAILABLE now
+  // means lossd went away, before or after the first message.
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE)
+    return Fail(kExitUnavailable, what + ": lossd ended the stream" +
+                                      (received ? "" : " before its first message") + ": " +
+                                      st.error_message());
   return conn->Report(st, what);
 }
 
@@ -148,14 +152,17 @@ int Watch(const Globals& g, const WatchFlags& f) {
   bool same_host = conn->same_host();
   uint64_t events = 0;
   return ReadStream(conn.get(), &ctx, reader.get(), guard, "watch",
-                    [&](const v1::RetransmitStreamMessage& m) {
-                      std::string line;
-                      if (g.json()) line = ToJson(m);
-                      else if (m.has_event()) line = EventLine(m.event(), same_host);
-                      else if (m.has_gap()) line = GapLine(m.gap());
-                      else return true;
-                      if (!PrintLine(line)) return false;  // stdout closed
-                      return !(m.has_event() && count && ++events >= count);
+                    [&](const v1::RetransmitStreamBatch& b) {
+                      for (const v1::RetransmitStreamMessage& m : b.items()) {
+                        std::string line;
+                        if (g.json()) line = ToJson(m);
+                        else if (m.has_event()) line = EventLine(m.event(), same_host);
+                        else if (m.has_gap()) line = GapLine(m.gap());
+                        else continue;
+                        if (!PrintLine(line)) return false;  // stdout closed
+                        if (m.has_event() && count && ++events >= count) return false;
+                      }
+                      return true;
                     });
 }
 

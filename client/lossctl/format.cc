@@ -143,8 +143,6 @@ const char* OutcomeName(v1::Outcome o) {
   switch (o) {
     case v1::OUTCOME_SENT: return "sent";
     case v1::OUTCOME_FAILED: return "failed";
-    case v1::OUTCOME_NOT_SENT: return "not-sent";
-    case v1::OUTCOME_AMBIGUOUS: return "ambiguous";
     default: return "?";
   }
 }

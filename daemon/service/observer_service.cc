@@ -102,9 +102,9 @@ struct GapTracker {
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::RetransmitStreamMessage>* ObserverService::WatchRetransmits(
+grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetransmits(
     grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest* req) {
-  using Reactor = PumpReactor<v1::RetransmitStreamMessage>;
+  using Reactor = PumpReactor<v1::RetransmitStreamBatch>;
   std::vector<Filter> allow, deny;
   Status st = ParseFilters(req->allow(), "allow", &allow);
   if (st.ok()) st = ParseFilters(req->deny(), "deny", &deny);
@@ -130,29 +130,29 @@ grpc::ServerWriteReactor<v1::RetransmitStreamMessage>* ObserverService::WatchRet
     uint64_t seq = 0;
     auto next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     grpc::Status result = grpc::Status::OK;
+    // One write carries what waits (up to kMaxBatch items): while the
+    // previous write is in flight, events gather in this subscriber's queue.
+    constexpr size_t kMaxBatch = 512;
     while (!sink.done()) {
-      auto e = sub->Next(std::chrono::milliseconds(100));
-      if (e) {
-        const obs_event& ev = e->data.ev;
-        v1::RetransmitStreamMessage m;
-        m.set_seq(++seq);
-        EventToProto(ev, m.mutable_event());
+      v1::RetransmitStreamBatch batch;
+      for (const ObsEvent& e : sub->NextBatch(kMaxBatch, std::chrono::milliseconds(100))) {
+        const obs_event& ev = e.data.ev;
+        v1::RetransmitStreamMessage* m = batch.add_items();
+        m->set_seq(++seq);
+        EventToProto(ev, m->mutable_event());
         if (effects)
-          for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple)) m.mutable_event()->add_rule_ids(id);
-        if (!sink.Write(m)) break;
+          for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple)) m->mutable_event()->add_rule_ids(id);
       }
       if (std::chrono::steady_clock::now() >= next_report) {
         next_report += std::chrono::seconds(1);
-        bool ok = true;
         gaps.Report(obs, sub.get(), [&](v1::GapSource src, uint64_t n) {
-          v1::RetransmitStreamMessage m;
-          m.set_seq(++seq);
-          m.mutable_gap()->set_source(src);
-          m.mutable_gap()->set_count(n);
-          if (ok) ok = sink.Write(m);
+          v1::RetransmitStreamMessage* m = batch.add_items();
+          m->set_seq(++seq);
+          m->mutable_gap()->set_source(src);
+          m->mutable_gap()->set_count(n);
         });
-        if (!ok) break;
       }
+      if (batch.items_size() && !sink.Write(batch)) break;
     }
     obs->hub().Unsubscribe(sub);
     (*subs)--;

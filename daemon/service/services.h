@@ -73,7 +73,7 @@ class ObserverService final : public v1::Observer::CallbackService {
  public:
   ObserverService(Observer* obs, EffectTracker* effects) : obs_(obs), effects_(effects) {}
 
-  grpc::ServerWriteReactor<v1::RetransmitStreamMessage>* WatchRetransmits(
+  grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* WatchRetransmits(
       grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest*) override;
   grpc::ServerUnaryReactor* ListFlows(grpc::CallbackServerContext*, const v1::ListFlowsRequest*,
                                       v1::ListFlowsResponse*) override;

@@ -27,7 +27,7 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
     explicit Sink(PumpReactor* r) : r_(r) {}
     // Sends one message; waits for the previous write. False once the
     // client is gone (stop producing).
-    bool Write(const Msg& m) { return r_->WriteOne(m); }
+    bool Write(Msg m) { return r_->WriteOne(std::move(m)); }
     // Sleeps up to `d`; false if the stream should end meanwhile.
     template <typename D>
     bool Sleep(D d) {
@@ -99,11 +99,11 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
     return cancelled_;
   }
 
-  bool WriteOne(const Msg& m) {
+  bool WriteOne(Msg&& m) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !writing_ || cancelled_; });
     if (cancelled_) return false;
-    msg_ = m;
+    msg_ = std::move(m);
     writing_ = true;
     lock.unlock();
     this->StartWrite(&msg_);

@@ -100,7 +100,6 @@ class Tally:
         self.total = collections.Counter()
         self.rule_window = 0                  # aggregates: this rule's flows
         self.rule_total = 0
-        self.not_counted = 0                  # events not sent (EBUSY...) or ambiguous
         self.gaps = collections.Counter()     # by source
         self.window_gaps = 0
         self.error = None
@@ -126,11 +125,9 @@ class Tally:
                         self.rule_total += mine
                         for g in item.gaps:
                             self._gap(g)
-                    elif item.counted:
+                    else:
                         self.window[item.type] += item.segments
                         self.total[item.type] += item.segments
-                    else:
-                        self.not_counted += 1
         except LossdError as e:
             self.error = e
 

@@ -1,5 +1,6 @@
 """Client: the lossd/v1 API (Injector, Observer, System) in friendly calls."""
 
+import collections
 import os
 import re
 import threading
@@ -70,6 +71,7 @@ class Stream:
         self._target = target
         self._closed = False
         self._lock = threading.Lock()
+        self._pending = collections.deque()  # items of a batch not yet returned
 
     def __iter__(self):
         return self
@@ -78,6 +80,8 @@ class Stream:
         while True:
             if self._closed:
                 raise StopIteration
+            if self._pending:
+                return self._pending.popleft()
             try:
                 msg = next(self._call)
             except StopIteration:
@@ -89,7 +93,9 @@ class Stream:
                 self._closed = True
                 raise from_rpc_error(e, self._target) from None
             item = self._convert(msg)
-            if item is not None:
+            if isinstance(item, list):  # a batch: its items in order
+                self._pending.extend(item)
+            elif item is not None:
                 return item
 
     def close(self):
@@ -304,13 +310,16 @@ class Client:
             req.queue = _spec._uint(queue, "queue", minimum=1)
         pb2 = self.pb2
 
-        def convert(m):
+        def convert_one(m):
             which = m.WhichOneof("msg")
             if which == "event":
                 return _t.RetransmitEvent.from_proto(m.seq, m.event, pb2)
             if which == "gap":
                 return _t.Gap.from_proto(m.seq, m.gap, pb2)
             return None  # a kind these stubs do not know
+
+        def convert(batch):
+            return [x for x in map(convert_one, batch.items) if x is not None]
         return self._stream(self._observer.WatchRetransmits, req, convert, timeout)
 
     def flows(self, filters=None, timeout=None, **filter_kw):

@@ -292,7 +292,7 @@ class RetransmitEvent:
     cgroup_id: int
     tuple: Tuple
     type: str                 # 'fast', 'rto', 'loss', 'tlp', 'syn', 'synack', 'probe0', 'unknown'
-    outcome: str              # 'sent', 'failed', 'not_sent', 'ambiguous'
+    outcome: str              # 'sent' or 'failed' (the transmit failed; see err)
     err: int
     segments: int
     tcp_seq: int              # first TCP sequence number resent (RetransmitEvent.seq)

@@ -350,6 +350,9 @@ class FakeLossd:
             return False
         return True
 
+    def _batch(self, *items):
+        return self.pb2.RetransmitStreamBatch(items=list(items))
+
     def Observer_WatchRetransmits(self, req, context):
         self._record("WatchRetransmits", req)
         q = queue.Queue(maxsize=req.queue or 65536)
@@ -359,26 +362,40 @@ class FakeLossd:
         try:
             if self.gap_on_subscribe:
                 seq += 1
-                yield self.pb2.RetransmitStreamMessage(
+                yield self._batch(self.pb2.RetransmitStreamMessage(
                     seq=seq, gap=self.pb2.Gap(source=self.pb2.GAP_SOURCE_KERNEL_RING,
-                                              count=self.gap_on_subscribe))
+                                              count=self.gap_on_subscribe)))
             while context.is_active() and not self.stopping.is_set():
                 try:
-                    kind, msg = q.get(timeout=0.1)
+                    first = q.get(timeout=0.1)
                 except queue.Empty:
                     continue
-                if kind == "event":
-                    if req.allow and not any(self._match(f, msg) for f in req.allow):
-                        continue
-                    if any(self._match(f, msg) for f in req.deny):
-                        continue
-                    seq += 1
-                    yield self.pb2.RetransmitStreamMessage(seq=seq, event=msg)
-                elif kind == "gap":
-                    seq += 1
-                    yield self.pb2.RetransmitStreamMessage(seq=seq, gap=msg)
-                elif kind == "abort":
-                    context.abort(msg[0], msg[1])
+                # Like lossd: what is waiting goes out as one batch, in order.
+                pending = [first]
+                while True:
+                    try:
+                        pending.append(q.get_nowait())
+                    except queue.Empty:
+                        break
+                items = []
+                for kind, msg in pending:
+                    if kind == "event":
+                        if req.allow and not any(self._match(f, msg) for f in req.allow):
+                            continue
+                        if any(self._match(f, msg) for f in req.deny):
+                            continue
+                        seq += 1
+                        items.append(self.pb2.RetransmitStreamMessage(seq=seq, event=msg))
+                    elif kind == "gap":
+                        seq += 1
+                        items.append(self.pb2.RetransmitStreamMessage(seq=seq, gap=msg))
+                    elif kind == "abort":
+                        if items:
+                            yield self._batch(*items)
+                            items = []
+                        context.abort(msg[0], msg[1])
+                if items:
+                    yield self._batch(*items)
         finally:
             with self.lock:
                 self.subscribers.remove(q)
@@ -456,7 +473,7 @@ class FakeLossd:
             injector_hooks=[pb2.HookAvailability(name="tcx", available=True),
                             pb2.HookAvailability(name="xdp native", available=False,
                                                  reason="no native XDP on veth (fake)")],
-            observer_hooks=[pb2.HookAvailability(name="tp_btf/tcp_retransmit_skb", available=True)])
+            observer_hooks=[pb2.HookAvailability(name="sockops/retransmit", available=True)])
 
     def System_GetHealth(self, req, context):
         self._record("GetHealth", req)

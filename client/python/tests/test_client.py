@@ -175,6 +175,16 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(LossdInputError):
             self.c.watch_retransmits(allow=[{"port": 1}], port=2)
 
+    def test_watch_retransmits_batches_come_out_item_by_item_in_order(self):
+        s = self.c.watch_retransmits()
+        self.wait_for(lambda: self.fake.subscribers)
+        for port in range(1, 51):
+            self.fake.publish("event", self.fake.event(lport=port))
+        got = [next(s) for _ in range(50)]
+        self.assertEqual([e.tuple.local_port for e in got], list(range(1, 51)))
+        self.assertEqual([e.seq for e in got], list(range(1, 51)))
+        s.close()
+
     def test_stream_error_is_a_lossd_error(self):
         s = self.c.watch_retransmits(port=1)
         self.wait_for(lambda: self.fake.subscribers)

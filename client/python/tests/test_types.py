@@ -65,13 +65,13 @@ class ViewsTest(unittest.TestCase):
 
     def test_event_and_unknown_enum_value(self):
         pb2 = self.pb2
-        ev = pb2.RetransmitEvent(type=pb2.RETRANSMIT_TYPE_TLP, outcome=pb2.OUTCOME_NOT_SENT, segments=2,
+        ev = pb2.RetransmitEvent(type=pb2.RETRANSMIT_TYPE_TLP, outcome=pb2.OUTCOME_FAILED, segments=2,
                                  seq=77, rule_ids=[1, 2],
                                  tuple=pb2.Tuple(local_addr="2001:db8::1", local_port=1,
                                                  remote_addr="2001:db8::2", remote_port=2))
         v = t.RetransmitEvent.from_proto(5, ev, pb2)
-        self.assertEqual((v.seq, v.type, v.outcome, v.tcp_seq, v.rule_ids), (5, "tlp", "not_sent", 77, (1, 2)))
-        self.assertFalse(v.counted)
+        self.assertEqual((v.seq, v.type, v.outcome, v.tcp_seq, v.rule_ids), (5, "tlp", "failed", 77, (1, 2)))
+        self.assertTrue(v.counted)
         self.assertEqual(str(v.tuple), "[2001:db8::1]:1 -> [2001:db8::2]:2")
         ev.type = 42  # from a newer daemon
         self.assertEqual(t.RetransmitEvent.from_proto(6, ev, pb2).type, "42")

@@ -63,7 +63,7 @@ class DaemonApi(unittest.TestCase):
         for name in ("xdp", "tcx", "clsact"):
             self.assertTrue(inj[name].available, c)
         obs = {h.name: h for h in c.observer_hooks}
-        self.assertTrue(obs["tp_btf/tcp_retransmit_skb"].available, c)
+        self.assertTrue(obs["sockops/retransmit"].available, c)
         self.assertEqual(c.max_rules, 10000)  # the default
         self.assertEqual(c.max_ttl_ns, 0)     # no --max-ttl
         h = d.health()

@@ -209,7 +209,10 @@ class StreamReader:
             for m in self.call:
                 self.go.wait()
                 with self.lock:
-                    self.msgs.append(m)
+                    if m.DESCRIPTOR.name == "RetransmitStreamBatch":
+                        self.msgs.extend(m.items)  # the stream's items, in order
+                    else:
+                        self.msgs.append(m)
         except grpc.RpcError as e:
             self.error = e
         finally:
