@@ -263,6 +263,11 @@ Status Validate(const RuleSpec& s) {
   }
   if (s.family != 0 && s.family != 4 && s.family != 6)
     return InvalidArgument("family must be 4, 6 or any");
+  // ICMP exists in IPv4 only, ICMPv6 in IPv6 only: such a rule would never match.
+  if (s.l4proto == IPPROTO_ICMP && fam == 6)
+    return InvalidArgument("protocol icmp is IPv4's; for IPv6 addresses use icmpv6");
+  if (s.l4proto == IPPROTO_ICMPV6 && fam == 4)
+    return InvalidArgument("protocol icmpv6 is IPv6's; for IPv4 addresses use icmp");
 
   bool ports = !s.sport.Any() || !s.dport.Any();
   if (ports && s.l4proto != 0 && s.l4proto != IPPROTO_TCP && s.l4proto != IPPROTO_UDP)

@@ -217,6 +217,16 @@ TEST(Validate, EachBadInputHasAClearError) {
   ExpectInvalid(Validate(s), "ports need protocol tcp or udp");
 
   s = Base();
+  s.l4proto = IPPROTO_ICMPV6;
+  s.dst = *ParseCidr("10.0.0.0/8");
+  ExpectInvalid(Validate(s), "for IPv4 addresses use icmp");
+
+  s = Base();
+  s.l4proto = IPPROTO_ICMP;
+  s.family = 6;
+  ExpectInvalid(Validate(s), "for IPv6 addresses use icmpv6");
+
+  s = Base();
   s.l4proto = IPPROTO_UDP;
   s.tcp_flags_mask = 0x02;
   s.tcp_flags_value = 0x02;
