@@ -33,7 +33,6 @@ namespace A (lossd --max-rules 5), each test on its own rules.
       client gets UNAVAILABLE "Cancelling all calls" (what a crash looks like) instead of a
       finished stream (status OK).
 """
-import os
 import collections
 import threading
 import time
@@ -230,11 +229,9 @@ class DaemonBugs(unittest.TestCase):
         self.assertEqual(acc_f, want_f,
                          "filtered stream: Gap counts include events its filter rejects: %s" % numbers)
 
-    # Known open issue (see docs/observer.md "Known gap"): under heavy parallel
-    # loss a few retransmitted segments per ten thousand reach TcpRetransSegs
-    # without a tracepoint event; cause not found yet. Run on demand with
-    # LOSSD_KNOWN_ISSUES=1.
-    @unittest.skipUnless(os.environ.get("LOSSD_KNOWN_ISSUES"), "known open issue, LOSSD_KNOWN_ISSUES=1 runs it")
+    # Was: under heavy parallel loss a few retransmitted segments per ten thousand
+    # reached TcpRetransSegs without an event (the tcp_retransmit_skb tracepoint;
+    # docs/observer.md "Why sock_ops counts").
     def test_every_retransmission_has_an_event(self):
         lab, d, pb = self.lab, self.d, self.pb
         r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=5202, payload="only",

@@ -12,7 +12,6 @@ The daemon runs in namespace A.
                                effect's retransmitted segments (all types) == A's TcpRetransSegs
                                delta == dropped_segments + TCPDSACKRecvSegs delta
 """
-import os
 import math
 import unittest
 
@@ -157,14 +156,8 @@ class DaemonTraffic(unittest.TestCase):
         self.assertEqual(retrans, c.dropped_segments + dsack, numbers)
         self.assertEqual(sender["total_retrans"], retrans, numbers)
         # The daemon's effect: the same count, over all retransmission types.
-        if os.environ.get("LOSSD_KNOWN_ISSUES"):
-            self.assertEqual(total, retrans, numbers)
-        else:
-            # Known gap (docs/observer.md): the tracepoint misses a few retransmissions.
-            self.assertLessEqual(total, retrans, numbers)
-            self.assertLessEqual(retrans - total, 0.03 * retrans + 90, numbers)
-        if os.environ.get("LOSSD_KNOWN_ISSUES"):
-            self.assertEqual(total, c.dropped_segments + dsack, numbers)
+        self.assertEqual(total, retrans, numbers)
+        self.assertEqual(total, c.dropped_segments + dsack, numbers)
         self.assertEqual(e.flows, 1, numbers)
         self.assertEqual(e.measured_rate, c.dropped_segments / c.matched_segments)
         # The interval is over skbs: a GSO skb is dropped whole.
