@@ -29,6 +29,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "observe_abi.h"
+#include "lib/ring_wakeup.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -252,21 +253,11 @@ static __always_inline __u32 classify(struct tcp_sock *tp)
 	return OBS_RTX_UNKNOWN;
 }
 
-/*
- * Wake the reader at most once per OBS_WAKEUP_NS, or when a batch is waiting:
- * a wakeup per event cost more than the event (docs/observer.md). The reader
- * polls with a short timeout while events flow, so none waits long.
- */
 __u64 obs_last_wakeup_ns;
 
 static __always_inline __u64 wakeup_flag(__u64 now)
 {
-	if (now - obs_last_wakeup_ns >= OBS_WAKEUP_NS ||
-	    bpf_ringbuf_query(&obs_ring, BPF_RB_AVAIL_DATA) >= OBS_WAKEUP_BYTES) {
-		obs_last_wakeup_ns = now;
-		return BPF_RB_FORCE_WAKEUP;
-	}
-	return BPF_RB_NO_WAKEUP;
+	return ring_wakeup_flag(&obs_ring, &obs_last_wakeup_ns, now);
 }
 
 /* Called where the kernel has just counted segs in TcpRetransSegs. */

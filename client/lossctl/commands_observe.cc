@@ -159,10 +159,13 @@ int Watch(const Globals& g, const WatchFlags& f) {
                         else if (m.has_event()) line = EventLine(m.event(), same_host);
                         else if (m.has_gap()) line = GapLine(m.gap());
                         else continue;
-                        if (!PrintLine(line)) return false;  // stdout closed
-                        if (m.has_event() && count && ++events >= count) return false;
+                        if (!PrintLine(line, false)) return false;  // stdout closed
+                        if (m.has_event() && count && ++events >= count) {
+                          fflush(stdout);
+                          return false;
+                        }
                       }
-                      return true;
+                      return fflush(stdout) == 0;  // once per batch
                     });
 }
 

@@ -307,10 +307,9 @@ std::string ToJson(const google::protobuf::Message& m) {
   return out;
 }
 
-bool PrintLine(const std::string& line) {
-  if (fputs(line.c_str(), stdout) < 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0)
-    return false;
-  return true;
+bool PrintLine(const std::string& line, bool flush) {
+  if (fputs(line.c_str(), stdout) < 0 || fputc('\n', stdout) == EOF) return false;
+  return !flush || fflush(stdout) == 0;
 }
 
 }  // namespace lossctl

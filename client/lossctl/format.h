@@ -77,6 +77,8 @@ class Table {
 // values printed, 64-bit integers as strings as proto3 JSON has them).
 std::string ToJson(const google::protobuf::Message& m);
 // Writes a line to stdout and flushes it; false once stdout is gone (EPIPE).
-bool PrintLine(const std::string& line);
+// Writes line + newline to stdout; flushes unless told not to (a caller
+// printing a batch flushes once at its end). False once stdout is closed.
+bool PrintLine(const std::string& line, bool flush = true);
 
 }  // namespace lossctl

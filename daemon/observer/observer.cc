@@ -181,14 +181,18 @@ void Observer::Flush() {
 }
 
 // The BPF side wakes this thread at most once per OBS_WAKEUP_NS (or when a
-// batch waits), so while events flow the ring is also read on a short timeout;
-// after a quiet second the thread sleeps until the next wakeup.
+// batch waits), so while events flow the ring is also read on a short timeout
+// (an event waits at most ~2 ms); after a quiet second the thread polls every
+// 100 ms. An event after a quiet millisecond always wakes it.
 void Observer::Run() {
   int quiet_polls = 0;
   while (!stop_) {
     int timeout_ms = quiet_polls < 500 ? 2 : 100;
     std::lock_guard<std::mutex> lock(g_ring_mu);
     int n = ring_buffer__poll(ring_, timeout_ms);
+    // On a timeout ring_buffer__poll reads nothing: records submitted without
+    // a wakeup since the last one are read here.
+    if (n == 0) n = ring_buffer__consume(ring_);
     Flush();
     if (n < 0 && n != -EINTR) {
       LOG_ERROR("observer: ring buffer poll: %s", strerror(-n));
