@@ -19,5 +19,7 @@ void AddRuleCommands(CLI::App* app, const Globals* globals, Run* run);
 void AddObserveCommands(CLI::App* app, const Globals* globals, Run* run);
 // status
 void AddSystemCommands(CLI::App* app, const Globals* globals, Run* run);
+// sweep (runs client/python's lossd_client.sweep)
+void AddSweepCommands(CLI::App* app, const Globals* globals, Run* run);
 
 }  // namespace lossctl

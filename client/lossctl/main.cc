@@ -53,6 +53,7 @@ int Main(int argc, char** argv) {
   AddRuleCommands(&app, &g, &run);
   AddObserveCommands(&app, &g, &run);
   AddSystemCommands(&app, &g, &run);
+  AddSweepCommands(&app, &g, &run);
 
   if (argc < 2) {
     fprintf(stderr, "%s", app.help().c_str());

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -50,35 +52,28 @@ Result<std::unique_ptr<Attachment>> Link(int prog_fd, int target, int type, uint
   return std::unique_ptr<Attachment>(new LinkAttachment(UniqueFd(fd), what));
 }
 
+// clsact qdiscs this process created. Adding or deleting a qdisc
+// deactivates the device for a moment (qdisc_graft: dev_deactivate), which
+// drops egress packets no rule matches; so a qdisc lossd created stays until
+// ReleaseCreatedQdiscs (the injector's end), not until its last rule goes.
+std::mutex g_qdiscs_mu;
+std::map<int, std::string> g_created_qdiscs;  // ifindex -> name
+
 class ClsactAttachment : public Attachment {
  public:
-  ClsactAttachment(int ifindex, std::string ifname, bool created_qdisc)
-      : ifindex_(ifindex), ifname_(std::move(ifname)), created_qdisc_(created_qdisc) {}
+  ClsactAttachment(int ifindex, std::string ifname) : ifindex_(ifindex), ifname_(std::move(ifname)) {}
   ~ClsactAttachment() override {
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
     int err = bpf_tc_detach(&hook, &opts);
     if (err && err != -ENOENT && err != -ENODEV)
       LOG_WARN("detach clsact egress filter from %s: %s", ifname_.c_str(), strerror(-err));
-    if (created_qdisc_) {
-      // Only a qdisc we created, and only if nothing else uses it.
-      LIBBPF_OPTS(bpf_tc_opts, any);
-      hook.attach_point = BPF_TC_EGRESS;
-      bool egress_used = bpf_tc_query(&hook, &any) == 0;
-      hook.attach_point = BPF_TC_INGRESS;
-      bool ingress_used = bpf_tc_query(&hook, &any) == 0;
-      if (!egress_used && !ingress_used) {
-        hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
-        bpf_tc_hook_destroy(&hook);
-      }
-    }
   }
   std::string Describe() const override { return "clsact egress on " + ifname_; }
 
  private:
   int ifindex_;
   std::string ifname_;
-  bool created_qdisc_;
 };
 
 std::string ProgName(uint32_t prog_id) {
@@ -171,17 +166,35 @@ Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
   int err = bpf_tc_hook_create(&hook);
   bool created = err == 0;
   if (err && err != -EEXIST) return Status::FromErrno(-err, "create clsact qdisc on " + ifname);
+  if (created) {
+    std::lock_guard<std::mutex> lock(g_qdiscs_mu);
+    g_created_qdiscs[ifindex] = ifname;
+  }
   LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE,
               .handle = kTcHandle, .priority = kTcPriority);
   err = bpf_tc_attach(&hook, &opts);
   if (err) {
-    if (created) {
-      hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
-      bpf_tc_hook_destroy(&hook);
-    }
     return Status::FromErrno(-err, "attach clsact egress filter to " + ifname);
   }
-  return std::unique_ptr<Attachment>(new ClsactAttachment(ifindex, ifname, created));
+  return std::unique_ptr<Attachment>(new ClsactAttachment(ifindex, ifname));
+}
+
+void ReleaseCreatedQdiscs() {
+  std::lock_guard<std::mutex> lock(g_qdiscs_mu);
+  for (const auto& [ifindex, name] : g_created_qdiscs) {
+    // Only if nothing (another tool, another lossd) uses it now.
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, any);
+    bool egress_used = bpf_tc_query(&hook, &any) == 0;
+    hook.attach_point = BPF_TC_INGRESS;
+    bool ingress_used = bpf_tc_query(&hook, &any) == 0;
+    if (egress_used || ingress_used) continue;
+    hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
+    int err = bpf_tc_hook_destroy(&hook);
+    if (err && err != -ENOENT && err != -EINVAL && err != -ENODEV)
+      LOG_WARN("remove the clsact qdisc lossd created on %s: %s", name.c_str(), strerror(-err));
+  }
+  g_created_qdiscs.clear();
 }
 
 Result<std::unique_ptr<Attachment>> AttachCgroup(int prog_fd, const std::string& cgroup_path,

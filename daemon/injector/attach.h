@@ -30,6 +30,10 @@ Result<std::unique_ptr<Attachment>> AttachTcxIngress(int prog_fd, int ifindex,
                                                      const std::string& ifname);
 // clsact egress filter over netlink (handle kTcHandle, priority
 // kTcPriority). Survives the process: the BPF lease guards it.
+// Removes the clsact qdiscs this process created (kept until now: adding or
+// deleting one briefly drops the device's egress traffic), where unused.
+void ReleaseCreatedQdiscs();
+
 Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
                                                        const std::string& ifname);
 // cgroup_skb ingress or egress on a cgroup v2 directory through a bpf_link.

@@ -79,6 +79,7 @@ Injector::~Injector() {
   Clear();
   // Attachments and offload guards are gone with the rules; the skeleton
   // (maps, programs) goes last.
+  ReleaseCreatedQdiscs();
 }
 
 void Injector::Run() {

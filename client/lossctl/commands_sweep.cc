@@ -1,0 +1,80 @@
+// lossctl sweep: runs the Python package's sweep (client/python/lossd_client/
+// sweep.py: one implementation, with its plots drawn by matplotlib) against
+// the daemon lossctl was pointed at. Every argument after `sweep` is the
+// sweep's own (lossctl sweep --help shows them); lossctl replaces itself with
+// the Python process, so Ctrl-C and exit codes are the sweep's.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+#ifndef LOSSCTL_PYTHON_DIR
+#define LOSSCTL_PYTHON_DIR ""
+#endif
+#ifndef LOSSCTL_STUBS_DIR
+#define LOSSCTL_STUBS_DIR ""
+#endif
+
+namespace lossctl {
+namespace {
+
+constexpr char kPython[] = "/usr/bin/python3";  // Debian's: it has python3-grpcio
+
+// The sweep's connection arguments for lossctl's --addr and TLS options.
+std::vector<std::string> ConnectionArgs(const Globals& g) {
+  std::string a = g.addr;
+  if (a.rfind("unix://", 0) == 0) return {"--socket", a.substr(7)};
+  if (a.rfind("unix:", 0) == 0) return {"--socket", a.substr(5)};
+  std::vector<std::string> out = {"--target", a};
+  if (!g.tls_ca.empty() || !g.tls_cert.empty()) out.push_back("--tls");
+  if (!g.tls_ca.empty()) out.insert(out.end(), {"--ca", g.tls_ca});
+  if (!g.tls_cert.empty()) out.insert(out.end(), {"--cert", g.tls_cert});
+  if (!g.tls_key.empty()) out.insert(out.end(), {"--key", g.tls_key});
+  if (!g.tls_server_name.empty()) out.insert(out.end(), {"--server-name", g.tls_server_name});
+  return out;
+}
+
+int Sweep(const Globals& g, const std::vector<std::string>& rest) {
+  const char* dir = getenv("LOSSCTL_PYTHON_DIR");
+  std::string pydir = dir && *dir ? dir : LOSSCTL_PYTHON_DIR;
+  if (pydir.empty() || access((pydir + "/lossd_client/sweep.py").c_str(), R_OK) != 0)
+    return Fail(kExitError, "sweep: the Python package lossd_client is not at '" + pydir +
+                                "': set LOSSCTL_PYTHON_DIR to the directory holding it (client/python)");
+  std::string pypath = pydir;
+  if (const char* old = getenv("PYTHONPATH"); old && *old) pypath += std::string(":") + old;
+  setenv("PYTHONPATH", pypath.c_str(), 1);
+  if (!getenv("LOSSD_PYTHON_STUBS") && *LOSSCTL_STUBS_DIR) setenv("LOSSD_PYTHON_STUBS", LOSSCTL_STUBS_DIR, 1);
+
+  std::vector<std::string> args = {kPython, "-m", "lossd_client.sweep"};
+  bool help = false;
+  for (const auto& r : rest) help |= r == "-h" || r == "--help";
+  if (!help)
+    for (auto& c : ConnectionArgs(g)) args.push_back(c);
+  args.insert(args.end(), rest.begin(), rest.end());
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  execv(kPython, argv.data());
+  return Fail(kExitError, std::string("sweep: cannot run ") + kPython + ": " + strerror(errno));
+}
+
+}  // namespace
+
+void AddSweepCommands(CLI::App* app, const Globals* g, Run* run) {
+  CLI::App* sweep = app->add_subcommand(
+      "sweep", "Step one service through loss rates; table, CSV/JSON and plots (sweep --help)");
+  sweep->prefix_command();  // everything after `sweep` is the sweep's
+  sweep->set_help_flag();   // ... --help included
+  sweep->fallthrough(false);  // lossctl options go before `sweep`
+  sweep->callback([g, run, sweep] {
+    std::vector<std::string> rest = sweep->remaining();
+    *run = [g, rest] { return Sweep(*g, rest); };
+  });
+}
+
+}  // namespace lossctl

@@ -1,0 +1,460 @@
+"""Sweep one service across loss rates and record how it behaves.
+
+    python3 -m lossd_client.sweep --iface veth0 --dport 8080 --rates 0,0.1%,1%,5% \\
+        --workload './load-test --json' --repeat 3 --out results/
+    lossctl sweep ...              (the same; lossctl runs this module)
+
+For every rate (in the order given) and every repetition, the sweep creates one
+rule through lossd's gRPC API, holds it for --duration or for one run of the
+workload command, reads what the daemon measured, and deletes the rule. Per run
+it records: configured and measured loss (segments the rule dropped / matched,
+with the 99.9 % Wilson interval), throughput from the observer (bytes acked by
+the rule's flows per second) and from the workload if it reports one, the
+workload's request latency (median, p99) if it reports latencies, retransmitted
+segments by type and RTOs on the rule's flows, mean and minimum cwnd, mean srtt.
+Per rate it gives mean, std, min, quartiles and max over the repetitions.
+
+The workload is any shell command, run once per repetition with LOSSD_SWEEP_RATE
+(a fraction), LOSSD_SWEEP_STEP and LOSSD_SWEEP_REP in its environment. If its
+stdout has a JSON object line, these keys are read from the last one (all
+optional): "latencies_ms" (a list), "p50_ms", "p99_ms", "throughput_bps",
+"bytes" (with the run's wall time gives a throughput), "requests". A workload
+that exits non-zero fails the sweep (its run is recorded as failed).
+
+Output (--out DIR): sweep.json (every run and the summary), sweep.csv (one row
+per run), summary.csv, and sweep.png + sweep.svg (throughput and latency against
+loss rate, retransmits by type), drawn with matplotlib (Debian python3-matplotlib).
+A table goes to stdout.
+
+Nothing is left behind: the current rule is deleted when the sweep ends, on
+Ctrl-C or SIGTERM (after the running workload is stopped), and every rule has a
+TTL (its hold time + --grace) so that it expires by itself if the sweep is killed.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+from . import cli
+from .errors import LossdError, LossdInputError
+from .spec import RETRANSMIT_TYPES
+from .units import format_rate, parse_duration, parse_rate, wilson_interval
+
+METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_p50_ms",
+           "latency_p99_ms", "retransmitted_segments", "rto", "cwnd_mean", "cwnd_min", "srtt_mean_us",
+           "dropped_segments", "matched_segments", "wall_s")
+
+
+class Interrupted(Exception):
+    pass
+
+
+def quantile(xs, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    xs = sorted(xs)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def describe(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"n": len(xs), "mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+            "min": min(xs), "q1": quantile(xs, 0.25), "median": quantile(xs, 0.5), "q3": quantile(xs, 0.75),
+            "max": max(xs)}
+
+
+def workload_report(stdout):
+    """The last JSON object line of a workload's stdout, or {}."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                v = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(v, dict):
+                return v
+    return {}
+
+
+class FlowTracker:
+    """The rule's flows from WatchFlows: the last state of each, in a thread."""
+
+    def __init__(self, client, rule_id, interval="200ms"):
+        self.stream = client.watch_flows(rule=rule_id, interval=interval)
+        self.lock = threading.Lock()
+        self.flows = {}        # cookie -> last Flow
+        self.baseline = {}     # cookie -> bytes_acked when the run began (flows open before it)
+        self.cwnd_samples = []
+        self.srtt_samples = []
+        self.error = None
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        try:
+            for u in self.stream:
+                with self.lock:
+                    for f in u.flows:
+                        if u.snapshot:
+                            self.baseline[f.cookie] = f.bytes_acked
+                        self.flows[f.cookie] = f
+                        if f.cwnd:
+                            self.cwnd_samples.append(f.cwnd)
+                        if f.srtt_us:
+                            self.srtt_samples.append(f.srtt_us)
+        except LossdError as e:
+            self.error = e
+
+    def stop(self):
+        time.sleep(0.5)  # the closing updates of the last flows (interval 200 ms)
+        self.stream.close()
+        self.t.join(timeout=5)
+        with self.lock:
+            acked = sum(f.bytes_acked - self.baseline.get(c, 0) for c, f in self.flows.items())
+            mins = [f.cwnd_min for f in self.flows.values() if f.cwnd_min and f.cwnd_min < 2**31]
+            return {"flows": len(self.flows), "bytes_acked": acked,
+                    "cwnd_mean": statistics.fmean(self.cwnd_samples) if self.cwnd_samples else None,
+                    "cwnd_min": min(mins) if mins else None,
+                    "srtt_mean_us": statistics.fmean(self.srtt_samples) if self.srtt_samples else None}
+
+
+def run_workload(cmd, env, stop):
+    """Runs cmd (shell) in its own process group; stops it (SIGTERM, then SIGKILL) on stop."""
+    p = subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, start_new_session=True)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(zip(("stdout", "stderr"), p.communicate())), daemon=True)
+    t.start()
+    while t.is_alive():
+        if stop.wait(0.05):
+            for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    break
+                t.join(wait)
+                if not t.is_alive():
+                    break
+            t.join(5)
+            raise Interrupted()
+    return p.returncode, out.get("stdout", ""), out.get("stderr", "")
+
+
+def one_run(client, a, target_kw, rate, step, rep, stop):
+    hold_ns = a.duration_ns if not a.workload else a.workload_timeout_ns
+    rule = client.add_rule(rate=rate, ttl="%dns" % (hold_ns + a.grace_ns), force=a.force,
+                           labels={"client": "sweep", "pid": str(os.getpid()), "step": str(step),
+                                   "rep": str(rep)}, **target_kw)
+    result = {"step": step, "rep": rep, "configured_rate": rate, "rule": rule.id, "ok": True}
+    tracker = None
+    try:
+        tracker = FlowTracker(client, rule.id)
+        t0 = time.monotonic()
+        if a.workload:
+            env = dict(os.environ, LOSSD_SWEEP_RATE=repr(rate), LOSSD_SWEEP_STEP=str(step),
+                       LOSSD_SWEEP_REP=str(rep))
+            rc, out, err = run_workload(a.workload, env, stop)
+            wall = time.monotonic() - t0
+            result["workload_exit"] = rc
+            if rc != 0:
+                result["ok"] = False
+                result["error"] = "workload exited %d: %s" % (rc, err.strip()[-500:])
+            rep_ = workload_report(out)
+            result["workload_report"] = {k: v for k, v in rep_.items() if k != "latencies_ms"}
+            lat = rep_.get("latencies_ms")
+            if isinstance(lat, list) and lat:
+                result["latency_p50_ms"] = quantile(lat, 0.5)
+                result["latency_p99_ms"] = quantile(lat, 0.99)
+                result["requests"] = len(lat)
+            for k in ("p50_ms", "p99_ms"):
+                if k in rep_ and "latency_" + k not in result:
+                    result["latency_" + k] = float(rep_[k])
+            if "throughput_bps" in rep_:
+                result["throughput_workload_bps"] = float(rep_["throughput_bps"])
+            elif "bytes" in rep_ and wall > 0:
+                result["throughput_workload_bps"] = 8.0 * float(rep_["bytes"]) / wall
+        else:
+            if stop.wait(a.duration_ns / 1e9):
+                raise Interrupted()
+            wall = time.monotonic() - t0
+        result["wall_s"] = wall
+        flows = tracker.stop()
+        tracker = None
+        effect = client.rule_effect(rule)
+        c = effect.counters
+        lo, hi = wilson_interval(c.dropped_segments, c.matched_segments)
+        result.update(
+            matched_segments=c.matched_segments, dropped_segments=c.dropped_segments,
+            matched_packets=c.matched_packets, dropped_packets=c.dropped_packets,
+            measured_rate=c.dropped_segments / c.matched_segments if c.matched_segments else None,
+            rate_ci_low=lo, rate_ci_high=hi,
+            retransmitted_by_type=dict(effect.retransmitted_segments),
+            retransmitted_segments=effect.retransmitted_total,
+            rto=effect.retransmitted_segments.get("rto", 0),
+            flows=flows["flows"], bytes_acked=flows["bytes_acked"],
+            throughput_obs_bps=8.0 * flows["bytes_acked"] / wall if wall > 0 else None,
+            cwnd_mean=flows["cwnd_mean"], cwnd_min=flows["cwnd_min"], srtt_mean_us=flows["srtt_mean_us"])
+    finally:
+        if tracker:
+            tracker.stream.close()
+        try:
+            client.delete_rule(rule)
+        except LossdError as e:
+            if e.code != "NOT_FOUND":
+                print("sweep: deleting rule %d failed: %s (it expires by its TTL)" % (rule.id, e),
+                      file=sys.stderr, flush=True)
+    return result
+
+
+def summarize(runs, rates):
+    out = []
+    for step, rate in enumerate(rates):
+        rs = [r for r in runs if r["step"] == step and r.get("ok")]
+        s = {"step": step, "configured_rate": rate, "runs": len(rs)}
+        for m in METRICS:
+            s[m] = describe([r.get(m) for r in rs])
+        types = {}
+        for r in rs:
+            for k, v in r.get("retransmitted_by_type", {}).items():
+                types.setdefault(k, []).append(v)
+        s["retransmitted_by_type_mean"] = {k: statistics.fmean(v) for k, v in types.items()}
+        out.append(s)
+    return out
+
+
+def fmt(v, scale=1.0, digits=1):
+    if v is None:
+        return "-"
+    return "%.*f" % (digits, v * scale)
+
+
+def table(summary):
+    head = ("rate", "runs", "measured", "thr obs Mbit/s", "thr wl Mbit/s", "p50 ms", "p99 ms",
+            "retrans segs", "rto", "cwnd mean", "cwnd min", "srtt ms")
+    rows = [head]
+    for s in summary:
+        def m(k, key="mean"):
+            return s[k][key] if s[k] else None
+        rows.append((format_rate(s["configured_rate"]), str(s["runs"]),
+                     format_rate(m("measured_rate")) if m("measured_rate") is not None else "-",
+                     "%s ±%s" % (fmt(m("throughput_obs_bps"), 1e-6), fmt(m("throughput_obs_bps", "std"), 1e-6)),
+                     fmt(m("throughput_workload_bps"), 1e-6),
+                     fmt(m("latency_p50_ms"), 1, 2), fmt(m("latency_p99_ms"), 1, 2),
+                     fmt(m("retransmitted_segments"), 1, 0), fmt(m("rto"), 1, 1),
+                     fmt(m("cwnd_mean")), fmt(m("cwnd_min"), 1, 0), fmt(m("srtt_mean_us"), 1e-3, 2)))
+    w = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in rows)
+
+
+def write_outputs(outdir, doc, plot=True):
+    os.makedirs(outdir, exist_ok=True)
+    paths = {"json": os.path.join(outdir, "sweep.json"), "csv": os.path.join(outdir, "sweep.csv"),
+             "summary_csv": os.path.join(outdir, "summary.csv")}
+    with open(paths["json"], "w") as f:
+        json.dump(doc, f, indent=1)
+    cols = ["step", "rep", "configured_rate", "ok", "rule"] + list(METRICS) + \
+        ["rate_ci_low", "rate_ci_high", "flows", "requests"] + ["rtx_" + t for t in RETRANSMIT_TYPES]
+    with open(paths["csv"], "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(cols)
+        for r in doc["runs"]:
+            row = [r.get(c) for c in cols[:-len(RETRANSMIT_TYPES)]]
+            row += [r.get("retransmitted_by_type", {}).get(t, 0) for t in RETRANSMIT_TYPES]
+            wr.writerow(row)
+    with open(paths["summary_csv"], "w", newline="") as f:
+        wr = csv.writer(f)
+        stats = ("mean", "std", "min", "q1", "median", "q3", "max")
+        wr.writerow(["configured_rate", "runs"] + ["%s_%s" % (m, s) for m in METRICS for s in stats])
+        for s in doc["summary"]:
+            wr.writerow([s["configured_rate"], s["runs"]] +
+                        [(s[m] or {}).get(st) for m in METRICS for st in stats])
+    if plot:
+        paths.update(plot_summary(outdir, doc))
+    return paths
+
+
+def plot_summary(outdir, doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise LossdInputError("the plot needs matplotlib: apt-get install python3-matplotlib "
+                              "(or --no-plot)")
+    summ = doc["summary"]
+    x = [100.0 * s["configured_rate"] for s in summ]
+
+    def series(k, scale=1.0):
+        mean = [s[k]["mean"] * scale if s[k] else float("nan") for s in summ]
+        lo = [s[k]["min"] * scale if s[k] else float("nan") for s in summ]
+        hi = [s[k]["max"] * scale if s[k] else float("nan") for s in summ]
+        return mean, lo, hi
+
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    for k, label in (("throughput_obs_bps", "observer (bytes acked)"),
+                     ("throughput_workload_bps", "workload")):
+        m, lo, hi = series(k, 1e-6)
+        if any(v == v for v in m):
+            ax[0].errorbar(x, m, yerr=[[a - b for a, b in zip(m, lo)], [c - a for a, c in zip(m, hi)]],
+                           marker="o", capsize=3, label=label)
+    ax[0].set_ylabel("throughput (Mbit/s)")
+    ax[0].legend()
+    for k, label in (("latency_p50_ms", "median"), ("latency_p99_ms", "p99")):
+        m, lo, hi = series(k)
+        if any(v == v for v in m):
+            ax[1].plot(x, m, marker="o", label=label)
+    ax[1].set_ylabel("request latency (ms)")
+    if ax[1].lines:
+        ax[1].legend()
+    else:
+        ax[1].text(0.5, 0.5, "the workload reported no latencies", ha="center", transform=ax[1].transAxes)
+    bottom = [0.0] * len(summ)
+    pos = list(range(len(summ)))
+    for t in RETRANSMIT_TYPES:
+        v = [s["retransmitted_by_type_mean"].get(t, 0.0) for s in summ]
+        if any(v):
+            ax[2].bar(pos, v, bottom=bottom, label=t)
+            bottom = [b + c for b, c in zip(bottom, v)]
+    ax[2].set_xticks(pos)
+    ax[2].set_xticklabels([format_rate(s["configured_rate"]) for s in summ])
+    ax[2].set_ylabel("retransmitted segments per run (mean)")
+    if any(bottom):
+        ax[2].legend()
+    for a_ in ax[:2]:
+        a_.set_xscale("symlog", linthresh=0.01)
+        a_.set_xlabel("configured loss (%)")
+        a_.grid(True, alpha=0.3)
+    ax[2].set_xlabel("configured loss")
+    fig.suptitle(doc.get("title") or "lossd sweep")
+    fig.tight_layout()
+    out = {}
+    for ext in ("png", "svg"):
+        p = os.path.join(outdir, "sweep." + ext)
+        fig.savefig(p)
+        out[ext] = p
+    plt.close(fig)
+    return out
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="sweep", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    t = ap.add_argument_group("target (as for a rule)")
+    t.add_argument("--iface")
+    t.add_argument("--cgroup")
+    t.add_argument("--dir", default="ingress", choices=("ingress", "egress", "both"))
+    t.add_argument("--hook", default="auto", choices=("auto", "xdp", "tc", "cgroup"))
+    t.add_argument("--proto", default="tcp")
+    t.add_argument("--src")
+    t.add_argument("--dst")
+    t.add_argument("--sport")
+    t.add_argument("--dport")
+    t.add_argument("--payload", choices=("any", "only", "none"))
+    t.add_argument("--per-segment", action="store_true")
+    t.add_argument("--force", action="store_true")
+    s = ap.add_argument_group("steps")
+    s.add_argument("--rates", required=True, help="comma-separated, in order: 0,0.1%%,1%%,5%%")
+    s.add_argument("--repeat", type=int, default=1, help="runs per rate (default 1)")
+    s.add_argument("--duration", default="10s", help="hold per run without --workload (default 10s)")
+    s.add_argument("--workload", help="shell command run once per run (instead of --duration)")
+    s.add_argument("--workload-timeout", default="10m", help="the rule's TTL bound with --workload")
+    s.add_argument("--settle", default="1s", help="pause between runs (default 1s)")
+    s.add_argument("--grace", default="30s", help="TTL beyond the hold time (default 30s)")
+    o = ap.add_argument_group("output")
+    o.add_argument("--out", help="directory for sweep.json/.csv/.png/.svg")
+    o.add_argument("--no-plot", action="store_true")
+    o.add_argument("--title")
+    cli.add_connection_args(ap)
+    a = ap.parse_args(argv)
+    if not (a.iface or a.cgroup):
+        ap.error("give --iface and/or --cgroup")
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    try:
+        a.rates_f = [parse_rate(r.strip(), "--rates") for r in a.rates.split(",") if r.strip()]
+        a.duration_ns = parse_duration(a.duration, "--duration")
+        a.workload_timeout_ns = parse_duration(a.workload_timeout, "--workload-timeout")
+        a.settle_ns = parse_duration(a.settle, "--settle")
+        a.grace_ns = parse_duration(a.grace, "--grace")
+    except LossdInputError as e:
+        ap.error(e.message)
+    if not a.rates_f:
+        ap.error("--rates: at least one rate")
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    stop = threading.Event()
+    got = []
+
+    def on_signal(signum, frame):
+        got.append(signum)
+        stop.set()
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    client = cli.connect(a)
+    target_kw = {"iface": a.iface, "cgroup": a.cgroup, "direction": a.dir, "hook": a.hook,
+                 "protocol": None if a.proto == "any" else a.proto, "src": a.src, "dst": a.dst,
+                 "sport": a.sport, "dport": a.dport, "payload": a.payload, "per_segment": a.per_segment}
+    target_kw = {k: v for k, v in target_kw.items() if v not in (None, False)}
+    runs = []
+    status = 0
+    started = time.time()
+    try:
+        for step, rate in enumerate(a.rates_f):
+            for rep in range(a.repeat):
+                if stop.is_set():
+                    raise Interrupted()
+                print("sweep: step %d rate %s run %d of %d" % (step, format_rate(rate), rep + 1, a.repeat),
+                      file=sys.stderr, flush=True)
+                r = one_run(client, a, target_kw, rate, step, rep, stop)
+                runs.append(r)
+                if not r["ok"]:
+                    print("sweep: %s" % r["error"], file=sys.stderr, flush=True)
+                    status = cli.EXIT_ERROR
+                if stop.wait(a.settle_ns / 1e9):
+                    raise Interrupted()
+    except Interrupted:
+        status = 128 + (got[0] if got else signal.SIGINT)
+        print("sweep: interrupted; the current rule was deleted", file=sys.stderr, flush=True)
+    except LossdError as e:
+        status = cli.EXIT_USAGE if e.local else cli.EXIT_ERROR
+        print("sweep: %s" % e, file=sys.stderr, flush=True)
+    finally:
+        client.close()
+    doc = {"title": a.title, "started_unix": started, "command": sys.argv, "target": target_kw,
+           "rates": a.rates_f, "repeat": a.repeat,
+           "hold": a.workload or ("%gs" % (a.duration_ns / 1e9)),
+           "complete": status == 0 and len(runs) == len(a.rates_f) * a.repeat,
+           "runs": runs, "summary": summarize(runs, a.rates_f)}
+    print(table(doc["summary"]), flush=True)
+    if a.out and runs:
+        try:
+            paths = write_outputs(a.out, doc, plot=not a.no_plot)
+            print("sweep: wrote " + ", ".join(sorted(paths.values())), file=sys.stderr, flush=True)
+        except LossdInputError as e:
+            print("sweep: " + e.message, file=sys.stderr, flush=True)
+            status = status or cli.EXIT_ERROR
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

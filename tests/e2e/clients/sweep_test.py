@@ -1,0 +1,156 @@
+"""Client e2e 6: the loss sweep (lossctl sweep / python3 -m lossd_client.sweep) against the
+real daemon and a real workload.
+
+One daemon in the sender's namespace A; a TCP request/response server (bench/workloads/
+tcp_rr.py) in B; the sweep's workload is the tcp_rr client in A (1,448-byte requests,
+14,480-byte replies), run once per repetition. The rule drops A's data segments to the
+server at A's egress (clsact, seen by A's TCP as network loss).
+
+  test_1_sweep_steps_outputs_and_physics
+      `lossctl sweep --rates 0,2%,10% --repeat 2 --workload ...`: exit 0; runs in order
+      (step 0,0,1,1,2,2 at the configured rates); sweep.json/.csv/summary.csv/.png/.svg
+      written and non-empty (PNG and SVG by their magic); at 0 % nothing dropped and
+      nothing retransmitted; retransmitted segments and p99 latency grow with the rate;
+      every run's measured loss inside the 99.9 % interval the sweep reports, that
+      interval containing the configured rate; every dropped segment retransmitted
+      (retransmitted >= dropped); no rule left.
+  test_2_interrupted_sweep_restores
+      SIGINT while a step holds its rule: exit 130 within seconds, the rule deleted, the
+      partial results written.
+  test_3_killed_sweep_rule_expires
+      SIGKILL (the client dies, no cleanup): the rule's TTL (hold + grace) expires it.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+import clab
+from clab import netlab
+
+PORT = 5301
+RR = os.path.join(clab.REPO, "bench", "workloads", "tcp_rr.py")
+
+
+class Sweep(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = netlab.Lab()
+        try:
+            cls.d = clab.Daemon(cls.lab, cls.lab.a)
+            cls.srv = cls.lab.popen(cls.lab.b, [clab.PY, RR, "server", "--port", str(PORT)],
+                                    stdout=subprocess.PIPE, text=True)
+            line = cls.srv.stdout.readline()
+            assert line.startswith("READY"), line
+        except BaseException:
+            cls.lab.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            rc = cls.d.term()
+            assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, cls.d.stderr())
+        finally:
+            cls.lab.close()
+
+    def setUp(self):
+        self.d.ctl_ok("rule", "clear")
+
+    def active_rules(self):
+        return [r for r in self.d.ctlj("rule", "ls").get("rules", []) if r.get("state") == "RULE_STATE_ACTIVE"]
+
+    def sweep_args(self, out, rates, extra=()):
+        workload = "ip netns exec %s %s %s client --dst %s --port %d --count 150 --response 14480" % (
+            self.lab.a, clab.PY, RR, self.lab.V4_B, PORT)
+        return ["--iface", self.lab.IF_A, "--dir", "egress", "--dport", str(PORT), "--payload", "only",
+                "--rates", rates, "--out", out, "--settle", "300ms", "--workload", workload] + list(extra)
+
+    def test_1_sweep_steps_outputs_and_physics(self):
+        out = os.path.join(self.lab.tempdir(), "sweep")
+        r = self.d.ctl("sweep", *self.sweep_args(out, "0,2%,10%", ["--repeat", "2", "--title", "e2e"]),
+                       timeout=300)
+        self.assertEqual(r.rc, 0, r)
+        doc = json.load(open(os.path.join(out, "sweep.json")))
+        runs = doc["runs"]
+        clab.measured("sweep", summary=[{k: s[k] for k in ("configured_rate", "runs")} |
+                                        {m: (s[m] or {}).get("mean") for m in
+                                         ("measured_rate", "retransmitted_segments", "latency_p99_ms",
+                                          "throughput_obs_bps", "cwnd_mean", "dropped_segments")}
+                                        for s in doc["summary"]])
+        self.assertTrue(doc["complete"], doc)
+        self.assertEqual([(x["step"], x["rep"]) for x in runs], [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)])
+        self.assertEqual([x["configured_rate"] for x in runs], [0.0, 0.0, 0.02, 0.02, 0.1, 0.1])
+        for name, magic in (("sweep.json", b"{"), ("sweep.csv", b"step"), ("summary.csv", b"configured_rate"),
+                            ("sweep.png", b"\x89PNG"), ("sweep.svg", b"<?xml")):
+            path = os.path.join(out, name)
+            self.assertGreater(os.path.getsize(path), 100, path)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(len(magic)), magic, path)
+        with open(os.path.join(out, "sweep.csv")) as f:
+            self.assertEqual(len(f.read().strip().splitlines()), 1 + len(runs))
+        for x in runs:
+            self.assertTrue(x["ok"], x)
+            self.assertEqual(x["requests"], 150, x)
+            self.assertGreater(x["matched_segments"], 0, x)
+            self.assertGreater(x["flows"], 0, x)
+            self.assertLessEqual(x["rate_ci_low"], x["configured_rate"], x)
+            self.assertGreaterEqual(x["rate_ci_high"], x["configured_rate"], x)
+            self.assertGreaterEqual(x["retransmitted_segments"], x["dropped_segments"], x)
+            if x["configured_rate"] == 0:
+                self.assertEqual((x["dropped_segments"], x["retransmitted_segments"]), (0, 0), x)
+        s = doc["summary"]
+        rtx = [st["retransmitted_segments"]["mean"] for st in s]
+        p99 = [st["latency_p99_ms"]["mean"] for st in s]
+        self.assertLess(rtx[0], rtx[1], rtx)
+        self.assertLess(rtx[1], rtx[2], rtx)
+        self.assertLess(p99[0], p99[2], p99)
+        for st in s:
+            for k in ("mean", "std", "min", "q1", "median", "q3", "max"):
+                self.assertIn(k, st["latency_p50_ms"])
+        self.assertIn("rate", r.out.splitlines()[0])   # the table
+        self.assertEqual(len(r.out.strip().splitlines()), 1 + 3)
+        self.assertEqual(self.active_rules(), [])
+
+    def _start(self, out, hold):
+        cmd = [clab.PY, "-m", "lossd_client.sweep", "--socket", self.d.sock, "--iface", self.lab.IF_A,
+               "--dir", "egress", "--dport", str(PORT), "--rates", "1%,2%", "--duration", hold,
+               "--grace", "2s", "--out", out, "--no-plot"]
+        p = clab.client_popen(self.lab, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        clab.wait_until(lambda: self.active_rules(), 20, "the sweep's rule")
+        return p
+
+    def test_2_interrupted_sweep_restores(self):
+        out = os.path.join(self.lab.tempdir(), "sweep")
+        p = self._start(out, "60s")
+        rules = self.active_rules()
+        self.assertEqual(len(rules), 1, rules)
+        self.assertEqual(rules[0]["spec"]["labels"].get("client"), "sweep", rules)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        sout, serr = p.communicate(timeout=30)
+        clab.measured("sweep_sigint", exit=p.returncode, secs=round(time.monotonic() - t0, 3))
+        self.assertEqual(p.returncode, 130, serr)
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertIn("interrupted", serr)
+        self.assertEqual(self.active_rules(), [])
+        self.assertEqual(self.d.ctlj("rule", "ls").get("rules", []), [])
+
+    def test_3_killed_sweep_rule_expires(self):
+        out = os.path.join(self.lab.tempdir(), "sweep")
+        p = self._start(out, "2s")  # TTL 2 s + 2 s grace
+        rid = self.active_rules()[0]["id"]
+        p.kill()
+        p.wait(timeout=10)
+        t0 = time.monotonic()
+        clab.wait_until(lambda: not self.active_rules(), 15, "the killed sweep's rule to expire")
+        clab.measured("sweep_sigkill_rule_gone_after_s", secs=round(time.monotonic() - t0, 3))
+        got = self.d.ctl("-o", "json", "rule", "get", rid)
+        if got.rc == 0:
+            self.assertNotEqual(got.json().get("state"), "RULE_STATE_ACTIVE", got)
+
+
+if __name__ == "__main__":
+    clab.main()
