@@ -10,7 +10,7 @@ workload command, reads what the daemon measured, and deletes the rule. Per run
 it records: configured and measured loss (segments the rule dropped / matched,
 with the 99.9 % Wilson interval), throughput from the observer (bytes acked by
 the rule's flows per second) and from the workload if it reports one, the
-workload's request latency (median, p99) if it reports latencies, retransmitted
+workload's request latency (mean, median, p99) if it reports latencies, retransmitted
 segments by type and RTOs on the rule's flows, mean and minimum cwnd, mean srtt.
 Per rate it gives mean, std, min, quartiles and max over the repetitions.
 
@@ -48,8 +48,8 @@ from .errors import LossdError, LossdInputError
 from .spec import RETRANSMIT_TYPES
 from .units import format_rate, parse_duration, parse_rate, wilson_interval
 
-METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_p50_ms",
-           "latency_p99_ms", "retransmitted_segments", "rto", "cwnd_mean", "cwnd_min", "srtt_mean_us",
+METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_mean_ms",
+           "latency_p50_ms", "latency_p99_ms", "retransmitted_segments", "rto", "cwnd_mean", "cwnd_min", "srtt_mean_us",
            "dropped_segments", "matched_segments", "wall_s")
 
 
@@ -177,6 +177,7 @@ def one_run(client, a, target_kw, rate, step, rep, stop):
             result["workload_report"] = {k: v for k, v in rep_.items() if k != "latencies_ms"}
             lat = rep_.get("latencies_ms")
             if isinstance(lat, list) and lat:
+                result["latency_mean_ms"] = statistics.fmean(lat)
                 result["latency_p50_ms"] = quantile(lat, 0.5)
                 result["latency_p99_ms"] = quantile(lat, 0.99)
                 result["requests"] = len(lat)

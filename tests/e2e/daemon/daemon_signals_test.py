@@ -93,6 +93,11 @@ class DaemonSignals(unittest.TestCase):
                              s.error.details() if s.error else "")
         d.proc.wait(30)
         secs = round(time.monotonic() - t0, 2)
+        # A removed tc filter releases its program from an RCU work item, moments after
+        # the process is gone: allow the kernel 5 s.
+        end = time.monotonic() + 5
+        while set(progs) & set(bpf_prog_ids()) and time.monotonic() < end:
+            time.sleep(0.05)
         left = set(progs) & set(bpf_prog_ids())
         links_after = [l for l in bpf_links() if l.get("prog_id") in progs]
         tc_out, tc_left = dlab.tc_egress_filters(lab, lab.a, lab.IF_A)

@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""The seed's second experiment: HTTP response time and throughput under loss, through the sweep.
+
+Two fresh namespaces, client 192.0.2.1 and server 192.0.2.2 on a veth pair, each side's
+egress paced to --mbit (default 100) by tbf. The server is Python's http.server (HTTP/1.0:
+one connection per response) serving 996 B, 25.1 KB and 227.2 KB files and a bulk file.
+lossd runs as the daemon in the server's namespace; the loss is the server's outgoing data
+(rule: --iface s0 --dir egress --sport 8080 --payload only: clsact, real network loss for
+the server's TCP).
+
+Everything is measured with the product's own sweep (python3 -m lossd_client.sweep), one
+sweep per question, the workload bench/workloads/http_get.py run in the client namespace:
+
+  response time per size   rates 0, 0.1, 1, 2 %; --requests GETs per run, --repeat runs
+  throughput               rates 0 .. 8 % in 1 % steps; one GET of the bulk file per run
+
+The seed had RTT 10 ms. An added RTT needs a delaying qdisc, and this kernel has none:
+CONFIG_NET_SCH_NETEM, _FQ and _ETF are not set (`tc qdisc add ... netem|fq|etf` fails with
+"Specified qdisc kind is unknown"), so neither netem nor EDT (skb->tstamp + fq) can delay
+packets; the RTT here is the veth's own (tens of microseconds). Reported beside the seed's
+table; the comparison is of shape (how much worse each loss rate makes each size), not of
+milliseconds.
+
+Prints JSON on stdout (the tables, and the sweeps' output directories with their PNG/SVG).
+Usage: bench/seed_http.py [--out DIR] [--requests 200] [--repeat 3] [--mbit 100]   (root)
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PY = "/usr/bin/python3"
+GET = os.path.join(HERE, "workloads", "http_get.py")
+C_IP, S_IP, PORT = "192.0.2.1", "192.0.2.2", 8080
+SIZES = (("996B", 996), ("25.1KB", 25100), ("227.2KB", 227200))
+SEED_MS = {"996B": {0.0: 1, 0.001: 1, 0.01: 31, 0.02: 42}, "25.1KB": {0.0: 3, 0.001: 3, 0.01: 41, 0.02: 60},
+           "227.2KB": {0.0: 22, 0.001: 22, 0.01: 170, 0.02: 190}}
+SEED_MBIT = {0.0: 804.67, 0.01: 222.49, 0.02: 168.03, 0.03: 106.43, 0.04: 63.57, 0.05: 36.59,
+             0.06: 24.99, 0.07: 15.52, 0.08: 10.82}
+
+
+def log(msg):
+    print("seed_http %s: %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+
+
+def sh(*cmd, check=True, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lossd", default=os.path.join(REPO, "build", "daemon", "lossd"))
+    ap.add_argument("--stubs", default=os.path.join(REPO, "build", "python"))
+    ap.add_argument("--out", default=None, help="keep the sweeps' outputs here (default: a temp dir)")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--mbit", type=int, default=100)
+    ap.add_argument("--bulk-mb", type=int, default=16)
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        print("seed_http.py needs root", file=sys.stderr)
+        return 77
+    tag = "%d-%s" % (os.getpid(), os.urandom(3).hex())
+    nsc, nss = "lossd-http-%s-c" % tag, "lossd-http-%s-s" % tag
+    tmp = tempfile.mkdtemp(prefix="lossd-http-")
+    out = os.path.abspath(a.out) if a.out else os.path.join(tmp, "out")
+    os.makedirs(out, exist_ok=True)
+    procs = []
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
+    doc = {"benchmark": "seed_http", "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "kernel": os.uname().release, "command": " ".join(sys.argv), "mbit": a.mbit,
+           "rtt": "veth only (no delaying qdisc in this kernel)", "requests_per_run": a.requests,
+           "repeat": a.repeat, "out": out}
+    try:
+        sh("ip", "netns", "add", nsc)
+        sh("ip", "netns", "add", nss)
+        sh("ip", "-n", nsc, "link", "add", "c0", "type", "veth", "peer", "name", "s0", "netns", nss)
+        for ns, ifn, ip in ((nsc, "c0", C_IP), (nss, "s0", S_IP)):
+            sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", ifn)
+            sh("ip", "-n", ns, "link", "set", ifn, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("tc", "-n", ns, "qdisc", "add", "dev", ifn, "root", "tbf", "rate", "%dmbit" % a.mbit,
+               "burst", "64kb", "latency", "100ms")
+        www = os.path.join(tmp, "www")
+        os.makedirs(www)
+        files = dict(SIZES, bulk=a.bulk_mb << 20)
+        for name, size in files.items():
+            with open(os.path.join(www, name + ".bin"), "wb") as f:
+                f.write(os.urandom(size))
+        srv = subprocess.Popen(["ip", "netns", "exec", nss, PY, "-m", "http.server", str(PORT), "--bind", S_IP,
+                                "--directory", www], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(srv)
+        sock = os.path.join(tmp, "lossd.sock")
+        d = subprocess.Popen(["ip", "netns", "exec", nss, a.lossd, "--socket", sock, "--state-dir", tmp, "--json"],
+                             stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "lossd.err"), "w"), text=True)
+        procs.append(d)
+        if '"ready"' not in d.stdout.readline():
+            raise RuntimeError("lossd did not start")
+        for _ in range(100):
+            if sh("ip", "netns", "exec", nsc, PY, GET, "--url", "http://%s:%d/996B.bin" % (S_IP, PORT),
+                  "--count", "1", check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "client", "python"), LOSSD_PYTHON_STUBS=a.stubs)
+
+        def sweep(name, rates, count, path, repeat):
+            wl = "ip netns exec %s %s %s --url http://%s:%d/%s --count %d" % (nsc, PY, GET, S_IP, PORT, path, count)
+            d_out = os.path.join(out, name)
+            cmd = [PY, "-m", "lossd_client.sweep", "--socket", sock, "--iface", "s0", "--dir", "egress",
+                   "--sport", str(PORT), "--payload", "only", "--rates", rates, "--repeat", str(repeat),
+                   "--workload", wl, "--settle", "500ms", "--out", d_out, "--title", "HTTP %s, %d Mbit/s" % (name, a.mbit)]
+            log("sweep %s: %s" % (name, rates))
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+            if r.returncode != 0:
+                raise RuntimeError("sweep %s failed: %s" % (name, r.stderr[-2000:]))
+            log("sweep %s:\n%s" % (name, r.stdout))
+            return json.load(open(os.path.join(d_out, "sweep.json")))
+
+        latency = {}
+        for name, size in SIZES:
+            s = sweep("size-" + name, "0,0.1%,1%,2%", a.requests, name + ".bin", a.repeat)
+            latency[name] = [{"rate": st["configured_rate"],
+                              "mean_ms": st["latency_mean_ms"]["mean"] if st["latency_mean_ms"] else None,
+                              "median_ms": st["latency_p50_ms"]["median"] if st["latency_p50_ms"] else None,
+                              "p99_ms": st["latency_p99_ms"]["mean"] if st["latency_p99_ms"] else None,
+                              "measured_rate": st["measured_rate"]["mean"] if st["measured_rate"] else None,
+                              "retransmitted_segments": st["retransmitted_segments"]["mean"]
+                              if st["retransmitted_segments"] else None,
+                              "seed_ms": SEED_MS[name].get(st["configured_rate"])}
+                             for st in s["summary"]]
+        s = sweep("throughput", ",".join("%d%%" % i for i in range(9)), 1, "bulk.bin", a.repeat)
+        thr = [{"rate": st["configured_rate"],
+                "mbit_mean": st["throughput_workload_bps"]["mean"] / 1e6 if st["throughput_workload_bps"] else None,
+                "mbit_std": st["throughput_workload_bps"]["std"] / 1e6 if st["throughput_workload_bps"] else None,
+                "observer_mbit_mean": st["throughput_obs_bps"]["mean"] / 1e6 if st["throughput_obs_bps"] else None,
+                "measured_rate": st["measured_rate"]["mean"] if st["measured_rate"] else None,
+                "rto_mean": st["rto"]["mean"] if st["rto"] else None,
+                "seed_mbit": SEED_MBIT.get(st["configured_rate"])} for st in s["summary"]]
+        base = thr[0]["mbit_mean"]
+        for row in thr:
+            row["ratio_to_0"] = row["mbit_mean"] / base if base and row["mbit_mean"] is not None else None
+            row["seed_ratio_to_0"] = row["seed_mbit"] / SEED_MBIT[0.0] if row["seed_mbit"] else None
+        doc.update(latency=latency, throughput=thr)
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        for ns in (nsc, nss):
+            sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(os.path.join(tmp, "www"), ignore_errors=True)
+        if a.out:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
