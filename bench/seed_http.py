@@ -5,8 +5,9 @@ Two fresh namespaces, client 192.0.2.1 and server 192.0.2.2 on a veth pair, each
 egress paced to --mbit (default 100) by tbf. The server is Python's http.server (HTTP/1.0:
 one connection per response) serving 996 B, 25.1 KB and 227.2 KB files and a bulk file.
 lossd runs as the daemon in the server's namespace; the loss is the server's outgoing data
-(rule: --iface s0 --dir egress --sport 8080 --payload only: clsact, real network loss for
-the server's TCP).
+(rule: --iface s0 --dir egress --sport 8080 --payload only --per-segment: clsact, real
+network loss for the server's TCP, one Bernoulli draw per wire segment: without
+--per-segment the server's GSO skbs of many segments are dropped whole).
 
 Everything is measured with the product's own sweep (python3 -m lossd_client.sweep), one
 sweep per question, the workload bench/workloads/http_get.py run in the client namespace:
@@ -119,7 +120,7 @@ def main():
             wl = "ip netns exec %s %s %s --url http://%s:%d/%s --count %d" % (nsc, PY, GET, S_IP, PORT, path, count)
             d_out = os.path.join(out, name)
             cmd = [PY, "-m", "lossd_client.sweep", "--socket", sock, "--iface", "s0", "--dir", "egress",
-                   "--sport", str(PORT), "--payload", "only", "--rates", rates, "--repeat", str(repeat),
+                   "--sport", str(PORT), "--payload", "only", "--per-segment", "--rates", rates, "--repeat", str(repeat),
                    "--workload", wl, "--settle", "500ms", "--out", d_out, "--title", "HTTP %s, %d Mbit/s" % (name, a.mbit)]
             log("sweep %s: %s" % (name, rates))
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)

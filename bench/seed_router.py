@@ -24,10 +24,16 @@ rotating each round; 'none' runs in every round as the same-run baseline. Report
 (dropped / matched packets, summed over rounds) with its 99.9 % Wilson interval, and
 whether the dropped count lies in the 99.9 % binomial interval of the configured rate.
 
+Bulk TCP at 0 %: one unpaced iperf3 flow client -> server through the router (port 5403,
+--bulk-seconds, --bulk-rounds interleaved rounds of none/lossd/iptables/nft at 0 %): the
+dropper's own cost, which the request/response runs (paced by a Python client at ~14,000
+requests/s) cannot show. Reported: median Gbit/s and its ratio to 'none'.
+
 UDP: --udp-count datagrams (default 100,000) client -> server at --udp-pps, with each
 tool at 0 %: datagrams lost (sent - received), which must be exactly 0.
 
-Targets (issue: loss experiments): at 0 % lossd's ratio >= 0.98 and above both peers';
+Targets (issue: loss experiments): at 0 % lossd's bulk throughput ratio >= 0.98 and above
+both peers';
 UDP at 0 %: 0 lost; every lossd rate inside the 99.9 % binomial interval.
 
 Usage: bench/seed_router.py [--requests N] [--rounds R] [--json-only]   (root; JSON on stdout)
@@ -53,7 +59,7 @@ PY = "/usr/bin/python3"
 RR = os.path.join(HERE, "workloads", "tcp_rr.py")
 UDPFLOW = os.path.join(HERE, "..", "tests", "e2e", "udpflow.py")
 RATES = (0.0, 0.00005, 0.0001, 0.0002, 0.0004, 0.0006, 0.0008)
-TCP_PORT, UDP_PORT = 5401, 5402
+TCP_PORT, UDP_PORT, BULK_PORT = 5401, 5402, 5403
 C_IP, R_IP0, R_IP1, S_IP = "192.0.2.1", "192.0.2.126", "198.51.100.126", "198.51.100.1"
 
 
@@ -133,7 +139,7 @@ class Dropper:
                      "--probability", "%.10f" % rate, "-j", "DROP")
         elif tool == "nft":
             thr = int(round(rate * 1000000))
-            script = ("table inet lossd_peer {\n chain fwd {\n  type filter hook forward priority 0;\n"
+            script = ("table inet lossd_peer {\n chain forward_loss {\n  type filter hook forward priority 0;\n"
                       "  iifname \"r0\" %s dport %d counter\n"
                       "  iifname \"r0\" %s dport %d numgen random mod 1000000 < %d counter drop\n }\n}\n"
                       % (proto, port, proto, port, thr))
@@ -174,6 +180,11 @@ def tcp_run(topo, n):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def bulk_run(topo, secs):
+    r = topo.run(topo.c, "iperf3", "-c", S_IP, "-p", str(BULK_PORT), "-t", str(secs), "-J", timeout=secs + 60)
+    return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
+
+
 def udp_run(topo, count, pps):
     rx = topo.popen(topo.s, [PY, UDPFLOW, "recv", "--bind", S_IP, "--port", str(UDP_PORT), "--flow", "7"],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -196,6 +207,8 @@ def main():
     ap.add_argument("--udp-count", type=int, default=100000)
     ap.add_argument("--udp-pps", type=int, default=20000)
     ap.add_argument("--tools", default="lossd,iptables,nft")
+    ap.add_argument("--bulk-seconds", type=int, default=3)
+    ap.add_argument("--bulk-rounds", type=int, default=7)
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("seed_router.py needs root", file=sys.stderr)
@@ -207,6 +220,7 @@ def main():
         signal.signal(sig, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
     tcp = {}   # (tool, rate) -> list of runs
     udp = {}
+    bulk = {}
     try:
         srv = topo.popen(topo.s, [PY, RR, "server", "--bind", S_IP, "--port", str(TCP_PORT)], stdout=subprocess.PIPE)
         if not srv.stdout.readline().startswith("READY"):
@@ -227,6 +241,24 @@ def main():
                 tcp.setdefault((tool, rate), []).append(res)
                 log("round %d %-8s %-8s %7.0f req/s matched %s dropped %s"
                     % (i, tool, "%g%%" % (rate * 100), res["requests"] / res["secs"], mc[0], mc[1]))
+        ip3 = topo.popen(topo.s, ["iperf3", "-s", "-B", S_IP, "-p", str(BULK_PORT)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        bulk_run(topo, 1)  # warm-up
+        order = ["none"] + tools
+        for i in range(a.bulk_rounds):
+            k = i % len(order)
+            for tool in order[k:] + order[:k]:
+                with tempfile.TemporaryDirectory(prefix="lossd-seed-") as tmp:
+                    d = Dropper(topo, tool, 0.0, "tcp", BULK_PORT, a.lossd, tmp) if tool != "none" else None
+                    try:
+                        g = bulk_run(topo, a.bulk_seconds)
+                    finally:
+                        if d:
+                            d.stop()
+                bulk.setdefault(tool, []).append(g)
+                log("bulk round %d %-8s at 0%%: %.2f Gbit/s" % (i, tool, g))
+        ip3.kill()
         for tool in ["none"] + tools:
             with tempfile.TemporaryDirectory(prefix="lossd-seed-") as tmp:
                 d = Dropper(topo, tool, 0.0, "udp", UDP_PORT, a.lossd, tmp) if tool != "none" else None
@@ -257,7 +289,9 @@ def main():
                        wilson_999=wilson(dr, m), binom_999_of_configured=[lo, hi],
                        in_interval=lo <= dr <= hi)
         table.append(row)
-    zero = {t: next(r for r in table if r["tool"] == t and r["rate"] == 0.0)["ratio_to_none"] for t in tools}
+    bulk_base = statistics.median(bulk["none"])
+    bulk_ratio = {t: round(statistics.median(bulk[t]) / bulk_base, 4) for t in tools}
+    zero = bulk_ratio
     lossd_rows = [r for r in table if r["tool"] == "lossd"]
     targets = {
         "lossd_ratio_at_0_ge_0.98": zero.get("lossd", 0) >= 0.98,
@@ -269,6 +303,9 @@ def main():
            "kernel": os.uname().release, "cpus": os.cpu_count(), "command": " ".join(sys.argv),
            "requests_per_run": a.requests, "rounds": a.rounds, "request_bytes": 1448, "reply_bytes": 1448,
            "baseline_requests_per_s": round(base, 1), "tcp": table, "udp_at_0": udp,
+           "bulk_at_0": {"gbit_median": {t: round(statistics.median(v), 3) for t, v in bulk.items()},
+                         "ratio_to_none": bulk_ratio, "runs_gbit": bulk,
+                         "traffic": "iperf3 -c server -t %d (unpaced, one flow) through the router" % a.bulk_seconds},
            "peers_in_interval": {t: all(r["in_interval"] for r in table if r["tool"] == t) for t in tools},
            "target": {"pass": all(targets.values()), **targets},
            "runs": {"%s@%g" % k: v for k, v in tcp.items()}}

@@ -479,8 +479,13 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 	e->ev.cgroup_id = f->cgroup_id;
 	e->ev.tuple = f->tuple;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
-	if (tp)
+	if (tp) {
 		read_state(tp, &e->ev.st);
+		/* tcp_probe runs in ESTABLISHED only: the bytes acked after the
+		 * FIN was sent would be missing from a short flow's record */
+		f->bytes_acked = tp->bytes_acked;
+		f->bytes_sent = tp->bytes_sent;
+	}
 	/* close the books on the congestion state it ends in */
 	if (f->ca_state < OBS_CA_STATES && now > f->ca_since_ns)
 		f->ca_time_ns[f->ca_state] += now - f->ca_since_ns;

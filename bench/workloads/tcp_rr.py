@@ -7,14 +7,15 @@
 
   tcp_rr.py client --dst ADDR --port P [--request 1448] [--response 0] [--count 1000]
                    [--seconds S] [--conns 1] [--new-conn] [--nodelay]
-      One connection (or one per request with --new-conn); each request is REQUEST bytes,
-      the reply RESPONSE bytes (0: the same as the request); the next request goes when the
+      One connection (or one per request with --new-conn); each request is REQUEST bytes on
+      the wire (header included: 1448 is one full segment), the reply RESPONSE bytes (0: the
+      same as the request); the next request goes when the
       reply is complete. Stops after --count requests or --seconds. Prints one JSON line:
       requests, bytes (both directions), secs, throughput_bps (request+reply bytes), and
       latencies_ms (one per request) unless --no-latencies.
 
-Wire format: an 8-byte header (request length, reply length; network order) then the
-request; the server replies with reply-length bytes.
+Wire format: an 8-byte header (body length, reply length; network order) then the body
+(REQUEST - 8 bytes); the server replies with reply-length bytes.
 """
 import argparse
 import json
@@ -55,7 +56,7 @@ def serve_conn(c, default_resp):
             if req > len(buf):
                 buf = bytearray(req)
             recv_exact(c, req, buf)
-            n = resp or default_resp or req
+            n = resp or default_resp or (req + HDR.size)
             payload = bytes(n)
             c.sendall(payload)
     except OSError:
@@ -77,7 +78,10 @@ def server(a):
 
 def client(a):
     resp = a.response or a.request
-    req = HDR.pack(a.request, resp) + bytes(a.request)
+    if a.request < HDR.size:
+        raise SystemExit("--request: at least %d bytes (the header)" % HDR.size)
+    body = a.request - HDR.size
+    req = HDR.pack(body, resp) + bytes(body)
     buf = bytearray(max(resp, 1))
     lat = []
     s = None
