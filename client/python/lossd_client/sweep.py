@@ -14,6 +14,11 @@ workload's request latency (mean, median, p99) if it reports latencies, retransm
 segments by type and RTOs on the rule's flows, mean and minimum cwnd, mean srtt.
 Per rate it gives mean, std, min, quartiles and max over the repetitions.
 
+A step is a loss rate ('1%') or a Gilbert-Elliott model 'ge:P/R/1-H/1-K' (netem's gemodel:
+P good->bad, R bad->good, 1-H loss in the bad state, 1-K in the good one), which is
+reported and plotted at its mean loss rate P/(P+R)*(1-H) + R/(P+R)*(1-K); its losses come
+in bursts, so the binomial interval does not apply to it.
+
 The workload is any shell command, run once per repetition with LOSSD_SWEEP_RATE
 (a fraction), LOSSD_SWEEP_STEP and LOSSD_SWEEP_REP in its environment. If its
 stdout has a JSON object line, these keys are read from the last one (all
@@ -45,7 +50,7 @@ import time
 
 from . import cli
 from .errors import LossdError, LossdInputError
-from .spec import RETRANSMIT_TYPES
+from .spec import RETRANSMIT_TYPES, gilbert_elliott
 from .units import format_rate, parse_duration, parse_rate, wilson_interval
 
 METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_mean_ms",
@@ -55,6 +60,19 @@ METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "la
 
 class Interrupted(Exception):
     pass
+
+
+def parse_step(text):
+    """'1%' -> Bernoulli; 'ge:P/R/1-H/1-K' -> Gilbert-Elliott. Returns a step dict:
+    label, rate (the mean loss rate), ge (None or the model's p, r, bad_loss, good_loss)."""
+    text = text.strip()
+    if text.lower().startswith("ge:"):
+        ge = gilbert_elliott(text[3:].split("/"))
+        tot = ge["p"] + ge["r"]
+        bad = ge["p"] / tot if tot > 0 else 0.0
+        return {"label": text, "rate": bad * ge["bad_loss"] + (1 - bad) * ge["good_loss"], "ge": ge}
+    rate = parse_rate(text, "--rates")
+    return {"label": format_rate(rate), "rate": rate, "ge": None}
 
 
 def quantile(xs, q):
@@ -154,12 +172,15 @@ def run_workload(cmd, env, stop):
     return p.returncode, out.get("stdout", ""), out.get("stderr", "")
 
 
-def one_run(client, a, target_kw, rate, step, rep, stop):
+def one_run(client, a, target_kw, st, step, rep, stop):
     hold_ns = a.duration_ns if not a.workload else a.workload_timeout_ns
-    rule = client.add_rule(rate=rate, ttl="%dns" % (hold_ns + a.grace_ns), force=a.force,
+    model = {"ge": [st["ge"][k] for k in ("p", "r", "bad_loss", "good_loss")]} if st["ge"] else {"rate": st["rate"]}
+    rate = st["rate"]
+    rule = client.add_rule(ttl="%dns" % (hold_ns + a.grace_ns), force=a.force,
                            labels={"client": "sweep", "pid": str(os.getpid()), "step": str(step),
-                                   "rep": str(rep)}, **target_kw)
-    result = {"step": step, "rep": rep, "configured_rate": rate, "rule": rule.id, "ok": True}
+                                   "rep": str(rep)}, **model, **target_kw)
+    result = {"step": step, "rep": rep, "label": st["label"], "model": "ge" if st["ge"] else "bernoulli",
+              "configured_rate": rate, "rule": rule.id, "ok": True}
     tracker = None
     try:
         tracker = FlowTracker(client, rule.id)
@@ -172,7 +193,7 @@ def one_run(client, a, target_kw, rate, step, rep, stop):
             result["workload_exit"] = rc
             if rc != 0:
                 result["ok"] = False
-                result["error"] = "workload exited %d: %s" % (rc, err.strip()[-500:])
+                result["error"] = "workload exited %d: %s" % (rc, (err.strip() or out.strip())[-500:])
             rep_ = workload_report(out)
             result["workload_report"] = {k: v for k, v in rep_.items() if k != "latencies_ms"}
             lat = rep_.get("latencies_ms")
@@ -221,11 +242,13 @@ def one_run(client, a, target_kw, rate, step, rep, stop):
     return result
 
 
-def summarize(runs, rates):
+def summarize(runs, steps):
     out = []
-    for step, rate in enumerate(rates):
+    for step, st in enumerate(steps):
+        if not isinstance(st, dict):  # a bare rate
+            st = {"label": format_rate(st), "rate": st, "ge": None}
         rs = [r for r in runs if r["step"] == step and r.get("ok")]
-        s = {"step": step, "configured_rate": rate, "runs": len(rs)}
+        s = {"step": step, "label": st["label"], "configured_rate": st["rate"], "ge": st["ge"], "runs": len(rs)}
         for m in METRICS:
             s[m] = describe([r.get(m) for r in rs])
         types = {}
@@ -250,7 +273,7 @@ def table(summary):
     for s in summary:
         def m(k, key="mean"):
             return s[k][key] if s[k] else None
-        rows.append((format_rate(s["configured_rate"]), str(s["runs"]),
+        rows.append((s.get("label") or format_rate(s["configured_rate"]), str(s["runs"]),
                      format_rate(m("measured_rate")) if m("measured_rate") is not None else "-",
                      "%s ±%s" % (fmt(m("throughput_obs_bps"), 1e-6), fmt(m("throughput_obs_bps", "std"), 1e-6)),
                      fmt(m("throughput_workload_bps"), 1e-6),
@@ -267,7 +290,7 @@ def write_outputs(outdir, doc, plot=True):
              "summary_csv": os.path.join(outdir, "summary.csv")}
     with open(paths["json"], "w") as f:
         json.dump(doc, f, indent=1)
-    cols = ["step", "rep", "configured_rate", "ok", "rule"] + list(METRICS) + \
+    cols = ["step", "rep", "label", "configured_rate", "ok", "rule"] + list(METRICS) + \
         ["rate_ci_low", "rate_ci_high", "flows", "requests"] + ["rtx_" + t for t in RETRANSMIT_TYPES]
     with open(paths["csv"], "w", newline="") as f:
         wr = csv.writer(f)
@@ -279,9 +302,9 @@ def write_outputs(outdir, doc, plot=True):
     with open(paths["summary_csv"], "w", newline="") as f:
         wr = csv.writer(f)
         stats = ("mean", "std", "min", "q1", "median", "q3", "max")
-        wr.writerow(["configured_rate", "runs"] + ["%s_%s" % (m, s) for m in METRICS for s in stats])
+        wr.writerow(["label", "configured_rate", "runs"] + ["%s_%s" % (m, s) for m in METRICS for s in stats])
         for s in doc["summary"]:
-            wr.writerow([s["configured_rate"], s["runs"]] +
+            wr.writerow([s.get("label"), s["configured_rate"], s["runs"]] +
                         [(s[m] or {}).get(st) for m in METRICS for st in stats])
     if plot:
         paths.update(plot_summary(outdir, doc))
@@ -331,13 +354,14 @@ def plot_summary(outdir, doc):
             ax[2].bar(pos, v, bottom=bottom, label=t)
             bottom = [b + c for b, c in zip(bottom, v)]
     ax[2].set_xticks(pos)
-    ax[2].set_xticklabels([format_rate(s["configured_rate"]) for s in summ])
+    ax[2].set_xticklabels([s.get("label") or format_rate(s["configured_rate"]) for s in summ],
+                          rotation=30 if any(s.get("ge") for s in summ) else 0)
     ax[2].set_ylabel("retransmitted segments per run (mean)")
     if any(bottom):
         ax[2].legend()
     for a_ in ax[:2]:
         a_.set_xscale("symlog", linthresh=0.01)
-        a_.set_xlabel("configured loss (%)")
+        a_.set_xlabel("configured (mean) loss (%)")
         a_.grid(True, alpha=0.3)
     ax[2].set_xlabel("configured loss")
     fig.suptitle(doc.get("title") or "lossd sweep")
@@ -369,7 +393,8 @@ def parse_args(argv):
     t.add_argument("--per-segment", action="store_true")
     t.add_argument("--force", action="store_true")
     s = ap.add_argument_group("steps")
-    s.add_argument("--rates", required=True, help="comma-separated, in order: 0,0.1%%,1%%,5%%")
+    s.add_argument("--rates", required=True,
+                   help="steps, comma-separated, in order: 0,0.1%%,1%%,5%% or ge:P/R/1-H/1-K")
     s.add_argument("--repeat", type=int, default=1, help="runs per rate (default 1)")
     s.add_argument("--duration", default="10s", help="hold per run without --workload (default 10s)")
     s.add_argument("--workload", help="shell command run once per run (instead of --duration)")
@@ -387,15 +412,15 @@ def parse_args(argv):
     if a.repeat < 1:
         ap.error("--repeat must be at least 1")
     try:
-        a.rates_f = [parse_rate(r.strip(), "--rates") for r in a.rates.split(",") if r.strip()]
+        a.steps = [parse_step(r) for r in a.rates.split(",") if r.strip()]
         a.duration_ns = parse_duration(a.duration, "--duration")
         a.workload_timeout_ns = parse_duration(a.workload_timeout, "--workload-timeout")
         a.settle_ns = parse_duration(a.settle, "--settle")
         a.grace_ns = parse_duration(a.grace, "--grace")
     except LossdInputError as e:
         ap.error(e.message)
-    if not a.rates_f:
-        ap.error("--rates: at least one rate")
+    if not a.steps:
+        ap.error("--rates: at least one step")
     return a
 
 
@@ -420,13 +445,13 @@ def main(argv=None):
     status = 0
     started = time.time()
     try:
-        for step, rate in enumerate(a.rates_f):
+        for step, st in enumerate(a.steps):
             for rep in range(a.repeat):
                 if stop.is_set():
                     raise Interrupted()
-                print("sweep: step %d rate %s run %d of %d" % (step, format_rate(rate), rep + 1, a.repeat),
+                print("sweep: step %d %s run %d of %d" % (step, st["label"], rep + 1, a.repeat),
                       file=sys.stderr, flush=True)
-                r = one_run(client, a, target_kw, rate, step, rep, stop)
+                r = one_run(client, a, target_kw, st, step, rep, stop)
                 runs.append(r)
                 if not r["ok"]:
                     print("sweep: %s" % r["error"], file=sys.stderr, flush=True)
@@ -442,10 +467,10 @@ def main(argv=None):
     finally:
         client.close()
     doc = {"title": a.title, "started_unix": started, "command": sys.argv, "target": target_kw,
-           "rates": a.rates_f, "repeat": a.repeat,
+           "steps": a.steps, "rates": [st["rate"] for st in a.steps], "repeat": a.repeat,
            "hold": a.workload or ("%gs" % (a.duration_ns / 1e9)),
-           "complete": status == 0 and len(runs) == len(a.rates_f) * a.repeat,
-           "runs": runs, "summary": summarize(runs, a.rates_f)}
+           "complete": status == 0 and len(runs) == len(a.steps) * a.repeat,
+           "runs": runs, "summary": summarize(runs, a.steps)}
     print(table(doc["summary"]), flush=True)
     if a.out and runs:
         try:

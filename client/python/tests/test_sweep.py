@@ -5,7 +5,7 @@ import tempfile
 import unittest
 
 import support  # noqa: F401  (puts client/python on sys.path)
-from lossd_client import sweep
+from lossd_client import LossdInputError, sweep
 
 
 class Stats(unittest.TestCase):
@@ -23,6 +23,22 @@ class Stats(unittest.TestCase):
         self.assertAlmostEqual(d["std"], 2 ** 0.5)
         self.assertEqual(sweep.describe([5.0])["std"], 0.0)
         self.assertIsNone(sweep.describe([None]))
+
+
+class Steps(unittest.TestCase):
+    def test_rates_and_gilbert_elliott_steps(self):
+        st = sweep.parse_step("1%")
+        self.assertEqual((st["label"], st["rate"], st["ge"]), ("1%", 0.01, None))
+        st = sweep.parse_step(" ge:1%/9%/50%/0% ")
+        self.assertEqual(st["label"], "ge:1%/9%/50%/0%")
+        self.assertEqual(st["ge"], {"p": 0.01, "r": 0.09, "bad_loss": 0.5, "good_loss": 0.0})
+        self.assertAlmostEqual(st["rate"], 0.1 * 0.5)          # in the bad state 10 % of the time
+        self.assertAlmostEqual(sweep.parse_step("ge:1%/1%")["rate"], 0.5)  # defaults 100 %, 0 %
+        self.assertEqual(sweep.parse_step("ge:0/0/100%/2%")["rate"], 0.02)  # never leaves good
+        with self.assertRaises(LossdInputError):
+            sweep.parse_step("ge:1%")
+        with self.assertRaises(LossdInputError):
+            sweep.parse_step("150%")
 
 
 class Workload(unittest.TestCase):

@@ -19,6 +19,9 @@ server at A's egress (clsact, seen by A's TCP as network loss).
       partial results written.
   test_3_killed_sweep_rule_expires
       SIGKILL (the client dies, no cleanup): the rule's TTL (hold + grace) expires it.
+  test_4_gilbert_elliott_step
+      a step given as a Gilbert-Elliott model (ge:2%/48%/100%/0%) runs with that model,
+      reported at its mean loss rate (4 %), drops, and every drop is retransmitted.
 """
 import json
 import os
@@ -83,7 +86,7 @@ class Sweep(unittest.TestCase):
         self.assertTrue(doc["complete"], doc)
         self.assertEqual([(x["step"], x["rep"]) for x in runs], [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)])
         self.assertEqual([x["configured_rate"] for x in runs], [0.0, 0.0, 0.02, 0.02, 0.1, 0.1])
-        for name, magic in (("sweep.json", b"{"), ("sweep.csv", b"step"), ("summary.csv", b"configured_rate"),
+        for name, magic in (("sweep.json", b"{"), ("sweep.csv", b"step"), ("summary.csv", b"label,configured_rate"),
                             ("sweep.png", b"\x89PNG"), ("sweep.svg", b"<?xml")):
             path = os.path.join(out, name)
             self.assertGreater(os.path.getsize(path), 100, path)
@@ -113,6 +116,21 @@ class Sweep(unittest.TestCase):
         self.assertIn("rate", r.out.splitlines()[0])   # the table
         self.assertEqual(len(r.out.strip().splitlines()), 1 + 3)
         self.assertEqual(self.active_rules(), [])
+
+    def test_4_gilbert_elliott_step(self):
+        out = os.path.join(self.lab.tempdir(), "sweep")
+        r = self.d.ctl("sweep", *self.sweep_args(out, "ge:2%/48%/100%/0%", ["--no-plot"]), timeout=300)
+        self.assertEqual(r.rc, 0, r)
+        run = json.load(open(os.path.join(out, "sweep.json")))["runs"][0]
+        clab.measured("sweep_ge", **{k: run.get(k) for k in ("label", "configured_rate", "matched_segments",
+                                                              "dropped_segments", "retransmitted_segments")})
+        self.assertEqual((run["label"], run["model"]), ("ge:2%/48%/100%/0%", "ge"), run)
+        self.assertAlmostEqual(run["configured_rate"], 0.04)  # in the bad state 2/(2+48) of the time
+        self.assertTrue(run["ok"], run)
+        self.assertGreater(run["dropped_segments"], 0, run)
+        self.assertGreaterEqual(run["retransmitted_segments"], run["dropped_segments"], run)
+        rule = self.d.ctlj("rule", "get", run["rule"]) if self.d.ctl("rule", "get", run["rule"]).rc == 0 else None
+        self.assertTrue(rule is None or rule.get("state") != "RULE_STATE_ACTIVE", rule)
 
     def _start(self, out, hold):
         cmd = [clab.PY, "-m", "lossd_client.sweep", "--socket", self.d.sock, "--iface", self.lab.IF_A,
