@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """The seed's second experiment: HTTP response time and throughput under loss, through the sweep.
 
-Two fresh namespaces, client 192.0.2.1 and server 192.0.2.2 on a veth pair, each side's
-egress paced to --mbit (default 100) by tbf. The server is Python's http.server (HTTP/1.0:
-one connection per response) serving 996 B, 25.1 KB and 227.2 KB files and a bulk file.
+Three fresh namespaces: client 192.0.2.1/25 — delay (forwarding) — server 198.51.100.1/25,
+the client's and the server's egress paced to --mbit (default 100) by tbf, and the round
+trip lengthened by --rtt-ms (default 10, as the seed) in the middle namespace by
+bench/delay_line.py (see RTT below; --rtt-ms 0: client and server on one veth pair).
+The server is Python's http.server (HTTP/1.0: one connection per response;
+bench/workloads/http_server.py) serving 996 B, 25.1 KB and 227.2 KB files and a bulk file.
 lossd runs as the daemon in the server's namespace; the loss is the server's outgoing data
 (rule: --iface s0 --dir egress --sport 8080 --payload only --per-segment: clsact, real
 network loss for the server's TCP, one Bernoulli draw per wire segment: without
@@ -15,15 +18,22 @@ sweep per question, the workload bench/workloads/http_get.py run in the client n
   response time per size   rates 0, 0.1, 1, 2 %; --requests GETs per run, --repeat runs
   throughput               rates 0 .. 8 % in 1 % steps; one GET of the bulk file per run
 
-The seed had RTT 10 ms. An added RTT needs a delaying qdisc, and this kernel has none:
+RTT: the seed had 10 ms. This kernel has no qdisc that can delay a packet:
 CONFIG_NET_SCH_NETEM, _FQ and _ETF are not set (`tc qdisc add ... netem|fq|etf` fails with
-"Specified qdisc kind is unknown"), so neither netem nor EDT (skb->tstamp + fq) can delay
-packets; the RTT here is the veth's own (tens of microseconds). Reported beside the seed's
-table; the comparison is of shape (how much worse each loss rate makes each size), not of
-milliseconds.
+"Specified qdisc kind is unknown"), so neither netem nor EDT (skb->tstamp + fq) can. The
+delay comes from user space instead: the middle namespace routes both directions into a tun
+device whose reader (bench/delay_line.py) writes every packet back --rtt-ms/2 later, so each
+round trip gains --rtt-ms. Its lateness (how far after its due time a packet left) is in
+the JSON.
+
+TCP congestion control: --cc (default cubic) on the server's sockets (the sender of the
+responses); setting a namespace's default to cubic is refused here (not in
+net.ipv4.tcp_allowed_congestion_control). This machine's default is bbr, which hardly
+slows down for random loss of a few percent; the seed's shape is CUBIC's.
 
 Prints JSON on stdout (the tables, and the sweeps' output directories with their PNG/SVG).
-Usage: bench/seed_http.py [--out DIR] [--requests 200] [--repeat 3] [--mbit 100]   (root)
+Usage: bench/seed_http.py [--out DIR] [--requests 200] [--repeat 3] [--mbit 100]
+                          [--rtt-ms 10] [--cc cubic] [--bulk-mb 16]   (root)
 """
 import argparse
 import datetime
@@ -40,7 +50,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = "/usr/bin/python3"
 GET = os.path.join(HERE, "workloads", "http_get.py")
-C_IP, S_IP, PORT = "192.0.2.1", "192.0.2.2", 8080
+HTTP_SERVER = os.path.join(HERE, "workloads", "http_server.py")
+C_IP, S_IP, PORT = "192.0.2.1", "198.51.100.1", 8080
+D_IP0, D_IP1 = "192.0.2.126", "198.51.100.126"
+DELAY_LINE = os.path.join(HERE, "delay_line.py")
 SIZES = (("996B", 996), ("25.1KB", 25100), ("227.2KB", 227200))
 SEED_MS = {"996B": {0.0: 1, 0.001: 1, 0.01: 31, 0.02: 42}, "25.1KB": {0.0: 3, 0.001: 3, 0.01: 41, 0.02: 60},
            "227.2KB": {0.0: 22, 0.001: 22, 0.01: 170, 0.02: 190}}
@@ -68,12 +81,16 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mbit", type=int, default=100)
     ap.add_argument("--bulk-mb", type=int, default=16)
+    ap.add_argument("--rtt-ms", type=float, default=10.0, help="added round-trip time (0: none)")
+    ap.add_argument("--cc", default="cubic",
+                    help="the server's TCP congestion control, set on its listening socket (default "
+                         "cubic, Linux's usual default; this machine's own default is bbr)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("seed_http.py needs root", file=sys.stderr)
         return 77
     tag = "%d-%s" % (os.getpid(), os.urandom(3).hex())
-    nsc, nss = "lossd-http-%s-c" % tag, "lossd-http-%s-s" % tag
+    nsc, nsd, nss = ("lossd-http-%s-%s" % (tag, x) for x in "cds")
     tmp = tempfile.mkdtemp(prefix="lossd-http-")
     out = os.path.abspath(a.out) if a.out else os.path.join(tmp, "out")
     os.makedirs(out, exist_ok=True)
@@ -82,27 +99,53 @@ def main():
         signal.signal(sig, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
     doc = {"benchmark": "seed_http", "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
            "kernel": os.uname().release, "command": " ".join(sys.argv), "mbit": a.mbit,
-           "rtt": "veth only (no delaying qdisc in this kernel)", "requests_per_run": a.requests,
+           "rtt_added_ms": a.rtt_ms, "congestion_control": a.cc, "requests_per_run": a.requests,
            "repeat": a.repeat, "out": out}
     try:
-        sh("ip", "netns", "add", nsc)
-        sh("ip", "netns", "add", nss)
-        sh("ip", "-n", nsc, "link", "add", "c0", "type", "veth", "peer", "name", "s0", "netns", nss)
-        for ns, ifn, ip in ((nsc, "c0", C_IP), (nss, "s0", S_IP)):
-            sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", ifn)
-            sh("ip", "-n", ns, "link", "set", ifn, "up")
+        for ns in (nsc, nsd, nss):
+            sh("ip", "netns", "add", ns)
             sh("ip", "-n", ns, "link", "set", "lo", "up")
+        if a.rtt_ms > 0:
+            sh("ip", "-n", nsc, "link", "add", "c0", "type", "veth", "peer", "name", "d0", "netns", nsd)
+            sh("ip", "-n", nsd, "link", "add", "d1", "type", "veth", "peer", "name", "s0", "netns", nss)
+            addrs = ((nsc, "c0", C_IP), (nsd, "d0", D_IP0), (nsd, "d1", D_IP1), (nss, "s0", S_IP))
+        else:
+            sh("ip", "-n", nsc, "link", "add", "c0", "type", "veth", "peer", "name", "s0", "netns", nss)
+            addrs = ((nsc, "c0", C_IP), (nss, "s0", S_IP))
+        for ns, ifn, ip in addrs:
+            sh("ip", "-n", ns, "addr", "add", ip + "/25", "dev", ifn)
+            sh("ip", "-n", ns, "link", "set", ifn, "up")
+        for ns, ifn in ((nsc, "c0"), (nss, "s0")):
             sh("tc", "-n", ns, "qdisc", "add", "dev", ifn, "root", "tbf", "rate", "%dmbit" % a.mbit,
-               "burst", "64kb", "latency", "100ms")
+               "burst", "64kb", "latency", "%dms" % (100 + 2 * a.rtt_ms))
+        if a.rtt_ms > 0:
+            sh("ip", "-n", nsc, "route", "add", "198.51.100.0/25", "via", D_IP0)
+            sh("ip", "-n", nss, "route", "add", "192.0.2.0/25", "via", D_IP1)
+            sh("ip", "netns", "exec", nsd, "sysctl", "-qw", "net.ipv4.ip_forward=1",
+               "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+            dl = subprocess.Popen(["ip", "netns", "exec", nsd, PY, DELAY_LINE, "--dev", "dl0",
+                                   "--delay-ms", str(a.rtt_ms / 2)], stdout=subprocess.PIPE, text=True)
+            procs.append(dl)
+            if not dl.stdout.readline().startswith("READY"):
+                raise RuntimeError("delay line did not start")
+            sh("ip", "-n", nsd, "link", "set", "dl0", "up")
+            for ifn in ("d0", "d1"):
+                sh("ip", "-n", nsd, "rule", "add", "iif", ifn, "lookup", "100")
+            sh("ip", "-n", nsd, "route", "add", "default", "dev", "dl0", "table", "100")
+        else:
+            sh("ip", "-n", nsc, "route", "add", "198.51.100.0/25", "dev", "c0")
+            sh("ip", "-n", nss, "route", "add", "192.0.2.0/25", "dev", "s0")
         www = os.path.join(tmp, "www")
         os.makedirs(www)
         files = dict(SIZES, bulk=a.bulk_mb << 20)
         for name, size in files.items():
             with open(os.path.join(www, name + ".bin"), "wb") as f:
                 f.write(os.urandom(size))
-        srv = subprocess.Popen(["ip", "netns", "exec", nss, PY, "-m", "http.server", str(PORT), "--bind", S_IP,
-                                "--directory", www], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        srv = subprocess.Popen(["ip", "netns", "exec", nss, PY, HTTP_SERVER, "--port", str(PORT), "--bind", S_IP,
+                                "--directory", www, "--cc", a.cc], stdout=subprocess.PIPE, text=True)
         procs.append(srv)
+        if not srv.stdout.readline().startswith("READY"):
+            raise RuntimeError("http server did not start")
         sock = os.path.join(tmp, "lossd.sock")
         d = subprocess.Popen(["ip", "netns", "exec", nss, a.lossd, "--socket", sock, "--state-dir", tmp, "--json"],
                              stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "lossd.err"), "w"), text=True)
@@ -121,7 +164,8 @@ def main():
             d_out = os.path.join(out, name)
             cmd = [PY, "-m", "lossd_client.sweep", "--socket", sock, "--iface", "s0", "--dir", "egress",
                    "--sport", str(PORT), "--payload", "only", "--per-segment", "--rates", rates, "--repeat", str(repeat),
-                   "--workload", wl, "--settle", "500ms", "--out", d_out, "--title", "HTTP %s, %d Mbit/s" % (name, a.mbit)]
+                   "--workload", wl, "--settle", "500ms", "--out", d_out, "--title",
+                   "HTTP %s, %d Mbit/s, RTT +%g ms, %s" % (name, a.mbit, a.rtt_ms, a.cc)]
             log("sweep %s: %s" % (name, rates))
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
             if r.returncode != 0:
@@ -154,6 +198,9 @@ def main():
             row["ratio_to_0"] = row["mbit_mean"] / base if base and row["mbit_mean"] is not None else None
             row["seed_ratio_to_0"] = row["seed_mbit"] / SEED_MBIT[0.0] if row["seed_mbit"] else None
         doc.update(latency=latency, throughput=thr)
+        if a.rtt_ms > 0:
+            dl.send_signal(signal.SIGTERM)
+            doc["delay_line"] = json.loads(dl.communicate(timeout=30)[0].strip().splitlines()[-1])
     except KeyboardInterrupt:
         log("interrupted")
         return 130
@@ -165,7 +212,7 @@ def main():
                     p.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        for ns in (nsc, nss):
+        for ns in (nsc, nsd, nss):
             sh("ip", "netns", "del", ns, check=False)
         shutil.rmtree(os.path.join(tmp, "www"), ignore_errors=True)
         if a.out:
