@@ -54,6 +54,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
 sys.dont_write_bytecode = True
 import netlab  # noqa: E402  (binom_interval)
+sys.path.insert(0, os.path.join(HERE, "..", "client", "python"))
+from lossd_client.units import wilson_interval  # noqa: E402  (stdlib only; no stubs needed)
 
 PY = "/usr/bin/python3"
 RR = os.path.join(HERE, "workloads", "tcp_rr.py")
@@ -72,16 +74,6 @@ def sh(*cmd, check=True, **kw):
     if check and r.returncode != 0:
         raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
     return r
-
-
-def wilson(k, n, z=3.2905):
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, c - h), min(1.0, c + h)
 
 
 class Topo:
@@ -286,7 +278,7 @@ def main():
             dr = sum(r["dropped"] for r in rs)
             lo, hi = netlab.binom_interval(m, rate)
             row.update(matched=m, dropped=dr, measured_rate=dr / m if m else None,
-                       wilson_999=wilson(dr, m), binom_999_of_configured=[lo, hi],
+                       wilson_999=wilson_interval(dr, m), binom_999_of_configured=[lo, hi],
                        in_interval=lo <= dr <= hi)
         table.append(row)
     bulk_base = statistics.median(bulk["none"])
