@@ -80,6 +80,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
 import netlab  # noqa: E402  (read-only use: the namespace lab)
+from benchlib import binary_id, git_describe, logger, med  # noqa: E402
+
+log = logger("observer_bench")
 
 TARGET_RATIO = 0.97
 TARGET_EVENTS_PER_S = 200000
@@ -88,40 +91,6 @@ PORT_FLOOD = 5202
 TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
 OUTCOMES = ("sent", "failed")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def git_describe():
-    """HEAD of the source tree and whether it has uncommitted changes."""
-    top = os.path.join(HERE, "..")
-    head = subprocess.run(["git", "-C", top, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", top, "status", "--porcelain", "--untracked-files=no"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
-    if not dirty:
-        return head
-    import hashlib
-    diff = subprocess.run(["git", "-C", top, "diff", "HEAD"], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL).stdout
-    return "%s-dirty (uncommitted changes in %d tracked files, diff sha256 %s)" % (
-        head, len(dirty.splitlines()), hashlib.sha256(diff).hexdigest()[:12])
-
-
-def binary_id(path):
-    """What was measured: the binary's modification time (UTC) and sha256."""
-    import hashlib
-    with open(path, "rb") as f:
-        h = hashlib.sha256(f.read()).hexdigest()[:16]
-    mt = datetime.datetime.fromtimestamp(os.stat(path).st_mtime, datetime.timezone.utc)
-    return {"mtime": mt.strftime("%Y-%m-%dT%H:%M:%SZ"), "sha256": h}
-
-
-def log(msg):
-    print("observer_bench %s: %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
-
-
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def rnd(x, n=3):

@@ -46,6 +46,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import logger, sh
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = "/usr/bin/python3"
@@ -57,19 +59,9 @@ DELAY_LINE = os.path.join(HERE, "delay_line.py")
 SIZES = (("996B", 996), ("25.1KB", 25100), ("227.2KB", 227200))
 SEED_MS = {"996B": {0.0: 1, 0.001: 1, 0.01: 31, 0.02: 42}, "25.1KB": {0.0: 3, 0.001: 3, 0.01: 41, 0.02: 60},
            "227.2KB": {0.0: 22, 0.001: 22, 0.01: 170, 0.02: 190}}
+log = logger("seed_http")
 SEED_MBIT = {0.0: 804.67, 0.01: 222.49, 0.02: 168.03, 0.03: 106.43, 0.04: 63.57, 0.05: 36.59,
              0.06: 24.99, 0.07: 15.52, 0.08: 10.82}
-
-
-def log(msg):
-    print("seed_http %s: %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
-
-
-def sh(*cmd, check=True, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if check and r.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
-    return r
 
 
 def main():

@@ -41,7 +41,6 @@ Usage: bench/seed_router.py [--requests N] [--rounds R] [--json-only]   (root; J
 import argparse
 import datetime
 import json
-import math
 import os
 import signal
 import statistics
@@ -54,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
 sys.dont_write_bytecode = True
 import netlab  # noqa: E402  (binom_interval)
+from benchlib import logger, sh  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "client", "python"))
 from lossd_client.units import wilson_interval  # noqa: E402  (stdlib only; no stubs needed)
 
@@ -62,18 +62,8 @@ RR = os.path.join(HERE, "workloads", "tcp_rr.py")
 UDPFLOW = os.path.join(HERE, "..", "tests", "e2e", "udpflow.py")
 RATES = (0.0, 0.00005, 0.0001, 0.0002, 0.0004, 0.0006, 0.0008)
 TCP_PORT, UDP_PORT, BULK_PORT = 5401, 5402, 5403
+log = logger("seed_router")
 C_IP, R_IP0, R_IP1, S_IP = "192.0.2.1", "192.0.2.126", "198.51.100.126", "198.51.100.1"
-
-
-def log(msg):
-    print("seed_router %s: %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
-
-
-def sh(*cmd, check=True, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if check and r.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
-    return r
 
 
 class Topo:

@@ -38,12 +38,11 @@ import sys
 import tempfile
 import time
 
+from benchlib import git_describe, logger
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", "build")
-
-
-def log(msg):
-    print("transport_bench %s: %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+log = logger("transport_bench")
 
 
 def cpu_secs(pid):
@@ -260,14 +259,9 @@ def main():
             "carried_every_round": all(r["carried"] for r in runs[c]),
             "accounted_every_round": all(r["accounted"] for r in runs[c]),
             "daemon_cpu_us_per_event_written_median": med(r["daemon_cpu_us_per_event_written"] for r in runs[c])}
-    try:
-        git = subprocess.run(["git", "-C", HERE, "describe", "--always", "--dirty"], capture_output=True,
-                             text=True).stdout.strip()
-    except OSError:
-        git = None
     print(json.dumps({
         "benchmark": "transport", "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "kernel": os.uname().release, "cpus": os.cpu_count(), "git_at_run": git,
+        "kernel": os.uname().release, "cpus": os.cpu_count(), "git_at_run": git_describe(),
         "command": " ".join(sys.argv), "rate_offered": a.rate, "seconds": a.seconds,
         "target": {"events_per_s": 200000,
                    "what": "the offered rate carried with nothing lost, every round, to the one-shot "

@@ -55,9 +55,28 @@ Status ParseFilters(const google::protobuf::RepeatedPtrField<v1::EventFilter>& i
   return Status::Ok();
 }
 
+// The rules whose match covers one flow, looked up only when a filter asks
+// (rule_id): most subscribers never pay for it.
+class FlowRules {
+ public:
+  FlowRules(EffectTracker* effects, uint64_t cookie, const obs_tuple& t)
+      : effects_(effects), cookie_(cookie), tuple_(t) {}
+  const std::vector<uint32_t>& get() {
+    if (!looked_up_ && effects_) ids_ = effects_->RulesFor(cookie_, tuple_);
+    looked_up_ = true;
+    return ids_;
+  }
+
+ private:
+  EffectTracker* effects_;
+  uint64_t cookie_;
+  const obs_tuple& tuple_;
+  bool looked_up_ = false;
+  std::vector<uint32_t> ids_;
+};
+
 // AND inside a filter. type < 0: not a retransmission (flows): type ignored.
-bool Matches(const Filter& f, const obs_tuple& t, uint64_t cgroup_id, int type,
-             const std::vector<uint32_t>& rules) {
+bool Matches(const Filter& f, const obs_tuple& t, uint64_t cgroup_id, int type, FlowRules& rules) {
   if (f.addr && !AddrInCidr(*f.addr, t.family, t.saddr) && !AddrInCidr(*f.addr, t.family, t.daddr))
     return false;
   if (!f.port.Any() && !(f.port.lo <= t.sport && t.sport <= f.port.hi) &&
@@ -65,13 +84,16 @@ bool Matches(const Filter& f, const obs_tuple& t, uint64_t cgroup_id, int type,
     return false;
   if (f.cgroup_id && f.cgroup_id != cgroup_id) return false;
   if (type >= 0 && !f.types.empty() && !f.types.count(type)) return false;
-  if (f.rule_id && std::find(rules.begin(), rules.end(), f.rule_id) == rules.end()) return false;
+  if (f.rule_id) {
+    const std::vector<uint32_t>& ids = rules.get();
+    if (std::find(ids.begin(), ids.end(), f.rule_id) == ids.end()) return false;
+  }
   return true;
 }
 
 // OR across allow filters (none = all), then no deny filter may match.
 bool Wanted(const std::vector<Filter>& allow, const std::vector<Filter>& deny, const obs_tuple& t,
-            uint64_t cgroup_id, int type, const std::vector<uint32_t>& rules) {
+            uint64_t cgroup_id, int type, FlowRules rules) {
   bool ok = allow.empty();
   for (const auto& f : allow)
     if (Matches(f, t, cgroup_id, type, rules)) ok = true;
@@ -120,9 +142,8 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
     auto sub = obs->hub().Subscribe(queue, [=](const ObsEvent& e) {
       const obs_event& ev = e.data.ev;
       if (ev.kind != OBS_EV_RETRANSMIT) return false;
-      std::vector<uint32_t> rules;
-      if (effects) rules = effects->RulesFor(ev.cookie, ev.tuple);
-      return Wanted(allow, deny, ev.tuple, ev.cgroup_id, static_cast<int>(ev.type), rules);
+      return Wanted(allow, deny, ev.tuple, ev.cgroup_id, static_cast<int>(ev.type),
+                    FlowRules(effects, ev.cookie, ev.tuple));
     });
     (*subs)++;
     GapTracker gaps;
@@ -175,8 +196,7 @@ grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext
     return r;
   }
   for (const auto& f : obs_->Flows()) {
-    std::vector<uint32_t> rules;
-    if (effects_) rules = effects_->RulesFor(f.cookie, f.flow.tuple);
+    FlowRules rules(effects_, f.cookie, f.flow.tuple);
     if (Wanted(filters, {}, f.flow.tuple, f.flow.cgroup_id, -1, rules))
       FlowToProto(f.cookie, f.flow, resp->add_flows());
   }
@@ -199,9 +219,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
     auto closes = obs->hub().Subscribe(
         65536, [](const ObsEvent& e) { return e.data.ev.kind == OBS_EV_FLOW_CLOSE; });
     auto wanted = [&](uint64_t cookie, const obs_flow& f) {
-      std::vector<uint32_t> rules;
-      if (effects) rules = effects->RulesFor(cookie, f.tuple);
-      return Wanted(filters, {}, f.tuple, f.cgroup_id, -1, rules);
+      return Wanted(filters, {}, f.tuple, f.cgroup_id, -1, FlowRules(effects, cookie, f.tuple));
     };
     uint64_t seq = 0, since = 0;
     bool first = true;
