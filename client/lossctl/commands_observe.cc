@@ -11,7 +11,7 @@
 #include "connect.h"
 #include "filter_flags.h"
 #include "format.h"
-#include "injector/rule.h"
+#include "rules/rule.h"
 #include "interrupt.h"
 #include "rule_flags.h"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "injector/rule.h"
+#include "rules/rule.h"
 
 namespace lossctl {
 namespace {

@@ -3,7 +3,7 @@
 #include <functional>
 
 #include "format.h"
-#include "injector/rule.h"
+#include "rules/rule.h"
 #include "rule_flags.h"
 
 namespace lossctl {

@@ -11,7 +11,7 @@
 #include <functional>
 #include <sstream>
 
-#include "injector/rule.h"
+#include "rules/rule.h"
 
 namespace lossctl {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "injector/rule.h"
+#include "rules/rule.h"
 
 namespace lossd {
 

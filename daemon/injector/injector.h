@@ -22,7 +22,8 @@
 #include "common/status.h"
 #include "injector/anchor_index.h"
 #include "injector/attach.h"
-#include "injector/rule.h"
+#include "injector/encode.h"
+#include "rules/rule.h"
 #include "loss_abi.h"
 
 struct loss_bpf;  // generated skeleton

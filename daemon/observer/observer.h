@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "injector/rule.h"
+#include "rules/rule.h"
 #include "observe_abi.h"
 #include "observer/hub.h"
 

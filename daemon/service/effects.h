@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "injector/rule.h"
+#include "rules/rule.h"
 #include "observer/observer.h"
 
 namespace lossd {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "injector/injector.h"
-#include "injector/rule.h"
+#include "rules/rule.h"
 #include "loss_abi.h"
 #include "packet.h"
 

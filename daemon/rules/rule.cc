@@ -1,4 +1,4 @@
-#include "injector/rule.h"
+#include "rules/rule.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -303,85 +303,6 @@ Status Validate(const RuleSpec& s) {
     return InvalidArgument("priority must lie between 0 and " + std::to_string(kMaxPriority));
   if (s.ttl.count() < 0) return InvalidArgument("TTL must not be negative");
   return Status::Ok();
-}
-
-uint64_t ProbabilityToThreshold(double p) {
-  if (!(p > 0)) return 0;
-  if (p >= 1) return LOSS_PROB_ONE;
-  auto t = static_cast<uint64_t>(std::llround(std::ldexp(p, 32)));
-  // A positive rate never rounds to "never": 2^-33 becomes 2^-32.
-  return t == 0 ? 1 : t;
-}
-
-namespace {
-
-void EncodeCidr(const std::optional<Cidr>& c, __u32* addr, __u32* mask) {
-  uint8_t a[16] = {}, m[16] = {};
-  if (c) {
-    for (int bit = 0; bit < c->prefix; bit++) m[bit / 8] |= 0x80 >> (bit % 8);
-    for (int i = 0; i < 16; i++) a[i] = c->addr[i] & m[i];
-  }
-  std::memcpy(addr, a, 16);
-  std::memcpy(mask, m, 16);
-}
-
-}  // namespace
-
-struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
-                        uint8_t cgroup_level, uint64_t expires_ns, uint32_t generation) {
-  struct loss_rule r;
-  std::memset(&r, 0, sizeof(r));
-  auto& m = r.m;
-  EncodeCidr(s.src, m.src_addr, m.src_mask);
-  EncodeCidr(s.dst, m.dst_addr, m.dst_mask);
-  m.sport_lo = s.sport.lo;
-  m.sport_hi = s.sport.hi;
-  m.dport_lo = s.dport.lo;
-  m.dport_hi = s.dport.hi;
-  m.family = static_cast<__u8>(s.family ? s.family : s.src ? s.src->family : s.dst ? s.dst->family : 0);
-  m.l4proto = static_cast<__u8>(s.l4proto);
-  m.tcp_flags_mask = s.tcp_flags_mask;
-  m.tcp_flags_value = s.tcp_flags_value;
-  m.dir_mask = s.dir == Direction::kIngress  ? LOSS_DIR_INGRESS
-               : s.dir == Direction::kEgress ? LOSS_DIR_EGRESS
-                                             : LOSS_DIR_INGRESS | LOSS_DIR_EGRESS;
-  m.payload = static_cast<__u8>(s.payload);
-  m.cgroup_level = cgroup_level;
-  m.ifindex = ifindex;
-  m.cgroup_id = cgroup_id;
-
-  r.priority = s.priority;
-  r.flags = LOSS_RULE_ACTIVE;
-  if (!s.sport.Any() || !s.dport.Any()) r.flags |= LOSS_RULE_HAS_PORTS;
-  if (s.seed) {
-    r.flags |= LOSS_RULE_SEEDED;
-    r.seed = *s.seed;
-  }
-  const LossModel& lm = s.model;
-  switch (lm.kind) {
-    case LossModel::Kind::kBernoulli:
-      r.model = LOSS_MODEL_BERNOULLI;
-      r.p = ProbabilityToThreshold(lm.p);
-      break;
-    case LossModel::Kind::kGilbertElliott:
-      r.model = LOSS_MODEL_GE;
-      r.p = ProbabilityToThreshold(lm.p);
-      r.r = ProbabilityToThreshold(lm.r);
-      r.bad_loss = ProbabilityToThreshold(lm.bad_loss);
-      r.good_loss = ProbabilityToThreshold(lm.good_loss);
-      break;
-    case LossModel::Kind::kEveryNth:
-      r.model = LOSS_MODEL_NTH;
-      r.n = lm.n;
-      break;
-    case LossModel::Kind::kFirstK:
-      r.model = LOSS_MODEL_FIRST;
-      r.n = lm.n;
-      break;
-  }
-  r.expires_ns = expires_ns;
-  r.generation = generation;
-  return r;
 }
 
 }  // namespace lossd

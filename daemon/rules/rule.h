@@ -91,12 +91,4 @@ const char* DirectionName(Direction dir);
 // and cgroups are resolved by the injector).
 Status Validate(const RuleSpec& spec);
 
-// 2^32-scaled threshold for a probability in [0, 1].
-uint64_t ProbabilityToThreshold(double p);
-
-// The kernel-side rule. ifindex/cgroup_id/level come from the injector,
-// expires_ns is an absolute CLOCK_MONOTONIC time (0 = never).
-struct loss_rule Encode(const RuleSpec& spec, uint32_t ifindex, uint64_t cgroup_id,
-                        uint8_t cgroup_level, uint64_t expires_ns, uint32_t generation);
-
 }  // namespace lossd

@@ -1,0 +1,19 @@
+// A rule's encoding into the BPF ABI (struct loss_rule in bpf/loss_abi.h).
+#pragma once
+
+#include <cstdint>
+
+#include "loss_abi.h"
+#include "rules/rule.h"
+
+namespace lossd {
+
+// 2^32-scaled threshold for a probability in [0, 1].
+uint64_t ProbabilityToThreshold(double p);
+
+// The kernel-side rule. ifindex/cgroup_id/level come from the injector,
+// expires_ns is an absolute CLOCK_MONOTONIC time (0 = never).
+struct loss_rule Encode(const RuleSpec& spec, uint32_t ifindex, uint64_t cgroup_id,
+                        uint8_t cgroup_level, uint64_t expires_ns, uint32_t generation);
+
+}  // namespace lossd

@@ -1,0 +1,180 @@
+#include "rules/proto.h"
+
+#include <netinet/in.h>
+
+#include <cmath>
+
+namespace lossd {
+
+namespace {
+
+Status Field(const std::string& name, const Status& st) {
+  if (st.ok()) return st;
+  return Status(st.code(), name + ": " + st.message());
+}
+
+Status Ports(const std::string& name, const v1::PortRange& p, PortRange* out) {
+  if (p.lo() == 0 && p.hi() == 0) return Status::Ok();
+  uint32_t hi = p.hi() ? p.hi() : p.lo();
+  if (p.lo() > 65535 || hi > 65535)
+    return InvalidArgument(name + ": ports must lie within 0-65535");
+  if (p.lo() > hi) return InvalidArgument(name + ": low end above high end");
+  out->lo = static_cast<uint16_t>(p.lo());
+  out->hi = static_cast<uint16_t>(hi);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
+  RuleSpec s;
+  s.iface = in.interface();
+  s.cgroup = in.cgroup();
+  switch (in.hook()) {
+    case v1::HOOK_AUTO: s.hook = Hook::kAuto; break;
+    case v1::HOOK_XDP: s.hook = Hook::kXdp; break;
+    case v1::HOOK_TC: s.hook = Hook::kTc; break;
+    case v1::HOOK_CGROUP: s.hook = Hook::kCgroup; break;
+    default: return InvalidArgument("hook: unknown value " + std::to_string(in.hook()));
+  }
+  switch (in.direction()) {
+    case v1::DIRECTION_INGRESS: s.dir = Direction::kIngress; break;
+    case v1::DIRECTION_EGRESS: s.dir = Direction::kEgress; break;
+    case v1::DIRECTION_BOTH: s.dir = Direction::kBoth; break;
+    default: return InvalidArgument("direction: unknown value " + std::to_string(in.direction()));
+  }
+  const v1::Match& m = in.match();
+  if (!m.src().empty()) {
+    auto c = ParseCidr(m.src());
+    if (!c.ok()) return Field("match.src", c.status());
+    s.src = *c;
+  }
+  if (!m.dst().empty()) {
+    auto c = ParseCidr(m.dst());
+    if (!c.ok()) return Field("match.dst", c.status());
+    s.dst = *c;
+  }
+  LOSSD_RETURN_IF_ERROR(Ports("match.sport", m.sport(), &s.sport));
+  LOSSD_RETURN_IF_ERROR(Ports("match.dport", m.dport(), &s.dport));
+  if (!m.protocol().empty()) {
+    auto p = ParseProtocol(m.protocol());
+    if (!p.ok()) return Field("match.protocol", p.status());
+    s.l4proto = *p;
+  }
+  if (m.family() != 0 && m.family() != 4 && m.family() != 6)
+    return InvalidArgument("match.family: must be 0 (any), 4 or 6");
+  s.family = static_cast<int>(m.family());
+  if (!m.tcp_flags().empty())
+    LOSSD_RETURN_IF_ERROR(Field("match.tcp_flags", ParseTcpFlags(m.tcp_flags(), &s.tcp_flags_mask, &s.tcp_flags_value)));
+  switch (m.payload()) {
+    case v1::PAYLOAD_ANY: s.payload = LOSS_PAYLOAD_ANY; break;
+    case v1::PAYLOAD_ONLY: s.payload = LOSS_PAYLOAD_ONLY; break;
+    case v1::PAYLOAD_NONE: s.payload = LOSS_PAYLOAD_NONE; break;
+    default: return InvalidArgument("match.payload: unknown value");
+  }
+  const v1::LossModel& lm = in.loss();
+  auto prob = [](double v) { return std::isfinite(v) && v >= 0 && v <= 1; };
+  switch (lm.model_case()) {
+    case v1::LossModel::kBernoulli:
+      if (!prob(lm.bernoulli().rate()))
+        return InvalidArgument("loss.bernoulli.rate: must lie between 0 and 1 (0.01 = 1 %), got " +
+                               std::to_string(lm.bernoulli().rate()));
+      s.model.kind = LossModel::Kind::kBernoulli;
+      s.model.p = lm.bernoulli().rate();
+      break;
+    case v1::LossModel::kGilbertElliott: {
+      const auto& g = lm.gilbert_elliott();
+      if (!prob(g.p()) || !prob(g.r()) || !prob(g.bad_loss()) || !prob(g.good_loss()))
+        return InvalidArgument("loss.gilbert_elliott: every parameter must lie between 0 and 1");
+      s.model.kind = LossModel::Kind::kGilbertElliott;
+      s.model.p = g.p();
+      s.model.r = g.r();
+      s.model.bad_loss = g.bad_loss();
+      s.model.good_loss = g.good_loss();
+      break;
+    }
+    case v1::LossModel::kEveryNth:
+      s.model.kind = LossModel::Kind::kEveryNth;
+      s.model.n = lm.every_nth();
+      break;
+    case v1::LossModel::kFirstK:
+      s.model.kind = LossModel::Kind::kFirstK;
+      s.model.n = lm.first_k();
+      break;
+    case v1::LossModel::MODEL_NOT_SET:
+      return InvalidArgument("loss: give a model (bernoulli, gilbert_elliott, every_nth or first_k)");
+  }
+  if (lm.has_seed()) s.seed = lm.seed();
+  s.priority = in.priority();
+  s.ttl = std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(in.ttl_ns(), INT64_MAX)));
+  s.per_segment = in.per_segment();
+  LOSSD_RETURN_IF_ERROR(Validate(s));
+  *out = s;
+  return Status::Ok();
+}
+
+void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
+  out->set_interface(s.iface);
+  out->set_cgroup(s.cgroup);
+  out->set_hook(s.hook == Hook::kXdp ? v1::HOOK_XDP
+                : s.hook == Hook::kTc ? v1::HOOK_TC
+                : s.hook == Hook::kCgroup ? v1::HOOK_CGROUP
+                                          : v1::HOOK_AUTO);
+  out->set_direction(s.dir == Direction::kEgress ? v1::DIRECTION_EGRESS
+                     : s.dir == Direction::kBoth ? v1::DIRECTION_BOTH
+                                                 : v1::DIRECTION_INGRESS);
+  v1::Match* m = out->mutable_match();
+  if (s.src) m->set_src(s.src->ToString());
+  if (s.dst) m->set_dst(s.dst->ToString());
+  if (!s.sport.Any()) {
+    m->mutable_sport()->set_lo(s.sport.lo);
+    m->mutable_sport()->set_hi(s.sport.hi);
+  }
+  if (!s.dport.Any()) {
+    m->mutable_dport()->set_lo(s.dport.lo);
+    m->mutable_dport()->set_hi(s.dport.hi);
+  }
+  switch (s.l4proto) {
+    case 0: break;
+    case IPPROTO_TCP: m->set_protocol("tcp"); break;
+    case IPPROTO_UDP: m->set_protocol("udp"); break;
+    case IPPROTO_ICMP: m->set_protocol("icmp"); break;
+    case IPPROTO_ICMPV6: m->set_protocol("icmpv6"); break;
+    default: m->set_protocol(std::to_string(s.l4proto));
+  }
+  m->set_family(static_cast<uint32_t>(s.family));
+  if (s.tcp_flags_mask) {
+    static const char* kNames[] = {"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"};
+    std::string f;
+    for (int b = 0; b < 8; b++) {
+      if (!(s.tcp_flags_mask & (1 << b))) continue;
+      if (!f.empty()) f += ",";
+      if (!(s.tcp_flags_value & (1 << b))) f += "!";
+      f += kNames[b];
+    }
+    m->set_tcp_flags(f);
+  }
+  m->set_payload(s.payload == LOSS_PAYLOAD_ONLY ? v1::PAYLOAD_ONLY
+                 : s.payload == LOSS_PAYLOAD_NONE ? v1::PAYLOAD_NONE
+                                                  : v1::PAYLOAD_ANY);
+  v1::LossModel* lm = out->mutable_loss();
+  switch (s.model.kind) {
+    case LossModel::Kind::kBernoulli: lm->mutable_bernoulli()->set_rate(s.model.p); break;
+    case LossModel::Kind::kGilbertElliott: {
+      auto* g = lm->mutable_gilbert_elliott();
+      g->set_p(s.model.p);
+      g->set_r(s.model.r);
+      g->set_bad_loss(s.model.bad_loss);
+      g->set_good_loss(s.model.good_loss);
+      break;
+    }
+    case LossModel::Kind::kEveryNth: lm->set_every_nth(s.model.n); break;
+    case LossModel::Kind::kFirstK: lm->set_first_k(s.model.n); break;
+  }
+  if (s.seed) lm->set_seed(*s.seed);
+  out->set_priority(s.priority);
+  out->set_ttl_ns(static_cast<uint64_t>(s.ttl.count()));
+  out->set_per_segment(s.per_segment);
+}
+
+}  // namespace lossd

@@ -1,0 +1,15 @@
+// A rule between its API form (lossd.v1.RuleSpec) and its domain form
+// (RuleSpec). Shared by the daemon's services and lossctl.
+#pragma once
+
+#include "common/status.h"
+#include "lossd/v1/lossd.pb.h"
+#include "rules/rule.h"
+
+namespace lossd {
+
+// Validates as it converts; messages name the field ("match.src: ...").
+Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out);
+void SpecToProto(const RuleSpec& in, v1::RuleSpec* out);
+
+}  // namespace lossd
