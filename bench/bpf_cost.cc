@@ -260,6 +260,8 @@ void Setup(Case& c, const std::string& state_root) {
   }
   lossd::InjectorOptions o;
   o.state_dir = state_root + "/" + c.name;
+  o.limits.max_rules = LOSS_MAX_RULES - 1;  // the data plane's limit, not a daemon's
+  o.limits.protected_ports.clear();          // a namespace of its own: no SSH to protect
   // Defaults otherwise (3 s lease renewed by the background thread), as lossd runs.
   if (!c.lease) o.lease = std::chrono::milliseconds(0);
   auto inj = Injector::Create(o);

@@ -23,7 +23,7 @@
 #include "injector/injector.h"
 #include "observer/format.h"
 #include "observer/observer.h"
-#include "service/server.h"
+#include "daemon.h"
 
 namespace lossd {
 namespace {
@@ -288,16 +288,16 @@ int Main(int argc, char** argv) {
     d.tls_key = f.tls_key;
     d.tls_client_ca = f.tls_client_ca;
     d.insecure_tcp = f.insecure_tcp;
-    d.injector = opts;
-    d.limits.max_rules = f.max_rules;
+    opts.limits.max_rules = f.max_rules;
     if (!f.max_ttl.empty()) {
       auto t = ParseDuration(f.max_ttl);
       if (!t.ok() || t->count() <= 0) {
         fprintf(stderr, "lossd: --max-ttl: %s\n", t.ok() ? "must be > 0" : t.status().message().c_str());
         return 2;
       }
-      d.limits.max_ttl_ns = static_cast<uint64_t>(t->count());
+      opts.limits.max_ttl_ns = static_cast<uint64_t>(t->count());
     }
+    d.injector = opts;
     d.observer = !f.no_observer;
     d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
     return RunDaemon(d);
@@ -405,8 +405,8 @@ int Main(int argc, char** argv) {
   }
   if (id) {
     // Detach first, then report: no drop can happen after the final count.
-    auto final_counters = (*inj)->Remove(id);
-    Report(**inj, id, f.json, true, final_counters.ok() ? &*final_counters : nullptr);
+    auto gone = (*inj)->Remove(id);
+    Report(**inj, id, f.json, true, gone.ok() ? &gone->counters : nullptr);
   }
   fflush(stdout);
   return 0;  // the injector's destructor detaches everything

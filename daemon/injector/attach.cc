@@ -3,26 +3,13 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
-#include <linux/ethtool.h>
 #include <linux/if_link.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <linux/sockios.h>
 #include <net/if.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <fstream>
-#include <sstream>
-#include <vector>
 
-#include "common/cgroup.h"
 #include "common/log.h"
 #include "loss_abi.h"
 
@@ -51,13 +38,6 @@ Result<std::unique_ptr<Attachment>> Link(int prog_fd, int target, int type, uint
   if (fd < 0) return Status::FromErrno(errno, "attach " + what);
   return std::unique_ptr<Attachment>(new LinkAttachment(UniqueFd(fd), what));
 }
-
-// clsact qdiscs this process created. Adding or deleting a qdisc
-// deactivates the device for a moment (qdisc_graft: dev_deactivate), which
-// drops egress packets no rule matches; so a qdisc lossd created stays until
-// ReleaseCreatedQdiscs (the injector's end), not until its last rule goes.
-std::mutex g_qdiscs_mu;
-std::map<int, std::string> g_created_qdiscs;  // ifindex -> name
 
 class ClsactAttachment : public Attachment {
  public:
@@ -145,7 +125,8 @@ Result<std::unique_ptr<Attachment>> AttachTcxIngress(int prog_fd, int ifindex,
 }
 
 Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
-                                                       const std::string& ifname) {
+                                                       const std::string& ifname,
+                                                       ClsactQdiscs* created) {
   LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
   {
     // Never take the slot from a live owner (another lossd, another tool).
@@ -164,12 +145,8 @@ Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
     }
   }
   int err = bpf_tc_hook_create(&hook);
-  bool created = err == 0;
   if (err && err != -EEXIST) return Status::FromErrno(-err, "create clsact qdisc on " + ifname);
-  if (created) {
-    std::lock_guard<std::mutex> lock(g_qdiscs_mu);
-    g_created_qdiscs[ifindex] = ifname;
-  }
+  if (err == 0) created->Add(ifindex, ifname);
   LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE,
               .handle = kTcHandle, .priority = kTcPriority);
   err = bpf_tc_attach(&hook, &opts);
@@ -179,9 +156,8 @@ Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
   return std::unique_ptr<Attachment>(new ClsactAttachment(ifindex, ifname));
 }
 
-void ReleaseCreatedQdiscs() {
-  std::lock_guard<std::mutex> lock(g_qdiscs_mu);
-  for (const auto& [ifindex, name] : g_created_qdiscs) {
+ClsactQdiscs::~ClsactQdiscs() {
+  for (const auto& [ifindex, name] : created_) {
     // Only if nothing (another tool, another lossd) uses it now.
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
     LIBBPF_OPTS(bpf_tc_opts, any);
@@ -194,7 +170,6 @@ void ReleaseCreatedQdiscs() {
     if (err && err != -ENOENT && err != -EINVAL && err != -ENODEV)
       LOG_WARN("remove the clsact qdisc lossd created on %s: %s", name.c_str(), strerror(-err));
   }
-  g_created_qdiscs.clear();
 }
 
 Result<std::unique_ptr<Attachment>> AttachCgroup(int prog_fd, const std::string& cgroup_path,
@@ -224,247 +199,6 @@ int RemoveStaleClsactFilters() {
   }
   if_freenameindex(ifs);
   return removed;
-}
-
-Result<int> IfIndex(const std::string& ifname) {
-  if (ifname.empty() || ifname.size() >= IFNAMSIZ)
-    return InvalidArgument("invalid interface name '" + ifname + "'");
-  unsigned idx = if_nametoindex(ifname.c_str());
-  if (!idx) return NotFound("interface '" + ifname + "' not found in this network namespace");
-  return static_cast<int>(idx);
-}
-
-bool IsVirtualInterface(const std::string& ifname) {
-  // A device on a bus (PCI, ...) reports where; veth, bridges, tun do not.
-  // ethtool, not /sys/class/net: sysfs may belong to another namespace.
-  UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) return true;
-  struct ethtool_drvinfo info = {};
-  info.cmd = ETHTOOL_GDRVINFO;
-  struct ifreq ifr = {};
-  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
-  ifr.ifr_data = reinterpret_cast<char*>(&info);
-  if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0) return true;
-  return info.bus_info[0] == 0 || std::strcmp(info.bus_info, "N/A") == 0;
-}
-
-Result<CgroupInfo> ResolveCgroup(const std::string& path) {
-  std::string root = Cgroup2Mount();
-  if (root.empty()) return FailedPrecondition("no cgroup v2 hierarchy is mounted");
-  std::string full = path;
-  if (full.compare(0, root.size(), root) != 0) {
-    if (!full.empty() && full[0] == '/' && full.rfind("/sys/fs/cgroup", 0) == 0)
-      return InvalidArgument("cgroup '" + path + "' is not under the cgroup v2 mount " + root);
-    full = root + (full.empty() || full[0] == '/' ? "" : "/") + full;
-  }
-  while (full.size() > 1 && full.back() == '/') full.pop_back();
-  struct stat st;
-  if (stat(full.c_str(), &st) != 0) return Status::FromErrno(errno, "cgroup " + full);
-  if (!S_ISDIR(st.st_mode)) return InvalidArgument("cgroup " + full + " is not a directory");
-  CgroupInfo info;
-  info.path = full;
-  info.id = st.st_ino;  // kernfs node id == cgroup id on 64-bit
-  int level = 0;
-  for (size_t i = root.size(); i < full.size(); i++)
-    if (full[i] == '/' && i + 1 < full.size()) level++;
-  if (level > 255) return InvalidArgument("cgroup " + full + " is nested too deep");
-  info.level = static_cast<uint8_t>(level);
-  return info;
-}
-
-namespace {
-
-Status EthtoolValue(const std::string& ifname, uint32_t cmd, uint32_t* value) {
-  UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) return Status::FromErrno(errno, "socket for ethtool");
-  struct ethtool_value ev = {};
-  ev.cmd = cmd;
-  ev.data = *value;
-  struct ifreq ifr = {};
-  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
-  ifr.ifr_data = reinterpret_cast<char*>(&ev);
-  if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0)
-    return Status::FromErrno(errno, "ethtool on " + ifname);
-  *value = ev.data;
-  return Status::Ok();
-}
-
-// One rtnetlink request on ifname; for RTM_GETLINK, *reply gets the answer.
-Status LinkRequest(const std::string& ifname, uint16_t type, const struct rtattr* attr,
-                   std::vector<char>* reply) {
-  auto idx = IfIndex(ifname);
-  if (!idx.ok()) return idx.status();
-  UniqueFd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
-  if (!fd.valid()) return Status::FromErrno(errno, "netlink socket");
-  struct {
-    struct nlmsghdr nh;
-    struct ifinfomsg ifi;
-    char attrs[64];
-  } req;
-  std::memset(&req, 0, sizeof(req));
-  req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifinfomsg));
-  req.nh.nlmsg_type = type;
-  req.nh.nlmsg_flags = NLM_F_REQUEST | (type == RTM_GETLINK ? 0 : NLM_F_ACK);
-  req.nh.nlmsg_seq = 1;
-  req.ifi.ifi_family = AF_UNSPEC;
-  req.ifi.ifi_index = *idx;
-  if (attr) {
-    std::memcpy(reinterpret_cast<char*>(&req) + NLMSG_ALIGN(req.nh.nlmsg_len), attr, attr->rta_len);
-    req.nh.nlmsg_len = NLMSG_ALIGN(req.nh.nlmsg_len) + RTA_ALIGN(attr->rta_len);
-  }
-  if (send(fd.get(), &req, req.nh.nlmsg_len, 0) < 0)
-    return Status::FromErrno(errno, "netlink request on " + ifname);
-  std::vector<char> buf(32768);
-  ssize_t n = recv(fd.get(), buf.data(), buf.size(), 0);
-  if (n < 0) return Status::FromErrno(errno, "netlink reply on " + ifname);
-  auto* nh = reinterpret_cast<struct nlmsghdr*>(buf.data());
-  if (!NLMSG_OK(nh, static_cast<unsigned>(n))) return Internal("short netlink reply on " + ifname);
-  if (nh->nlmsg_type == NLMSG_ERROR) {
-    auto* err = static_cast<struct nlmsgerr*>(NLMSG_DATA(nh));
-    if (err->error) return Status::FromErrno(-err->error, "netlink request on " + ifname);
-  }
-  if (reply) {
-    buf.resize(static_cast<size_t>(n));
-    *reply = std::move(buf);
-  }
-  return Status::Ok();
-}
-
-// The device's gso_max_segs: how many segments the stack may put in one skb
-// for it (TCP sizes its skbs by it, before any hook sees them). Read over
-// netlink: /sys/class/net shows another namespace's devices under nsenter.
-Status GetGsoMaxSegs(const std::string& ifname, uint32_t* segs) {
-  std::vector<char> reply;
-  LOSSD_RETURN_IF_ERROR(LinkRequest(ifname, RTM_GETLINK, nullptr, &reply));
-  auto* nh = reinterpret_cast<struct nlmsghdr*>(reply.data());
-  if (nh->nlmsg_type != RTM_NEWLINK) return Internal("unexpected netlink reply for " + ifname);
-  auto* ifi = static_cast<struct ifinfomsg*>(NLMSG_DATA(nh));
-  int len = static_cast<int>(nh->nlmsg_len) - NLMSG_LENGTH(sizeof(*ifi));
-  for (auto* rta = IFLA_RTA(ifi); RTA_OK(rta, len); rta = RTA_NEXT(rta, len)) {
-    if (rta->rta_type == IFLA_GSO_MAX_SEGS) {
-      std::memcpy(segs, RTA_DATA(rta), sizeof(*segs));
-      return Status::Ok();
-    }
-  }
-  return FailedPrecondition("the kernel reports no gso_max_segs for " + ifname);
-}
-
-Status SetGsoMaxSegs(const std::string& ifname, uint32_t segs) {
-  char buf[RTA_SPACE(sizeof(uint32_t))] = {};
-  auto* rta = reinterpret_cast<struct rtattr*>(buf);
-  rta->rta_type = IFLA_GSO_MAX_SEGS;
-  rta->rta_len = RTA_LENGTH(sizeof(uint32_t));
-  std::memcpy(RTA_DATA(rta), &segs, sizeof(segs));
-  return LinkRequest(ifname, RTM_NEWLINK, rta, nullptr);
-}
-
-struct Offloads {
-  uint32_t gro = 0;
-  uint32_t gso_max_segs = 0;
-};
-
-Status GetOffloads(const std::string& ifname, Offloads* o) {
-  LOSSD_RETURN_IF_ERROR(EthtoolValue(ifname, ETHTOOL_GGRO, &o->gro));
-  return GetGsoMaxSegs(ifname, &o->gso_max_segs);
-}
-
-Status SetOffloads(const std::string& ifname, Offloads o) {
-  Offloads cur;
-  LOSSD_RETURN_IF_ERROR(GetOffloads(ifname, &cur));
-  if (cur.gso_max_segs != o.gso_max_segs) LOSSD_RETURN_IF_ERROR(SetGsoMaxSegs(ifname, o.gso_max_segs));
-  if (cur.gro != o.gro) LOSSD_RETURN_IF_ERROR(EthtoolValue(ifname, ETHTOOL_SGRO, &o.gro));
-  return Status::Ok();
-}
-
-std::vector<std::string> ReadLines(const std::string& file) {
-  std::vector<std::string> lines;
-  std::ifstream in(file);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) lines.push_back(l);
-  return lines;
-}
-
-void WriteLines(const std::string& file, const std::vector<std::string>& lines) {
-  if (lines.empty()) {
-    unlink(file.c_str());
-    return;
-  }
-  std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& l : lines) out << l << "\n";
-  }
-  rename(tmp.c_str(), file.c_str());
-}
-
-}  // namespace
-
-std::string DriverName(const std::string& ifname) {
-  UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) return "";
-  struct ethtool_drvinfo info = {};
-  info.cmd = ETHTOOL_GDRVINFO;
-  struct ifreq ifr = {};
-  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
-  ifr.ifr_data = reinterpret_cast<char*>(&info);
-  if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0) return "";
-  return info.driver;
-}
-
-Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& ifname,
-                                                            const std::string& state_file) {
-  Offloads saved;
-  LOSSD_RETURN_IF_ERROR(GetOffloads(ifname, &saved));
-  std::unique_ptr<OffloadGuard> g(new OffloadGuard());
-  g->ifname_ = ifname;
-  g->state_file_ = state_file;
-  g->gro_ = saved.gro;
-  g->gso_max_segs_ = saved.gso_max_segs;
-  // Record before changing, so a crash in between is recoverable.
-  auto lines = ReadLines(state_file);
-  lines.push_back(ifname + " " + std::to_string(saved.gro) + " " + std::to_string(saved.gso_max_segs));
-  WriteLines(state_file, lines);
-  Offloads one;
-  one.gro = 0;
-  one.gso_max_segs = 1;
-  Status st = SetOffloads(ifname, one);
-  if (!st.ok()) return st;  // the destructor restores what was changed
-  return g;
-}
-
-OffloadGuard::~OffloadGuard() {
-  Offloads o;
-  o.gro = gro_;
-  o.gso_max_segs = gso_max_segs_;
-  Status st = SetOffloads(ifname_, o);
-  if (!st.ok()) LOG_WARN("restore offloads: %s", st.message().c_str());
-  auto lines = ReadLines(state_file_);
-  for (auto it = lines.begin(); it != lines.end(); ++it) {
-    if (it->rfind(ifname_ + " ", 0) == 0) {
-      lines.erase(it);
-      break;
-    }
-  }
-  WriteLines(state_file_, lines);
-}
-
-int RestoreOffloads(const std::string& state_file) {
-  int restored = 0;
-  for (const auto& line : ReadLines(state_file)) {
-    std::istringstream in(line);
-    std::string ifname;
-    Offloads o;
-    if (!(in >> ifname >> o.gro >> o.gso_max_segs)) continue;
-    Status st = SetOffloads(ifname, o);
-    if (st.ok()) {
-      LOG_INFO("restored offloads of %s left by a previous run", ifname.c_str());
-      restored++;
-    } else {
-      LOG_WARN("restore offloads of %s: %s", ifname.c_str(), st.message().c_str());
-    }
-  }
-  WriteLines(state_file, {});
-  return restored;
 }
 
 }  // namespace lossd

@@ -10,21 +10,14 @@
 #include <deque>
 #include <cstring>
 
-#include "common/cgroup.h"
+#include "common/clock.h"
 #include "common/log.h"
+#include "host/cgroup.h"
+#include "host/interface.h"
+#include "injector/guard.h"
 #include "loss.skel.h"
 
 namespace lossd {
-namespace {
-
-uint64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock of bpf_ktime_get_ns
-  return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
-
-}  // namespace
-
 const char* LossHookName(int hook) {
   switch (hook) {
     case LOSS_HOOK_XDP: return "xdp";
@@ -41,8 +34,9 @@ void Injector::SkelDeleter::operator()(loss_bpf* s) const { loss_bpf__destroy(s)
 Injector::Injector(const InjectorOptions& opts) : opts_(opts) {}
 
 Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts) {
-  if (opts.max_rules == 0 || opts.max_rules > LOSS_MAX_RULES)
-    return InvalidArgument("max rules must lie between 1 and " + std::to_string(LOSS_MAX_RULES));
+  // One slot stays free for Replace, which publishes before it withdraws.
+  if (opts.limits.max_rules == 0 || opts.limits.max_rules >= LOSS_MAX_RULES)
+    return InvalidArgument("max rules must lie between 1 and " + std::to_string(LOSS_MAX_RULES - 1));
   std::unique_ptr<Injector> inj(new Injector(opts));
   LOSSD_RETURN_IF_ERROR(inj->Load());
   int stale = RemoveStaleClsactFilters();
@@ -65,7 +59,7 @@ Status Injector::Load() {
   int n = libbpf_num_possible_cpus();
   if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
   ncpus_ = n;
-  for (uint32_t s = opts_.max_rules; s > 0; s--) free_slots_.push_back(s - 1);
+  for (uint32_t s = LOSS_MAX_RULES; s > 0; s--) free_slots_.push_back(s - 1);
   return WriteConfig();
 }
 
@@ -77,9 +71,13 @@ Injector::~Injector() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   Clear();
-  // Attachments and offload guards are gone with the rules; the skeleton
-  // (maps, programs) goes last.
-  ReleaseCreatedQdiscs();
+  // Attachments and offload guards are gone with the rules; the qdiscs lossd
+  // created go with qdiscs_, the skeleton (maps, programs) last.
+}
+
+void Injector::SetListener(RuleListener* listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listener_ = listener;
 }
 
 void Injector::Run() {
@@ -105,11 +103,13 @@ void Injector::Tick() {
       if (!st.ok()) LOG_ERROR("retire expired rule %u: %s", id, st.message().c_str());
       rule.info.expired = true;
       expired_.push_back(id);
+      if (listener_) listener_->RuleRetired(id);
     }
   }
   // Keep a bounded history of expired rules (their final counters).
   while (expired_.size() > kExpiredKept) {
     rules_.erase(expired_.front());
+    if (listener_) listener_->RuleForgotten(expired_.front());
     expired_.pop_front();
   }
   cfg_.lease_until_ns = opts_.lease.count() > 0
@@ -240,7 +240,7 @@ Status Injector::Acquire(const AttachKey& key, int ifindex) {
   switch (key.kind) {
     case LOSS_HOOK_XDP: a = AttachXdp(fd, ifindex, key.target, opts_.xdp_mode); break;
     case LOSS_HOOK_TC_INGRESS: a = AttachTcxIngress(fd, ifindex, key.target); break;
-    case LOSS_HOOK_TC_EGRESS: a = AttachClsactEgress(fd, ifindex, key.target); break;
+    case LOSS_HOOK_TC_EGRESS: a = AttachClsactEgress(fd, ifindex, key.target, &qdiscs_); break;
     case LOSS_HOOK_CGROUP_INGRESS: a = AttachCgroup(fd, key.target, false); break;
     case LOSS_HOOK_CGROUP_EGRESS: a = AttachCgroup(fd, key.target, true); break;
     default: return Internal("unknown hook");
@@ -266,9 +266,36 @@ void Injector::ReleaseOffload(const std::string& ifname) {
   offloads_.erase(it);  // the guard restores the interface
 }
 
-Result<uint32_t> Injector::Add(const RuleSpec& spec) {
+Status Injector::Check(const RuleSpec& spec) const {
   LOSSD_RETURN_IF_ERROR(Validate(spec));
+  const RuleLimits& l = opts_.limits;
+  if (l.max_ttl_ns) {
+    uint64_t ttl = static_cast<uint64_t>(spec.ttl.count());
+    if (ttl == 0 || ttl > l.max_ttl_ns)
+      return InvalidArgument("ttl_ns: this daemon allows rules of at most " +
+                             std::to_string(l.max_ttl_ns / 1000000000ull) +
+                             " s (--max-ttl); give a ttl within it");
+  }
+  return CheckHostProtection(spec, l.protected_ports);
+}
+
+Result<uint32_t> Injector::Add(const RuleSpec& spec) {
+  LOSSD_RETURN_IF_ERROR(Check(spec));
   std::lock_guard<std::mutex> lock(mu_);
+  if (live_ >= opts_.limits.max_rules)
+    return ResourceExhausted("rule limit reached (" + std::to_string(opts_.limits.max_rules) +
+                             " rules, --max-rules): delete rules first");
+  auto id = AddLocked(spec);
+  if (!id.ok()) return id;
+  Rule& r = rules_[*id];
+  r.info.created_unix_ns = UnixNs();
+  if (spec.ttl.count() > 0) r.info.expires_unix_ns = r.info.created_unix_ns + uint64_t(spec.ttl.count());
+  if (listener_) listener_->RulePublished(*id, r.info.spec);
+  return id;
+}
+
+// Resolves, attaches and publishes; the caller holds mu_ and has checked.
+Result<uint32_t> Injector::AddLocked(const RuleSpec& spec) {
 
   // Resolve the target.
   int ifindex = 0;
@@ -324,8 +351,7 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
   }
 
   if (free_slots_.empty())
-    return ResourceExhausted("rule limit reached (" + std::to_string(opts_.max_rules) +
-                             " rules): remove rules first");
+    return ResourceExhausted("all " + std::to_string(LOSS_MAX_RULES) + " rule slots are in use");
   uint32_t slot = free_slots_.back();
 
   // Attach (shared, reference-counted), then change offloads, then publish.
@@ -400,6 +426,7 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
   rule.offload_iface = spec.per_segment ? spec.iface : "";
   rule.expires_ns = expires;
   rule.live = true;
+  live_++;
   uint32_t id = rule.info.id;
   rules_[id] = std::move(rule);
   return id;
@@ -417,62 +444,83 @@ Status Injector::Retire(Rule& r) {
   for (const auto& k : r.attach) Release(k);
   if (!r.offload_iface.empty()) ReleaseOffload(r.offload_iface);
   auto c = ReadCounters(r.slot);
-  if (c.ok()) r.final_counters = *c;
+  if (c.ok()) r.info.counters = *c;
   free_slots_.push_back(r.slot);
   r.live = false;
+  live_--;
   if (!st.ok()) return st;
   if (!st2.ok()) return st2;
   return c.ok() ? Status::Ok() : c.status();
 }
 
-Result<RuleCounters> Injector::RemoveLocked(uint32_t id) {
+Result<RuleInfo> Injector::RemoveLocked(uint32_t id) {
   auto it = rules_.find(id);
   if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
   Rule& r = it->second;
   Status st = r.live ? Retire(r) : Status::Ok();
-  RuleCounters final_counters = r.final_counters;
+  RuleInfo info = r.info;
   if (r.info.expired) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
   rules_.erase(it);
+  if (listener_) listener_->RuleForgotten(id);
   if (!st.ok()) return st;
-  return final_counters;
+  return info;
 }
 
 Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = rules_.find(id);
-    if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
-  }
-  auto nid = Add(spec);
-  if (!nid.ok()) return nid.status();
+  LOSSD_RETURN_IF_ERROR(Check(spec));
   std::lock_guard<std::mutex> lock(mu_);
+  if (!rules_.count(id)) return NotFound("no rule with id " + std::to_string(id));
+  auto nid = AddLocked(spec);
+  if (!nid.ok()) return nid.status();
   auto old = rules_.find(id);
   auto fresh = rules_.find(*nid);
-  if (old == rules_.end() || fresh == rules_.end()) return Internal("rule vanished during replace");
   Status st = old->second.live ? Retire(old->second) : Status::Ok();
   if (old->second.info.expired) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
+  uint64_t created = old->second.info.created_unix_ns;
   old->second = std::move(fresh->second);
-  old->second.info.id = id;
   rules_.erase(fresh);
+  RuleInfo& info = old->second.info;
+  info.id = id;
+  info.created_unix_ns = created;
+  info.expires_unix_ns = spec.ttl.count() > 0 ? UnixNs() + uint64_t(spec.ttl.count()) : 0;
+  if (listener_) listener_->RulePublished(id, info.spec);
   return st;
 }
 
-Result<RuleCounters> Injector::Remove(uint32_t id) {
+Result<RuleInfo> Injector::Remove(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   return RemoveLocked(id);
 }
 
-void Injector::Clear() {
+uint32_t Injector::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint32_t> ids;
   for (const auto& [id, r] : rules_) ids.push_back(id);
-  for (uint32_t id : ids) RemoveLocked(id);
+  uint32_t n = 0;
+  for (uint32_t id : ids)
+    if (RemoveLocked(id).ok()) n++;
+  return n;
+}
+
+size_t Injector::LiveCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_;
+}
+
+RuleInfo Injector::Snapshot(const Rule& r) const {
+  RuleInfo info = r.info;
+  if (r.live) {
+    auto c = ReadCounters(r.slot);
+    if (c.ok()) info.counters = *c;
+  }
+  return info;
 }
 
 std::vector<RuleInfo> Injector::Rules() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RuleInfo> out;
-  for (const auto& [id, r] : rules_) out.push_back(r.info);
+  out.reserve(rules_.size());
+  for (const auto& [id, r] : rules_) out.push_back(Snapshot(r));
   return out;
 }
 
@@ -480,7 +528,7 @@ Result<RuleInfo> Injector::Get(uint32_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rules_.find(id);
   if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
-  return it->second.info;
+  return Snapshot(it->second);
 }
 
 Result<RuleCounters> Injector::ReadCounters(uint32_t slot) const {
@@ -503,7 +551,7 @@ Result<RuleCounters> Injector::Counters(uint32_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rules_.find(id);
   if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
-  if (!it->second.live) return it->second.final_counters;
+  if (!it->second.live) return it->second.info.counters;
   return ReadCounters(it->second.slot);
 }
 
@@ -539,12 +587,10 @@ Capabilities Injector::Probe() const {
   // tcx and clsact: attach the (rule-less, pass-only) programs to loopback
   // and detach again. Loopback is ifindex 1 in every network namespace.
   const int lo = 1;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!attached_.empty()) {
-      c.notes.push_back("tcx/clsact not probed: attachments in use");
-      return c;
-    }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!attached_.empty()) {
+    c.notes.push_back("tcx/clsact not probed: attachments in use");
+    return c;
   }
   {
     auto a = AttachTcxIngress(ProgFd(LOSS_HOOK_TC_INGRESS), lo, "lo");
@@ -552,7 +598,7 @@ Capabilities Injector::Probe() const {
     if (!a.ok()) c.notes.push_back("tcx: " + a.status().message());
   }
   {
-    auto a = AttachClsactEgress(ProgFd(LOSS_HOOK_TC_EGRESS), lo, "lo");
+    auto a = AttachClsactEgress(ProgFd(LOSS_HOOK_TC_EGRESS), lo, "lo", &qdiscs_);
     c.clsact = a.ok();
     if (!a.ok()) c.notes.push_back("clsact: " + a.status().message());
   }

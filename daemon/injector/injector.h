@@ -1,8 +1,10 @@
-// The loss injector: owns the BPF skeleton (maps and programs), turns rules
-// into map entries, attaches the programs each rule needs (shared and
-// reference-counted per interface/cgroup and hook), keeps the lease that
-// makes a dead owner's leftover filters stop dropping, reaps expired rules,
-// and reads the counters.
+// The loss injector: the one owner of every rule's state (spec, labels,
+// times, state, limits, slot, attachments) and of the BPF skeleton (maps and
+// programs). It checks and turns rules into map entries, attaches the
+// programs each rule needs (shared and reference-counted per interface/cgroup
+// and hook), keeps the lease that makes a dead owner's leftover filters stop
+// dropping, reaps expired rules, reads the counters, and tells a listener
+// (the effect tracker) of every change. See docs/architecture.md.
 #pragma once
 
 #include <array>
@@ -20,15 +22,25 @@
 #include <vector>
 
 #include "common/status.h"
+#include "host/offloads.h"
 #include "injector/anchor_index.h"
 #include "injector/attach.h"
 #include "injector/encode.h"
-#include "rules/rule.h"
 #include "loss_abi.h"
+#include "rules/rule.h"
 
 struct loss_bpf;  // generated skeleton
 
 namespace lossd {
+
+// What a daemon allows of its clients' rules.
+struct RuleLimits {
+  uint32_t max_rules = 10000;  // live rules at once (--max-rules)
+  uint64_t max_ttl_ns = 0;     // every rule must expire within this; 0: no limit (--max-ttl)
+  // TCP ports whose traffic a lossy rule must not cut without force: SSH,
+  // plus the daemon's TCP control port.
+  std::vector<uint16_t> protected_ports{22};
+};
 
 struct InjectorOptions {
   // A program that finds the lease run out drops nothing. 0 disables it.
@@ -36,17 +48,9 @@ struct InjectorOptions {
   // Where crash-recovery state is kept (offload changes).
   std::string state_dir = "/run/lossd";
   XdpMode xdp_mode = XdpMode::kAuto;
-  uint32_t max_rules = LOSS_MAX_RULES;
+  RuleLimits limits;
   // Start a thread that renews the lease and reaps expired rules.
   bool background = true;
-};
-
-// What a rule resolved to in the kernel.
-struct RuleInfo {
-  uint32_t id = 0;
-  RuleSpec spec;
-  std::vector<std::string> hooks;  // descriptions of the attachments it uses
-  bool expired = false;
 };
 
 struct RuleCounters {
@@ -54,9 +58,33 @@ struct RuleCounters {
   uint64_t dropped_pkts = 0, dropped_segs = 0, dropped_bytes = 0;
 };
 
+// A rule as its owner holds it.
+struct RuleInfo {
+  uint32_t id = 0;
+  RuleSpec spec;                   // as resolved (hook chosen)
+  std::vector<std::string> hooks;  // descriptions of the attachments it uses
+  bool expired = false;
+  uint64_t created_unix_ns = 0;
+  uint64_t expires_unix_ns = 0;    // 0: never
+  RuleCounters counters;           // live, or final once expired
+};
+
 struct HookCounters {
   uint64_t seen = 0, passed = 0, dropped = 0, unparsable = 0, always_pass = 0,
            lease_expired = 0;
+};
+
+// Told of every rule change, under the injector's lock (so in order, and
+// never after SetListener(nullptr) returns). Must not call the injector.
+class RuleListener {
+ public:
+  virtual ~RuleListener() = default;
+  // A rule is live with this spec (new, or replaced under the same id).
+  virtual void RulePublished(uint32_t id, const RuleSpec& spec) = 0;
+  // It drops nothing any more (expired); what it caused stays on record.
+  virtual void RuleRetired(uint32_t id) = 0;
+  // Deleted, or expired and then forgotten.
+  virtual void RuleForgotten(uint32_t id) = 0;
 };
 
 // What this kernel supports (Injector::Probe).
@@ -81,21 +109,26 @@ class Injector {
   Injector(const Injector&) = delete;
   Injector& operator=(const Injector&) = delete;
 
-  // Validates, attaches what the rule needs and publishes it. Returns its id.
+  // Checks the rule (validation, the limits, host protection), attaches
+  // what it needs and publishes it. Returns its id.
   Result<uint32_t> Add(const RuleSpec& spec);
   // Swaps rule `id` for a new spec, keeping the id (counters restart). The
   // new rule is published before the old one is withdrawn.
   Status Replace(uint32_t id, const RuleSpec& spec);
-  // Takes the rule out of the kernel and returns its final counters. An
-  // expired rule (retired by the lease thread) is forgotten.
-  Result<RuleCounters> Remove(uint32_t id);
-  void Clear();
+  // Takes the rule out of the kernel and returns it with its final
+  // counters. An expired rule (retired by the lease thread) is forgotten.
+  Result<RuleInfo> Remove(uint32_t id);
+  // Removes every rule; returns how many there were.
+  uint32_t Clear();
 
-  // Live rules and the most recent expired ones (RuleInfo.expired).
+  // Live rules and the most recent expired ones (RuleInfo.expired), by id.
   std::vector<RuleInfo> Rules() const;
   Result<RuleInfo> Get(uint32_t id) const;
   // Live counters, or the final ones of an expired rule.
   Result<RuleCounters> Counters(uint32_t id) const;
+  size_t LiveCount() const;
+  const RuleLimits& limits() const { return opts_.limits; }
+  void SetListener(RuleListener* listener);
   HookCounters HookTotals(int hook) const;  // enum loss_hook
 
   // Extends the lease and removes expired rules (the background thread
@@ -131,18 +164,19 @@ class Injector {
     int refs = 0;
   };
   struct Rule {
-    RuleInfo info;
+    RuleInfo info;                 // info.counters: the final ones, once retired
     uint32_t slot = 0;
     std::vector<AttachKey> attach;
     std::string offload_iface;
-    uint64_t expires_ns = 0;
+    uint64_t expires_ns = 0;       // CLOCK_MONOTONIC, the data plane's clock
     bool live = false;             // holds a slot; false once expired
-    RuleCounters final_counters;   // read when retired
   };
   static constexpr size_t kExpiredKept = 1024;
 
   explicit Injector(const InjectorOptions& opts);
   Status Load();
+  Status Check(const RuleSpec& spec) const;  // everything that needs no kernel
+  Result<uint32_t> AddLocked(const RuleSpec& spec);
   Status Acquire(const AttachKey& key, int ifindex);
   void Release(const AttachKey& key);
   void ReleaseOffload(const std::string& ifname);
@@ -152,7 +186,8 @@ class Injector {
   Status WriteRule(uint32_t slot, const struct loss_rule& r);
   Status ResetCounters(uint32_t slot);
   Status Retire(Rule& r);
-  Result<RuleCounters> RemoveLocked(uint32_t id);
+  Result<RuleInfo> RemoveLocked(uint32_t id);
+  RuleInfo Snapshot(const Rule& r) const;
   Result<RuleCounters> ReadCounters(uint32_t slot) const;
   void Run();
 
@@ -164,13 +199,17 @@ class Injector {
   int ncpus_ = 1;
 
   mutable std::mutex mu_;
+  RuleListener* listener_ = nullptr;
   AnchorIndex index_;
   struct loss_config cfg_ {};
   std::map<uint32_t, Rule> rules_;
   std::deque<uint32_t> expired_;  // ids of retained expired rules, oldest first
+  // Before attached_: its qdiscs outlive the filters in them.
+  mutable ClsactQdiscs qdiscs_;  // Probe() may create one on lo
   std::map<AttachKey, Attached> attached_;
   std::map<std::string, Offload> offloads_;
   std::vector<uint32_t> free_slots_;
+  size_t live_ = 0;
   // Host pre-filter: rules per bit, and the words as written to the map.
   std::map<uint32_t, uint32_t> bloom_refs_;  // kind * LOSS_BLOOM_BITS + bit
   std::vector<uint64_t> bloom_words_ = std::vector<uint64_t>(2 * LOSS_BLOOM_WORDS);
@@ -182,7 +221,4 @@ class Injector {
   std::condition_variable cv_;
   bool stop_ = false;
 };
-
-
-
 }  // namespace lossd

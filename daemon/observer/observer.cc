@@ -9,14 +9,13 @@
 #include <cstring>
 #include <mutex>
 
-#include "common/cgroup.h"
+#include "host/cgroup.h"
 #include "common/log.h"
 #include "observe.skel.h"
 
 namespace lossd {
 namespace {
 
-std::mutex g_ring_mu;  // ring_buffer__poll/consume are not thread-safe
 
 }  // namespace
 
@@ -89,7 +88,7 @@ Status Observer::Load(const ObserverOptions& opts) {
         so.error = std::string("attach sockops to the root cgroup: ") + strerror(errno);
       } else {
         so.attached = true;
-        links_.push_back(l);
+        links_.emplace_back(l);
       }
     }
   }
@@ -103,11 +102,11 @@ Status Observer::Load(const ObserverOptions& opts) {
   ObsHookStatus it;
   it.name = "iter/tcp";
   if (opts.pick_up_existing) {
-    bpf_link* l = bpf_program__attach_iter(skel->progs.obs_iter_tcp, nullptr);
+    BpfLink l(bpf_program__attach_iter(skel->progs.obs_iter_tcp, nullptr));
     if (!l) {
       it.error = std::string("attach iter/tcp: ") + strerror(errno);
     } else {
-      int fd = bpf_iter_create(bpf_link__fd(l));
+      int fd = bpf_iter_create(bpf_link__fd(l.get()));
       if (fd < 0) {
         it.error = std::string("create tcp iterator: ") + strerror(errno);
       } else {
@@ -117,7 +116,6 @@ Status Observer::Load(const ObserverOptions& opts) {
         close(fd);
         it.attached = true;
       }
-      bpf_link__destroy(l);
     }
     if (!it.attached)
       LOG_WARN("observer: %s (existing flows not picked up; their retransmissions are not counted)",
@@ -145,12 +143,12 @@ Status Observer::Load(const ObserverOptions& opts) {
       LOG_WARN("observer: %s", hs.error.c_str());
     } else {
       hs.attached = true;
-      links_.push_back(l);
+      links_.emplace_back(l);
     }
     hooks_.push_back(hs);
   }
 
-  ring_ = ring_buffer__new(bpf_map__fd(skel->maps.obs_ring), &Observer::OnEvent, this, nullptr);
+  ring_.reset(ring_buffer__new(bpf_map__fd(skel->maps.obs_ring), &Observer::OnEvent, this, nullptr));
   if (!ring_) return Status::FromErrno(errno, "open the observer's ring buffer");
   return Status::Ok();
 }
@@ -159,8 +157,6 @@ Observer::~Observer() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   hub_.CloseAll();
-  if (ring_) ring_buffer__free(ring_);
-  for (bpf_link* l : links_) bpf_link__destroy(l);
 }
 
 int Observer::OnEvent(void* ctx, void* data, size_t size) {
@@ -188,11 +184,11 @@ void Observer::Run() {
   int quiet_polls = 0;
   while (!stop_) {
     int timeout_ms = quiet_polls < 500 ? 2 : 100;
-    std::lock_guard<std::mutex> lock(g_ring_mu);
-    int n = ring_buffer__poll(ring_, timeout_ms);
+    std::lock_guard<std::mutex> lock(ring_mu_);
+    int n = ring_buffer__poll(ring_.get(), timeout_ms);
     // On a timeout ring_buffer__poll reads nothing: records submitted without
     // a wakeup since the last one are read here.
-    if (n == 0) n = ring_buffer__consume(ring_);
+    if (n == 0) n = ring_buffer__consume(ring_.get());
     Flush();
     if (n < 0 && n != -EINTR) {
       LOG_ERROR("observer: ring buffer poll: %s", strerror(-n));
@@ -203,8 +199,8 @@ void Observer::Run() {
 }
 
 void Observer::Drain() {
-  std::lock_guard<std::mutex> lock(g_ring_mu);
-  ring_buffer__consume(ring_);
+  std::lock_guard<std::mutex> lock(ring_mu_);
+  ring_buffer__consume(ring_.get());
   Flush();
 }
 

@@ -8,19 +8,19 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/bpf_ptr.h"
 #include "common/status.h"
-#include "rules/rule.h"
 #include "observe_abi.h"
 #include "observer/hub.h"
+#include "rules/rule.h"
 
 struct observe_bpf;
-struct bpf_link;
-struct ring_buffer;
 
 namespace lossd {
 
@@ -86,19 +86,22 @@ class Observer {
   Status Load(const ObserverOptions& opts);
   void Run();
   static int OnEvent(void* ctx, void* data, size_t size);
-  void Flush();  // publishes batch_ (holding g_ring_mu)
+  void Flush();  // publishes batch_ (holding ring_mu_)
 
   struct SkelDeleter {
     void operator()(observe_bpf* s) const;
   };
+  // Destroyed in reverse: the reader thread stops (destructor), then the
+  // ring, the links (detached) and the skeleton.
   std::unique_ptr<observe_bpf, SkelDeleter> skel_;
-  std::vector<bpf_link*> links_;
+  std::vector<BpfLink> links_;
   std::vector<ObsHookStatus> hooks_;
-  ring_buffer* ring_ = nullptr;
+  std::mutex ring_mu_;  // ring_buffer__poll/consume are not thread-safe
+  RingBuffer ring_;
   struct obs_config cfg_{};
   Hub hub_;
   std::atomic<uint64_t> consumed_{0};
-  std::vector<ObsEvent> batch_;  // read from the ring, not yet published (g_ring_mu)
+  std::vector<ObsEvent> batch_;  // read from the ring, not yet published (ring_mu_)
   std::atomic<bool> stop_{false};
   std::thread thread_;
   int ncpus_ = 1;

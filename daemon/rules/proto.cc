@@ -108,7 +108,8 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
   s.priority = in.priority();
   s.ttl = std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(in.ttl_ns(), INT64_MAX)));
   s.per_segment = in.per_segment();
-  LOSSD_RETURN_IF_ERROR(Validate(s));
+  for (const auto& [k, v] : in.labels()) s.labels[k] = v;
+  s.force = in.force();
   *out = s;
   return Status::Ok();
 }
@@ -173,6 +174,8 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
   }
   if (s.seed) lm->set_seed(*s.seed);
   out->set_priority(s.priority);
+  for (const auto& [k, v] : s.labels) (*out->mutable_labels())[k] = v;
+  out->set_force(s.force);
   out->set_ttl_ns(static_cast<uint64_t>(s.ttl.count()));
   out->set_per_segment(s.per_segment);
 }

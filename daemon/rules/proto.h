@@ -8,7 +8,8 @@
 
 namespace lossd {
 
-// Validates as it converts; messages name the field ("match.src: ...").
+// Converts field by field; messages name the field ("match.src: ..."). The
+// whole rule's consistency is Validate's (rules/rule.h), run by its owner.
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out);
 void SpecToProto(const RuleSpec& in, v1::RuleSpec* out);
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -66,6 +67,9 @@ struct RuleSpec {
   uint32_t priority = 0;
   std::chrono::nanoseconds ttl{0};  // 0 = no expiry
   bool per_segment = false;  // make each skb one wire segment on the interface
+  // The user's own: labels to find the rule by, and force (skip host protection).
+  std::map<std::string, std::string> labels;
+  bool force = false;
 };
 
 constexpr uint32_t kMaxPriority = 1000000;

@@ -25,6 +25,22 @@ grpc::Status ToGrpc(const Status& st) {
   return grpc::Status(grpc::StatusCode::UNKNOWN, st.message());
 }
 
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const Status& st) {
+  auto* r = ctx->DefaultReactor();
+  r->Finish(ToGrpc(st));
+  return r;
+}
+
+void RuleToProto(const RuleInfo& r, v1::Rule* out) {
+  out->set_id(r.id);
+  SpecToProto(r.spec, out->mutable_spec());
+  out->set_state(r.expired ? v1::RULE_STATE_EXPIRED : v1::RULE_STATE_ACTIVE);
+  for (const auto& h : r.hooks) out->add_attachments(h);
+  out->set_created_unix_ns(r.created_unix_ns);
+  out->set_expires_unix_ns(r.expires_unix_ns);
+  CountersToProto(r.counters, out->mutable_counters());
+}
+
 void CountersToProto(const RuleCounters& c, v1::RuleCounters* out) {
   out->set_matched_packets(c.matched_pkts);
   out->set_matched_segments(c.matched_segs);

@@ -15,8 +15,11 @@
 namespace lossd {
 
 grpc::Status ToGrpc(const Status& st);
+// Finishes a unary call with st (translated by ToGrpc).
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const Status& st);
 
 void CountersToProto(const RuleCounters& c, v1::RuleCounters* out);
+void RuleToProto(const RuleInfo& r, v1::Rule* out);
 
 v1::RetransmitType TypeToProto(int obs_type);
 void TupleToProto(const obs_tuple& t, v1::Tuple* out);

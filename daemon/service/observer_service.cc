@@ -4,18 +4,13 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/clock.h"
 #include "service/convert.h"
 #include "service/services.h"
 #include "service/stream.h"
 
 namespace lossd {
 namespace {
-
-uint64_t UnixNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
 
 // A typed filter, parsed once per stream.
 struct Filter {

@@ -4,27 +4,19 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "effects/effects.h"
 #include "injector/injector.h"
 #include "lossd/v1/lossd.grpc.pb.h"
 #include "observer/observer.h"
-#include "service/effects.h"
 
 namespace lossd {
 
-struct ServiceLimits {
-  uint32_t max_rules = 10000;
-  uint64_t max_ttl_ns = 0;               // 0: no limit
-  std::vector<uint16_t> protected_ports{22};  // SSH, plus the daemon's TCP port
-};
-
 class InjectorService final : public v1::Injector::CallbackService {
  public:
-  InjectorService(Injector* inj, EffectTracker* effects, ServiceLimits limits);
+  InjectorService(Injector* inj, EffectTracker* effects) : inj_(inj), effects_(effects) {}
 
   grpc::ServerUnaryReactor* CreateRule(grpc::CallbackServerContext*, const v1::CreateRuleRequest*,
                                        v1::Rule*) override;
@@ -45,28 +37,12 @@ class InjectorService final : public v1::Injector::CallbackService {
   grpc::ServerUnaryReactor* GetRuleEffect(grpc::CallbackServerContext*,
                                           const v1::GetRuleEffectRequest*, v1::RuleEffect*) override;
 
-  size_t rule_count() const;
-  uint64_t lease_remaining_ns() const { return inj_->LeaseRemainingNs(); }
 
  private:
-  struct Meta {
-    std::map<std::string, std::string> labels;
-    bool force = false;
-    uint64_t created_unix_ns = 0;
-    uint64_t expires_unix_ns = 0;
-  };
   Status Create(const v1::RuleSpec& spec, v1::Rule* out);
-  // Convert, limits (the rule count only for a new rule), safety.
-  Status Check(const v1::RuleSpec& in, RuleSpec* spec, bool new_rule);
-  Status Fill(uint32_t id, v1::Rule* out) const;
-  void SyncEffects();
 
   Injector* inj_;
   EffectTracker* effects_;
-  ServiceLimits limits_;
-  mutable std::mutex mu_;
-  std::map<uint32_t, Meta> meta_;
-  std::mutex create_mu_;  // count check and creation are one step
 };
 
 class ObserverService final : public v1::Observer::CallbackService {
@@ -91,9 +67,9 @@ class ObserverService final : public v1::Observer::CallbackService {
 
 class SystemService final : public v1::System::CallbackService {
  public:
-  SystemService(const Capabilities& caps, Observer* obs, const InjectorService* inj,
-                const ObserverService* observer, ServiceLimits limits, std::string observer_error)
-      : caps_(caps), obs_(obs), inj_(inj), observer_(observer), limits_(limits),
+  SystemService(const Capabilities& caps, Observer* obs, const Injector* inj,
+                const ObserverService* observer, std::string observer_error)
+      : caps_(caps), obs_(obs), inj_(inj), observer_(observer),
         observer_error_(std::move(observer_error)) {}
 
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext*,
@@ -106,9 +82,8 @@ class SystemService final : public v1::System::CallbackService {
  private:
   Capabilities caps_;
   Observer* obs_;
-  const InjectorService* inj_;
+  const Injector* inj_;
   const ObserverService* observer_;
-  ServiceLimits limits_;
   std::string observer_error_;
 };
 

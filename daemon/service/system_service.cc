@@ -1,3 +1,4 @@
+#include "service/convert.h"
 #include "service/services.h"
 
 namespace lossd {
@@ -30,32 +31,26 @@ grpc::ServerUnaryReactor* SystemService::GetCapabilities(grpc::CallbackServerCon
     AddHook(resp, "observer", false, observer_error_, true);
   }
   resp->set_cgroup2_mount(caps_.cgroup2);
-  resp->set_max_rules(limits_.max_rules);
-  resp->set_max_ttl_ns(limits_.max_ttl_ns);
-  auto* r = ctx->DefaultReactor();
-  r->Finish(grpc::Status::OK);
-  return r;
+  resp->set_max_rules(inj_->limits().max_rules);
+  resp->set_max_ttl_ns(inj_->limits().max_ttl_ns);
+  return Reply(ctx, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* SystemService::GetHealth(grpc::CallbackServerContext* ctx,
                                                    const v1::GetHealthRequest*, v1::Health* resp) {
   resp->set_serving(true);
-  resp->set_rules(static_cast<uint32_t>(inj_->rule_count()));
-  resp->set_lease_remaining_ns(inj_->lease_remaining_ns());
+  resp->set_rules(static_cast<uint32_t>(inj_->LiveCount()));
+  resp->set_lease_remaining_ns(inj_->LeaseRemainingNs());
   if (obs_) resp->set_events_lost_kernel(obs_->Totals().counters[OBS_CNT_RING_LOST]);
   resp->set_subscribers(static_cast<uint32_t>(observer_->subscribers()));
-  auto* r = ctx->DefaultReactor();
-  r->Finish(grpc::Status::OK);
-  return r;
+  return Reply(ctx, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* SystemService::GetVersion(grpc::CallbackServerContext* ctx,
                                                     const v1::GetVersionRequest*, v1::Version* resp) {
   resp->set_version(LOSSD_VERSION);
   resp->set_api("lossd.v1");
-  auto* r = ctx->DefaultReactor();
-  r->Finish(grpc::Status::OK);
-  return r;
+  return Reply(ctx, Status::Ok());
 }
 
 }  // namespace lossd

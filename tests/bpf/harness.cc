@@ -196,6 +196,8 @@ InjectorOptions BpfTest::DefaultOptions() {
   o.lease = std::chrono::hours(1);
   o.background = false;  // no reaper: the data plane alone enforces deadlines
   o.xdp_mode = XdpMode::kGeneric;
+  o.limits.max_rules = LOSS_MAX_RULES - 1;  // the data plane's limit, not a daemon's
+  o.limits.protected_ports.clear();          // a namespace of its own: no SSH to protect
   return o;
 }
 
@@ -268,7 +270,7 @@ RuleCounters BpfTest::Remove(uint32_t id) {
     ADD_FAILURE() << "Injector::Remove(" << id << "): " << r.status().ToString();
     return {};
   }
-  return *r;
+  return r->counters;
 }
 
 RuleCounters BpfTest::Counters(uint32_t id) {

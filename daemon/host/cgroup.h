@@ -1,6 +1,7 @@
-// The cgroup v2 hierarchy: where it is mounted, and its root.
+// The cgroup v2 hierarchy: where it is mounted, its root, and cgroups in it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "common/fd.h"
@@ -16,5 +17,14 @@ std::string Cgroup2Mount();
 // the hierarchy on a private temporary directory, opens it and detaches the
 // mount again: the fd stays valid and nothing is left mounted.
 Result<UniqueFd> OpenCgroup2Root();
+
+// A cgroup v2 directory: its path, id and depth below the root.
+struct CgroupInfo {
+  std::string path;
+  uint64_t id = 0;
+  uint8_t level = 0;
+};
+// Resolves a path (absolute, or relative to the v2 mount).
+Result<CgroupInfo> ResolveCgroup(const std::string& path);
 
 }  // namespace lossd

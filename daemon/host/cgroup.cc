@@ -1,8 +1,9 @@
-#include "common/cgroup.h"
+#include "host/cgroup.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,6 +39,30 @@ Result<UniqueFd> OpenCgroup2Root() {
   rmdir(dir);
   if (!fd.valid()) return Status::FromErrno(e, "open the cgroup v2 root mounted on " + std::string(dir));
   return fd;
+}
+
+Result<CgroupInfo> ResolveCgroup(const std::string& path) {
+  std::string root = Cgroup2Mount();
+  if (root.empty()) return FailedPrecondition("no cgroup v2 hierarchy is mounted");
+  std::string full = path;
+  if (full.compare(0, root.size(), root) != 0) {
+    if (!full.empty() && full[0] == '/' && full.rfind("/sys/fs/cgroup", 0) == 0)
+      return InvalidArgument("cgroup '" + path + "' is not under the cgroup v2 mount " + root);
+    full = root + (full.empty() || full[0] == '/' ? "" : "/") + full;
+  }
+  while (full.size() > 1 && full.back() == '/') full.pop_back();
+  struct stat st;
+  if (stat(full.c_str(), &st) != 0) return Status::FromErrno(errno, "cgroup " + full);
+  if (!S_ISDIR(st.st_mode)) return InvalidArgument("cgroup " + full + " is not a directory");
+  CgroupInfo info;
+  info.path = full;
+  info.id = st.st_ino;  // kernfs node id == cgroup id on 64-bit
+  int level = 0;
+  for (size_t i = root.size(); i < full.size(); i++)
+    if (full[i] == '/' && i + 1 < full.size()) level++;
+  if (level > 255) return InvalidArgument("cgroup " + full + " is nested too deep");
+  info.level = static_cast<uint8_t>(level);
+  return info;
 }
 
 }  // namespace lossd

@@ -1,28 +1,56 @@
-#include "service/effects.h"
+#include "effects/effects.h"
 
-#include "service/convert.h"
+#include "rules/match.h"
+#include "rules/model.h"
 
 namespace lossd {
 
-EffectTracker::EffectTracker(Observer* obs) : obs_(obs) {
+EffectTracker::EffectTracker(Injector* inj, Observer* obs) : inj_(inj), obs_(obs) {
+  for (const RuleInfo& r : inj_->Rules())
+    if (!r.expired) rules_[r.id] = r.spec;
+  inj_->SetListener(this);
   if (!obs_) return;
   sub_ = obs_->hub().Subscribe(1 << 18);
   thread_ = std::thread([this] { Run(); });
 }
 
 EffectTracker::~EffectTracker() {
+  inj_->SetListener(nullptr);
   stop_ = true;
   if (sub_) obs_->hub().Unsubscribe(sub_);
   if (thread_.joinable()) thread_.join();
 }
 
-void EffectTracker::SetRules(const std::map<uint32_t, RuleSpec>& rules) {
+void EffectTracker::RulePublished(uint32_t id, const RuleSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
-  rules_ = rules;
+  rules_[id] = spec;
   generation_++;
-  for (auto it = totals_.begin(); it != totals_.end();)
-    it = rules_.count(it->first) ? std::next(it) : totals_.erase(it);
   if (cache_.size() > 65536) cache_.clear();
+}
+
+void EffectTracker::RuleRetired(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rules_.erase(id);
+  generation_++;
+}
+
+void EffectTracker::RuleForgotten(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rules_.erase(id)) generation_++;
+  totals_.erase(id);
+}
+
+RuleEffect EffectTracker::Effect(const RuleInfo& rule) const {
+  RuleEffect e;
+  const RuleCounters& c = rule.counters;
+  e.configured = ModelMeanLoss(rule.spec.model);
+  e.measured = c.matched_segs ? double(c.dropped_segs) / double(c.matched_segs) : 0;
+  // The interval comes from skbs: each skb is dropped with the configured
+  // probability, whole, so its segments are not independent trials.
+  WilsonInterval(c.dropped_pkts, c.matched_pkts, &e.ci_low, &e.ci_high);
+  e.configured_within_ci = e.configured >= 0 && e.ci_low <= e.configured && e.configured <= e.ci_high;
+  e.caused = Totals(rule.id);
+  return e;
 }
 
 std::vector<uint32_t> EffectTracker::RulesFor(uint64_t cookie, const obs_tuple& t) {
@@ -59,6 +87,7 @@ void EffectTracker::Run() {
     if (ids.empty()) continue;
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t id : ids) {
+      if (!rules_.count(id)) continue;  // forgotten since the look-up
       auto& t = totals_[id];
       if (ev.type < OBS_RTX_MAX) t.segs[ev.type] += ev.segs;
       t.flows.insert(ev.cookie);

@@ -1,4 +1,4 @@
-#include "service/server.h"
+#include "daemon.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
@@ -14,7 +14,8 @@
 
 #include "common/log.h"
 #include "injector/attach.h"
-#include "service/effects.h"
+#include "effects/effects.h"
+#include "service/services.h"
 #include "service/stream.h"
 
 namespace lossd {
@@ -96,7 +97,13 @@ int RunDaemon(const DaemonOptions& opts) {
     unlink(opts.socket.c_str());  // left by a dead daemon
   }
 
-  auto inj = Injector::Create(opts.injector);
+  InjectorOptions io = opts.injector;
+  if (!opts.listen.empty()) {  // the control port is as protected as SSH
+    auto colon = opts.listen.rfind(':');
+    if (colon != std::string::npos)
+      io.limits.protected_ports.push_back(static_cast<uint16_t>(std::atoi(opts.listen.c_str() + colon + 1)));
+  }
+  auto inj = Injector::Create(io);
   if (!inj.ok()) {
     LOG_ERROR("%s", inj.status().ToString().c_str());
     return 1;
@@ -116,17 +123,10 @@ int RunDaemon(const DaemonOptions& opts) {
       LOG_WARN("TCP observer unavailable: %s", observer_error.c_str());
     }
   }
-  EffectTracker effects(obs.get());
-  ServiceLimits limits = opts.limits;
-  if (!opts.listen.empty()) {
-    auto colon = opts.listen.rfind(':');
-    if (colon != std::string::npos)
-      limits.protected_ports.push_back(static_cast<uint16_t>(std::atoi(opts.listen.c_str() + colon + 1)));
-  }
-  InjectorService injector_service(inj->get(), &effects, limits);
+  EffectTracker effects(inj->get(), obs.get());
+  InjectorService injector_service(inj->get(), &effects);
   ObserverService observer_service(obs.get(), &effects);
-  SystemService system_service(caps, obs.get(), &injector_service, &observer_service, limits,
-                               observer_error);
+  SystemService system_service(caps, obs.get(), inj->get(), &observer_service, observer_error);
 
   grpc::ServerBuilder builder;
   if (!opts.socket.empty()) builder.AddListeningPort("unix:" + opts.socket, grpc::InsecureServerCredentials());

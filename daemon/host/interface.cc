@@ -1,0 +1,28 @@
+#include "host/interface.h"
+
+#include <net/if.h>
+
+#include "host/ethtool.h"
+
+namespace lossd {
+
+Result<int> IfIndex(const std::string& ifname) {
+  if (ifname.empty() || ifname.size() >= IFNAMSIZ)
+    return InvalidArgument("invalid interface name '" + ifname + "'");
+  unsigned idx = if_nametoindex(ifname.c_str());
+  if (!idx) return NotFound("interface '" + ifname + "' not found in this network namespace");
+  return static_cast<int>(idx);
+}
+
+std::string DriverName(const std::string& ifname) {
+  auto info = GetDriverInfo(ifname);
+  return info.ok() ? info->driver : "";
+}
+
+bool IsVirtualInterface(const std::string& ifname) {
+  // A device on a bus (PCI, ...) reports where; veth, bridges, tun do not.
+  auto info = GetDriverInfo(ifname);
+  return !info.ok() || info->bus_info.empty() || info->bus_info == "N/A";
+}
+
+}  // namespace lossd

@@ -1,0 +1,87 @@
+#include "host/netlink.h"
+
+#include <linux/if_link.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/fd.h"
+#include "host/interface.h"
+
+namespace lossd {
+namespace {
+
+// One rtnetlink request on ifname; for RTM_GETLINK, *reply gets the answer.
+Status LinkRequest(const std::string& ifname, uint16_t type, const struct rtattr* attr,
+                   std::vector<char>* reply) {
+  auto idx = IfIndex(ifname);
+  if (!idx.ok()) return idx.status();
+  UniqueFd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!fd.valid()) return Status::FromErrno(errno, "netlink socket");
+  struct {
+    struct nlmsghdr nh;
+    struct ifinfomsg ifi;
+    char attrs[64];
+  } req;
+  std::memset(&req, 0, sizeof(req));
+  req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifinfomsg));
+  req.nh.nlmsg_type = type;
+  req.nh.nlmsg_flags = NLM_F_REQUEST | (type == RTM_GETLINK ? 0 : NLM_F_ACK);
+  req.nh.nlmsg_seq = 1;
+  req.ifi.ifi_family = AF_UNSPEC;
+  req.ifi.ifi_index = *idx;
+  if (attr) {
+    std::memcpy(reinterpret_cast<char*>(&req) + NLMSG_ALIGN(req.nh.nlmsg_len), attr, attr->rta_len);
+    req.nh.nlmsg_len = NLMSG_ALIGN(req.nh.nlmsg_len) + RTA_ALIGN(attr->rta_len);
+  }
+  if (send(fd.get(), &req, req.nh.nlmsg_len, 0) < 0)
+    return Status::FromErrno(errno, "netlink request on " + ifname);
+  std::vector<char> buf(32768);
+  ssize_t n = recv(fd.get(), buf.data(), buf.size(), 0);
+  if (n < 0) return Status::FromErrno(errno, "netlink reply on " + ifname);
+  auto* nh = reinterpret_cast<struct nlmsghdr*>(buf.data());
+  if (!NLMSG_OK(nh, static_cast<unsigned>(n))) return Internal("short netlink reply on " + ifname);
+  if (nh->nlmsg_type == NLMSG_ERROR) {
+    auto* err = static_cast<struct nlmsgerr*>(NLMSG_DATA(nh));
+    if (err->error) return Status::FromErrno(-err->error, "netlink request on " + ifname);
+  }
+  if (reply) {
+    buf.resize(static_cast<size_t>(n));
+    *reply = std::move(buf);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Read over netlink: /sys/class/net shows another namespace's devices under nsenter.
+Status GetGsoMaxSegs(const std::string& ifname, uint32_t* segs) {
+  std::vector<char> reply;
+  LOSSD_RETURN_IF_ERROR(LinkRequest(ifname, RTM_GETLINK, nullptr, &reply));
+  auto* nh = reinterpret_cast<struct nlmsghdr*>(reply.data());
+  if (nh->nlmsg_type != RTM_NEWLINK) return Internal("unexpected netlink reply for " + ifname);
+  auto* ifi = static_cast<struct ifinfomsg*>(NLMSG_DATA(nh));
+  int len = static_cast<int>(nh->nlmsg_len) - NLMSG_LENGTH(sizeof(*ifi));
+  for (auto* rta = IFLA_RTA(ifi); RTA_OK(rta, len); rta = RTA_NEXT(rta, len)) {
+    if (rta->rta_type == IFLA_GSO_MAX_SEGS) {
+      std::memcpy(segs, RTA_DATA(rta), sizeof(*segs));
+      return Status::Ok();
+    }
+  }
+  return FailedPrecondition("the kernel reports no gso_max_segs for " + ifname);
+}
+
+Status SetGsoMaxSegs(const std::string& ifname, uint32_t segs) {
+  char buf[RTA_SPACE(sizeof(uint32_t))] = {};
+  auto* rta = reinterpret_cast<struct rtattr*>(buf);
+  rta->rta_type = IFLA_GSO_MAX_SEGS;
+  rta->rta_len = RTA_LENGTH(sizeof(uint32_t));
+  std::memcpy(RTA_DATA(rta), &segs, sizeof(segs));
+  return LinkRequest(ifname, RTM_NEWLINK, rta, nullptr);
+}
+
+}  // namespace lossd

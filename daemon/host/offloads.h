@@ -1,0 +1,36 @@
+// Interface offloads that make each skb one wire segment, and the state file
+// that lets the next start undo a crashed owner's changes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace lossd {
+
+// Makes one skb one wire segment on an interface: gso_max_segs 1 (the
+// stack then builds single-segment skbs for it; TCP sizes them before any
+// hook runs, so turning TSO/GSO off would not do) and GRO off (no
+// aggregation on receive). Restores both on destruction. The previous
+// settings are written to state_file first, so that a crashed owner's
+// changes are undone at the next start (RestoreOffloads).
+class OffloadGuard {
+ public:
+  static Result<std::unique_ptr<OffloadGuard>> Disable(const std::string& ifname,
+                                                       const std::string& state_file);
+  ~OffloadGuard();
+  OffloadGuard(const OffloadGuard&) = delete;
+  OffloadGuard& operator=(const OffloadGuard&) = delete;
+
+ private:
+  OffloadGuard() = default;
+  std::string ifname_, state_file_;
+  uint32_t gro_ = 0, gso_max_segs_ = 0;
+};
+
+// Restores every interface listed in state_file; returns how many.
+int RestoreOffloads(const std::string& state_file);
+
+}  // namespace lossd
