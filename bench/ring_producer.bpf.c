@@ -13,21 +13,10 @@
 #include <bpf/bpf_helpers.h>
 
 #include "observe_abi.h"
+#include "lib/obs_ring.h"
 #include "lib/ring_wakeup.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} obs_ring SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, OBS_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} obs_counters SEC(".maps");
 
 struct produce_args {
 	__u32 n;          /* events to submit in this run */

@@ -394,7 +394,9 @@ int lossd_xdp(struct xdp_md *ctx)
 	return loss_decide(ctx, &c, proto, &p, data, LOSS_HOOK_XDP, 0) ? XDP_DROP : XDP_PASS;
 }
 
-static __always_inline int tc_run(struct __sk_buff *skb, const int hook, __u8 dir)
+/* An skb hook: tc (data at the Ethernet header) or cgroup_skb (data at the
+ * network header; skb->protocol says which). */
+static __always_inline int skb_run(struct __sk_buff *skb, const int hook, __u8 dir, const bool l2)
 {
 	void *data = (void *)(long)skb->data;
 	struct cursor c = { .pos = data, .end = (void *)(long)skb->data_end };
@@ -404,7 +406,7 @@ static __always_inline int tc_run(struct __sk_buff *skb, const int hook, __u8 di
 		.len = skb->len,
 		.segs = skb->gso_segs ? skb->gso_segs : 1,
 	};
-	__be16 proto = parse_eth(&c);
+	__be16 proto = l2 ? parse_eth(&c) : skb->protocol;
 	return loss_decide(skb, &c, proto, &p, data, hook, 1);
 }
 
@@ -412,7 +414,7 @@ static __always_inline int tc_run(struct __sk_buff *skb, const int hook, __u8 di
 SEC("tc")
 int lossd_tc_in(struct __sk_buff *skb)
 {
-	return tc_run(skb, LOSS_HOOK_TC_INGRESS, LOSS_DIR_INGRESS) ? TC_ACT_SHOT : TC_ACT_UNSPEC;
+	return skb_run(skb, LOSS_HOOK_TC_INGRESS, LOSS_DIR_INGRESS, true) ? TC_ACT_SHOT : TC_ACT_UNSPEC;
 }
 
 /*
@@ -423,32 +425,18 @@ int lossd_tc_in(struct __sk_buff *skb)
 SEC("tc")
 int lossd_tc_out(struct __sk_buff *skb)
 {
-	return tc_run(skb, LOSS_HOOK_TC_EGRESS, LOSS_DIR_EGRESS) ? TC_ACT_STOLEN : TC_ACT_UNSPEC;
-}
-
-static __always_inline int cg_run(struct __sk_buff *skb, const int hook, __u8 dir)
-{
-	void *data = (void *)(long)skb->data;
-	struct cursor c = { .pos = data, .end = (void *)(long)skb->data_end };
-	struct pkt p = {
-		.dir = dir,
-		.ifindex = skb->ifindex,
-		.len = skb->len,
-		.segs = skb->gso_segs ? skb->gso_segs : 1,
-	};
-	/* cgroup_skb data starts at the network header */
-	return loss_decide(skb, &c, skb->protocol, &p, data, hook, 1);
+	return skb_run(skb, LOSS_HOOK_TC_EGRESS, LOSS_DIR_EGRESS, true) ? TC_ACT_STOLEN : TC_ACT_UNSPEC;
 }
 
 SEC("cgroup_skb/ingress")
 int lossd_cg_in(struct __sk_buff *skb)
 {
-	return cg_run(skb, LOSS_HOOK_CGROUP_INGRESS, LOSS_DIR_INGRESS) ? 0 : 1;
+	return skb_run(skb, LOSS_HOOK_CGROUP_INGRESS, LOSS_DIR_INGRESS, false) ? 0 : 1;
 }
 
 /* A cgroup egress drop is a local drop: the sender gets an error (EPERM). */
 SEC("cgroup_skb/egress")
 int lossd_cg_out(struct __sk_buff *skb)
 {
-	return cg_run(skb, LOSS_HOOK_CGROUP_EGRESS, LOSS_DIR_EGRESS) ? 0 : 1;
+	return skb_run(skb, LOSS_HOOK_CGROUP_EGRESS, LOSS_DIR_EGRESS, false) ? 0 : 1;
 }

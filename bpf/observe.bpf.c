@@ -29,6 +29,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "observe_abi.h"
+#include "lib/obs_ring.h"
 #include "lib/ring_wakeup.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -59,23 +60,11 @@ struct {
 } obs_totals SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, OBS_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} obs_counters SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u64); /* socket cookie */
 	__type(value, struct obs_flow);
 } obs_flows SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} obs_ring SEC(".maps");
 
 static __always_inline void count(__u32 idx)
 {

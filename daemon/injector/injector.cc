@@ -10,6 +10,7 @@
 #include <deque>
 #include <cstring>
 
+#include "common/bpf_objects.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "host/cgroup.h"
@@ -532,18 +533,9 @@ Result<RuleInfo> Injector::Get(uint32_t id) const {
 }
 
 Result<RuleCounters> Injector::ReadCounters(uint32_t slot) const {
-  std::vector<struct loss_rule_stats> v(ncpus_);
-  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.loss_rule_stats), &slot, v.data()))
-    return Status::FromErrno(errno, "read counters of slot " + std::to_string(slot));
   RuleCounters c;
-  for (const auto& s : v) {
-    c.matched_pkts += s.matched_pkts;
-    c.matched_segs += s.matched_segs;
-    c.matched_bytes += s.matched_bytes;
-    c.dropped_pkts += s.dropped_pkts;
-    c.dropped_segs += s.dropped_segs;
-    c.dropped_bytes += s.dropped_bytes;
-  }
+  Status st = AddPerCpu<loss_rule_stats>(bpf_map__fd(skel_->maps.loss_rule_stats), slot, ncpus_, &c);
+  if (!st.ok()) return Status(st.code(), "counters of slot " + std::to_string(slot) + ": " + st.message());
   return c;
 }
 
@@ -558,17 +550,8 @@ Result<RuleCounters> Injector::Counters(uint32_t id) const {
 HookCounters Injector::HookTotals(int hook) const {
   HookCounters c;
   if (hook < 0 || hook >= LOSS_HOOK_MAX) return c;
-  uint32_t key = static_cast<uint32_t>(hook);
-  std::vector<struct loss_hook_stats> v(ncpus_);
-  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.loss_hook_stats), &key, v.data())) return c;
-  for (const auto& s : v) {
-    c.seen += s.seen;
-    c.passed += s.passed;
-    c.dropped += s.dropped;
-    c.unparsable += s.unparsable;
-    c.always_pass += s.always_pass;
-    c.lease_expired += s.lease_expired;
-  }
+  AddPerCpu<loss_hook_stats>(bpf_map__fd(skel_->maps.loss_hook_stats), static_cast<uint32_t>(hook),
+                             ncpus_, &c);
   return c;
 }
 

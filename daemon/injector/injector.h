@@ -53,9 +53,9 @@ struct InjectorOptions {
   bool background = true;
 };
 
-struct RuleCounters {
-  uint64_t matched_pkts = 0, matched_segs = 0, matched_bytes = 0;
-  uint64_t dropped_pkts = 0, dropped_segs = 0, dropped_bytes = 0;
+// The data plane's own counters (bpf/loss_abi.h), summed over CPUs.
+struct RuleCounters : loss_rule_stats {
+  RuleCounters() : loss_rule_stats{} {}
 };
 
 // A rule as its owner holds it.
@@ -69,9 +69,8 @@ struct RuleInfo {
   RuleCounters counters;           // live, or final once expired
 };
 
-struct HookCounters {
-  uint64_t seen = 0, passed = 0, dropped = 0, unparsable = 0, always_pass = 0,
-           lease_expired = 0;
+struct HookCounters : loss_hook_stats {
+  HookCounters() : loss_hook_stats{} {}
 };
 
 // Told of every rule change, under the injector's lock (so in order, and

@@ -235,20 +235,11 @@ Status Observer::SetFilters(const std::vector<ObsFilterSpec>& filters) {
 
 ObsTotals Observer::Totals() const {
   ObsTotals t;
-  std::vector<obs_total> v(ncpus_);
-  for (uint32_t i = 0; i < OBS_TOTALS; i++) {
-    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.obs_totals), &i, v.data())) continue;
-    obs_total& dst = t.by_type[i / OBS_OUTCOME_MAX][i % OBS_OUTCOME_MAX];
-    for (const auto& c : v) {
-      dst.events += c.events;
-      dst.segs += c.segs;
-    }
-  }
-  std::vector<uint64_t> c(ncpus_);
-  for (uint32_t i = 0; i < OBS_CNT_MAX; i++) {
-    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.obs_counters), &i, c.data())) continue;
-    for (uint64_t x : c) t.counters[i] += x;
-  }
+  for (uint32_t i = 0; i < OBS_TOTALS; i++)
+    AddPerCpu(bpf_map__fd(skel_->maps.obs_totals), i, ncpus_,
+              &t.by_type[i / OBS_OUTCOME_MAX][i % OBS_OUTCOME_MAX]);
+  for (uint32_t i = 0; i < OBS_CNT_MAX; i++)
+    AddPerCpu(bpf_map__fd(skel_->maps.obs_counters), i, ncpus_, &t.counters[i]);
   t.ring_consumed = consumed_;
   t.hub_published = hub_.published();
   bpf_program* progs[] = {skel_->progs.obs_retransmit_synack,

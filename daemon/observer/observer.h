@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/bpf_ptr.h"
+#include "common/bpf_objects.h"
 #include "common/status.h"
 #include "observe_abi.h"
 #include "observer/hub.h"

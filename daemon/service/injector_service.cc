@@ -7,6 +7,15 @@
 #include "service/stream.h"
 
 namespace lossd {
+namespace {
+
+grpc::ServerUnaryReactor* ReplyRule(grpc::CallbackServerContext* ctx, const Result<RuleInfo>& r,
+                                    v1::Rule* out) {
+  if (r.ok()) RuleToProto(*r, out);
+  return Reply(ctx, r.status());
+}
+
+}  // namespace
 
 Status InjectorService::Create(const v1::RuleSpec& in, v1::Rule* out) {
   RuleSpec spec;
@@ -54,24 +63,18 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
   Status st = SpecFromProto(req->spec(), &spec);
   if (st.ok()) st = inj_->Replace(req->id(), spec);
   if (!st.ok()) return Reply(ctx, st);
-  auto info = inj_->Get(req->id());
-  if (info.ok()) RuleToProto(*info, resp);
-  return Reply(ctx, info.status());
+  return ReplyRule(ctx, inj_->Get(req->id()), resp);
 }
 
 grpc::ServerUnaryReactor* InjectorService::DeleteRule(grpc::CallbackServerContext* ctx,
                                                       const v1::DeleteRuleRequest* req,
                                                       v1::DeleteRuleResponse* resp) {
-  auto gone = inj_->Remove(req->id());
-  if (gone.ok()) RuleToProto(*gone, resp->mutable_rule());
-  return Reply(ctx, gone.status());
+  return ReplyRule(ctx, inj_->Remove(req->id()), resp->mutable_rule());
 }
 
 grpc::ServerUnaryReactor* InjectorService::GetRule(grpc::CallbackServerContext* ctx,
                                                    const v1::GetRuleRequest* req, v1::Rule* resp) {
-  auto info = inj_->Get(req->id());
-  if (info.ok()) RuleToProto(*info, resp);
-  return Reply(ctx, info.status());
+  return ReplyRule(ctx, inj_->Get(req->id()), resp);
 }
 
 grpc::ServerUnaryReactor* InjectorService::ListRules(grpc::CallbackServerContext* ctx,

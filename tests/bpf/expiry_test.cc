@@ -30,13 +30,10 @@ TEST_F(Expiry, TtlStopsDroppingInEveryHook) {
   ASSERT_LT(std::chrono::steady_clock::now() - t0, 500ms) << "too slow to test a 600 ms TTL";
   std::this_thread::sleep_until(t0 + 750ms);
   for (auto [p, id] : rules) {
-    HookCounters h0 = Totals(p);
-    RunOpts o;
-    o.repeat = 1000;
-    EXPECT_VERDICT(p, Run(p, pkt, o), PassVerdict(p)) << "after the TTL";
-    HookCounters h1 = Totals(p);
-    EXPECT_EQ(h1.passed - h0.passed, 1000u);
-    EXPECT_EQ(h1.dropped - h0.dropped, 0u);
+    SCOPED_TRACE("after the TTL");
+    HookCounters d = RunCounted(p, pkt, 1000, PassVerdict(p));
+    EXPECT_EQ(d.passed, 1000u);
+    EXPECT_EQ(d.dropped, 0u);
     // An expired rule is as if gone: its counters stay where they were.
     RuleCounters c = Counters(id);
     EXPECT_EQ(c.matched_pkts, 1u);
@@ -100,15 +97,18 @@ TEST_F(Expiry, ExpiredRuleNoLongerShadowsLowerPriorityRule) {
 // A lease that runs out (owner gone) stops all dropping; the packets that a
 // rule would have dropped are counted in lease_expired. Renewing it (Tick)
 // restores the rules.
-class ShortLease : public BpfTest {
+// An injector of its own with a lease of kLeaseMs (0: none).
+template <int kLeaseMs>
+class WithLease : public BpfTest {
  protected:
   InjectorOptions Options() const override {
     InjectorOptions o = DefaultOptions();
-    o.lease = 500ms;
+    o.lease = std::chrono::milliseconds(kLeaseMs);
     return o;
   }
   bool CustomOptions() const override { return true; }
 };
+using ShortLease = WithLease<500>;
 
 TEST_F(ShortLease, LeaseExpiryStopsAllDropping) {
   std::vector<std::pair<Prog, uint32_t>> rules;
@@ -123,15 +123,13 @@ TEST_F(ShortLease, LeaseExpiryStopsAllDropping) {
   ASSERT_LT(std::chrono::steady_clock::now() - t0, 400ms);
   std::this_thread::sleep_until(t0 + 650ms);
   for (auto [p, id] : rules) {
-    HookCounters h0 = Totals(p);
-    RunOpts ro;
-    ro.repeat = 100;
-    EXPECT_VERDICT(p, Run(p, pkt, ro), PassVerdict(p)) << "after the lease";
-    HookCounters h1 = Totals(p);
-    EXPECT_EQ(h1.lease_expired - h0.lease_expired, 100u);
-    EXPECT_EQ(h1.passed - h0.passed, 100u);
+    SCOPED_TRACE("after the lease");
+    HookCounters d = RunCounted(p, pkt, 100, PassVerdict(p));
+    EXPECT_EQ(d.lease_expired, 100u);
+    EXPECT_EQ(d.passed, 100u);
     EXPECT_EQ(Counters(id).dropped_pkts, 1u);
     // Frames no rule matches are not "lease expired".
+    HookCounters h1 = Totals(p);
     Run(p, Udp4("10.0.0.1", "10.0.0.2", 1, 2));  // matches too (catch-all)...
     Run(p, Arp());                               // ...this one does not
     EXPECT_EQ(Totals(p).lease_expired - h1.lease_expired, 1u);
@@ -140,15 +138,7 @@ TEST_F(ShortLease, LeaseExpiryStopsAllDropping) {
   for (auto [p, id] : rules) EXPECT_VERDICT(p, Run(p, pkt), DropVerdict(p)) << "lease renewed";
 }
 
-class NoLease : public BpfTest {
- protected:
-  InjectorOptions Options() const override {
-    InjectorOptions o = DefaultOptions();
-    o.lease = 0ms;
-    return o;
-  }
-  bool CustomOptions() const override { return true; }
-};
+using NoLease = WithLease<0>;
 
 TEST_F(NoLease, ZeroLeaseNeverExpires) {
   const Prog p = Prog::kXdp;

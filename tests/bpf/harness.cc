@@ -245,7 +245,7 @@ size_t BpfTest::HoldAttachments() {
   return 2;
 }
 
-RuleSpec BpfTest::Rule(Prog p, double rate) {
+RuleSpec Rule(Prog p, double rate) {
   RuleSpec s;
   s.iface = "lo";
   s.hook = p == Prog::kXdp ? Hook::kXdp : Hook::kTc;
@@ -271,6 +271,18 @@ RuleCounters BpfTest::Remove(uint32_t id) {
     return {};
   }
   return r->counters;
+}
+
+HookCounters BpfTest::RunCounted(Prog p, const PacketSpec& spec, uint32_t repeat, int verdict) {
+  HookCounters before = Totals(p);
+  RunOpts o;
+  o.repeat = repeat;
+  EXPECT_VERDICT(p, Run(p, spec, o), verdict);
+  HookCounters d = Totals(p);
+  auto* w = reinterpret_cast<uint64_t*>(&d);
+  const auto* b = reinterpret_cast<const uint64_t*>(&before);
+  for (size_t i = 0; i < sizeof(d) / sizeof(uint64_t); i++) w[i] -= b[i];
+  return d;
 }
 
 RuleCounters BpfTest::Counters(uint32_t id) {

@@ -62,6 +62,10 @@ void StatCheck(const std::function<std::string()>& attempt, bool retry = true);
 
 constexpr Prog kAllProgs[] = {Prog::kXdp, Prog::kTcIn, Prog::kTcOut};
 
+// A rule on lo for program p: hook XDP (ingress) or tc with the direction
+// of p, dropping with probability `rate`.
+RuleSpec Rule(Prog p, double rate = 1.0);
+
 // Loading the injector costs about a second (the verifier), so all tests of
 // one process share one injector: each test starts with no rules (TearDown
 // clears them), hook totals are reported relative to the test's start, and
@@ -87,10 +91,6 @@ class BpfTest : public ::testing::Test {
   // Returns how many rules it added.
   size_t HoldAttachments();
 
-  // A rule on lo for program p: hook XDP (ingress) or tc with the direction
-  // of p, dropping with probability `rate`.
-  static RuleSpec Rule(Prog p, double rate = 1.0);
-
   // Adds a rule; fails the test and returns 0 if the injector refuses it.
   uint32_t Add(const RuleSpec& spec);
   // Removes a rule; returns its final counters.
@@ -98,6 +98,9 @@ class BpfTest : public ::testing::Test {
   RuleCounters Counters(uint32_t id);
   // Hook counters accumulated since the test started.
   HookCounters Totals(Prog p);
+  // Runs spec `repeat` times through p, expects `verdict` from each run, and
+  // returns what the hook counted meanwhile.
+  HookCounters RunCounted(Prog p, const PacketSpec& spec, uint32_t repeat, int verdict);
 
   int Run(Prog p, const Packet& pkt, const RunOpts& o = {}) {
     return TestRun(inj_->ProgFd(LossHook(p)), p, pkt.bytes, o);

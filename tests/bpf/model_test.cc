@@ -40,10 +40,7 @@ class Models : public BpfTest {
 };
 
 RuleSpec GeRule(Prog p, double pgb, double rbg, double bad_loss, double good_loss) {
-  RuleSpec s;
-  s.iface = "lo";
-  s.hook = p == Prog::kXdp ? Hook::kXdp : Hook::kTc;
-  s.dir = p == Prog::kTcOut ? Direction::kEgress : Direction::kIngress;
+  RuleSpec s = Rule(p, pgb);
   s.model.kind = LossModel::Kind::kGilbertElliott;
   s.model.p = pgb;
   s.model.r = rbg;

@@ -38,6 +38,12 @@ PacketSpec With(PacketSpec s, const std::function<void(PacketSpec&)>& f) {
   return s;
 }
 
+// s behind VLAN tags, outermost first.
+PacketSpec Tagged(PacketSpec s, std::vector<uint16_t> tpids) {
+  s.vlans = std::move(tpids);
+  return s;
+}
+
 std::vector<ParseCase> ParseCases() {
   const std::string a4 = "192.0.2.1", b4 = "198.51.100.7";
   const std::string a6 = "2001:db8:1::1", b6 = "2001:db8:2::2";
@@ -63,28 +69,19 @@ std::vector<ParseCase> ParseCases() {
       {"ipv4 padded to 60 bytes",
        With(Tcp4(a4, b4, 1, 2, kAck), [](PacketSpec& s) { s.pad_to = 60; }), Outcome::kMatch},
       // VLAN.
-      {"802.1Q ipv4 udp", With(Udp4(a4, b4, 1, 2), [](PacketSpec& s) { s.vlans = {kTpid8021Q}; }),
+      {"802.1Q ipv4 udp", Tagged(Udp4(a4, b4, 1, 2), {kTpid8021Q}),
        Outcome::kMatch},
       {"802.1Q ipv6 tcp",
-       With(Tcp6(a6, b6, 1, 2, kSyn), [](PacketSpec& s) { s.vlans = {kTpid8021Q}; }),
+       Tagged(Tcp6(a6, b6, 1, 2, kSyn), {kTpid8021Q}),
        Outcome::kMatch},
       {"QinQ (88a8+8100) ipv4 tcp",
-       With(Tcp4(a4, b4, 1, 2, kSyn),
-            [](PacketSpec& s) {
-              s.vlans = {kTpid8021AD, kTpid8021Q};
-            }),
+       Tagged(Tcp4(a4, b4, 1, 2, kSyn), {kTpid8021AD, kTpid8021Q}),
        Outcome::kMatch},
       {"QinQ (8100+8100) ipv6 udp",
-       With(Udp6(a6, b6, 1, 2),
-            [](PacketSpec& s) {
-              s.vlans = {kTpid8021Q, kTpid8021Q};
-            }),
+       Tagged(Udp6(a6, b6, 1, 2), {kTpid8021Q, kTpid8021Q}),
        Outcome::kMatch},
       {"QinQ ipv4 icmp",
-       With(Icmp4(),
-            [](PacketSpec& s) {
-              s.vlans = {kTpid8021AD, kTpid8021Q};
-            }),
+       Tagged(Icmp4(), {kTpid8021AD, kTpid8021Q}),
        Outcome::kMatch},
       // IPv4 options.
       {"ipv4 options 4 bytes (ihl 6) udp",
@@ -178,13 +175,10 @@ std::vector<ParseCase> ParseCases() {
        Outcome::kMatch},
       // ARP and IPv6 neighbour discovery: never dropped.
       {"arp request", Arp(), Outcome::kAlwaysPass},
-      {"802.1Q arp", With(Arp(), [](PacketSpec& s) { s.vlans = {kTpid8021Q}; }),
+      {"802.1Q arp", Tagged(Arp(), {kTpid8021Q}),
        Outcome::kAlwaysPass},
       {"QinQ arp",
-       With(Arp(),
-            [](PacketSpec& s) {
-              s.vlans = {kTpid8021AD, kTpid8021Q};
-            }),
+       Tagged(Arp(), {kTpid8021AD, kTpid8021Q}),
        Outcome::kAlwaysPass},
       {"icmpv6 router solicitation (133)", Icmp6(133), Outcome::kAlwaysPass},
       {"icmpv6 router advertisement (134)", Icmp6(134), Outcome::kAlwaysPass},
@@ -193,14 +187,14 @@ std::vector<ParseCase> ParseCases() {
       {"icmpv6 redirect (137)", Icmp6(137), Outcome::kAlwaysPass},
       {"icmpv6 NS behind hop-by-hop", With(Icmp6(135), [](PacketSpec& s) { s.ext = {{kExtHop}}; }),
        Outcome::kAlwaysPass},
-      {"802.1Q icmpv6 NA", With(Icmp6(136), [](PacketSpec& s) { s.vlans = {kTpid8021Q}; }),
+      {"802.1Q icmpv6 NA", Tagged(Icmp6(136), {kTpid8021Q}),
        Outcome::kAlwaysPass},
       // Other ethertypes.
       {"lldp 0x88cc", Raw(0x88cc), Outcome::kNotIp},
       {"mpls 0x8847", Raw(0x8847), Outcome::kNotIp},
       {"ipx 0x8137", Raw(0x8137), Outcome::kNotIp},
       {"rarp 0x8035", Raw(0x8035, 28), Outcome::kNotIp},
-      {"802.1Q lldp", With(Raw(0x88cc), [](PacketSpec& s) { s.vlans = {kTpid8021Q}; }),
+      {"802.1Q lldp", Tagged(Raw(0x88cc), {kTpid8021Q}),
        Outcome::kNotIp},
       {"802.3 length field (0x002e)", Raw(0x002e), Outcome::kNotIp},
       // Malformed headers (complete, but wrong).
