@@ -1,6 +1,6 @@
 // bpf_cost: per-packet cost of the loss injector's XDP program, measured
 // with BPF_PROG_TEST_RUN against an empty XDP program in the same run
-// (DESIGN.md "How we measure").
+// (docs/architecture.md#how-we-measure).
 //
 // Cases (each with its own Injector, i.e. its own maps and programs):
 //   a_empty          empty XDP program (r0 = XDP_PASS; exit): the baseline
@@ -485,7 +485,7 @@ int main(int argc, char** argv) {
   // the 10,000-rule cost <= 1.5x the 1-rule cost (no match vs no match, match
   // vs match); each for both packets. "Cost" is what the injector adds over
   // the empty program: the test-run harness's own share (4 ns on the machine
-  // DESIGN.md measured, 22 ns here, ~90 ns with kernel.bpf_stats_enabled=1)
+  // the design brief measured, 22 ns here, ~90 ns with kernel.bpf_stats_enabled=1)
   // would otherwise decide the ratio. The ratio of totals is reported too.
   bool all_added = true, all_ratio = true;
   std::string t_added, t_ratio;

@@ -419,7 +419,7 @@ int lossd_tc_in(struct __sk_buff *skb)
 
 /*
  * tc egress, clsact only: STOLEN consumes the skb and reports success to the
- * stack, so a local TCP sender sees loss, not a local drop (DESIGN fact 3).
+ * stack, so a local TCP sender sees loss, not a local drop (docs/architecture.md#egress-verdicts).
  * Never attach through tcx: tcx treats 4 as "next" and would pass.
  */
 SEC("tc")

@@ -26,7 +26,7 @@ enum class XdpMode { kAuto, kNative, kGeneric };
 Result<std::unique_ptr<Attachment>> AttachXdp(int prog_fd, int ifindex, const std::string& ifname,
                                               XdpMode mode);
 // tcx ingress through a bpf_link. (tcx egress is never used for loss: it has
-// no STOLEN verdict, so a drop there is a local drop; see DESIGN.md fact 3.)
+// no STOLEN verdict, so a drop there is a local drop; see docs/architecture.md#egress-verdicts.)
 Result<std::unique_ptr<Attachment>> AttachTcxIngress(int prog_fd, int ifindex,
                                                      const std::string& ifname);
 // The clsact qdiscs an injector created. Adding or deleting a qdisc

@@ -18,7 +18,7 @@ namespace lossd {
 
 // Where the injector runs. kAuto: cgroup_skb when a cgroup is named, else
 // tc (tcx) on virtual interfaces (veth, bridges...) and XDP on physical NICs
-// for ingress, clsact egress for egress (DESIGN.md facts 1 and 3).
+// for ingress, clsact egress for egress (docs/architecture.md#hook-choice, #egress-verdicts).
 enum class Hook { kAuto, kXdp, kTc, kCgroup };
 
 enum class Direction { kIngress, kEgress, kBoth };

@@ -2,7 +2,7 @@
 // dropped count must fall inside the 99.9 % binomial interval of the
 // configured rate (exact binomial quantiles, so tiny rates get the exact
 // tail, not a normal approximation); 0 % drops exactly nothing and 100 %
-// drops everything (DESIGN.md "How we measure").
+// drops everything (docs/architecture.md#how-we-measure).
 #include <cmath>
 
 #include "harness.h"
