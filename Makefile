@@ -12,7 +12,7 @@ DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake mak
         python3 procps protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
         python3-grpcio python3-protobuf python3-matplotlib
 
-.PHONY: all deps build test run bench clean
+.PHONY: all deps build test run bench format clean
 
 all: build
 
@@ -37,6 +37,10 @@ run: build
 
 bench: build
 	bench/run_all.sh $(BUILD)
+
+# clang-format (.clang-format; bpf/.clang-format for the BPF C) over the tracked sources.
+format:
+	git ls-files '*.c' '*.h' '*.cc' | xargs clang-format -i --style=file
 
 clean:
 	rm -rf $(BUILD)

@@ -31,6 +31,15 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const Status& 
   return r;
 }
 
+Result<std::chrono::nanoseconds> StreamPeriod(uint64_t ns, const char* field) {
+  constexpr uint64_t kMin = 100000000ull, kMax = 3600000000000ull, kDefault = 1000000000ull;
+  if (ns == 0) return std::chrono::nanoseconds(kDefault);
+  if (ns < kMin || ns > kMax)
+    return InvalidArgument(std::string(field) + ": must lie between 100 ms and 1 h (got " +
+                           std::to_string(ns) + " ns)");
+  return std::chrono::nanoseconds(ns);
+}
+
 void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_id(r.id);
   SpecToProto(r.spec, out->mutable_spec());

@@ -4,6 +4,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+
 #include "common/status.h"
 #include "injector/injector.h"
 #include "lossd/v1/lossd.pb.h"
@@ -20,6 +22,10 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const Status& 
 
 void CountersToProto(const RuleCounters& c, v1::RuleCounters* out);
 void RuleToProto(const RuleInfo& r, v1::Rule* out);
+
+// A stream's period (interval_ns, window_ns): 0 means the default of 1 s;
+// anything outside 100 ms .. 1 h is INVALID_ARGUMENT naming the field.
+Result<std::chrono::nanoseconds> StreamPeriod(uint64_t ns, const char* field);
 
 v1::RetransmitType TypeToProto(int obs_type);
 void TupleToProto(const obs_tuple& t, v1::Tuple* out);

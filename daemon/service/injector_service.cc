@@ -100,10 +100,10 @@ grpc::ServerUnaryReactor* InjectorService::ClearRules(grpc::CallbackServerContex
 grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCounters(
     grpc::CallbackServerContext*, const v1::WatchRuleCountersRequest* req) {
   std::vector<uint32_t> ids(req->ids().begin(), req->ids().end());
-  uint64_t interval = req->interval_ns() ? std::max<uint64_t>(req->interval_ns(), 100000000ull)
-                                         : 1000000000ull;
+  auto period = StreamPeriod(req->interval_ns(), "interval_ns");
   return new PumpReactor<v1::RuleCountersUpdate>(
-      [this, ids, interval](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
+      [this, ids, period](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
+        if (!period.ok()) return ToGrpc(period.status());
         for (uint64_t seq = 1;; seq++) {
           v1::RuleCountersUpdate u;
           u.set_seq(seq);
@@ -118,7 +118,7 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
               RuleToProto(*info, u.add_rules());
             }
           }
-          if (!sink.Write(u) || !sink.Sleep(std::chrono::nanoseconds(interval)))
+          if (!sink.Write(u) || !sink.Sleep(*period))
             return grpc::Status::OK;  // client gone (reported as cancelled) or shutdown
         }
       });

@@ -204,8 +204,9 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   using Reactor = PumpReactor<v1::FlowStreamMessage>;
   std::vector<Filter> filters;
   Status st = ParseFilters(req->filter(), "filter", &filters);
-  uint64_t interval = req->interval_ns() ? std::max<uint64_t>(req->interval_ns(), 100000000ull)
-                                         : 1000000000ull;
+  auto period = StreamPeriod(req->interval_ns(), "interval_ns");
+  if (st.ok()) st = period.status();
+  auto interval = period.ok() ? *period : std::chrono::nanoseconds(0);
   Observer* obs = obs_;
   EffectTracker* effects = effects_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
@@ -243,7 +244,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
       since = newest;
       first = false;
       if (!sink.Write(m)) break;
-      if (!sink.Sleep(std::chrono::nanoseconds(interval))) break;
+      if (!sink.Sleep(interval)) break;
     }
     obs->hub().Unsubscribe(closes);
     return result;
@@ -253,12 +254,13 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
 grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
     grpc::CallbackServerContext*, const v1::WatchAggregatesRequest* req) {
   using Reactor = PumpReactor<v1::Aggregate>;
-  uint64_t window = req->window_ns() ? std::max<uint64_t>(req->window_ns(), 100000000ull)
-                                     : 1000000000ull;
+  auto period = StreamPeriod(req->window_ns(), "window_ns");
+  uint64_t window = period.ok() ? uint64_t(period->count()) : 0;
   Observer* obs = obs_;
   EffectTracker* effects = effects_;
   std::atomic<int>* subs = &subscribers_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
+    if (!period.ok()) return ToGrpc(period.status());
     if (!obs) return Unavailable();
     auto sub = obs->hub().Subscribe(1 << 18, [](const ObsEvent& e) {
       return e.data.ev.kind == OBS_EV_RETRANSMIT &&
