@@ -16,7 +16,8 @@ The daemon runs in namespace A.
 from lab import traffic
 from lab.config import main
 from lab.netns import measured
-from lab.stats import binom_interval, wilson
+from lab.stats import binom_interval
+from lossd_client.units import wilson_interval as wilson  # client/python, stdlib only
 from lab.daemon import DaemonTestCase, wait_until
 
 
@@ -54,7 +55,7 @@ class DaemonTraffic(DaemonTestCase):
         r = d.create(interface=lab.IF_A, protocol="udp", dport=port, rate=0.01)
         c0 = lab.counters(lab.a)
         ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.a, tx_ns=lab.b, dst=lab.V4_A, port=port,
-                                                          flow=3, count=N, pps=PPS)])
+                                                      flow=3, count=N, pps=PPS)])
         dc = lab.counters(lab.a) - c0
         c = self.counters_settled(r.id, N)
         lost = N - got["unique"]

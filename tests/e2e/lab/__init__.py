@@ -7,7 +7,7 @@ ctest and bench/run_all.sh set (tests/e2e/README.md: running a script by hand).
   lab.netns     Lab: unique namespaces, veth pairs, documentation addresses, cgroups, temp
                 dirs, processes inside; cleanup on exit, failure and signals; stale-lab reaping
   lab.stats     kernel counters (/proc/net/snmp, netstat, snmp6 of a namespace), the binomial
-                and Wilson intervals, /proc CPU times
+                interval, /proc CPU times and fdinfo
   lab.lossd     Lossd: a lossd process (one-shot or --observe) and its JSON lines; Output
   lab.traffic   TCP and UDP traffic (the tcpflow.py and udpflow.py tools run inside namespaces)
   lab.daemon    Daemon: `lossd --socket` with gRPC stubs; rule specs, stream readers, the

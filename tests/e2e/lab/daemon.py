@@ -22,6 +22,7 @@ import unittest
 
 from lab.lossd import Lossd
 from lab.netns import Lab
+from lab.stats import fdinfo
 
 grpc = None
 pb = None
@@ -167,6 +168,19 @@ class DaemonTestCase(unittest.TestCase):
         if self.check_alive:
             self.assertTrue(self.d.alive(), "daemon died:\n" + self.d.stderr())
 
+    def watch(self, name, stub=None, **req):
+        """A WatchRetransmits stream (on stub, default the daemon's) read by a StreamReader,
+        cancelled after the test."""
+        stub = stub or self.d.obs
+        r = StreamReader(stub.WatchRetransmits(self.pb.WatchRetransmitsRequest(**req), timeout=180), name)
+        self.readers.append(r)
+        return r
+
+    def egress_rule(self, lo=5201, hi=None, rate=0.1):
+        """A rule on A's egress (clsact) dropping TCP data segments to ports lo..hi."""
+        return self.d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp",
+                             dport=(lo, lo if hi is None else hi), payload="only", rate=rate)
+
 
 def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sport=None, dport=None,
               protocol="", payload="any", rate=None, every_nth=None, first_k=None, ge=None, seed=None,
@@ -307,24 +321,6 @@ def tc_egress_filters(lab, ns, ifname):
     """`tc filter show dev IF egress` and the program ids of lossd's filters there."""
     out = lab.run(ns, "tc", "filter", "show", "dev", ifname, "egress", check=False).stdout
     return out, [int(m.group(1)) for m in re.finditer(r"lossd_tc_out.*? id (\d+)", out)]
-
-
-def fdinfo(pid):
-    """[{key: value}] of every fd of pid (/proc/PID/fdinfo): BPF programs and maps show
-    prog_id / map_id there."""
-    out = []
-    d = "/proc/%d/fdinfo" % pid
-    try:
-        fds = os.listdir(d)
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            with open(os.path.join(d, fd)) as f:
-                out.append(dict(l.rstrip("\n").split(":\t", 1) for l in f if ":\t" in l))
-        except OSError:
-            pass
-    return out
 
 
 def pids_programs(pid):

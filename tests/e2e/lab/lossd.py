@@ -24,21 +24,25 @@ class Lossd:
     """One lossd process; its stdout lines are read by a thread (which a test can pause:
     gate.clear() stops reading, so lossd's writes back up into the pipe)."""
 
-    def __init__(self, lab, ns, args, nsenter=False, state_dir=None, lossd=None):
+    def __init__(self, lab, ns, args, nsenter=False, state_dir=None, lossd=None, stdout_path=None):
+        """stdout_path: lossd's stdout goes to that file, unread (benchmarks: no Python
+        reader in the way); wait_ready() polls it, output() parses it."""
         self.lab = lab
         self.ns = ns
         self.state_dir = state_dir or lab.tempdir()
         self.stderr_path = os.path.join(lab.tempdir(), "lossd-stderr.log")
+        self.stdout_path = stdout_path
         self.cmd = [lossd or config.LOSSD, "--json", "--state-dir", self.state_dir] + list(args)
-        with open(self.stderr_path, "w") as err:
-            self.proc = lab.popen(ns, self.cmd, stdout=subprocess.PIPE, stderr=err, nsenter=nsenter)
+        with open(self.stderr_path, "w") as err, open(stdout_path or os.devnull, "w") as out:
+            self.proc = lab.popen(ns, self.cmd, stdout=out if stdout_path else subprocess.PIPE, stderr=err,
+                                  nsenter=nsenter)
         self.pid = self.proc.pid  # ip netns exec and nsenter exec lossd: the same pid
         self.lines = []   # every stdout line, raw
         self.events = []  # the JSON ones, parsed
         self.gate = threading.Event()
         self.gate.set()
         self._q = queue.Queue()
-        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t = threading.Thread(target=self._read if stdout_path is None else self._read_file, daemon=True)
         self._t.start()
         self.ready = None
         self.final = None
@@ -57,6 +61,31 @@ class Lossd:
             self.events.append(ev)
             self._q.put(ev)
         self._q.put(None)
+
+    def _read_file(self):
+        """Until ready (or exit): the events at the start of stdout_path."""
+        done = 0
+        while True:
+            exited = self.proc.poll() is not None
+            with open(self.stdout_path) as f:
+                lines = f.readlines()
+            for line in lines[done:]:
+                if not line.endswith("\n"):
+                    break
+                done += 1
+                if line.startswith("{"):
+                    ev = json.loads(line)
+                    self._q.put(ev)
+                    if ev.get("event") == "ready":
+                        return
+            if exited:
+                self._q.put(None)
+                return
+            time.sleep(0.05)
+
+    def size(self):
+        """Bytes lossd has written to stdout_path."""
+        return os.stat(self.stdout_path).st_size
 
     def stderr(self):
         try:
@@ -110,6 +139,9 @@ class Lossd:
             self.proc.wait()
             raise AssertionError("lossd did not exit on SIGTERM; stderr:\n" + self.stderr())
         self._t.join(30)
+        if self.stdout_path:  # the final event, without parsing every line
+            with open(self.stdout_path, "rb") as f:
+                self.events += [json.loads(l) for l in f if l.startswith(b'{"event":"final"')]
         return self.proc.returncode
 
     def stop(self, timeout=60, expect_final=True):
@@ -129,6 +161,9 @@ class Lossd:
         return self.output()
 
     def output(self):
+        if self.stdout_path:
+            with open(self.stdout_path) as f:
+                return Output(f.readlines(), self.stderr())
         return Output(self.lines, self.stderr())
 
     def kill9(self):

@@ -1,5 +1,5 @@
-"""Numbers: kernel counters of a namespace, the intervals the tests assert with, CPU times
-from /proc (stdlib only)."""
+"""Numbers: kernel counters of a namespace, the binomial interval the tests assert with
+(the Wilson interval is lossd_client.units.wilson_interval), CPU times from /proc (stdlib only)."""
 
 import math
 import os
@@ -100,20 +100,6 @@ def binom_interval(n, p, conf=0.999):
     return lo, (hi if hi is not None else k1)
 
 
-Z999 = 3.2905267314919255  # two-sided 99.9 %
-
-
-def wilson(k, n, z=Z999):
-    """Wilson score interval of k in n (the test's own, to check the daemon's)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 # ---- CPU time ------------------------------------------------------------------------------
 
 def _stat_cpu(raw):
@@ -148,3 +134,21 @@ def thread_delta(a, b):
         if d > 0:
             by[comm] = round(by.get(comm, 0) + d, 3)
     return dict(sorted(by.items(), key=lambda kv: -kv[1]))
+
+
+def fdinfo(pid):
+    """[{key: value}] of every fd of pid (/proc/PID/fdinfo): BPF programs and maps show
+    prog_id / map_id there."""
+    out = []
+    d = "/proc/%d/fdinfo" % pid
+    try:
+        fds = os.listdir(d)
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            with open(os.path.join(d, fd)) as f:
+                out.append(dict(l.rstrip("\n").split(":\t", 1) for l in f if ":\t" in l))
+        except OSError:
+            pass
+    return out

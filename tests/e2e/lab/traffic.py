@@ -10,6 +10,7 @@ TCP
     bulk(lab, dst), rr(lab, dst)               A -> B bulk transfer / request-response
     TcpFlow                                    a flow in the background (daemon and client
                                                tests): wait_sent(), release(), wait()
+    iperf_server(), iperf()                    unpaced iperf3 (benchmarks)
 UDP
     udp_flows(lab, flows)                      counted, sequence-numbered flows at once
     udp_count(lab, tx_ns, rx_ns, dst, ...)     one flow: (sent, unique received)
@@ -232,6 +233,37 @@ class TcpFlow:
             t.join(5)
         proc.wait(timeout=10)
         return out[0] if out else ""
+
+
+def iperf_server(lab, ns, port, bind=None, prefix=()):
+    """iperf3 -s in ns, once it listens on port (benchmarks: unpaced TCP throughput)."""
+    p = lab.popen(ns, list(prefix) + ["iperf3", "-s", "-p", str(port)] + (["-B", bind] if bind else []),
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        if lab.run(ns, "ss", "-Hltn", "sport = :%d" % port).stdout.strip():
+            return p
+        time.sleep(0.05)
+    raise RuntimeError("iperf3 server did not listen on %d" % port)
+
+
+def iperf_cmd(dst, port, secs, streams=1, prefix=()):
+    return list(prefix) + ["iperf3", "-c", dst, "-p", str(port), "-t", str(secs), "-P", str(streams), "-J"]
+
+
+def iperf_result(stdout):
+    """{"gbps", "retransmits"} of an `iperf3 -J` client run."""
+    j = json.loads(stdout)
+    if "error" in j:
+        raise RuntimeError("iperf3: " + j["error"])
+    end = j["end"]
+    return {"gbps": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
+            "retransmits": end["sum_sent"].get("retransmits")}
+
+
+def iperf(lab, ns, dst, port, secs, streams=1, prefix=()):
+    """An iperf3 client run in ns; iperf_result()."""
+    r = lab.run(ns, *iperf_cmd(dst, port, secs, streams, prefix), timeout=secs + 90)
+    return iperf_result(r.stdout)
 
 
 # ---- UDP ---------------------------------------------------------------------------------
