@@ -71,7 +71,7 @@ def received(lab, which, n=N, pps=20_000):
 def lossd_filters(att):
     """lossd's tc filters on the interface: their program ids."""
     return [int(m.group(1)) for m in re.finditer(r"(?m)^filter .*\blossd_\w+.* id (\d+)",
-                                                  att["tc_egress"] + "\n" + att["tc_ingress"])]
+                                                 att["tc_egress"] + "\n" + att["tc_ingress"])]
 
 
 class DaemonSignals(unittest.TestCase):
@@ -80,7 +80,7 @@ class DaemonSignals(unittest.TestCase):
             d = ClientDaemon(lab, lab.a)
             ids = add_udp_rules(d, lab)
             d.add_rule("--iface", lab.IF_A, "--dir", "egress", "--proto", "tcp", "--dport", 5201,
-                             "--payload", "only", "--rate", "5%")
+                       "--payload", "only", "--rate", "5%")
             self.assertEqual(ids["egress"]["attachments"], ["clsact egress on %s" % lab.IF_A])
             self.assertEqual(ids["tcx"]["attachments"], ["tcx ingress to %s" % lab.IF_A])
             self.assertEqual(ids["xdp"]["attachments"], ["XDP (native) to %s" % lab.IF_A])
@@ -120,8 +120,8 @@ class DaemonSignals(unittest.TestCase):
             flow.wait()
             passes = {w: received(lab, w) for w in ("egress", "tcx", "xdp")}
             measured("sigterm_while_watching", clients=outs, lossd_exit=rc, lossd_secs=round(lossd_secs, 3),
-                          attached_before={k: bool(v) for k, v in before.items()},
-                          attached_after=after, received_after=passes, sent_after=N)
+                     attached_before={k: bool(v) for k, v in before.items()},
+                     attached_after=after, received_after=passes, sent_after=N)
             self.assertEqual(rc, 0, d.stderr())
             self.assertFalse(os.path.exists(d.sock), "lossd left its socket behind")
             for name, o in outs.items():
@@ -169,10 +169,10 @@ class DaemonSignals(unittest.TestCase):
             rules = d2.ctlj("rule", "ls").get("rules", [])
             eg_restart = received(lab, "egress")
             measured("sigkill_then_restart", egress_inside_lease=[eg_inside, 200, round(eg_inside_secs, 3)],
-                          tcx_after_kill=[tcx, N], xdp_after_kill=[xdp, N], egress_after_lease=[eg_after, N],
-                          filters_after_kill=lossd_filters(att_killed), xdp_after_kill_attached=att_killed["xdp"],
-                          filters_after_lease=lossd_filters(att_after_lease),
-                          attached_after_restart=att_restart, restart_secs=round(d2.startup_secs, 2))
+                     tcx_after_kill=[tcx, N], xdp_after_kill=[xdp, N], egress_after_lease=[eg_after, N],
+                     filters_after_kill=lossd_filters(att_killed), xdp_after_kill_attached=att_killed["xdp"],
+                     filters_after_lease=lossd_filters(att_after_lease),
+                     attached_after_restart=att_restart, restart_secs=round(d2.startup_secs, 2))
             self.assertEqual(tcx, N, "a SIGKILLed lossd's tcx rule still drops")
             self.assertEqual(xdp, N, "a SIGKILLed lossd's XDP rule still drops")
             self.assertFalse(att_killed["xdp"], att_killed)

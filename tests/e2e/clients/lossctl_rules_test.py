@@ -86,7 +86,7 @@ class LossctlRules(ClientTestCase):
         self.assertEqual(sorted(by_id), sorted([rid, pid]))
         cd, cp = counters(by_id[rid]), counters(by_id[pid])
         measured("lossctl_udp_rule", sent=[s_drop["sent"], s_pass["sent"]],
-                      received=[g_drop["unique"], g_pass["unique"]], drop_rule=cd, pass_rule=cp)
+                 received=[g_drop["unique"], g_pass["unique"]], drop_rule=cd, pass_rule=cp)
         self.assertEqual((s_drop["sent"], s_pass["sent"]), (N, N))
         self.assertEqual(g_drop["unique"], 0, "the 100 % rule let datagrams through")
         self.assertEqual(g_pass["unique"], N, "the other port lost datagrams")
@@ -155,7 +155,7 @@ class LossctlRules(ClientTestCase):
         self.assertRegex(r.out, r"rule %d removed: dropped %d of %d segments \(100%%\)" % (rid, lost_drop, N))
         self.assertEqual(d.ctl("rule", "get", rid).rc, 4)
         ((s2, g2),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=PORT_DROP,
-                                                flow=3, count=500, pps=10_000)])
+                                                   flow=3, count=500, pps=10_000)])
         self.assertEqual(g2["unique"], 500, "port %d still loses datagrams after rule rm" % PORT_DROP)
         # The 0 % rule saw none of that (other port), and rm -o json prints it with its counters.
         fin = d.ctlj("rule", "rm", pid)
@@ -260,7 +260,7 @@ class LossctlRules(ClientTestCase):
                 t.join(10)
         ids = sorted({x["id"] for x in seen})
         measured("half_created_rules", creates=made, polls=polls[0], observations=len(seen),
-                      rules_seen_half_created=ids, first=seen[:1])
+                 rules_seen_half_created=ids, first=seen[:1])
         self.assertEqual(errors, [])
         self.assertGreater(polls[0], 0)
         self.assertEqual(len(seen), 0, "ListRules showed %d of %d rules half-created (no labels, created 0), "

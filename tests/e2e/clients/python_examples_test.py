@@ -68,7 +68,7 @@ class PythonExamples(ClientTestCase):
         cmd = d.example_cmd("inject.py", "--iface", lab.IF_A, "--dir", "egress", "--addr", lab.V4_B,
                             "--port", PORT, "--rate", "2%", "--duration", duration)
         p = client_popen(lab, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL)
+                         stdin=subprocess.DEVNULL)
         self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
         return p, Lines(p)
 
@@ -76,7 +76,7 @@ class PythonExamples(ClientTestCase):
         # (labelled: lossd lists a rule before its labels are recorded, a race of its own
         # test: lossctl_rules_test.py test_3)
         rules = wait_until(lambda: [r for r in self.rules() if r["spec"].get("labels")], 10,
-                                "inject.py's rule, with its labels, in lossctl rule ls")
+                           "inject.py's rule, with its labels, in lossctl rule ls")
         self.assertEqual(len(rules), 1, rules)
         r = rules[0]
         self.assertEqual(r["spec"]["labels"].get("client"), "inject.py", r)
@@ -109,8 +109,8 @@ class PythonExamples(ClientTestCase):
         dropped = [int(m.group(2)) for m in ticks if m.group(2) != "?"]
         fin = re.search(r"dropped\s+(\d+) of (\d+) segments", text)
         measured("inject_py", exit=p.returncode, per_second=[(m.group(1), m.group(2), m.group(3)) for m in ticks],
-                      final=fin.groups() if fin else None,
-                      final_block=[l for l in out.lines if l.startswith("  ")])
+                 final=fin.groups() if fin else None,
+                 final_block=[l for l in out.lines if l.startswith("  ")])
         self.assertEqual(p.returncode, 0, text + err)
         self.assertRegex(out.lines[0], r"^rule %d: 2%% of %s egress \[.*\] \(packets to the service\) for 4s; "
                          r"attached: clsact egress on %s$" % (rule["id"], lab.IF_A, lab.IF_A), text)
@@ -144,7 +144,7 @@ class PythonExamples(ClientTestCase):
         left = self.rules()
         flow.wait()
         measured("inject_py_sigterm", exit=p.returncode, secs_to_exit=round(secs, 3),
-                      per_second_lines=len(out.ticks()))
+                 per_second_lines=len(out.ticks()))
         self.assertEqual(p.returncode, 128 + signal.SIGTERM, text)
         self.assertLess(secs, 10, text)
         self.assertIn("rule %d deleted" % rule["id"], text)
@@ -171,8 +171,8 @@ class PythonExamples(ClientTestCase):
         # unchanged meanwhile
         self.assertEqual({r1: d.effect(r1), r2: d.effect(r2)}, want)
         measured("effect_table_py", lossctl={k: {"counters": counters(v), "retrans": retrans_by_type(v),
-                                                      "flows": v.get("flows")} for k, v in want.items()},
-                      table=rt.out)
+                                                 "flows": v.get("flows")} for k, v in want.items()},
+                 table=rt.out)
         self.assertEqual(rt.rc, 0, rt)
         self.assertEqual(rj.rc, 0, rj)
         self.assertGreater(counters(want[r1])["dropped_segments"], 0)

@@ -102,7 +102,7 @@ class SlowSubscriber(unittest.TestCase):
                 return [m for m in fast_msgs() if "event" in m]
             try:
                 wait_until(lambda: sum(m["event"]["segments"] for m in fast_events()) >= eff_total,
-                                10, "the fast subscriber to reach the effect's total")
+                           10, "the fast subscriber to reach the effect's total")
             except AssertionError:
                 pass
             time.sleep(0.5)
@@ -141,7 +141,7 @@ class SlowSubscriber(unittest.TestCase):
             tlines = data["slowt"].decode().splitlines()
             tgaps = [l for l in tlines if l.startswith("-- ")]
             health_after = wait_until(lambda: (lambda h: h if h["subscribers"] == 0 else None)(d.health()),
-                                           10, "0 subscribers after the watches ended")
+                                      10, "0 subscribers after the watches ended")
             fast_segs = sum(e["segments"] for e in fe)
             nums = dict(retrans_segs=retrans, effect_segs=eff_total, fast_events=len(fe), fast_segs=fast_segs,
                         fast_gaps=len(fg), slow_events=len(se), slow_gap_msgs=len(sg), slow_gap_total=lost,

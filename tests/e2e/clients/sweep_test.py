@@ -66,10 +66,10 @@ class Sweep(ClientTestCase):
         doc = json.load(open(os.path.join(out, "sweep.json")))
         runs = doc["runs"]
         measured("sweep", summary=[{k: s[k] for k in ("configured_rate", "runs")} |
-                                        {m: (s[m] or {}).get("mean") for m in
-                                         ("measured_rate", "retransmitted_segments", "latency_p99_ms",
-                                          "throughput_obs_bps", "cwnd_mean", "dropped_segments")}
-                                        for s in doc["summary"]])
+                                   {m: (s[m] or {}).get("mean") for m in
+                                    ("measured_rate", "retransmitted_segments", "latency_p99_ms",
+                                     "throughput_obs_bps", "cwnd_mean", "dropped_segments")}
+                                   for s in doc["summary"]])
         self.assertTrue(doc["complete"], doc)
         self.assertEqual([(x["step"], x["rep"]) for x in runs], [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)])
         self.assertEqual([x["configured_rate"] for x in runs], [0.0, 0.0, 0.02, 0.02, 0.1, 0.1])
@@ -110,7 +110,7 @@ class Sweep(ClientTestCase):
         self.assertEqual(r.rc, 0, r)
         run = json.load(open(os.path.join(out, "sweep.json")))["runs"][0]
         measured("sweep_ge", **{k: run.get(k) for k in ("label", "configured_rate", "matched_segments",
-                                                              "dropped_segments", "retransmitted_segments")})
+                                                        "dropped_segments", "retransmitted_segments")})
         self.assertEqual((run["label"], run["model"]), ("ge:5%/45%/50%/0%", "ge"), run)
         # in the bad state 5/(5+45) of the time, losing half there: 5 %. P(never entering it in
         # ~300 segments) ~ 2e-7. (With 100 % loss in the bad state a retransmission could be

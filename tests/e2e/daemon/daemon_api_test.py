@@ -149,7 +149,7 @@ class DaemonApi(DaemonTestCase):
         pb, d, lab = self.pb, self.d, self.lab
         n = 1000
         specs = [rule_spec(interface=lab.IF_A, protocol="udp", dport=20000 + i, rate=0.01,
-                                labels={"batch": "big", "i": str(i)}) for i in range(n)]
+                           labels={"batch": "big", "i": str(i)}) for i in range(n)]
         resp = d.inj.CreateRules(pb.CreateRulesRequest(specs=specs, atomic=True), timeout=120)
         self.assertEqual(len(resp.rules), n)
         self.assertEqual(list(resp.errors), [""] * n)
@@ -168,7 +168,7 @@ class DaemonApi(DaemonTestCase):
 
         # Atomic, one bad spec in the middle: nothing is created.
         bad = [rule_spec(interface=lab.IF_A, protocol="udp", dport=30000 + i, rate=0.01,
-                              labels={"batch": "atomic"}) for i in range(n)]
+                         labels={"batch": "atomic"}) for i in range(n)]
         bad[500].match.src = "10.0.0.300/24"
         with self.assertRaises(daemon.grpc.RpcError) as cm:
             d.inj.CreateRules(pb.CreateRulesRequest(specs=bad, atomic=True), timeout=120)
@@ -181,7 +181,7 @@ class DaemonApi(DaemonTestCase):
 
         # Not atomic: the good ones are created, the bad one is reported in place.
         mixed = [rule_spec(interface=lab.IF_A, protocol="udp", dport=31000 + i, rate=0.01,
-                                labels={"batch": "mixed"}) for i in range(3)]
+                           labels={"batch": "mixed"}) for i in range(3)]
         mixed[1].loss.bernoulli.rate = 2.0
         resp = d.inj.CreateRules(pb.CreateRulesRequest(specs=mixed, atomic=False), timeout=30)
         self.assertEqual([r.spec.match.dport.lo for r in resp.rules], [31000, 31002])
@@ -246,7 +246,7 @@ class DaemonApi(DaemonTestCase):
         denied = StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(
             deny=[pb.EventFilter(port=pb.PortRange(lo=port))]), timeout=120), "rtx-deny")
         agg = StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(window_ns=200_000_000),
-                                                      timeout=120), "aggregates")
+                                                 timeout=120), "aggregates")
         flows = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(
             filter=[pb.EventFilter(port=pb.PortRange(lo=port))], interval_ns=200_000_000), timeout=120),
             "flows")

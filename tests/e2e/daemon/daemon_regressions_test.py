@@ -76,16 +76,6 @@ class DaemonBugs(DaemonTestCase):
     def create(self, **kw):
         return self.d.inj.CreateRule(self.pb.CreateRuleRequest(spec=self.spec(**kw)), timeout=20)
 
-    def watch(self, name, stub=None, **req):
-        stub = stub or self.d.obs
-        r = StreamReader(stub.WatchRetransmits(self.pb.WatchRetransmitsRequest(**req), timeout=180), name)
-        self.readers.append(r)
-        return r
-
-    def rule(self, lo=PORT, hi=PORT, rate=0.1):
-        return self.d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp", dport=(lo, hi),
-                             payload="only", rate=rate)
-
     def egress(self, port, n):  # A -> B through e2ea's egress; returns datagrams received
         sent, got = traffic.udp_count(self.lab, self.lab.a, self.lab.b, self.lab.V4_B, port, port, n)
         self.assertEqual(sent, n)
@@ -104,9 +94,9 @@ class DaemonBugs(DaemonTestCase):
         # Rule.spec is the spec as given, with the hook resolved: every field comes back.
         pb, d, lab = self.pb, self.d, self.lab
         spec = rule_spec(interface=lab.IF_A, direction="egress", src=lab.V4_A + "/32",
-                              dst="192.0.2.0/24", sport=(1000, 1999), dport=(5201, 5210), protocol="tcp",
-                              family=4, tcp_flags="!syn,ack", payload="only", rate=0.125, seed=42,
-                              priority=9, ttl_ns=300 * 10**9, labels={"k": "v", "x": "y"}, force=True)
+                         dst="192.0.2.0/24", sport=(1000, 1999), dport=(5201, 5210), protocol="tcp",
+                         family=4, tcp_flags="!syn,ack", payload="only", rate=0.125, seed=42,
+                         priority=9, ttl_ns=300 * 10**9, labels={"k": "v", "x": "y"}, force=True)
         r = d.inj.CreateRule(pb.CreateRuleRequest(spec=spec), timeout=20)
         want = pb.RuleSpec()
         want.CopyFrom(spec)
@@ -166,7 +156,7 @@ class DaemonBugs(DaemonTestCase):
 
     def test_gap_counts_only_events_the_stream_would_carry(self):
         pb, d, lab = self.pb, self.d, self.lab
-        self.rule(PORT, PORT + 1)
+        self.egress_rule(PORT, PORT + 1)
         only = [pb.EventFilter(port=pb.PortRange(lo=PORT))]
         fast_all = self.watch("fast-all")
         fast_f = self.watch("fast-filtered", allow=only)
@@ -318,7 +308,7 @@ class DaemonBugs(DaemonTestCase):
         self.assertEqual(g.state, self.pb.RULE_STATE_ACTIVE)
         self.assertEqual(after, before, "another lossd removed the running daemon's clsact filter:\n" + out)
         self.assertEqual(got, 0, "the daemon's 100 %% egress rule (ACTIVE, %s) no longer drops after another "
-                                 "lossd started in its namespace" % (list(g.attachments),))
+                         "lossd started in its namespace" % (list(g.attachments),))
 
     def test_zzz_sigterm_finishes_streams(self):
         pb, d = self.pb, self.d

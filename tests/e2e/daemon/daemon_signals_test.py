@@ -81,7 +81,7 @@ class DaemonSignals(unittest.TestCase):
             StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(), timeout=120), "flows"),
             StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(), timeout=120), "aggregates"),
             StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(interval_ns=200_000_000),
-                                                      timeout=120), "counters"),
+                                                 timeout=120), "counters"),
         ]
         wait_until(lambda: d.health().subscribers == 2, 10, "subscribers")
         for s in streams[1:]:

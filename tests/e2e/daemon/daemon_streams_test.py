@@ -37,16 +37,6 @@ class DaemonStreams(DaemonTestCase):
         super().setUp()
         wait_until(lambda: self.d.health().subscribers == 0, 10, "no subscribers left")
 
-    def watch(self, name, stub=None, **req):
-        stub = stub or self.d.obs
-        r = StreamReader(stub.WatchRetransmits(self.pb.WatchRetransmitsRequest(**req), timeout=180), name)
-        self.readers.append(r)
-        return r
-
-    def rule(self, lo=PORT, hi=PORT, rate=0.1):
-        return self.d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp", dport=(lo, hi),
-                             payload="only", rate=rate)
-
     def settle(self, reader, rid, timeout=10):
         """Waits until reader's retransmitted segments equal GetRuleEffect's (all types) and stay
         so; returns that count."""
@@ -64,7 +54,7 @@ class DaemonStreams(DaemonTestCase):
 
     def test_slow_subscriber_gap_accounting(self):
         pb, d, lab = self.pb, self.d, self.lab
-        r = self.rule()
+        r = self.egress_rule()
         fast = self.watch("fast")
         ch, _, slow_obs, _ = d.stubs(SLOW_OPTIONS)
         slow = self.watch("slow", slow_obs, queue=10)
@@ -118,14 +108,14 @@ class DaemonStreams(DaemonTestCase):
 
     def test_concurrent_subscribers_with_rule_churn(self):
         pb, d, lab = self.pb, self.d, self.lab
-        main = self.rule(rate=0.05)
+        main = self.egress_rule(rate=0.05)
         rtx = [self.watch("rtx%d" % i) for i in range(3)]
         agg = StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(window_ns=100_000_000),
-                                                      timeout=180), "aggregates")
+                                                 timeout=180), "aggregates")
         flows = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(interval_ns=100_000_000), timeout=180),
-                                  "flows")
+                             "flows")
         counters = StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(interval_ns=100_000_000),
-                                                             timeout=180), "counters")
+                                                        timeout=180), "counters")
         self.readers += [agg, flows, counters]
         wait_until(lambda: d.health().subscribers == 4, 10, "4 subscribers (3 retransmit + aggregates)")
         c0 = lab.counters(lab.a)

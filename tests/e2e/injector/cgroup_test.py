@@ -50,8 +50,8 @@ class CgroupSkb(unittest.TestCase):
         lost_in, lost_out = N - r_in["unique"], N - r_out["unique"]
         lo, hi = binom_interval(N, p)
         measured(label, lost_in_cgroup=lost_in, lost_outside=lost_out, interval=[lo, hi],
-                        dropped_pkts=f["dropped_pkts"], matched_pkts=f["matched_pkts"],
-                        udp_in_errors=dc["Udp.InErrors"], rcvbuf_errors=dc["Udp.RcvbufErrors"])
+                 dropped_pkts=f["dropped_pkts"], matched_pkts=f["matched_pkts"],
+                 udp_in_errors=dc["Udp.InErrors"], rcvbuf_errors=dc["Udp.RcvbufErrors"])
         diag = "in=%s out=%s final=%s udp inerr=%d rcvbuf=%d" % (r_in, r_out, f, dc["Udp.InErrors"],
                                                                  dc["Udp.RcvbufErrors"])
         self.assertEqual(s_in["sent"] + s_out["sent"], 2 * N, diag)
@@ -77,14 +77,14 @@ class CgroupSkb(unittest.TestCase):
             d = self.cg_lossd(lab, lab.a, cg, "egress", "10%")
             a0, b0 = lab.counters(lab.a), lab.counters(lab.b)
             ((s, r),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9303,
-                                                    flow=3, count=N, pps=PPS, tx_cgroup=cg)])
+                                                     flow=3, count=N, pps=PPS, tx_cgroup=cg)])
             da, db = lab.counters(lab.a) - a0, lab.counters(lab.b) - b0
             f = d.stop()
             eperm = s["errors"].get("EPERM", 0)
             lo, hi = binom_interval(N, 0.10)
             measured("cgroup_egress_udp_10pct", send_ok=s["sent"], send_errors=s["errors"],
-                            received=r["unique"], dropped_pkts=f["dropped_pkts"],
-                            ip_out_discards=da["Ip.OutDiscards"], udp_out=da["Udp.OutDatagrams"])
+                     received=r["unique"], dropped_pkts=f["dropped_pkts"],
+                     ip_out_discards=da["Ip.OutDiscards"], udp_out=da["Udp.OutDatagrams"])
             diag = "sender=%s receiver=%s final=%s" % (s, r, f)
             self.assertEqual(f["matched_pkts"], N, diag)
             self.assertEqual(set(s["errors"]) - {"EPERM"}, set(), diag)

@@ -49,12 +49,12 @@ class PerSegment(unittest.TestCase):
             cls.after = lab.features(lab.a, lab.IF_A)
             cls.segs_after = gso_max_segs(lab, lab.a, lab.IF_A)
             cls.summary = traffic.tcp_summary(dict(sender=cls.sender, receiver=cls.receiver,
-                                                  final=cls.final, da=cls.da, db=cls.db))
+                                                   final=cls.final, da=cls.da, db=cls.db))
             f = cls.final
             measured("per_segment_egress", segs_per_skb=round(f["matched_segs"] / max(1, f["matched_pkts"]), 2),
-                            binom_interval=binom_interval(f["matched_segs"], 0.01),
-                            features_during={k: cls.during.get(k) for k in OFF_WHILE_ACTIVE},
-                            gso_max_segs=cls.gso_max_segs, **cls.summary)
+                     binom_interval=binom_interval(f["matched_segs"], 0.01),
+                     features_during={k: cls.during.get(k) for k in OFF_WHILE_ACTIVE},
+                     gso_max_segs=cls.gso_max_segs, **cls.summary)
         except BaseException:
             lab.close()
             raise
@@ -112,9 +112,9 @@ class PerSegmentCrash(unittest.TestCase):
             d2.stop(expect_final=False)
             after = lab.features(lab.a, lab.IF_A)
             measured("per_segment_sigkill",
-                            before={k: before.get(k) for k in OFF_WHILE_ACTIVE},
-                            left_by_sigkill={k: left.get(k) for k in OFF_WHILE_ACTIVE},
-                            after_restart={k: after.get(k) for k in OFF_WHILE_ACTIVE})
+                     before={k: before.get(k) for k in OFF_WHILE_ACTIVE},
+                     left_by_sigkill={k: left.get(k) for k in OFF_WHILE_ACTIVE},
+                     after_restart={k: after.get(k) for k in OFF_WHILE_ACTIVE})
             self.assertEqual(during.get("generic-receive-offload"), "off")
             self.assertEqual(left.get("generic-receive-offload"), "off", "SIGKILL cannot restore")
             diff = {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v}

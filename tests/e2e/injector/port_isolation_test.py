@@ -29,8 +29,8 @@ class PortIsolation(unittest.TestCase):
             f = d.stop()
             got = {(fl["dst"], fl["port"]): r["unique"] for fl, (s, r) in zip(flows, res)}
             measured("port_isolation", received={"%s:%d" % k: v for k, v in got.items()},
-                            matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
-                            rcvbuf_errors=dc["Udp.RcvbufErrors"] + dc["Snmp6.Udp6RcvbufErrors"])
+                     matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
+                     rcvbuf_errors=dc["Udp.RcvbufErrors"] + dc["Snmp6.Udp6RcvbufErrors"])
             for s, _ in res:
                 self.assertEqual(s["sent"], N)
             self.assertEqual(dc["Udp.RcvbufErrors"] + dc["Snmp6.Udp6RcvbufErrors"], 0)

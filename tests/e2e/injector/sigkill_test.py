@@ -23,7 +23,7 @@ N = 2000
 
 def flow(lab, port=PORT, n=N):
     ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=port,
-                                                 flow=5, count=n, pps=20_000)], settle=0.2)
+                                                  flow=5, count=n, pps=20_000)], settle=0.2)
     assert sent["sent"] == n, sent
     return got["unique"]
 
@@ -88,7 +88,7 @@ class SigkillLeavesNoLoss(unittest.TestCase):
             d2.stop(expect_final=False)
             out3, progs3 = tc_egress_filters(lab, lab.a, lab.IF_A)
             measured("sigkill_clsact", after_lease_received=got, sent=N,
-                            lease_expired_counted=lease_expired, filters_after_restart=len(progs3))
+                     lease_expired_counted=lease_expired, filters_after_restart=len(progs3))
             self.assertEqual(progs3, [], "stale lossd filter survived the next start:\n" + out3)
             self.assertIn("stale", d2.stderr())
 

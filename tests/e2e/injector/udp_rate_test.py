@@ -22,7 +22,7 @@ class UdpRate(unittest.TestCase):
         d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(port)] + args)
         c0 = lab.counters(lab.b)
         ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=port,
-                                                     flow=2, count=n, pps=pps, list_missing=True)])
+                                                      flow=2, count=n, pps=pps, list_missing=True)])
         dc = lab.counters(lab.b) - c0
         f = d.stop()
         lost = n - got["unique"]
@@ -30,9 +30,9 @@ class UdpRate(unittest.TestCase):
         gaps = {b - a for a, b in zip(missing, missing[1:])}
         lo, hi = binom_interval(n, p)
         measured(label, n=n, p=p, lost=lost, interval=[lo, hi], dropped_pkts=f["dropped_pkts"],
-                        dropped_segs=f["dropped_segs"], matched_pkts=f["matched_pkts"],
-                        rcvbuf_errors=dc["Udp.RcvbufErrors"], distinct_gaps=len(gaps),
-                        hook=d.ready["hooks"])
+                 dropped_segs=f["dropped_segs"], matched_pkts=f["matched_pkts"],
+                 rcvbuf_errors=dc["Udp.RcvbufErrors"], distinct_gaps=len(gaps),
+                 hook=d.ready["hooks"])
         diag = "lost=%d interval=[%d,%d] final=%s rcvbuf=%d" % (lost, lo, hi, f, dc["Udp.RcvbufErrors"])
         self.assertEqual(sent["sent"], n, diag)
         self.assertEqual(dc["Udp.RcvbufErrors"], 0, "receiver overflowed: " + diag)

@@ -26,16 +26,16 @@ class UdpZeroLoss(unittest.TestCase):
             self.assertIn("tcx ingress to " + lab.IF_B, d.ready["hooks"])
             c0, sd0, l0 = lab.counters(lab.b), softnet_dropped(), lab.link_stats(lab.b, lab.IF_B)
             ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B,
-                                                         port=PORT, flow=1, count=N, pps=PPS)])
+                                                          port=PORT, flow=1, count=N, pps=PPS)])
             dc, sd = lab.counters(lab.b) - c0, softnet_dropped() - sd0
             l1 = lab.link_stats(lab.b, lab.IF_B)
             veth_rx_dropped = l1["rx_dropped"] - l0["rx_dropped"]
             f = d.stop()
             lost = N - got["unique"]
             measured("udp_zero_loss", sent=sent["sent"], received=got["unique"], lost=lost,
-                            matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
-                            rcvbuf_errors=dc["Udp.RcvbufErrors"], udp_in_errors=dc["Udp.InErrors"],
-                            softnet_dropped=sd, veth_rx_dropped=veth_rx_dropped, send_secs=sent["secs"])
+                     matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
+                     rcvbuf_errors=dc["Udp.RcvbufErrors"], udp_in_errors=dc["Udp.InErrors"],
+                     softnet_dropped=sd, veth_rx_dropped=veth_rx_dropped, send_secs=sent["secs"])
             diag = ("sender %s receiver %s final %s udp deltas rcvbuf=%d inerr=%d; softnet drops=%d, "
                     "veth rx_dropped=%d" % (sent, got, f, dc["Udp.RcvbufErrors"], dc["Udp.InErrors"], sd,
                                             veth_rx_dropped))

@@ -35,19 +35,19 @@ class WatchPort(unittest.TestCase):
                 got = [traffic.finish(s) for s in srvs]
                 return sent, got
             cls.run_ = observer.observe(lab, lab.a, run_traffic, obs_args=["--watch-port", str(WATCHED)],
-                                      rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport",
-                                                      "%d-%d" % (WATCHED, OTHER), "--payload", "only",
-                                                      "--rate", "2%"])])
+                                        rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport",
+                                                        "%d-%d" % (WATCHED, OTHER), "--payload", "only",
+                                                        "--rate", "2%"])])
         sent, got = cls.run_.traffic
         cls.watched, cls.other = sent[0]["conns"][0], sent[1]["conns"][0]
         measured("watch_port", watched_total_retrans=cls.watched["total_retrans"],
-                        other_total_retrans=cls.other["total_retrans"], **cls.run_.numbers())
+                 other_total_retrans=cls.other["total_retrans"], **cls.run_.numbers())
 
     def test_totals_cover_the_namespace_and_reconcile(self):
         r = self.run_
         observer.reconcile(self, r.out, r.dk, filtered_ok=True)
         self.assertEqual(r.out.totals["retrans_segs"],
-                                   self.watched["total_retrans"] + self.other["total_retrans"], r.numbers())
+                         self.watched["total_retrans"] + self.other["total_retrans"], r.numbers())
 
     def test_only_the_watched_flow_has_events(self):
         out = self.run_.out
@@ -64,9 +64,9 @@ class WatchPort(unittest.TestCase):
         out = self.run_.out
         seen = sum(e["segs"] for e in out.retransmits if e["outcome"] in ("sent", "failed"))
         self.assertEqual(seen, self.watched["total_retrans"],
-                                   "watched flow; unseen: %s" % observer.unseen(out))
+                         "watched flow; unseen: %s" % observer.unseen(out))
         self.assertEqual(out.totals["retrans_segs"] - seen, self.other["total_retrans"],
-                                   out.summary())
+                         out.summary())
 
 
 class Preexisting(unittest.TestCase):
@@ -88,8 +88,8 @@ class Preexisting(unittest.TestCase):
                 traffic.finish(s)
         flows = {(f["sport"], f["dport"]): f for f in out.flows}
         measured("preexisting", observer_start_ns=t_start, observer_ready_ns=t_ready,
-                        flows=[{k: f[k] for k in ("sport", "dport", "preexisting", "cwnd", "srtt_us",
-                                                  "bytes_acked", "opened_ns")} for f in out.flows])
+                 flows=[{k: f[k] for k in ("sport", "dport", "preexisting", "cwnd", "srtt_us",
+                                           "bytes_acked", "opened_ns")} for f in out.flows])
         self.assertEqual(len(out.flows), 2, out.flows)
         a = flows[(old.sports[0], P1)]
         b = flows[(new.sports[0], P2)]

@@ -76,7 +76,7 @@ class _Reconciles:
         sport = s["conns"][0]["sport"]
         evs = [e for e in r.out.retransmits if e["sport"] == sport and e["outcome"] in ("sent", "failed")]
         self.assertEqual(sum(e["segs"] for e in evs), s["conns"][0]["total_retrans"],
-                                   "socket %d: events vs tcpi_total_retrans; unseen: %s" % (sport, observer.unseen(r.out)))
+                         "socket %d: events vs tcpi_total_retrans; unseen: %s" % (sport, observer.unseen(r.out)))
 
 
 class Ingress1Pct(_Scenario, _Reconciles):
@@ -95,7 +95,7 @@ class Ingress1Pct(_Scenario, _Reconciles):
         r = self.run_
         f = r.finals[0]
         self.assertEqual(r.out.totals["retrans_segs"],
-                                   f["dropped_segs"] + r.dk["TcpExt.TCPDSACKRecvSegs"], r.numbers())
+                         f["dropped_segs"] + r.dk["TcpExt.TCPDSACKRecvSegs"], r.numbers())
 
     def test_cwnd_falls_after_loss(self):
         out = self.run_.out
@@ -126,7 +126,7 @@ class Ingress5Pct(_Scenario, _Reconciles):
     @classmethod
     def scenario(cls, lab):
         return observer.observe(lab, lab.a, bulk(lab, 4, cls.mbytes, cls.rate_mbit),
-                              rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--rate", "5%"])])
+                                rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--rate", "5%"])])
 
 
 class Ingress01PctPerSegment(_Scenario, _Reconciles):
@@ -139,8 +139,8 @@ class Ingress01PctPerSegment(_Scenario, _Reconciles):
     def scenario(cls, lab):
         lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tso", "off", "gso", "off")
         return observer.observe(lab, lab.a, bulk(lab, 4, cls.mbytes, cls.rate_mbit),
-                              rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--payload", "only",
-                                                                                 "--rate", "0.1%"])])
+                                rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--payload", "only",
+                                                                                  "--rate", "0.1%"])])
 
     def test_per_segment_drops(self):
         f = self.run_.finals[0]
@@ -153,7 +153,7 @@ class Ipv6Ingress1Pct(_Scenario, _Reconciles):
     @classmethod
     def scenario(cls, lab):
         return observer.observe(lab, lab.a, bulk(lab, 6, cls.mbytes, cls.rate_mbit),
-                              rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--rate", "1%"])])
+                                rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--rate", "1%"])])
 
     def test_events_carry_ipv6_tuples(self):
         out = self.run_.out
@@ -185,9 +185,9 @@ class ObserverStartKeepsInjector(unittest.TestCase):
             out = obs.stop_observer()
             f = inj.stop()
             measured("observer_start_vs_live_egress_rule", filter_before="lossd_tc_out" in before,
-                            filter_after="lossd_tc_out" in after, injector_matched=f["matched_pkts"],
-                            injector_dropped_segs=f["dropped_segs"], kernel=short(dk),
-                            observer_stderr=[l for l in out.stderr.splitlines() if "stale" in l])
+                     filter_after="lossd_tc_out" in after, injector_matched=f["matched_pkts"],
+                     injector_dropped_segs=f["dropped_segs"], kernel=short(dk),
+                     observer_stderr=[l for l in out.stderr.splitlines() if "stale" in l])
             self.assertIn("lossd_tc_out", before)
             self.assertIn("lossd_tc_out", after,
                           "the observer's start removed the live injector's clsact filter; its log: %s"

@@ -87,7 +87,7 @@ class TailDrop(unittest.TestCase):
             rule = ["--iface", lab.IF_A, "--proto", "tcp", "--sport", str(P), "--payload", "only",
                     "--first", str(first)]
             run = observer.observe(lab, lab.b, lambda: traffic.rr(lab, lab.V4_B, port=P, count=3, resp=100),
-                                 rules=[(lab.a, rule)])
+                                   rules=[(lab.a, rule)])
         measured("tail_drop_first_%d" % first, **run.numbers())
         self.assertEqual(run.traffic["response_bytes"], 300)
         self.assertEqual(run.finals[0]["dropped_pkts"], first, run.numbers())

@@ -24,8 +24,8 @@ class Handshake(unittest.TestCase):
     def test_lost_syns_are_resent_and_counted(self):
         with Lab() as lab:
             run = observer.observe(lab, lab.a, lambda: traffic.rr(lab, lab.V4_B, port=P, count=2, resp=100),
-                                 rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(P),
-                                                 "--tcp-flags", "syn,!ack", "--first", "2"])])
+                                   rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(P),
+                                                   "--tcp-flags", "syn,!ack", "--first", "2"])])
         measured("syn_first_2", **run.numbers())
         out, dk = run.out, run.dk
         self.assertEqual(run.traffic["response_bytes"], 200, "the connection did not succeed")
@@ -47,8 +47,8 @@ class Handshake(unittest.TestCase):
     def test_lost_synack_is_resent_and_counted_at_the_server(self):
         with Lab() as lab:
             run = observer.observe(lab, lab.b, lambda: traffic.rr(lab, lab.V4_B, port=P, count=2, resp=100),
-                                 rules=[(lab.a, ["--iface", lab.IF_A, "--proto", "tcp", "--sport", str(P),
-                                                 "--tcp-flags", "syn,ack", "--first", "1"])])
+                                   rules=[(lab.a, ["--iface", lab.IF_A, "--proto", "tcp", "--sport", str(P),
+                                                   "--tcp-flags", "syn,ack", "--first", "1"])])
         measured("synack_first_1", **run.numbers())
         out, dk = run.out, run.dk
         self.assertEqual(run.traffic["response_bytes"], 200, "the connection did not succeed")
