@@ -1,7 +1,8 @@
-"""What the benchmark scripts share (stdlib only): where a result came from, the log
-line, medians and shell calls."""
+"""What the benchmark scripts share besides the e2e lab (tests/e2e/lab, on PYTHONPATH:
+bench/run_all.sh sets it): where a result came from, the log line, medians."""
 import datetime
 import hashlib
+import json
 import os
 import statistics
 import subprocess
@@ -46,9 +47,10 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-def sh(*cmd, check=True, **kw):
-    """Runs cmd, output captured as text; with check, a failure raises with its stderr."""
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if check and r.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
-    return r
+def report(out, problems):
+    """Prints the result document with its sanity checks (not targets); the exit status:
+    1 when a check failed."""
+    out["checks_ok"] = not problems
+    out["problems"] = problems
+    print(json.dumps(out, indent=2))
+    return 0 if not problems else 1

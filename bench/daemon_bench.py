@@ -8,7 +8,7 @@ every event accounted for. Prints one JSON document on stdout. Needs root.
                         [--subscribers 10] [--small-queue 512] [--skip-latency]
                         [--skip-batch] [--skip-events]
 
-Setup: two network namespaces made for this run (netlab.Lab from tests/e2e:
+Setup: two network namespaces made for this run (lab.netns.Lab from tests/e2e/lab:
 unique names, documentation addresses 192.0.2.0/24, removed on exit, on
 failure and on SIGINT/SIGTERM/SIGHUP) joined by a veth pair; the daemon
 `lossd --socket <tmp>/lossd.sock --state-dir <tmp>` runs in A. The client is
@@ -69,7 +69,6 @@ import json
 import os
 import resource
 import select
-import signal
 import socket
 import struct
 import subprocess
@@ -77,10 +76,15 @@ import sys
 import threading
 import time
 
+from benchlib import binary_id, git_describe, logger, med, report
+from lab import config, daemon, traffic
+from lab.daemon import Daemon, load_stubs
+from lab.lossd import TYPES
+from lab.netns import Lab
+from lab.stats import cpu_secs, fdinfo, thread_cpu, thread_delta
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SELF = os.path.abspath(__file__)
-sys.path.insert(0, HERE)
-from benchlib import binary_id, git_describe, logger, med  # noqa: E402
 PY = "/usr/bin/python3"
 TARGET_EVENTS_PER_S = 200000
 PORT_UDP = 7000
@@ -88,51 +92,15 @@ PORT_HOLD = 7001
 PORT_CTRL = 7002
 PORT_TCP = 5203
 BATCH_BASE_PORT = 20000
-TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-grpc = pb = pbg = None
 log = logger("daemon_bench")
+grpc = pb = pbg = None  # use_stubs()
 
 
-def load_stubs(path):
+def use_stubs(path):
+    """lab.daemon.load_stubs, and its modules as this script's globals."""
     global grpc, pb, pbg
-    sys.path.insert(0, os.path.abspath(path))
-    import grpc as _grpc
-    from lossd.v1 import lossd_pb2 as _pb
-    from lossd.v1 import lossd_pb2_grpc as _pbg
-    grpc, pb, pbg = _grpc, _pb, _pbg
-
-
-def cpu_secs(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def thread_cpu(pid):
-    """{tid: (comm, cpu seconds)} of every thread of pid."""
-    out = {}
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                raw = f.read()
-        except OSError:
-            continue
-        comm = raw[raw.index("(") + 1:raw.rindex(")")]
-        fields = raw.rsplit(")", 1)[1].split()
-        out[tid] = (comm, (int(fields[11]) + int(fields[12])) / CLK_TCK)
-    return out
-
-
-def thread_delta(a, b):
-    """CPU seconds per thread name (threads of one name summed) between two thread_cpu()s."""
-    by = {}
-    for tid, (comm, c) in b.items():
-        d = c - a.get(tid, (comm, 0.0))[1]
-        if d > 0:
-            by[comm] = round(by.get(comm, 0) + d, 3)
-    return dict(sorted(by.items(), key=lambda kv: -kv[1]))
+    load_stubs(path)
+    grpc, pb, pbg = daemon.grpc, daemon.pb, daemon.pbg
 
 
 # ---- helpers run inside the namespaces (this script, hidden subcommands) ----------------
@@ -220,7 +188,7 @@ def cmd_udp_recv(a):
 
 def cmd_subscribe(a):
     """One WatchRetransmits subscriber: counts events and gaps until a line on stdin."""
-    load_stubs(a.stubs)
+    use_stubs(a.stubs)
     ch = grpc.insecure_channel("unix:" + a.socket)
     grpc.channel_ready_future(ch).result(timeout=20)
     stub = pbg.ObserverStub(ch)
@@ -301,69 +269,38 @@ def finish(p, timeout=60):
     return json.loads(lines[-1])
 
 
-class Daemon:
-    def __init__(self, lab, ns, lossd):
-        self.sockdir = lab.tempdir()
-        self.sock = os.path.join(self.sockdir, "lossd.sock")
-        self.state = lab.tempdir()
-        t0 = time.monotonic()
-        self.p = netlab.Lossd(lab, ns, ["--socket", self.sock], lossd, state_dir=self.state)
-        self.ready = self.p.wait_ready(timeout=180)
-        self.ready_secs = time.monotonic() - t0
-        self.pid = self.p.proc.pid
-        self.ch = grpc.insecure_channel("unix:" + self.sock)
-        grpc.channel_ready_future(self.ch).result(timeout=20)
-        self.inj = pbg.InjectorStub(self.ch)
-        self.obs = pbg.ObserverStub(self.ch)
-        self.sys = pbg.SystemStub(self.ch)
+def bpf_totals(d):
+    """The daemon's observer totals, straight from its BPF maps."""
+    maps = {int(kv["map_id"]): kv for kv in fdinfo(d.pid) if "map_type" in kv and "map_id" in kv}
+    want = {}
+    for mid in maps:
+        j = json.loads(subprocess.check_output(["bpftool", "-j", "map", "show", "id", str(mid)], text=True))
+        if j.get("name") in ("obs_totals", "obs_counters"):
+            want[j["name"]] = mid
+    if len(want) != 2:
+        raise RuntimeError("daemon maps obs_totals/obs_counters not found: %s" % want)
+    tot = json.loads(subprocess.check_output(["bpftool", "-j", "map", "dump", "id", str(want["obs_totals"])],
+                                             text=True))
+    cnt = json.loads(subprocess.check_output(["bpftool", "-j", "map", "dump", "id",
+                                              str(want["obs_counters"])], text=True))
 
-    def health(self):
-        return self.sys.GetHealth(pb.GetHealthRequest(), timeout=10)
+    def raw(x):  # bpftool -j: a list of "0x.." bytes (little-endian here)
+        return bytes(int(b, 16) for b in x) if isinstance(x, list) else None
 
-    def stop(self):
-        self.ch.close()
-        self.p.stop(timeout=60, expect_final=False)
-
-    # The daemon's observer totals, straight from its BPF maps.
-    def bpf_totals(self):
-        maps = {}
-        d = "/proc/%d/fdinfo" % self.pid
-        for fd in os.listdir(d):
-            try:
-                with open(os.path.join(d, fd)) as f:
-                    kv = dict(l.rstrip("\n").split(":\t", 1) for l in f if ":\t" in l)
-            except OSError:
-                continue
-            if "map_type" in kv and "map_id" in kv:
-                maps[int(kv["map_id"])] = kv
-        want = {}
-        for mid in maps:
-            j = json.loads(subprocess.check_output(["bpftool", "-j", "map", "show", "id", str(mid)], text=True))
-            if j.get("name") in ("obs_totals", "obs_counters"):
-                want[j["name"]] = mid
-        if len(want) != 2:
-            raise RuntimeError("daemon maps obs_totals/obs_counters not found: %s" % want)
-        tot = json.loads(subprocess.check_output(["bpftool", "-j", "map", "dump", "id", str(want["obs_totals"])],
-                                                 text=True))
-        cnt = json.loads(subprocess.check_output(["bpftool", "-j", "map", "dump", "id",
-                                                  str(want["obs_counters"])], text=True))
-        def raw(x):  # bpftool -j: a list of "0x.." bytes (little-endian here)
-            return bytes(int(b, 16) for b in x) if isinstance(x, list) else None
-
-        events = 0
-        by_type = {}
-        for e in tot:
-            key = int.from_bytes(raw(e["key"]), "little")
-            s = sum(int.from_bytes(raw(v["value"])[0:8], "little") for v in e["values"])  # obs_total.events
-            events += s
-            if s:
-                by_type[TYPES[key // 2] + "." + ("sent", "failed")[key % 2]] = s
-        c = {}
-        for e in cnt:
-            key = int.from_bytes(raw(e["key"]), "little")
-            c[key] = sum(int.from_bytes(raw(v["value"])[0:8], "little") for v in e["values"])
-        return {"events": events, "by_type": by_type, "ring_lost": c.get(0, 0), "filtered": c.get(1, 0),
-                "flows_opened": c.get(2, 0), "flows_closed": c.get(3, 0)}
+    events = 0
+    by_type = {}
+    for e in tot:
+        key = int.from_bytes(raw(e["key"]), "little")
+        s = sum(int.from_bytes(raw(v["value"])[0:8], "little") for v in e["values"])  # obs_total.events
+        events += s
+        if s:
+            by_type[TYPES[key // 2] + "." + ("sent", "failed")[key % 2]] = s
+    c = {}
+    for e in cnt:
+        key = int.from_bytes(raw(e["key"]), "little")
+        c[key] = sum(int.from_bytes(raw(v["value"])[0:8], "little") for v in e["values"])
+    return {"events": events, "by_type": by_type, "ring_lost": c.get(0, 0), "filtered": c.get(1, 0),
+            "flows_opened": c.get(2, 0), "flows_closed": c.get(3, 0)}
 
 
 def spec(interface, direction, port, rate, proto="udp"):
@@ -532,17 +469,6 @@ def batches(lab, d, n_batches, n_rules=1000):
 
 # ---- 3. events to subscribers -----------------------------------------------------------------
 
-def wait_idle(lab, ns, port, timeout=60):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        busy = [l for l in lab.run(ns, "ss", "-Htan").stdout.splitlines()
-                if (":%d " % port) in l and not l.startswith(("TIME-WAIT", "LISTEN"))]
-        if not busy:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def events_round(lab, d, args, nsubs, queue=65536):
     subs = [helper(lab, lab.a, ["_subscribe", "--socket", d.sock, "--stubs", args.stubs, "--queue", str(queue)])
             for _ in range(nsubs)]
@@ -555,7 +481,7 @@ def events_round(lab, d, args, nsubs, queue=65536):
                 raise RuntimeError("subscribers did not register: %d of %d" % (d.health().subscribers, nsubs))
             time.sleep(0.05)
         time.sleep(1.0)  # quiet: no traffic
-        ref0 = d.bpf_totals()
+        ref0 = bpf_totals(d)
         for i, p in enumerate(subs):
             p.stdin.write("mark\n")
             p.stdin.flush()
@@ -564,12 +490,10 @@ def events_round(lab, d, args, nsubs, queue=65536):
         thr0 = thread_cpu(d.pid)
         c0 = lab.counters(lab.a)
         t0 = time.monotonic_ns()
-        r = lab.run(lab.a, "iperf3", "-c", lab.V4_B, "-p", str(PORT_TCP), "-t", str(args.seconds), "-P",
-                    str(args.streams), "-J", timeout=args.seconds + 120)
+        gbps = traffic.iperf(lab, lab.a, lab.V4_B, PORT_TCP, args.seconds, args.streams)["gbps"]
         t1 = time.monotonic_ns()
-        gbps = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
-        wait_idle(lab, lab.a, PORT_TCP)
-        ref1 = d.bpf_totals()
+        lab.wait_idle(lab.a, port=PORT_TCP, timeout=60, check=False)
+        ref1 = bpf_totals(d)
         dk = lab.counters(lab.a) - c0
         # Let every stream drain and report its last gaps (Gap messages go out once a
         # second): poll every subscriber's counts once a second until none changed for
@@ -654,19 +578,9 @@ def events_round(lab, d, args, nsubs, queue=65536):
 
 def events(lab, d, args):
     lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tso", "off", "gso", "off")
-    tmp = lab.tempdir()
-    inj = lab.popen(lab.b, [args.lossd, "--iface", lab.IF_B, "--proto", "tcp", "--dport", str(PORT_TCP),
-                            "--payload", "only", "--rate", args.loss, "--json", "--interval", "1h",
-                            "--state-dir", tmp], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    line = inj.stdout.readline()
-    if '"ready"' not in line:
-        raise RuntimeError("injector not ready: %r" % line)
-    srv = lab.popen(lab.b, ["iperf3", "-s", "-p", str(PORT_TCP)], stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        if lab.run(lab.b, "ss", "-Hltn", "sport = :%d" % PORT_TCP).stdout.strip():
-            break
-        time.sleep(0.05)
+    inj = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(PORT_TCP),
+                            "--payload", "only", "--rate", args.loss, "--interval", "1h"])
+    srv = traffic.iperf_server(lab, lab.b, PORT_TCP)
     # (name, subscribers, queue): the last one, a deliberately small queue, makes the
     # daemon drop events for the subscriber, so the Gap accounting is exercised too.
     configs = [("1", 1, 65536), (str(args.subscribers), args.subscribers, 65536)]
@@ -684,8 +598,7 @@ def events(lab, d, args):
                 % (i, name, r["published_retransmit_events"], r["published_per_s"],
                    r["events_per_s_per_subscriber_median"], r["events_per_s_total"],
                    r["subscriber_gaps_total"], r["all_accounted"]))
-    inj.send_signal(signal.SIGTERM)
-    inj.communicate(timeout=60)
+    inj.stop()
     srv.kill()
     summary = {}
     for c, _, _ in configs:
@@ -706,7 +619,6 @@ def events(lab, d, args):
 
 
 def main():
-    global netlab
     if len(sys.argv) > 1 and sys.argv[1].startswith("_"):
         ap = argparse.ArgumentParser()
         ap.add_argument("cmd")
@@ -722,9 +634,6 @@ def main():
         a = ap.parse_args()
         {"_udp-send": cmd_udp_send, "_udp-recv": cmd_udp_recv, "_subscribe": cmd_subscribe}[a.cmd](a)
         return 0
-    sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
-    import netlab as _netlab  # read-only use: the namespace lab
-    netlab = _netlab
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lossd", default=os.path.join(HERE, "..", "build", "daemon", "lossd"))
     ap.add_argument("--stubs", default=os.path.join(HERE, "..", "build", "python"),
@@ -754,7 +663,8 @@ def main():
         ap.error("no generated stubs in %s" % args.stubs)
     if os.geteuid() != 0:
         ap.error("needs root (network namespaces, BPF)")
-    load_stubs(args.stubs)
+    config.set_paths(lossd=args.lossd)
+    use_stubs(args.stubs)
     out = {"benchmark": "daemon",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "kernel": os.uname().release, "cpus": os.cpu_count(), "lossd": args.lossd,
@@ -763,9 +673,9 @@ def main():
            "grpcio": grpc.__version__,
            "git_at_run": git_describe()}
     targets = {}
-    with netlab.Lab() as lab:
-        d = Daemon(lab, lab.a, args.lossd)
-        out["daemon"] = {"namespace": "A", "ready_secs": round(d.ready_secs, 2),
+    with Lab() as lab:
+        d = Daemon(lab, lab.a, ready_timeout=180)
+        out["daemon"] = {"namespace": "A", "ready_secs": round(d.startup_secs, 2),
                          "command": "lossd --json --state-dir <tmp> --socket <tmp>/lossd.sock"}
         try:
             if not args.skip_latency:
@@ -790,7 +700,9 @@ def main():
                 targets["events_pass"] = bool(one and one >= TARGET_EVENTS_PER_S
                                               and out["events"]["median"]["1"]["all_accounted_every_round"])
         finally:
-            d.stop()
+            rc = d.term(60)
+            if rc != 0:
+                raise RuntimeError("lossd exited %d; stderr:\n%s" % (rc, d.stderr()))
     out["loadavg_1m_end"] = os.getloadavg()[0]
     targets["pass"] = all(v for k, v in targets.items() if k.endswith("_pass"))
     out["targets"] = targets
@@ -807,13 +719,8 @@ def main():
             if not r["all_accounted"]:
                 problems.append("events %s round %d: not every event accounted for (drained %s)"
                                 % (c, r["round"], r["drained_before_stop"]))
-    out["checks_ok"] = not problems
-    out["problems"] = problems
-    print(json.dumps(out, indent=2))
-    return 0 if not problems else 1
+    return report(out, problems)
 
-
-netlab = None
 
 if __name__ == "__main__":
     sys.exit(main())

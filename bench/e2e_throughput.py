@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """End-to-end cost of lossd on a TCP flow over veth (DESIGN.md fact 1).
 
-Two network namespaces made for this run (sender, receiver), a veth pair
+Two network namespaces made for this run (tests/e2e/lab: A sends, B receives), a veth pair
 between them, unpaced TCP iperf3 from sender to receiver. Configurations, run
 in interleaved rounds (the order rotating from round to round):
 
@@ -19,165 +19,36 @@ failure or SIGINT/SIGTERM. Needs root.
   bench/e2e_throughput.py --lossd build/daemon/lossd [--pairs 5] [--seconds 4]
 """
 import argparse
-import atexit
 import datetime
-import json
 import os
-import select
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
+
+from benchlib import report
+from lab import config, traffic
+from lab.netns import Lab
 
 PORT = 5201
-SND_ADDR, RCV_ADDR = "10.201.0.1", "10.201.0.2"
 TARGET_B_OVER_A = 0.97
-
-TAG = f"lossdbench{os.getpid()}"
-NS_SND, NS_RCV = f"{TAG}s", f"{TAG}r"
-VETH_SND, VETH_RCV = "bsnd0", "brcv0"  # created inside the namespaces only
-
-_procs = []        # processes we started (killed by pid on exit)
-_namespaces = []   # namespaces we created
-_tmpdirs = []
+NICE = []  # ["nice", "-n", N] with --nice
 
 
 def log(msg):
     print(f"e2e_throughput: {msg}", file=sys.stderr, flush=True)
 
 
-def run(*cmd, check=True, ns=None, capture=False, timeout=60):
-    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
-    r = subprocess.run(full, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(full)} failed ({r.returncode}): {r.stderr.strip()}")
-    return r
-
-
-def cleanup():
-    for p in _procs:
-        if p.poll() is None:
-            try:
-                p.terminate()
-                p.wait(timeout=5)
-            except Exception:
-                p.kill()
-                p.wait()
-    _procs.clear()
-    for ns in _namespaces:
-        subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-    _namespaces.clear()
-    for d in _tmpdirs:
-        subprocess.run(["rm", "-rf", d])
-    _tmpdirs.clear()
-
-
-def on_signal(signum, frame):
-    cleanup()
-    sys.exit(128 + signum)
-
-
-def setup():
-    for ns in (NS_SND, NS_RCV):
-        run("ip", "netns", "add", ns)
-        _namespaces.append(ns)
-        run("ip", "-n", ns, "link", "set", "lo", "up")
-    # The pair is born inside the namespaces: nothing appears on the host.
-    run("ip", "-n", NS_SND, "link", "add", VETH_SND, "type", "veth", "peer", "name", VETH_RCV,
-        "netns", NS_RCV)
-    run("ip", "-n", NS_SND, "addr", "add", f"{SND_ADDR}/24", "dev", VETH_SND)
-    run("ip", "-n", NS_RCV, "addr", "add", f"{RCV_ADDR}/24", "dev", VETH_RCV)
-    run("ip", "-n", NS_SND, "link", "set", VETH_SND, "up")
-    run("ip", "-n", NS_RCV, "link", "set", VETH_RCV, "up")
-
-
-NICE = []  # ["nice", "-n", N] with --nice
-
-
-def start_server():
-    p = subprocess.Popen(["ip", "netns", "exec", NS_RCV] + NICE + ["iperf3", "-s", "-p", str(PORT)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _procs.append(p)
-    for _ in range(100):
-        r = run("ss", "-Hltn", f"sport = :{PORT}", ns=NS_RCV, capture=True)
-        if r.stdout.strip():
-            return p
-        time.sleep(0.05)
-    raise RuntimeError("iperf3 server did not start listening")
-
-
-def iperf(seconds):
-    r = run(*NICE, "iperf3", "-c", RCV_ADDR, "-p", str(PORT), "-t", str(seconds), "-J", ns=NS_SND,
-            capture=True, timeout=seconds + 30)
-    j = json.loads(r.stdout)
-    end = j["end"]
-    return {
-        "gbps": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
-        "retransmits": end["sum_sent"].get("retransmits"),
-    }
-
-
-class Lossd:
-    """lossd in the receiver namespace with a 0 % rule on the flow."""
-
-    def __init__(self, binary):
-        self.state = tempfile.mkdtemp(prefix="lossd-bench-state.")
-        _tmpdirs.append(self.state)
-        cmd = ["ip", "netns", "exec", NS_RCV, binary, "--iface", VETH_RCV, "--proto", "tcp",
-               "--dport", str(PORT), "--rate", "0%", "--state-dir", self.state, "--json",
-               "--interval", "1h"]
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        _procs.append(self.p)
-        self.ready = None
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            rl, _, _ = select.select([self.p.stdout], [], [], 0.5)
-            if rl:
-                line = self.p.stdout.readline()
-                if not line:
-                    break
-                ev = json.loads(line)
-                if ev.get("event") == "ready":
-                    self.ready = ev
-                    return
-            if self.p.poll() is not None:
-                break
-        err = self.p.stderr.read() if self.p.poll() is not None else ""
-        raise RuntimeError(f"lossd did not become ready: {err.strip()}")
-
-    def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        out, err = self.p.communicate(timeout=15)
-        _procs.remove(self.p)
-        final = None
-        for line in out.splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if ev.get("event") == "final":
-                final = ev
-        if self.p.returncode != 0:
-            raise RuntimeError(f"lossd exited {self.p.returncode}: {err.strip()}")
-        return final
-
-
-IPT_RULE = ["INPUT", "-i", VETH_RCV, "-p", "tcp", "--dport", str(PORT), "-m", "statistic",
+IPT_RULE = ["INPUT", "-i", Lab.IF_B, "-p", "tcp", "--dport", str(PORT), "-m", "statistic",
             "--mode", "random", "--probability", "0", "-j", "DROP"]
 
 
-def measure(config, args):
-    if config == "A":
-        r = iperf(args.seconds)
-        return r
-    if config == "B":
-        d = Lossd(args.lossd)
+def measure(lab, conf, args):
+    if conf == "A":
+        return iperf(lab, args.seconds)
+    if conf == "B":
+        d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(PORT), "--rate", "0%",
+                              "--interval", "1h"])
         try:
-            r = iperf(args.seconds)
+            r = iperf(lab, args.seconds)
         finally:
             final = d.stop()
         r["hooks"] = d.ready.get("hooks")
@@ -189,18 +60,22 @@ def measure(config, args):
                 r["segs_per_skb"] = round(r["matched_segs"] / r["matched_pkts"], 1)
                 r["skbs_per_s"] = round(r["matched_pkts"] / args.seconds)
         return r
-    if config == "C":
-        run("iptables", "-A", *IPT_RULE, ns=NS_RCV)
+    if conf == "C":
+        lab.run(lab.b, "iptables", "-A", *IPT_RULE)
         try:
-            r = iperf(args.seconds)
-            out = run("iptables", "-L", "INPUT", "-v", "-n", "-x", ns=NS_RCV, capture=True).stdout
+            r = iperf(lab, args.seconds)
+            out = lab.run(lab.b, "iptables", "-L", "INPUT", "-v", "-n", "-x").stdout
         finally:
-            run("iptables", "-D", *IPT_RULE, ns=NS_RCV, check=False)
+            lab.run(lab.b, "iptables", "-D", *IPT_RULE, check=False)
         for line in out.splitlines():
             if "statistic" in line:
                 r["rule_pkts_dropped"] = int(line.split()[0])
         return r
-    raise ValueError(config)
+    raise ValueError(conf)
+
+
+def iperf(lab, seconds):
+    return traffic.iperf(lab, lab.a, lab.V4_B, PORT, seconds, prefix=NICE)
 
 
 def main():
@@ -224,25 +99,21 @@ def main():
     if os.geteuid() != 0:
         ap.error("needs root (network namespaces, BPF)")
 
-    atexit.register(cleanup)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-
+    config.set_paths(lossd=args.lossd)
     configs = ["A", "B"] + ([] if args.no_iptables else ["C"])
     load_start = os.getloadavg()
-    setup()
-    start_server()
-    log("warm-up run (not counted)")
-    iperf(1)
-
-    runs = {c: [] for c in configs}
-    for i in range(args.pairs):
-        order = configs[i % len(configs):] + configs[:i % len(configs)]
-        for c in order:
-            r = measure(c, args)
-            r["round"] = i
-            runs[c].append(r)
-            log(f"round {i} {c}: {r['gbps']} Gbit/s")
+    with Lab() as lab:
+        traffic.iperf_server(lab, lab.b, PORT, prefix=NICE)
+        log("warm-up run (not counted)")
+        iperf(lab, 1)
+        runs = {c: [] for c in configs}
+        for i in range(args.pairs):
+            order = configs[i % len(configs):] + configs[:i % len(configs)]
+            for c in order:
+                r = measure(lab, c, args)
+                r["round"] = i
+                runs[c].append(r)
+                log(f"round {i} {c}: {r['gbps']} Gbit/s")
 
     med = {c: statistics.median(r["gbps"] for r in runs[c]) for c in configs}
     ratio_b = med["B"] / med["A"]
@@ -254,12 +125,12 @@ def main():
         "kernel": os.uname().release,
         "loadavg_1m_start_end": [load_start[0], os.getloadavg()[0]],
         "setup": {
-            "path": f"{NS_SND}/{VETH_SND} ({SND_ADDR}) -> {NS_RCV}/{VETH_RCV} ({RCV_ADDR}), veth",
+            "path": f"A/{Lab.IF_A} ({Lab.V4_A}) -> B/{Lab.IF_B} ({Lab.V4_B}), veth (tests/e2e/lab)",
             "traffic": f"iperf3 TCP, unpaced, 1 stream, {args.seconds} s, port {PORT}, "
                        f"nice {args.nice}",
             "rounds": args.pairs,
             "A": "no injector",
-            "B": f"lossd --iface {VETH_RCV} --proto tcp --dport {PORT} --rate 0% (hook auto), "
+            "B": f"lossd --iface {Lab.IF_B} --proto tcp --dport {PORT} --rate 0% (hook auto), "
                  "receiver namespace",
             "C": None if args.no_iptables else
                  "iptables -A " + " ".join(IPT_RULE) + " (receiver namespace)",
@@ -280,15 +151,8 @@ def main():
             problems.append(f"round {r['round']}: lossd's rule matched nothing")
         if r.get("dropped_segs"):
             problems.append(f"round {r['round']}: lossd dropped {r['dropped_segs']} segments at 0%")
-    out["checks_ok"] = not problems
-    out["problems"] = problems
-    print(json.dumps(out, indent=2))
-    return 0 if not problems else 1
+    return report(out, problems)
 
 
 if __name__ == "__main__":
-    try:
-        rc = main()
-    finally:
-        cleanup()
-    sys.exit(rc)
+    sys.exit(main())

@@ -7,7 +7,7 @@ accounted for. Prints one JSON document on stdout. Needs root.
                           [--rounds 3] [--streams 16] [--loss 30%] [--skip-throughput]
                           [--skip-events]
 
-Two network namespaces made for this run (netlab.Lab from tests/e2e: unique
+Two network namespaces made for this run (lab.netns.Lab from tests/e2e/lab: unique
 names, documentation addresses 192.0.2.0/24, removed on exit, on failure and on
 SIGINT/SIGTERM/SIGHUP), a veth pair between them; A sends, B receives. Traffic
 stays inside them.
@@ -77,10 +77,13 @@ import subprocess
 import sys
 import time
 
+from benchlib import binary_id, git_describe, logger, med, report
+from lab import config, traffic
+from lab.lossd import OUTCOMES, TYPES, Lossd, all_events
+from lab.netns import Lab
+from lab.stats import cpu_secs, fdinfo
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
-import netlab  # noqa: E402  (read-only use: the namespace lab)
-from benchlib import binary_id, git_describe, logger, med  # noqa: E402
 
 log = logger("observer_bench")
 
@@ -88,9 +91,6 @@ TARGET_RATIO = 0.97
 TARGET_EVENTS_PER_S = 200000
 PORT_TPUT = 5201
 PORT_FLOOD = 5202
-TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
-OUTCOMES = ("sent", "failed")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def rnd(x, n=3):
@@ -121,22 +121,8 @@ class BpfStats:
 
 def prog_stats(pid):
     """{prog_id: {run_time_ns, run_cnt, recursion_misses}} for the BPF programs pid holds."""
-    out = {}
-    d = "/proc/%d/fdinfo" % pid
-    try:
-        fds = os.listdir(d)
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            with open(os.path.join(d, fd)) as f:
-                kv = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
-        except OSError:
-            continue
-        if "prog_type" in kv and "prog_id" in kv and "run_cnt" in kv:
-            out[int(kv["prog_id"])] = {k: int(kv.get(k, 0)) for k in
-                                       ("run_time_ns", "run_cnt", "recursion_misses")}
-    return out
+    return {int(kv["prog_id"]): {k: int(kv.get(k, 0)) for k in ("run_time_ns", "run_cnt", "recursion_misses")}
+            for kv in fdinfo(pid) if "prog_type" in kv and "prog_id" in kv and "run_cnt" in kv}
 
 
 def prog_names(ids):
@@ -151,59 +137,22 @@ def prog_names(ids):
     return names
 
 
-def cpu_secs(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-
 # ---- lossd --observe with its stdout in a file ---------------------------------------
 
-class Observer:
-    def __init__(self, lab, ns, lossd, extra=(), timeout=120):
-        d = lab.tempdir()
-        self.out_path = os.path.join(d, "observer.out")
-        self.err_path = os.path.join(d, "observer.err")
-        self.cmd = [lossd, "--observe", "--state-dir", d] + list(extra)
-        t0 = time.monotonic()
-        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = lab.popen(ns, self.cmd, stdout=out, stderr=err)
-        self.pid = self.proc.pid  # ip netns exec execs lossd: same pid
-        while True:
-            with open(self.out_path) as f:
-                if '"event":"ready"' in f.readline():
-                    break
-            if self.proc.poll() is not None:
-                raise RuntimeError("lossd %s exited %s before ready: %s"
-                                   % (self.cmd, self.proc.returncode, self.stderr()))
-            if time.monotonic() - t0 > timeout:
-                raise RuntimeError("lossd %s not ready in %ss: %s" % (self.cmd, timeout, self.stderr()))
-            time.sleep(0.05)
-        self.ready_secs = time.monotonic() - t0
+def observer(lab, ns, extra=()):
+    """lossd --observe in ns, its stdout in a file (parse_output reads it)."""
+    t0 = time.monotonic()
+    obs = Lossd(lab, ns, ["--observe"] + list(extra), stdout_path=os.path.join(lab.tempdir(), "observer.out"))
+    obs.wait_ready(120)
+    obs.ready_secs = time.monotonic() - t0
+    return obs
 
-    def stderr(self):
-        try:
-            with open(self.err_path) as f:
-                return f.read()[-3000:]
-        except OSError:
-            return ""
 
-    def size(self):
-        return os.stat(self.out_path).st_size
-
-    def stop(self, timeout=180):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise RuntimeError("lossd did not exit on SIGTERM: " + self.stderr())
-        if self.proc.returncode != 0:
-            raise RuntimeError("lossd exited %d: %s" % (self.proc.returncode, self.stderr()))
-        return parse_output(self.out_path)
+def stop_observer(obs):
+    if obs.proc.poll() is None:
+        obs.proc.send_signal(signal.SIGCONT)
+    obs.stop(180, expect_final=False)
+    return parse_output(obs.stdout_path)
 
 
 def parse_output(path, count_from=None):
@@ -266,10 +215,6 @@ def totals_summary(t):
     return out
 
 
-def all_events(t):
-    return sum(t["types"][ty][o]["events"] for ty in TYPES for o in OUTCOMES)
-
-
 def identities(res):
     """The transport accounting of one --events run: each identity with both sides."""
     t, sub = res["totals"], res["subscriber"]
@@ -297,48 +242,6 @@ def bootstrap_ci(xs, n=4000, seed=1):
     return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
 
 
-# ---- lab helpers -----------------------------------------------------------------------
-
-def iperf_server(lab, port):
-    p = lab.popen(lab.b, ["iperf3", "-s", "-p", str(port)], stdout=subprocess.DEVNULL,
-                  stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        if lab.run(lab.b, "ss", "-Hltn", "sport = :%d" % port).stdout.strip():
-            return p
-        time.sleep(0.05)
-    raise RuntimeError("iperf3 server did not listen on %d" % port)
-
-
-def iperf_cmd(lab, port, secs, streams=1):
-    return ["iperf3", "-c", lab.V4_B, "-p", str(port), "-t", str(secs), "-P", str(streams), "-J"]
-
-
-def iperf_result(stdout):
-    j = json.loads(stdout)
-    if "error" in j:
-        raise RuntimeError("iperf3: " + j["error"])
-    end = j["end"]
-    return {"gbps": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
-            "retransmits": end["sum_sent"].get("retransmits")}
-
-
-def iperf(lab, port, secs, streams=1):
-    r = lab.run(lab.a, *iperf_cmd(lab, port, secs, streams), timeout=secs + 90)
-    return iperf_result(r.stdout)
-
-
-def wait_idle(lab, ns, port, timeout=60):
-    """No TCP socket of the port in ns but LISTEN/TIME-WAIT."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        busy = [l for l in lab.run(ns, "ss", "-Htan").stdout.splitlines()
-                if (":%d " % port) in l and not l.startswith(("TIME-WAIT", "LISTEN"))]
-        if not busy:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 # ---- part 1: throughput ----------------------------------------------------------------
 
 def throughput(args):
@@ -350,20 +253,20 @@ def throughput(args):
                    % (args.seconds, PORT_TPUT)}
     configs = ["none", "sender", "receiver"]
     runs = {c: [] for c in configs}
-    with netlab.Lab() as lab:
-        iperf_server(lab, PORT_TPUT)
+    with Lab() as lab:
+        traffic.iperf_server(lab, lab.b, PORT_TPUT)
         log("throughput: warm-up (not counted)")
-        iperf(lab, PORT_TPUT, 1)
+        traffic.iperf(lab, lab.a, lab.V4_B, PORT_TPUT, 1)
         for i in range(args.pairs):
             order = configs[i % 3:] + configs[:i % 3]
             for c in order:
                 obs = None
                 if c != "none":
-                    obs = Observer(lab, lab.a if c == "sender" else lab.b, args.lossd)
+                    obs = observer(lab, lab.a if c == "sender" else lab.b)
                 try:
-                    r = iperf(lab, PORT_TPUT, args.seconds)
+                    r = traffic.iperf(lab, lab.a, lab.V4_B, PORT_TPUT, args.seconds)
                 finally:
-                    out = obs.stop() if obs else None
+                    out = stop_observer(obs) if obs else None
                 r["round"] = i
                 if out:
                     t = out["totals"]
@@ -417,9 +320,9 @@ def throughput(args):
 def gen_only(lab, args):
     c0 = lab.counters(lab.a)
     t0 = time.monotonic()
-    r = iperf(lab, PORT_FLOOD, args.seconds, args.streams)
+    r = traffic.iperf(lab, lab.a, lab.V4_B, PORT_FLOOD, args.seconds, args.streams)
     t1 = time.monotonic()
-    wait_idle(lab, lab.a, PORT_FLOOD)
+    lab.wait_idle(lab.a, port=PORT_FLOOD, timeout=60, check=False)
     d = lab.counters(lab.a) - c0
     secs = t1 - t0
     return {"gbps": r["gbps"], "secs": round(secs, 3), "kernel_retrans_segs": d["Tcp.RetransSegs"],
@@ -428,13 +331,13 @@ def gen_only(lab, args):
 
 
 def observed(lab, args, burst=False):
-    obs = Observer(lab, lab.a, args.lossd, ["--events", "--watch-port", str(PORT_FLOOD)])
+    obs = observer(lab, lab.a, ["--events", "--watch-port", str(PORT_FLOOD)])
     pid = obs.pid
     ps0, cpu0 = prog_stats(pid), cpu_secs(pid)
     c0 = lab.counters(lab.a)
     samples = []
     t0 = time.monotonic()
-    it = lab.popen(lab.a, iperf_cmd(lab, PORT_FLOOD, args.seconds, args.streams),
+    it = lab.popen(lab.a, traffic.iperf_cmd(lab.V4_B, PORT_FLOOD, args.seconds, args.streams),
                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stopped_at = None
     while it.poll() is None:
@@ -447,10 +350,10 @@ def observed(lab, args, burst=False):
     t1 = time.monotonic()
     iout, ierr = it.communicate()
     if it.returncode != 0:
-        obs.stop()
+        stop_observer(obs)
         raise RuntimeError("iperf3 failed: %s %s" % (iout[-500:], ierr[-500:]))
-    ir = iperf_result(iout)
-    wait_idle(lab, lab.a, PORT_FLOOD)
+    ir = traffic.iperf_result(iout)
+    lab.wait_idle(lab.a, port=PORT_FLOOD, timeout=60, check=False)
     out = {"gbps": ir["gbps"], "secs": round(t1 - t0, 3)}
     if burst:
         if stopped_at is None:
@@ -464,7 +367,7 @@ def observed(lab, args, burst=False):
             if s != last:
                 last, t_last = s, time.monotonic()
             time.sleep(0.001)
-        with open(obs.out_path, "rb") as f:
+        with open(obs.stdout_path, "rb") as f:
             f.seek(s0)
             drained = f.read(last - s0).count(b"\n")
         out["burst"] = {"stopped_secs": round(tc - stopped_at, 3), "drained_events": drained,
@@ -485,7 +388,7 @@ def observed(lab, args, burst=False):
     d = lab.counters(lab.a) - c0
     ps1, cpu1 = prog_stats(pid), cpu_secs(pid)
     names = prog_names(list(ps1))  # while lossd still holds them
-    res = obs.stop()
+    res = stop_observer(obs)
     t = res["totals"]
     ids, ok, wanted = identities(res)
     sub = res["subscriber"]
@@ -547,20 +450,15 @@ def events(args, stats):
         "bpf_stats": "enabled (BPF_ENABLE_STATS)" if stats.fd >= 0 else "unavailable: %s" % stats.error}
     configs = ["gen", "observed", "burst"]
     runs = {c: [] for c in configs}
-    with netlab.Lab() as lab:
+    with Lab() as lab:
         lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tso", "off", "gso", "off")
-        d = lab.tempdir()
-        inj = lab.popen(lab.b, [args.lossd, "--iface", lab.IF_B, "--proto", "tcp", "--dport", str(PORT_FLOOD),
-                                "--payload", "only", "--rate", args.loss, "--json", "--interval", "1h",
-                                "--state-dir", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        line = inj.stdout.readline()
-        if '"ready"' not in line:
-            raise RuntimeError("injector not ready: %r %s" % (line, inj.stderr.read()[-2000:]))
-        res["injector_hooks"] = json.loads(line).get("hooks")
-        iperf_server(lab, PORT_FLOOD)
+        inj = Lossd(lab, lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(PORT_FLOOD),
+                                 "--payload", "only", "--rate", args.loss, "--interval", "1h"])
+        res["injector_hooks"] = inj.wait_ready().get("hooks")
+        traffic.iperf_server(lab, lab.b, PORT_FLOOD)
         log("events: warm-up (not counted)")
-        iperf(lab, PORT_FLOOD, 1, args.streams)
-        wait_idle(lab, lab.a, PORT_FLOOD)
+        traffic.iperf(lab, lab.a, lab.V4_B, PORT_FLOOD, 1, args.streams)
+        lab.wait_idle(lab.a, port=PORT_FLOOD, timeout=60, check=False)
         for i in range(args.rounds):
             order = configs[i % 3:] + configs[:i % 3]
             for c in order:
@@ -577,12 +475,8 @@ def events(args, stats):
                     log("events round %d burst: drained %d events in %.4f s = %s/s"
                         % (i, r["burst"]["drained_events"], r["burst"]["drain_secs"],
                            r["burst"]["drain_events_per_s"]))
-        inj.send_signal(signal.SIGTERM)
-        fin = inj.communicate(timeout=60)[0]
-        for l in fin.splitlines():
-            if '"final"' in l:
-                f = json.loads(l)
-                res["injector_final"] = {k: f[k] for k in ("matched_segs", "dropped_segs")}
+        f = inj.stop()
+        res["injector_final"] = {k: f[k] for k in ("matched_segs", "dropped_segs")}
     res["runs"] = runs
     o = runs["observed"]
     res["median"] = {
@@ -640,6 +534,7 @@ def main():
         ap.error("no lossd binary at %s (build first, or pass --lossd)" % args.lossd)
     if os.geteuid() != 0:
         ap.error("needs root (network namespaces, BPF)")
+    config.set_paths(lossd=args.lossd)
     out = {"benchmark": "observer",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "kernel": os.uname().release, "cpus": os.cpu_count(), "lossd": args.lossd,
@@ -676,10 +571,7 @@ def main():
                 if not r["identities_hold"]:
                     problems.append("events %s round %d: accounting identities do not hold: %s"
                                     % (c, r["round"], r["identities"]))
-    out["checks_ok"] = not problems
-    out["problems"] = problems
-    print(json.dumps(out, indent=2))
-    return 0 if not problems else 1
+    return report(out, problems)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ set -u
 BUILD=${1:?usage: $0 <build-dir>}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=/usr/bin/python3   # DESIGN.md: the Debian python3
+# The benchmarks' Python: the e2e lab (tests/e2e/lab) and the Python client.
+PYTHONPATH="$HERE/../tests/e2e:$HERE/../client/python${PYTHONPATH:+:$PYTHONPATH}"
+PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH PYTHONDONTWRITEBYTECODE
 OUT="$BUILD/bench/results"
 mkdir -p "$OUT"
 

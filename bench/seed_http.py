@@ -46,7 +46,10 @@ import sys
 import tempfile
 import time
 
-from benchlib import logger, sh
+from benchlib import logger
+from lab import config
+from lab.daemon import Daemon
+from lab.netns import Lab, sh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -81,32 +84,29 @@ def main():
     if os.geteuid() != 0:
         print("seed_http.py needs root", file=sys.stderr)
         return 77
-    tag = "%d-%s" % (os.getpid(), os.urandom(3).hex())
-    nsc, nsd, nss = ("lossd-http-%s-%s" % (tag, x) for x in "cds")
-    tmp = tempfile.mkdtemp(prefix="lossd-http-")
+    config.set_paths(lossd=a.lossd)
+    lab = Lab(pair=False)
+    tmp = tempfile.mkdtemp(prefix="lossd-http-")  # kept: the sweeps' outputs without --out
     out = os.path.abspath(a.out) if a.out else os.path.join(tmp, "out")
     os.makedirs(out, exist_ok=True)
-    procs = []
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
     doc = {"benchmark": "seed_http", "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
            "kernel": os.uname().release, "command": " ".join(sys.argv), "mbit": a.mbit,
            "rtt_added_ms": a.rtt_ms, "congestion_control": a.cc, "requests_per_run": a.requests,
            "repeat": a.repeat, "out": out}
+    d = None
     try:
-        for ns in (nsc, nsd, nss):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        nsc, nsd, nss = (lab.netns(x) for x in "cds")
         if a.rtt_ms > 0:
-            sh("ip", "-n", nsc, "link", "add", "c0", "type", "veth", "peer", "name", "d0", "netns", nsd)
-            sh("ip", "-n", nsd, "link", "add", "d1", "type", "veth", "peer", "name", "s0", "netns", nss)
+            lab.veth(nsc, "c0", nsd, "d0")
+            lab.veth(nsd, "d1", nss, "s0")
             addrs = ((nsc, "c0", C_IP), (nsd, "d0", D_IP0), (nsd, "d1", D_IP1), (nss, "s0", S_IP))
         else:
-            sh("ip", "-n", nsc, "link", "add", "c0", "type", "veth", "peer", "name", "s0", "netns", nss)
+            lab.veth(nsc, "c0", nss, "s0")
             addrs = ((nsc, "c0", C_IP), (nss, "s0", S_IP))
         for ns, ifn, ip in addrs:
-            sh("ip", "-n", ns, "addr", "add", ip + "/25", "dev", ifn)
-            sh("ip", "-n", ns, "link", "set", ifn, "up")
+            lab.addresses(ns, ifn, ip + "/25")
         for ns, ifn in ((nsc, "c0"), (nss, "s0")):
             sh("tc", "-n", ns, "qdisc", "add", "dev", ifn, "root", "tbf", "rate", "%dmbit" % a.mbit,
                "burst", "64kb", "latency", "%dms" % (100 + 2 * a.rtt_ms))
@@ -115,9 +115,8 @@ def main():
             sh("ip", "-n", nss, "route", "add", "192.0.2.0/25", "via", D_IP1)
             sh("ip", "netns", "exec", nsd, "sysctl", "-qw", "net.ipv4.ip_forward=1",
                "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
-            dl = subprocess.Popen(["ip", "netns", "exec", nsd, PY, DELAY_LINE, "--dev", "dl0",
-                                   "--delay-ms", str(a.rtt_ms / 2)], stdout=subprocess.PIPE, text=True)
-            procs.append(dl)
+            dl = lab.popen(nsd, [PY, DELAY_LINE, "--dev", "dl0", "--delay-ms", str(a.rtt_ms / 2)],
+                           stdout=subprocess.PIPE)
             if not dl.stdout.readline().startswith("READY"):
                 raise RuntimeError("delay line did not start")
             sh("ip", "-n", nsd, "link", "set", "dl0", "up")
@@ -133,17 +132,12 @@ def main():
         for name, size in files.items():
             with open(os.path.join(www, name + ".bin"), "wb") as f:
                 f.write(os.urandom(size))
-        srv = subprocess.Popen(["ip", "netns", "exec", nss, PY, HTTP_SERVER, "--port", str(PORT), "--bind", S_IP,
-                                "--directory", www, "--cc", a.cc], stdout=subprocess.PIPE, text=True)
-        procs.append(srv)
+        srv = lab.popen(nss, [PY, HTTP_SERVER, "--port", str(PORT), "--bind", S_IP, "--directory", www,
+                              "--cc", a.cc], stdout=subprocess.PIPE)
         if not srv.stdout.readline().startswith("READY"):
             raise RuntimeError("http server did not start")
-        sock = os.path.join(tmp, "lossd.sock")
-        d = subprocess.Popen(["ip", "netns", "exec", nss, a.lossd, "--socket", sock, "--state-dir", tmp, "--json"],
-                             stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "lossd.err"), "w"), text=True)
-        procs.append(d)
-        if '"ready"' not in d.stdout.readline():
-            raise RuntimeError("lossd did not start")
+        d = Daemon(lab, nss)
+        sock = d.sock
         for _ in range(100):
             if sh("ip", "netns", "exec", nsc, PY, GET, "--url", "http://%s:%d/996B.bin" % (S_IP, PORT),
                   "--count", "1", check=False).returncode == 0:
@@ -197,15 +191,9 @@ def main():
         log("interrupted")
         return 130
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        for ns in (nsc, nsd, nss):
-            sh("ip", "netns", "del", ns, check=False)
+        if d is not None:
+            d.term(60)
+        lab.close()
         shutil.rmtree(os.path.join(tmp, "www"), ignore_errors=True)
         if a.out:
             shutil.rmtree(tmp, ignore_errors=True)

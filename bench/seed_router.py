@@ -15,7 +15,7 @@ The dropper acts on the router, on what it forwards from the client to the serve
   nft       nft ... iifname r0 P dport D numgen random mod 1000000 < X*1e6 counter drop
             (a counter rule before it gives the matched packets)
 
-TCP: request/response with 1,448-byte requests and replies (bench/workloads/tcp_rr.py, one
+TCP: request/response with 1,448-byte requests and replies (tests/e2e/lab/tcpflow.py rr, one
 connection), --requests per run (default 20,000; the seed used 100,000: give
 --requests 100000 for the full length), at the seed's rates: 0, 0.005, 0.01, 0.02, 0.04,
 0.06, 0.08 %. Every (tool, rate) runs once per round; --rounds rounds, the order
@@ -44,76 +44,46 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
+
+from benchlib import logger
+from lab import config, traffic
+from lab.netns import Lab
+from lab.stats import binom_interval
+from lossd_client.units import wilson_interval  # stdlib only; no stubs needed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
-sys.dont_write_bytecode = True
-import netlab  # noqa: E402  (binom_interval)
-from benchlib import logger, sh  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "client", "python"))
-from lossd_client.units import wilson_interval  # noqa: E402  (stdlib only; no stubs needed)
-
-PY = "/usr/bin/python3"
-RR = os.path.join(HERE, "workloads", "tcp_rr.py")
-UDPFLOW = os.path.join(HERE, "..", "tests", "e2e", "udpflow.py")
 RATES = (0.0, 0.00005, 0.0001, 0.0002, 0.0004, 0.0006, 0.0008)
 TCP_PORT, UDP_PORT, BULK_PORT = 5401, 5402, 5403
 log = logger("seed_router")
 C_IP, R_IP0, R_IP1, S_IP = "192.0.2.1", "192.0.2.126", "198.51.100.126", "198.51.100.1"
 
 
-class Topo:
+class Topo(Lab):
+    """Client c, router r, server s: c0 -- r0 (router) r1 -- s0, routed, in a Lab."""
+
     def __init__(self):
-        tag = "%d-%s" % (os.getpid(), os.urandom(3).hex())
-        self.c, self.r, self.s = ("lossd-seed-%s-%s" % (tag, x) for x in "crs")
-        self.procs = []
-        for ns in (self.c, self.r, self.s):
-            sh("ip", "netns", "add", ns)
-        sh("ip", "-n", self.c, "link", "add", "c0", "type", "veth", "peer", "name", "r0", "netns", self.r)
-        sh("ip", "-n", self.r, "link", "add", "r1", "type", "veth", "peer", "name", "s0", "netns", self.s)
+        super().__init__(pair=False)
+        self.c, self.r, self.s = (self.netns(x) for x in "crs")
+        self.veth(self.c, "c0", self.r, "r0")
+        self.veth(self.r, "r1", self.s, "s0")
         for ns, ifn, addr in ((self.c, "c0", C_IP + "/25"), (self.r, "r0", R_IP0 + "/25"),
                               (self.r, "r1", R_IP1 + "/25"), (self.s, "s0", S_IP + "/25")):
-            sh("ip", "-n", ns, "addr", "add", addr, "dev", ifn)
-            sh("ip", "-n", ns, "link", "set", ifn, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "-n", self.c, "route", "add", "198.51.100.0/25", "via", R_IP0)
-        sh("ip", "-n", self.s, "route", "add", "192.0.2.0/25", "via", R_IP1)
-        sh("ip", "netns", "exec", self.r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-
-    def run(self, ns, *cmd, **kw):
-        return sh("ip", "netns", "exec", ns, *cmd, **kw)
-
-    def popen(self, ns, cmd, **kw):
-        p = subprocess.Popen(["ip", "netns", "exec", ns] + list(cmd), text=True, **kw)
-        self.procs.append(p)
-        return p
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for ns in (self.c, self.r, self.s):
-            sh("ip", "netns", "del", ns, check=False)
+            self.addresses(ns, ifn, addr)
+        self.run(self.c, "ip", "route", "add", "198.51.100.0/25", "via", R_IP0)
+        self.run(self.s, "ip", "route", "add", "192.0.2.0/25", "via", R_IP1)
+        self.run(self.r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 
 
 class Dropper:
     """One tool at one rate in the router; counts() -> (matched, dropped) packets."""
 
-    def __init__(self, topo, tool, rate, proto, port, lossd, tmp):
+    def __init__(self, topo, tool, rate, proto, port):
         self.t, self.tool, self.proto, self.port = topo, tool, proto, port
         self.p = None
         if tool == "lossd":
-            self.p = topo.popen(topo.r, [lossd, "--iface", "r0", "--proto", proto, "--dport", str(port),
-                                         "--rate", "%r%%" % (rate * 100), "--json", "--interval", "1h",
-                                         "--state-dir", tmp], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            line = self.p.stdout.readline()
-            if '"ready"' not in line:
-                raise RuntimeError("lossd not ready: %r %s" % (line, self.p.stderr.read()))
+            self.p = topo.lossd(topo.r, ["--iface", "r0", "--proto", proto, "--dport", str(port),
+                                         "--rate", "%r%%" % (rate * 100), "--interval", "1h"])
         elif tool == "iptables":
             m = ["-i", "r0", "-p", proto, "--dport", str(port)]
             topo.run(topo.r, "iptables", "-w", "-A", "FORWARD", *m)
@@ -141,12 +111,7 @@ class Dropper:
 
     def stop(self):
         if self.tool == "lossd":
-            self.p.send_signal(signal.SIGTERM)
-            out, err = self.p.communicate(timeout=60)
-            final = [json.loads(l) for l in out.splitlines() if '"final"' in l]
-            if not final:
-                raise RuntimeError("lossd: no final line: %s" % err)
-            f = final[-1]
+            f = self.p.stop()
             return f["matched_segs"], f["dropped_segs"]  # per wire segment (gso_segs)
         c = self.counts()
         if self.tool == "iptables":
@@ -157,27 +122,18 @@ class Dropper:
 
 
 def tcp_run(topo, n):
-    r = topo.run(topo.c, PY, RR, "client", "--dst", S_IP, "--port", str(TCP_PORT), "--request", "1448",
-                 "--response", "1448", "--count", str(n), "--no-latencies", "--nodelay", timeout=3600)
+    r = topo.run(topo.c, *traffic.rr_cmd(S_IP, TCP_PORT, "--request", 1448, "--response", 1448, "--count", n,
+                                         "--no-latencies", "--nodelay"), timeout=3600)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def bulk_run(topo, secs):
-    r = topo.run(topo.c, "iperf3", "-c", S_IP, "-p", str(BULK_PORT), "-t", str(secs), "-J", timeout=secs + 60)
-    return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
+    return traffic.iperf(topo, topo.c, S_IP, BULK_PORT, secs)["gbps"]
 
 
 def udp_run(topo, count, pps):
-    rx = topo.popen(topo.s, [PY, UDPFLOW, "recv", "--bind", S_IP, "--port", str(UDP_PORT), "--flow", "7"],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    if not rx.stdout.readline().startswith("READY"):
-        raise RuntimeError("udp receiver did not start")
-    tx = topo.run(topo.c, PY, UDPFLOW, "send", "--dst", S_IP, "--port", str(UDP_PORT), "--flow", "7",
-                  "--count", str(count), "--pps", str(pps), timeout=600)
-    sent = json.loads(tx.stdout.strip().splitlines()[-1])
-    time.sleep(0.5)
-    out, _ = rx.communicate("done\n", timeout=60)
-    got = json.loads(out.strip().splitlines()[-1])
+    ((sent, got),) = traffic.udp_flows(topo, [dict(rx_ns=topo.s, tx_ns=topo.c, dst=S_IP, port=UDP_PORT, flow=7,
+                                                   count=count, pps=pps)], settle=0.5)
     return sent["sent"], got["unique"]
 
 
@@ -195,7 +151,7 @@ def main():
     if os.geteuid() != 0:
         print("seed_router.py needs root", file=sys.stderr)
         return 77
-    a.lossd = os.path.abspath(a.lossd)
+    config.set_paths(lossd=a.lossd)
     tools = a.tools.split(",")
     topo = Topo()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -204,50 +160,43 @@ def main():
     udp = {}
     bulk = {}
     try:
-        srv = topo.popen(topo.s, [PY, RR, "server", "--bind", S_IP, "--port", str(TCP_PORT)], stdout=subprocess.PIPE)
-        if not srv.stdout.readline().startswith("READY"):
-            raise RuntimeError("tcp_rr server did not start")
+        traffic.rr_server(topo, topo.s, S_IP, TCP_PORT)
         configs = [("none", 0.0)] + [(t, r) for r in RATES for t in tools]
         tcp_run(topo, 2000)  # warm-up, not counted
         for i in range(a.rounds):
             k = (i * 7) % len(configs)
             for tool, rate in configs[k:] + configs[:k]:
-                with tempfile.TemporaryDirectory(prefix="lossd-seed-") as tmp:
-                    d = Dropper(topo, tool, rate, "tcp", TCP_PORT, a.lossd, tmp) if tool != "none" else None
-                    try:
-                        res = tcp_run(topo, a.requests)
-                    finally:
-                        mc = d.stop() if d else (None, None)
+                d = Dropper(topo, tool, rate, "tcp", TCP_PORT) if tool != "none" else None
+                try:
+                    res = tcp_run(topo, a.requests)
+                finally:
+                    mc = d.stop() if d else (None, None)
                 res["matched"], res["dropped"] = mc
                 res["round"] = i
                 tcp.setdefault((tool, rate), []).append(res)
                 log("round %d %-8s %-8s %7.0f req/s matched %s dropped %s"
                     % (i, tool, "%g%%" % (rate * 100), res["requests"] / res["secs"], mc[0], mc[1]))
-        ip3 = topo.popen(topo.s, ["iperf3", "-s", "-B", S_IP, "-p", str(BULK_PORT)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
+        ip3 = traffic.iperf_server(topo, topo.s, BULK_PORT, bind=S_IP)
         bulk_run(topo, 1)  # warm-up
         order = ["none"] + tools
         for i in range(a.bulk_rounds):
             k = i % len(order)
             for tool in order[k:] + order[:k]:
-                with tempfile.TemporaryDirectory(prefix="lossd-seed-") as tmp:
-                    d = Dropper(topo, tool, 0.0, "tcp", BULK_PORT, a.lossd, tmp) if tool != "none" else None
-                    try:
-                        g = bulk_run(topo, a.bulk_seconds)
-                    finally:
-                        if d:
-                            d.stop()
+                d = Dropper(topo, tool, 0.0, "tcp", BULK_PORT) if tool != "none" else None
+                try:
+                    g = bulk_run(topo, a.bulk_seconds)
+                finally:
+                    if d:
+                        d.stop()
                 bulk.setdefault(tool, []).append(g)
                 log("bulk round %d %-8s at 0%%: %.2f Gbit/s" % (i, tool, g))
         ip3.kill()
         for tool in ["none"] + tools:
-            with tempfile.TemporaryDirectory(prefix="lossd-seed-") as tmp:
-                d = Dropper(topo, tool, 0.0, "udp", UDP_PORT, a.lossd, tmp) if tool != "none" else None
-                try:
-                    sent, got = udp_run(topo, a.udp_count, a.udp_pps)
-                finally:
-                    mc = d.stop() if d else (None, None)
+            d = Dropper(topo, tool, 0.0, "udp", UDP_PORT) if tool != "none" else None
+            try:
+                sent, got = udp_run(topo, a.udp_count, a.udp_pps)
+            finally:
+                mc = d.stop() if d else (None, None)
             udp[tool] = {"sent": sent, "received": got, "lost": sent - got, "matched": mc[0], "dropped": mc[1]}
             log("udp %-8s at 0%%: sent %d received %d lost %d" % (tool, sent, got, sent - got))
     except KeyboardInterrupt:
@@ -266,7 +215,7 @@ def main():
         if tool != "none":
             m = sum(r["matched"] for r in rs)
             dr = sum(r["dropped"] for r in rs)
-            lo, hi = netlab.binom_interval(m, rate)
+            lo, hi = binom_interval(m, rate)
             row.update(matched=m, dropped=dr, measured_rate=dr / m if m else None,
                        wilson_999=wilson_interval(dr, m), binom_999_of_configured=[lo, hi],
                        in_interval=lo <= dr <= hi)

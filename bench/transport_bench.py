@@ -39,16 +39,15 @@ import tempfile
 import time
 
 from benchlib import git_describe, logger
+from lab import config
+from lab.daemon import Daemon
+from lab.lossd import Lossd
+from lab.netns import Lab
+from lab.stats import cpu_secs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", "build")
 log = logger("transport_bench")
-
-
-def cpu_secs(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def produce(a, pid, rate, seconds):
@@ -86,34 +85,17 @@ def stable_size(paths, timeout=120):
     return False
 
 
-class Netns:
-    def __init__(self):
-        self.name = "lossd-tb-%d-%s" % (os.getpid(), os.urandom(3).hex())
-        subprocess.run(["ip", "netns", "add", self.name], check=True)
-
-    def cmd(self, argv):
-        return ["ip", "netns", "exec", self.name] + argv
-
-    def close(self):
-        subprocess.run(["ip", "netns", "del", self.name], check=False)
-
-
-def run_observer(a, ns, tmp, rate):
+def run_observer(a, lab, ns, tmp, rate):
     out = os.path.join(tmp, "observer.jsonl")
-    err = open(os.path.join(tmp, "observer.err"), "w")
-    with open(out, "w") as f:
-        p = subprocess.Popen(ns.cmd([a.lossd, "--observe", "--events", "--json", "--state-dir", tmp]),
-                             stdout=f, stderr=err)
+    p = Lossd(lab, ns, ["--observe", "--events"], stdout_path=out)
     try:
-        wait_file(out, lambda s: '"event":"ready"' in s, 60, "observer ready")
+        p.wait_ready(60)
         cpu0 = cpu_secs(p.pid)
         prod = produce(a, p.pid, rate, a.seconds)
         stable_size([out])
         cpu1 = cpu_secs(p.pid)
     finally:
-        p.send_signal(signal.SIGINT)
-        p.wait(timeout=60)
-        err.close()
+        p.term(60)
     lines = retransmits = 0
     totals = sub = None
     with open(out) as f:
@@ -143,11 +125,9 @@ def run_observer(a, ns, tmp, rate):
 GAP = re.compile(r"^-- (\d+) events? lost \((.*)\)$")
 
 
-def run_daemon(a, ns, tmp, rate, nsubs):
-    sock = os.path.join(tmp, "lossd.sock")
-    err = open(os.path.join(tmp, "daemon.err"), "w")
-    d = subprocess.Popen(ns.cmd([a.lossd, "--socket", sock, "--state-dir", tmp]),
-                         stdout=subprocess.DEVNULL, stderr=err)
+def run_daemon(a, lab, ns, tmp, rate, nsubs):
+    d = Daemon(lab, ns)
+    sock = d.sock
     subs, outs = [], []
     try:
         def status():
@@ -156,7 +136,7 @@ def run_daemon(a, ns, tmp, rate, nsubs):
             return json.loads(r.stdout) if r.returncode == 0 else None
         end = time.monotonic() + 60
         while status() is None:
-            if time.monotonic() > end or d.poll() is not None:
+            if time.monotonic() > end or d.proc.poll() is not None:
                 raise RuntimeError("daemon not serving")
             time.sleep(0.1)
         for i in range(nsubs):
@@ -179,9 +159,7 @@ def run_daemon(a, ns, tmp, rate, nsubs):
             p.send_signal(signal.SIGINT)
         for p in subs:
             p.wait(timeout=30)
-        d.send_signal(signal.SIGTERM)
-        d.wait(timeout=60)
-        err.close()
+        d.term(60)
     wanted = prod["submitted"] + prod["lost"]
     per = []
     for path in outs:
@@ -223,26 +201,28 @@ def main():
         setattr(a, k, os.path.abspath(getattr(a, k)))
     configs = ["observer", "daemon_1", "daemon_%d" % a.subscribers]
     runs = {c: [] for c in configs}
-    ns = Netns()
+    config.set_paths(lossd=a.lossd)
+    lab = Lab(pair=False)
+    ns = lab.netns("a")
     try:
         for i in range(a.rounds):
             k = i % len(configs)
             for c in configs[k:] + configs[:k]:  # interleaved, order rotating
                 with tempfile.TemporaryDirectory(prefix="lossd-tb-") as tmp:
                     if c == "observer":
-                        r = run_observer(a, ns, tmp, a.rate)
+                        r = run_observer(a, lab, ns, tmp, a.rate)
                         log("round %d %s: delivered %d/s of %d/s offered, accounted %s, carried %s"
                             % (i, c, r["delivered_per_s"], a.rate, r["accounted"], r["carried"]))
                     else:
                         n = 1 if c == "daemon_1" else a.subscribers
-                        r = run_daemon(a, ns, tmp, a.rate, n)
+                        r = run_daemon(a, lab, ns, tmp, a.rate, n)
                         log("round %d %s: min per subscriber %d/s, total %d/s, accounted %s, carried %s"
                             % (i, c, r["events_per_s_per_subscriber_min"], r["events_per_s_total"],
                                r["accounted"], r["carried"]))
                 r["round"] = i
                 runs[c].append(r)
     finally:
-        ns.close()
+        lab.close()
 
     def med(xs):
         return statistics.median(xs)

@@ -32,8 +32,12 @@ import subprocess
 import time
 import unittest
 
-import clab
-from clab import netlab
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.daemon import wait_until
+from lab.clients import ClientDaemon, attachments, nothing_attached
+
 
 P_EG, P_TCX, P_XDP = 9000, 9001, 9002
 N = 400
@@ -59,7 +63,7 @@ def received(lab, which, n=N, pps=20_000):
     else:
         f = dict(rx_ns=lab.a, tx_ns=lab.b, dst=lab.V4_A, port=P_TCX if which == "tcx" else P_XDP)
     f.update(flow=_flow_id[0], count=n, pps=pps)
-    ((s, g),) = netlab.udp_flows(lab, [f], settle=0.1)
+    ((s, g),) = traffic.udp_flows(lab, [f], settle=0.1)
     assert s["sent"] == n, s
     return g["unique"]
 
@@ -67,20 +71,20 @@ def received(lab, which, n=N, pps=20_000):
 def lossd_filters(att):
     """lossd's tc filters on the interface: their program ids."""
     return [int(m.group(1)) for m in re.finditer(r"(?m)^filter .*\blossd_\w+.* id (\d+)",
-                                                  att["tc_egress"] + "\n" + att["tc_ingress"])]
+                                                 att["tc_egress"] + "\n" + att["tc_ingress"])]
 
 
 class DaemonSignals(unittest.TestCase):
     def test_sigterm_while_watching(self):
-        with netlab.Lab() as lab:
-            d = clab.Daemon(lab, lab.a)
+        with Lab() as lab:
+            d = ClientDaemon(lab, lab.a)
             ids = add_udp_rules(d, lab)
             d.add_rule("--iface", lab.IF_A, "--dir", "egress", "--proto", "tcp", "--dport", 5201,
-                             "--payload", "only", "--rate", "5%")
+                       "--payload", "only", "--rate", "5%")
             self.assertEqual(ids["egress"]["attachments"], ["clsact egress on %s" % lab.IF_A])
             self.assertEqual(ids["tcx"]["attachments"], ["tcx ingress to %s" % lab.IF_A])
             self.assertEqual(ids["xdp"]["attachments"], ["XDP (native) to %s" % lab.IF_A])
-            before = clab.attachments(lab, lab.a, lab.IF_A)
+            before = attachments(lab, lab.a, lab.IF_A)
             self.assertTrue(before["xdp"], before)
             self.assertIn("lossd_tc_out", before["tc_egress"])
             for w in ("egress", "tcx", "xdp"):
@@ -91,8 +95,8 @@ class DaemonSignals(unittest.TestCase):
             watch_idle = d.ctl_popen("watch", "--port", "6000")
             stats = d.ctl_popen("stats")
             # 2 watches + stats (WatchAggregates counts as a subscriber too): all established
-            clab.wait_until(lambda: d.health()["subscribers"] >= 3, 10, "3 subscribers")
-            flow = clab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, 5201, 40e6, 40)  # ~8 s
+            wait_until(lambda: d.health()["subscribers"] >= 3, 10, "3 subscribers")
+            flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, 5201, 40e6, 40)  # ~8 s
             self.addCleanup(flow.close)
             ready, _, _ = select.select([watch_j.stdout], [], [], 15)
             self.assertTrue(ready, "no retransmit event within 15 s")
@@ -112,12 +116,12 @@ class DaemonSignals(unittest.TestCase):
                     outs[name] = dict(rc=None, secs=None, err="HUNG: still running 8 s after SIGTERM")
             rc = d.term(timeout=30)
             lossd_secs = time.monotonic() - t0
-            after = clab.attachments(lab, lab.a, lab.IF_A)
+            after = attachments(lab, lab.a, lab.IF_A)
             flow.wait()
             passes = {w: received(lab, w) for w in ("egress", "tcx", "xdp")}
-            clab.measured("sigterm_while_watching", clients=outs, lossd_exit=rc, lossd_secs=round(lossd_secs, 3),
-                          attached_before={k: bool(v) for k, v in before.items()},
-                          attached_after=after, received_after=passes, sent_after=N)
+            measured("sigterm_while_watching", clients=outs, lossd_exit=rc, lossd_secs=round(lossd_secs, 3),
+                     attached_before={k: bool(v) for k, v in before.items()},
+                     attached_after=after, received_after=passes, sent_after=N)
             self.assertEqual(rc, 0, d.stderr())
             self.assertFalse(os.path.exists(d.sock), "lossd left its socket behind")
             for name, o in outs.items():
@@ -127,7 +131,7 @@ class DaemonSignals(unittest.TestCase):
                     what = "stats" if name == "stats" else "watch"
                     self.assertRegex(o["err"], r"^lossctl: %s: .*lossd" % what, o)
             self.assertGreater(outs["watch"]["lines"], 0)
-            self.assertTrue(clab.nothing_attached(after), "still attached after SIGTERM: %s" % after)
+            self.assertTrue(nothing_attached(after), "still attached after SIGTERM: %s" % after)
             self.assertEqual(passes, {"egress": N, "tcx": N, "xdp": N})
             self.assertIn("finishing streams", d.stderr())
 
@@ -143,9 +147,9 @@ class DaemonSignals(unittest.TestCase):
                                     outs["watch_idle"])
 
     def test_sigkill_then_restart(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             state = lab.tempdir()
-            d = clab.Daemon(lab, lab.a, ["--lease", "3s"], state_dir=state)
+            d = ClientDaemon(lab, lab.a, ["--lease", "3s"], state_dir=state)
             add_udp_rules(d, lab)
             for w in ("egress", "tcx", "xdp"):
                 self.assertEqual(received(lab, w), 0, "%s rule drops nothing" % w)
@@ -154,21 +158,21 @@ class DaemonSignals(unittest.TestCase):
             eg_inside = received(lab, "egress", n=200)  # well inside the lease
             eg_inside_secs = time.monotonic() - t_kill
             tcx, xdp = received(lab, "tcx"), received(lab, "xdp")
-            att_killed = clab.attachments(lab, lab.a, lab.IF_A)
+            att_killed = attachments(lab, lab.a, lab.IF_A)
             time.sleep(max(0.0, t_kill + 3.5 - time.monotonic()))
             eg_after = received(lab, "egress")
-            att_after_lease = clab.attachments(lab, lab.a, lab.IF_A)
+            att_after_lease = attachments(lab, lab.a, lab.IF_A)
             self.assertTrue(os.path.exists(d.sock), "no stale socket file: the restart below tests less")
-            d2 = clab.Daemon(lab, lab.a, state_dir=state, sockdir=d.sockdir)
-            att_restart = clab.attachments(lab, lab.a, lab.IF_A)
+            d2 = ClientDaemon(lab, lab.a, state_dir=state, sockdir=d.sockdir)
+            att_restart = attachments(lab, lab.a, lab.IF_A)
             st = d2.ctl("status")
             rules = d2.ctlj("rule", "ls").get("rules", [])
             eg_restart = received(lab, "egress")
-            clab.measured("sigkill_then_restart", egress_inside_lease=[eg_inside, 200, round(eg_inside_secs, 3)],
-                          tcx_after_kill=[tcx, N], xdp_after_kill=[xdp, N], egress_after_lease=[eg_after, N],
-                          filters_after_kill=lossd_filters(att_killed), xdp_after_kill_attached=att_killed["xdp"],
-                          filters_after_lease=lossd_filters(att_after_lease),
-                          attached_after_restart=att_restart, restart_secs=round(d2.startup_secs, 2))
+            measured("sigkill_then_restart", egress_inside_lease=[eg_inside, 200, round(eg_inside_secs, 3)],
+                     tcx_after_kill=[tcx, N], xdp_after_kill=[xdp, N], egress_after_lease=[eg_after, N],
+                     filters_after_kill=lossd_filters(att_killed), xdp_after_kill_attached=att_killed["xdp"],
+                     filters_after_lease=lossd_filters(att_after_lease),
+                     attached_after_restart=att_restart, restart_secs=round(d2.startup_secs, 2))
             self.assertEqual(tcx, N, "a SIGKILLed lossd's tcx rule still drops")
             self.assertEqual(xdp, N, "a SIGKILLed lossd's XDP rule still drops")
             self.assertFalse(att_killed["xdp"], att_killed)
@@ -178,7 +182,7 @@ class DaemonSignals(unittest.TestCase):
             self.assertEqual(len(lossd_filters(att_after_lease)), 1, att_after_lease)
             self.assertEqual(st.rc, 0, st)
             self.assertEqual(rules, [])
-            self.assertTrue(clab.nothing_attached(att_restart), "stale filter survived the next start: %s"
+            self.assertTrue(nothing_attached(att_restart), "stale filter survived the next start: %s"
                             % att_restart)
             self.assertIn("stale", d2.stderr())
             self.assertEqual(eg_restart, N)
@@ -187,4 +191,4 @@ class DaemonSignals(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    clab.main()
+    main()

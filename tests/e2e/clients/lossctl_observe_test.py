@@ -30,12 +30,15 @@ import re
 import signal
 import subprocess
 import time
-import unittest
 
-import clab
-from clab import counters, netlab, retrans_by_type, u64
+from lab import traffic
+from lab.config import main
+from lab.netns import measured
+from lab.lossd import TYPES
+from lab.daemon import wait_until
+from lab.clients import ClientTestCase, counters, retrans_by_type, settled_effect, u64
 
-TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
+
 PROTO_TYPES = {"RETRANSMIT_TYPE_" + t.upper() for t in TYPES}
 
 
@@ -44,26 +47,8 @@ def rule_flags(lab, port, rate):
             "--payload", "only", "--rate", rate]
 
 
-class LossctlObserve(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = netlab.Lab()
-        try:
-            cls.d = clab.Daemon(cls.lab, cls.lab.a)
-        except BaseException:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
-
-    def setUp(self):
-        self.d.ctl_ok("rule", "clear")
+class LossctlObserve(ClientTestCase):
+    pass
 
     # ------------------------------------------------------------------------------------
     def test_1_watch_stats_flows(self):
@@ -77,11 +62,11 @@ class LossctlObserve(unittest.TestCase):
         watch_t = d.ctl_popen("watch", "--count", "3", "--port", port)
         stats_j = d.ctl_popen("-o", "json", "stats", "--interval", "1s")
         stats_t = d.ctl_popen("stats", "--interval", "1s")
-        clab.wait_until(lambda: d.health()["subscribers"] >= 2, 10, "2 watch subscribers")
+        wait_until(lambda: d.health()["subscribers"] >= 2, 10, "2 watch subscribers")
         time.sleep(1.0)  # the stats streams' first window is open before the flow starts
 
         c0 = lab.counters(lab.a)
-        flow = clab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, port, 60e6, 200)
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, port, 60e6, 200)
         self.addCleanup(flow.close)
         # flows while it runs
         listed = None
@@ -185,7 +170,7 @@ class LossctlObserve(unittest.TestCase):
                     stats_table_total=t_total, dsack=da["TcpExt.TCPDSACKRecvSegs"],
                     socket_total_retrans=sender["total_retrans"], secs=flow.secs,
                     events_seen=[e_["type"] for e_ in events])
-        clab.measured("lossctl_watch_stats", **nums)
+        measured("lossctl_watch_stats", **nums)
         self.assertEqual(receiver["bytes"], 60_000_000)
         self.assertGreater(retrans, 0, nums)
         self.assertEqual(sum(by_type.values()), retrans, nums)
@@ -199,12 +184,12 @@ class LossctlObserve(unittest.TestCase):
         port = 5202
         rid = d.add_rule(*rule_flags(lab, port, "1%"))["id"]
         c0 = lab.counters(lab.a)
-        flow = clab.TcpFlow(lab, lab.b, lab.a, lab.V6_B, port, 120e6, 400)
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V6_B, port, 120e6, 400)
         self.addCleanup(flow.close)
         sender, receiver = flow.wait()
         da = lab.counters(lab.a) - c0
         retrans = da["Tcp.RetransSegs"]
-        eff = clab.settled_effect(d, rid, want=retrans)
+        eff = settled_effect(d, rid, want=retrans)
         c = counters(eff)
         rt = retrans_by_type(eff)
         total = sum(rt.values())
@@ -219,7 +204,7 @@ class LossctlObserve(unittest.TestCase):
             time.sleep(3)
             nums["effect_retrans_total_3s_later"] = sum(retrans_by_type(d.effect(rid)).values())
             nums["events_lost_kernel"] = d.health()["events_lost_kernel"]
-        clab.measured("lossctl_effect_vs_kernel", **nums)
+        measured("lossctl_effect_vs_kernel", **nums)
         self.assertEqual(receiver["bytes"], 120_000_000)
         self.assertGreater(c["dropped_segments"], 0, nums)
         self.assertEqual(da["TcpExt.TCPRetransFail"], 0, nums)
@@ -264,4 +249,4 @@ class LossctlObserve(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    clab.main()
+    main()

@@ -26,13 +26,14 @@ a TTL (the daemon refuses rules without one), at most 2 rules at once.
 import json
 import os
 import re
-import sys
 import threading
 import time
-import unittest
 
-import clab
-from clab import counters, netlab, table_rows
+from lab import config, traffic
+from lab.config import main
+from lab.netns import measured
+from lab.clients import ClientTestCase, counters, retrans_by_type, table_rows, u64
+
 
 N = 1000
 PORT_DROP, PORT_PASS = 9000, 9001
@@ -40,26 +41,9 @@ FRAME = 64 + 8 + 20 + 14  # udpflow payload + UDP + IPv4 + Ethernet: skb->len at
 TTL = ["--ttl", "10m"]
 
 
-class LossctlRules(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = netlab.Lab()
-        try:
-            cls.d = clab.Daemon(cls.lab, cls.lab.b, ["--max-rules", "2", "--max-ttl", "1h"])
-        except BaseException:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
-
-    def setUp(self):
-        self.d.ctl_ok("rule", "clear")
+class LossctlRules(ClientTestCase):
+    daemon_ns = "b"
+    daemon_args = ["--max-rules", "2", "--max-ttl", "1h"]
 
     def rules(self, *args):
         return self.d.ctlj("rule", "ls", *args).get("rules", [])
@@ -91,7 +75,7 @@ class LossctlRules(unittest.TestCase):
         self.assertEqual(pas["attachments"], ["tcx ingress to %s" % I])
         self.assertTrue(all(v == 0 for v in counters(pas).values()), pas)
 
-        (s_drop, g_drop), (s_pass, g_pass) = clab.udp_count(lab, [
+        (s_drop, g_drop), (s_pass, g_pass) = traffic.udp_flows(lab, [
             dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=PORT_DROP, flow=1, count=N, pps=10_000),
             dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=PORT_PASS, flow=2, count=N, pps=10_000)])
         lost_drop = s_drop["sent"] - g_drop["unique"]
@@ -101,8 +85,8 @@ class LossctlRules(unittest.TestCase):
         by_id = {x["id"]: x for x in self.rules()}
         self.assertEqual(sorted(by_id), sorted([rid, pid]))
         cd, cp = counters(by_id[rid]), counters(by_id[pid])
-        clab.measured("lossctl_udp_rule", sent=[s_drop["sent"], s_pass["sent"]],
-                      received=[g_drop["unique"], g_pass["unique"]], drop_rule=cd, pass_rule=cp)
+        measured("lossctl_udp_rule", sent=[s_drop["sent"], s_pass["sent"]],
+                 received=[g_drop["unique"], g_pass["unique"]], drop_rule=cd, pass_rule=cp)
         self.assertEqual((s_drop["sent"], s_pass["sent"]), (N, N))
         self.assertEqual(g_drop["unique"], 0, "the 100 % rule let datagrams through")
         self.assertEqual(g_pass["unique"], N, "the other port lost datagrams")
@@ -147,8 +131,8 @@ class LossctlRules(unittest.TestCase):
         self.assertEqual(counters(e), cd)
         self.assertEqual(e["configured_rate"], 1)
         self.assertEqual(e["measured_rate"], 1)
-        self.assertEqual(clab.u64(e.get("flows")), 0)  # UDP: no TCP flow
-        self.assertEqual(sum(clab.retrans_by_type(e).values()), 0)
+        self.assertEqual(u64(e.get("flows")), 0)  # UDP: no TCP flow
+        self.assertEqual(sum(retrans_by_type(e).values()), 0)
         r = d.ctl_ok("rule", "effect", rid)
         self.assertRegex(r.out, r"(?m)^\s+matched\s+%d segs, %d pkts" % (N, N))
         self.assertRegex(r.out, r"(?m)^\s+dropped\s+%d segs, %d pkts" % (lost_drop, lost_drop))
@@ -170,8 +154,8 @@ class LossctlRules(unittest.TestCase):
         r = d.ctl_ok("rule", "rm", rid)
         self.assertRegex(r.out, r"rule %d removed: dropped %d of %d segments \(100%%\)" % (rid, lost_drop, N))
         self.assertEqual(d.ctl("rule", "get", rid).rc, 4)
-        ((s2, g2),) = clab.udp_count(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=PORT_DROP,
-                                                flow=3, count=500, pps=10_000)])
+        ((s2, g2),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=PORT_DROP,
+                                                   flow=3, count=500, pps=10_000)])
         self.assertEqual(g2["unique"], 500, "port %d still loses datagrams after rule rm" % PORT_DROP)
         # The 0 % rule saw none of that (other port), and rm -o json prints it with its counters.
         fin = d.ctlj("rule", "rm", pid)
@@ -241,16 +225,15 @@ class LossctlRules(unittest.TestCase):
         st = d.ctlj("status")
         self.assertTrue(st["health"]["serving"])
         self.assertEqual(st["capabilities"]["max_rules"], 2)
-        clab.measured("lossctl_exit_codes", **{str(k): v for k, v in sorted(seen.items())})
+        measured("lossctl_exit_codes", **{str(k): v for k, v in sorted(seen.items())})
 
     # ------------------------------------------------------------------------------------
     def test_3_list_never_shows_a_half_created_rule(self):
         d, I = self.d, self.lab.IF_B
-        sys.path.insert(0, clab.PYCLIENT)
-        from lossd_client import Client
+        from lossd_client import Client  # client/python: on PYTHONPATH (lossd_add_e2e)
         seen, polls, errors = [], [0], []
         stop = threading.Event()
-        with Client(d.sock, stubs=clab.STUBS) as c:
+        with Client(d.sock, stubs=config.STUBS) as c:
             def poll():
                 try:
                     while not stop.is_set():
@@ -276,8 +259,8 @@ class LossctlRules(unittest.TestCase):
                 stop.set()
                 t.join(10)
         ids = sorted({x["id"] for x in seen})
-        clab.measured("half_created_rules", creates=made, polls=polls[0], observations=len(seen),
-                      rules_seen_half_created=ids, first=seen[:1])
+        measured("half_created_rules", creates=made, polls=polls[0], observations=len(seen),
+                 rules_seen_half_created=ids, first=seen[:1])
         self.assertEqual(errors, [])
         self.assertGreater(polls[0], 0)
         self.assertEqual(len(seen), 0, "ListRules showed %d of %d rules half-created (no labels, created 0), "
@@ -285,4 +268,4 @@ class LossctlRules(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    clab.main()
+    main()

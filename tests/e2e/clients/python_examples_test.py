@@ -27,10 +27,14 @@ import signal
 import subprocess
 import threading
 import time
-import unittest
 
-import clab
-from clab import counters, netlab, retrans_by_type, u64
+from lab import traffic
+from lab.config import main
+from lab.netns import measured
+from lab.daemon import wait_until
+from lab.clients import (ClientTestCase, client_popen, counters, retrans_by_type, run_client, settled_effect,
+                         table_rows, u64)
+
 
 PORT = 5201
 LINE = re.compile(r"^\s*(\d+\.\d)s\s+(\d+|\?)\s{2}(.*)$")
@@ -53,26 +57,8 @@ class Lines:
         return [LINE.match(l) for l in list(self.lines) if LINE.match(l)]
 
 
-class PythonExamples(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = netlab.Lab()
-        try:
-            cls.d = clab.Daemon(cls.lab, cls.lab.a)
-        except BaseException:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
-
-    def setUp(self):
-        self.d.ctl_ok("rule", "clear")
+class PythonExamples(ClientTestCase):
+    pass
 
     def rules(self):
         return self.d.ctlj("rule", "ls").get("rules", [])
@@ -81,16 +67,16 @@ class PythonExamples(unittest.TestCase):
         d, lab = self.d, self.lab
         cmd = d.example_cmd("inject.py", "--iface", lab.IF_A, "--dir", "egress", "--addr", lab.V4_B,
                             "--port", PORT, "--rate", "2%", "--duration", duration)
-        p = clab.client_popen(lab, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL)
+        p = client_popen(lab, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL)
         self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
         return p, Lines(p)
 
     def check_rule_while_running(self, out, duration_s):
         # (labelled: lossd lists a rule before its labels are recorded, a race of its own
         # test: lossctl_rules_test.py test_3)
-        rules = clab.wait_until(lambda: [r for r in self.rules() if r["spec"].get("labels")], 10,
-                                "inject.py's rule, with its labels, in lossctl rule ls")
+        rules = wait_until(lambda: [r for r in self.rules() if r["spec"].get("labels")], 10,
+                           "inject.py's rule, with its labels, in lossctl rule ls")
         self.assertEqual(len(rules), 1, rules)
         r = rules[0]
         self.assertEqual(r["spec"]["labels"].get("client"), "inject.py", r)
@@ -105,7 +91,7 @@ class PythonExamples(unittest.TestCase):
     # ------------------------------------------------------------------------------------
     def test_1_inject_runs_and_removes_its_rule(self):
         lab = self.lab
-        flow = clab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 100e6, 100)  # ~8 s
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 100e6, 100)  # ~8 s
         self.addCleanup(flow.close)
         p, out = self.inject("4s")
         rule = self.check_rule_while_running(out, 4)
@@ -122,9 +108,9 @@ class PythonExamples(unittest.TestCase):
         ticks = out.ticks()
         dropped = [int(m.group(2)) for m in ticks if m.group(2) != "?"]
         fin = re.search(r"dropped\s+(\d+) of (\d+) segments", text)
-        clab.measured("inject_py", exit=p.returncode, per_second=[(m.group(1), m.group(2), m.group(3)) for m in ticks],
-                      final=fin.groups() if fin else None,
-                      final_block=[l for l in out.lines if l.startswith("  ")])
+        measured("inject_py", exit=p.returncode, per_second=[(m.group(1), m.group(2), m.group(3)) for m in ticks],
+                 final=fin.groups() if fin else None,
+                 final_block=[l for l in out.lines if l.startswith("  ")])
         self.assertEqual(p.returncode, 0, text + err)
         self.assertRegex(out.lines[0], r"^rule %d: 2%% of %s egress \[.*\] \(packets to the service\) for 4s; "
                          r"attached: clsact egress on %s$" % (rule["id"], lab.IF_A, lab.IF_A), text)
@@ -138,11 +124,11 @@ class PythonExamples(unittest.TestCase):
 
     def test_2_inject_sigterm_midrun(self):
         lab = self.lab
-        flow = clab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 60e6, 100)  # ~5 s
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 60e6, 100)  # ~5 s
         self.addCleanup(flow.close)
         p, out = self.inject("60s")
         rule = self.check_rule_while_running(out, 60)
-        clab.wait_until(lambda: len(out.ticks()) >= 2 or p.poll() is not None, 15, "two per-second lines")
+        wait_until(lambda: len(out.ticks()) >= 2 or p.poll() is not None, 15, "two per-second lines")
         self.assertIsNone(p.poll(), "\n".join(out.lines))
         self.assertEqual(self.d.ctl("rule", "get", rule["id"]).rc, 0)
         t0 = time.monotonic()
@@ -157,8 +143,8 @@ class PythonExamples(unittest.TestCase):
         text = "\n".join(out.lines)
         left = self.rules()
         flow.wait()
-        clab.measured("inject_py_sigterm", exit=p.returncode, secs_to_exit=round(secs, 3),
-                      per_second_lines=len(out.ticks()))
+        measured("inject_py_sigterm", exit=p.returncode, secs_to_exit=round(secs, 3),
+                 per_second_lines=len(out.ticks()))
         self.assertEqual(p.returncode, 128 + signal.SIGTERM, text)
         self.assertLess(secs, 10, text)
         self.assertIn("rule %d deleted" % rule["id"], text)
@@ -173,20 +159,20 @@ class PythonExamples(unittest.TestCase):
         r2 = d.add_rule("--iface", lab.IF_A, "--dir", "egress", "--proto", "tcp", "--dport", PORT + 7,
                         "--rate", "5%", "--label", "t=fx")["id"]
         c0 = lab.counters(lab.a)
-        flow = clab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 40e6, 300)
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 40e6, 300)
         self.addCleanup(flow.close)
         flow.wait()
         retrans = (lab.counters(lab.a) - c0)["Tcp.RetransSegs"]
-        clab.settled_effect(d, r1, want=retrans)
+        settled_effect(d, r1, want=retrans)
         want = {r1: d.effect(r1), r2: d.effect(r2)}
 
-        rt = clab.run_client(lab, d.example_cmd("effect_table.py"))
-        rj = clab.run_client(lab, d.example_cmd("effect_table.py", "--json"))
+        rt = run_client(lab, d.example_cmd("effect_table.py"))
+        rj = run_client(lab, d.example_cmd("effect_table.py", "--json"))
         # unchanged meanwhile
         self.assertEqual({r1: d.effect(r1), r2: d.effect(r2)}, want)
-        clab.measured("effect_table_py", lossctl={k: {"counters": counters(v), "retrans": retrans_by_type(v),
-                                                      "flows": v.get("flows")} for k, v in want.items()},
-                      table=rt.out)
+        measured("effect_table_py", lossctl={k: {"counters": counters(v), "retrans": retrans_by_type(v),
+                                                 "flows": v.get("flows")} for k, v in want.items()},
+                 table=rt.out)
         self.assertEqual(rt.rc, 0, rt)
         self.assertEqual(rj.rc, 0, rj)
         self.assertGreater(counters(want[r1])["dropped_segments"], 0)
@@ -207,7 +193,7 @@ class PythonExamples(unittest.TestCase):
             self.assertEqual(j["labels"], {"t": "fx"})
 
         # table: one row per rule
-        head, rows = clab.table_rows(rt.out)
+        head, rows = table_rows(rt.out)
         self.assertEqual(head[:2], ["ID", "STATE"], rt)
         rows = {int(r["ID"]): r for r in rows}
         self.assertEqual(sorted(rows), sorted([r1, r2]), rt)
@@ -235,4 +221,4 @@ class PythonExamples(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    clab.main()
+    main()

@@ -28,8 +28,12 @@ import subprocess
 import time
 import unittest
 
-import clab
-from clab import netlab, retrans_by_type
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.daemon import wait_until
+from lab.clients import ClientDaemon, retrans_by_type, settled_effect
+
 
 PORT = 5201
 CONNS = 8
@@ -56,8 +60,8 @@ def drain(fd, into, until, timeout):
 
 class SlowSubscriber(unittest.TestCase):
     def test_slow_subscriber_gets_gaps(self):
-        with netlab.Lab() as lab:
-            d = clab.Daemon(lab, lab.a)
+        with Lab() as lab:
+            d = ClientDaemon(lab, lab.a)
             rid = d.add_rule("--iface", lab.IF_A, "--dir", "egress", "--proto", "tcp", "--dport", PORT,
                              "--payload", "only", "--rate", "15%", "--per-segment")["id"]
             fast_path = os.path.join(lab.tempdir(), "fast.jsonl")
@@ -73,10 +77,10 @@ class SlowSubscriber(unittest.TestCase):
                 os.close(w)
                 pipes[name] = r
                 self.addCleanup(os.close, r)
-            clab.wait_until(lambda: d.health()["subscribers"] == 3, 10, "3 subscribers")
+            wait_until(lambda: d.health()["subscribers"] == 3, 10, "3 subscribers")
 
             c0 = lab.counters(lab.a)
-            flow = clab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 1.5e6, 20, conns=CONNS)
+            flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 1.5e6, 20, conns=CONNS)
             self.addCleanup(flow.close)
             # The daemon answers while the slow subscribers are stuck.
             time.sleep(1.0)
@@ -87,7 +91,7 @@ class SlowSubscriber(unittest.TestCase):
             self.assertLess(st.secs, 3, st)
             health_stuck = st.json()["health"]
 
-            eff = clab.settled_effect(d, rid, want=retrans)
+            eff = settled_effect(d, rid, want=retrans)
             eff_total = sum(retrans_by_type(eff).values())
 
             def fast_msgs():
@@ -97,8 +101,8 @@ class SlowSubscriber(unittest.TestCase):
             def fast_events():
                 return [m for m in fast_msgs() if "event" in m]
             try:
-                clab.wait_until(lambda: sum(m["event"]["segments"] for m in fast_events()) >= eff_total,
-                                10, "the fast subscriber to reach the effect's total")
+                wait_until(lambda: sum(m["event"]["segments"] for m in fast_events()) >= eff_total,
+                           10, "the fast subscriber to reach the effect's total")
             except AssertionError:
                 pass
             time.sleep(0.5)
@@ -136,15 +140,15 @@ class SlowSubscriber(unittest.TestCase):
             lost = sum(int(g["count"]) for g in sg)
             tlines = data["slowt"].decode().splitlines()
             tgaps = [l for l in tlines if l.startswith("-- ")]
-            health_after = clab.wait_until(lambda: (lambda h: h if h["subscribers"] == 0 else None)(d.health()),
-                                           10, "0 subscribers after the watches ended")
+            health_after = wait_until(lambda: (lambda h: h if h["subscribers"] == 0 else None)(d.health()),
+                                      10, "0 subscribers after the watches ended")
             fast_segs = sum(e["segments"] for e in fe)
             nums = dict(retrans_segs=retrans, effect_segs=eff_total, fast_events=len(fe), fast_segs=fast_segs,
                         fast_gaps=len(fg), slow_events=len(se), slow_gap_msgs=len(sg), slow_gap_total=lost,
                         slow_table_gap_lines=len(tgaps), slow_table_event_lines=len(tlines) - len(tgaps),
                         status_secs_while_stuck=round(st.secs, 3), health_while_stuck=health_stuck,
                         sender=sender, exit_codes={k: v[0] for k, v in rcs.items()})
-            clab.measured("slow_subscriber", **nums)
+            measured("slow_subscriber", **nums)
 
             # The fast subscriber: everything the daemon's own effect counted, no gap.
             self.assertEqual(receiver["bytes"], CONNS * 1_500_000)
@@ -184,4 +188,4 @@ class SlowSubscriber(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    clab.main()
+    main()

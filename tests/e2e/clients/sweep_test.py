@@ -1,8 +1,8 @@
 """Client e2e 6: the loss sweep (lossctl sweep / python3 -m lossd_client.sweep) against the
 real daemon and a real workload.
 
-One daemon in the sender's namespace A; a TCP request/response server (bench/workloads/
-tcp_rr.py) in B; the sweep's workload is the tcp_rr client in A (1,448-byte requests,
+One daemon in the sender's namespace A; a TCP request/response server (tests/e2e/lab/
+tcpflow.py rr-server) in B; the sweep's workload is its rr client in A (1,448-byte requests,
 14,480-byte replies, 300 per run), run once per repetition. The rule drops A's data segments to the
 server at A's egress (clsact, seen by A's TCP as network loss).
 
@@ -28,46 +28,33 @@ import os
 import signal
 import subprocess
 import time
-import unittest
 
-import clab
-from clab import netlab
+from lab import config, traffic
+from lab.config import main
+from lab.netns import measured
+from lab.daemon import wait_until
+from lab.clients import ClientTestCase, client_popen
+
 
 PORT = 5301
-RR = os.path.join(clab.REPO, "bench", "workloads", "tcp_rr.py")
 
 
-class Sweep(unittest.TestCase):
+class Sweep(ClientTestCase):
     @classmethod
     def setUpClass(cls):
-        cls.lab = netlab.Lab()
+        super().setUpClass()
         try:
-            cls.d = clab.Daemon(cls.lab, cls.lab.a)
-            cls.srv = cls.lab.popen(cls.lab.b, [clab.PY, RR, "server", "--port", str(PORT)],
-                                    stdout=subprocess.PIPE, text=True)
-            line = cls.srv.stdout.readline()
-            assert line.startswith("READY"), line
+            cls.srv = traffic.rr_server(cls.lab, cls.lab.b, "0.0.0.0", PORT)
         except BaseException:
             cls.lab.close()
             raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
-
-    def setUp(self):
-        self.d.ctl_ok("rule", "clear")
 
     def active_rules(self):
         return [r for r in self.d.ctlj("rule", "ls").get("rules", []) if r.get("state") == "RULE_STATE_ACTIVE"]
 
     def sweep_args(self, out, rates, extra=()):
-        workload = "ip netns exec %s %s %s client --dst %s --port %d --count 300 --response 14480 --timeout 120" % (
-            self.lab.a, clab.PY, RR, self.lab.V4_B, PORT)
+        workload = "ip netns exec %s %s" % (self.lab.a, " ".join(traffic.rr_cmd(
+            self.lab.V4_B, PORT, "--count", 300, "--response", 14480, "--timeout", 120)))
         return ["--iface", self.lab.IF_A, "--dir", "egress", "--dport", str(PORT), "--payload", "only",
                 "--rates", rates, "--out", out, "--settle", "300ms", "--workload", workload] + list(extra)
 
@@ -78,11 +65,11 @@ class Sweep(unittest.TestCase):
         self.assertEqual(r.rc, 0, r)
         doc = json.load(open(os.path.join(out, "sweep.json")))
         runs = doc["runs"]
-        clab.measured("sweep", summary=[{k: s[k] for k in ("configured_rate", "runs")} |
-                                        {m: (s[m] or {}).get("mean") for m in
-                                         ("measured_rate", "retransmitted_segments", "latency_p99_ms",
-                                          "throughput_obs_bps", "cwnd_mean", "dropped_segments")}
-                                        for s in doc["summary"]])
+        measured("sweep", summary=[{k: s[k] for k in ("configured_rate", "runs")} |
+                                   {m: (s[m] or {}).get("mean") for m in
+                                    ("measured_rate", "retransmitted_segments", "latency_p99_ms",
+                                     "throughput_obs_bps", "cwnd_mean", "dropped_segments")}
+                                   for s in doc["summary"]])
         self.assertTrue(doc["complete"], doc)
         self.assertEqual([(x["step"], x["rep"]) for x in runs], [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)])
         self.assertEqual([x["configured_rate"] for x in runs], [0.0, 0.0, 0.02, 0.02, 0.1, 0.1])
@@ -122,8 +109,8 @@ class Sweep(unittest.TestCase):
         r = self.d.ctl("sweep", *self.sweep_args(out, "ge:5%/45%/50%/0%", ["--no-plot"]), timeout=300)
         self.assertEqual(r.rc, 0, r)
         run = json.load(open(os.path.join(out, "sweep.json")))["runs"][0]
-        clab.measured("sweep_ge", **{k: run.get(k) for k in ("label", "configured_rate", "matched_segments",
-                                                              "dropped_segments", "retransmitted_segments")})
+        measured("sweep_ge", **{k: run.get(k) for k in ("label", "configured_rate", "matched_segments",
+                                                        "dropped_segments", "retransmitted_segments")})
         self.assertEqual((run["label"], run["model"]), ("ge:5%/45%/50%/0%", "ge"), run)
         # in the bad state 5/(5+45) of the time, losing half there: 5 %. P(never entering it in
         # ~300 segments) ~ 2e-7. (With 100 % loss in the bad state a retransmission could be
@@ -136,11 +123,11 @@ class Sweep(unittest.TestCase):
         self.assertTrue(rule is None or rule.get("state") != "RULE_STATE_ACTIVE", rule)
 
     def _start(self, out, hold):
-        cmd = [clab.PY, "-m", "lossd_client.sweep", "--socket", self.d.sock, "--iface", self.lab.IF_A,
+        cmd = [config.PY, "-m", "lossd_client.sweep", "--socket", self.d.sock, "--iface", self.lab.IF_A,
                "--dir", "egress", "--dport", str(PORT), "--rates", "1%,2%", "--duration", hold,
                "--grace", "2s", "--out", out, "--no-plot"]
-        p = clab.client_popen(self.lab, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        clab.wait_until(lambda: self.active_rules(), 20, "the sweep's rule")
+        p = client_popen(self.lab, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_until(lambda: self.active_rules(), 20, "the sweep's rule")
         return p
 
     def test_2_interrupted_sweep_restores(self):
@@ -152,7 +139,7 @@ class Sweep(unittest.TestCase):
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         sout, serr = p.communicate(timeout=30)
-        clab.measured("sweep_sigint", exit=p.returncode, secs=round(time.monotonic() - t0, 3))
+        measured("sweep_sigint", exit=p.returncode, secs=round(time.monotonic() - t0, 3))
         self.assertEqual(p.returncode, 130, serr)
         self.assertLess(time.monotonic() - t0, 10)
         self.assertIn("interrupted", serr)
@@ -166,12 +153,12 @@ class Sweep(unittest.TestCase):
         p.kill()
         p.wait(timeout=10)
         t0 = time.monotonic()
-        clab.wait_until(lambda: not self.active_rules(), 15, "the killed sweep's rule to expire")
-        clab.measured("sweep_sigkill_rule_gone_after_s", secs=round(time.monotonic() - t0, 3))
+        wait_until(lambda: not self.active_rules(), 15, "the killed sweep's rule to expire")
+        measured("sweep_sigkill_rule_gone_after_s", secs=round(time.monotonic() - t0, 3))
         got = self.d.ctl("-o", "json", "rule", "get", rid)
         if got.rc == 0:
             self.assertNotEqual(got.json().get("state"), "RULE_STATE_ACTIVE", got)
 
 
 if __name__ == "__main__":
-    clab.main()
+    main()

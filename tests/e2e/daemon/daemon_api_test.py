@@ -17,38 +17,18 @@ on A's veth end (e2ea), counted UDP datagrams and paced TCP flows between A and 
 """
 import platform
 import time
-import unittest
 
-import dlab
-from dlab import measured, wait_until
+from lab import daemon, traffic
+from lab.config import main
+from lab.netns import measured
+from lab.daemon import DaemonTestCase, StreamReader, check_seq, rule_spec, wait_until
+
 
 UDP_BASE = 9200
 
 
-class DaemonApi(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = dlab.netlab.Lab()
-        try:
-            cls.d = dlab.Daemon(cls.lab, cls.lab.a)
-        except BaseException:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
-
-    def setUp(self):
-        self.pb = dlab.pb
-        self.d.inj.ClearRules(self.pb.ClearRulesRequest(), timeout=30)
-
-    def tearDown(self):
-        self.assertTrue(self.d.alive(), "daemon died:\n" + self.d.stderr())
+class DaemonApi(DaemonTestCase):
+    pass
 
     # ------------------------------------------------------------------ system
     def test_system_rpcs(self):
@@ -102,7 +82,7 @@ class DaemonApi(unittest.TestCase):
         self.assertEqual(g, r)
 
         # Traffic: 100 % of 1,000 datagrams to the port.
-        sent, got = dlab.udp_count(lab, lab.b, lab.a, lab.V4_A, UDP_BASE + 1, 1, 1000)
+        sent, got = traffic.udp_count(lab, lab.b, lab.a, lab.V4_A, UDP_BASE + 1, 1, 1000)
         self.assertEqual((sent, got), (1000, 0))
         c = wait_until(lambda: (lambda c: c if c.matched_packets == 1000 else None)(d.get(r.id).counters),
                        5, "counters of 1,000 datagrams")
@@ -113,7 +93,7 @@ class DaemonApi(unittest.TestCase):
         self.assertEqual(c.matched_bytes, 1000 * (64 + 8 + 20 + 14))
 
         # UpdateRule: the spec is replaced, counters restart, id and creation time stay.
-        u = d.inj.UpdateRule(pb.UpdateRuleRequest(id=r.id, spec=dlab.rule_spec(
+        u = d.inj.UpdateRule(pb.UpdateRuleRequest(id=r.id, spec=rule_spec(
             interface=lab.IF_A, protocol="udp", dport=UDP_BASE + 1, rate=0.0, labels={"team": "b"})),
             timeout=20)
         self.assertEqual(u.id, r.id)
@@ -123,7 +103,7 @@ class DaemonApi(unittest.TestCase):
         self.assertEqual(u.expires_unix_ns, 0)
         self.assertEqual(u.counters, pb.RuleCounters())
         self.assertEqual(d.get(r.id).counters, pb.RuleCounters())
-        sent, got = dlab.udp_count(lab, lab.b, lab.a, lab.V4_A, UDP_BASE + 1, 2, 500)
+        sent, got = traffic.udp_count(lab, lab.b, lab.a, lab.V4_A, UDP_BASE + 1, 2, 500)
         self.assertEqual((sent, got), (500, 500))
         wait_until(lambda: d.get(r.id).counters.matched_packets == 500, 5, "500 matched after update")
         self.assertEqual(d.get(r.id).counters.dropped_packets, 0)
@@ -144,7 +124,7 @@ class DaemonApi(unittest.TestCase):
         self.assertEqual(ids(team="c"), [])
 
         # DeleteRule returns the final counters; the rule is gone after.
-        sent, got = dlab.udp_count(lab, lab.b, lab.a, lab.V4_A, UDP_BASE + 2, 3, 2000)
+        sent, got = traffic.udp_count(lab, lab.b, lab.a, lab.V4_A, UDP_BASE + 2, 3, 2000)
         deleted = d.delete(r2.id)
         self.assertEqual(deleted.id, r2.id)
         fc = deleted.counters
@@ -155,9 +135,9 @@ class DaemonApi(unittest.TestCase):
                  dropped=fc.dropped_packets)
         for call, req in ((d.inj.GetRule, pb.GetRuleRequest(id=r2.id)),
                           (d.inj.DeleteRule, pb.DeleteRuleRequest(id=r2.id))):
-            with self.assertRaises(dlab.grpc.RpcError) as cm:
+            with self.assertRaises(daemon.grpc.RpcError) as cm:
                 call(req, timeout=10)
-            self.assertEqual(cm.exception.code(), dlab.grpc.StatusCode.NOT_FOUND)
+            self.assertEqual(cm.exception.code(), daemon.grpc.StatusCode.NOT_FOUND)
 
         # ClearRules.
         self.assertEqual(d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30).deleted, 2)
@@ -168,8 +148,8 @@ class DaemonApi(unittest.TestCase):
     def test_batch_create(self):
         pb, d, lab = self.pb, self.d, self.lab
         n = 1000
-        specs = [dlab.rule_spec(interface=lab.IF_A, protocol="udp", dport=20000 + i, rate=0.01,
-                                labels={"batch": "big", "i": str(i)}) for i in range(n)]
+        specs = [rule_spec(interface=lab.IF_A, protocol="udp", dport=20000 + i, rate=0.01,
+                           labels={"batch": "big", "i": str(i)}) for i in range(n)]
         resp = d.inj.CreateRules(pb.CreateRulesRequest(specs=specs, atomic=True), timeout=120)
         self.assertEqual(len(resp.rules), n)
         self.assertEqual(list(resp.errors), [""] * n)
@@ -180,19 +160,19 @@ class DaemonApi(unittest.TestCase):
         self.assertEqual(len(listed), n)
         self.assertEqual(d.health().rules, n)
         # One of them works: 100 datagrams to port 20500 at 1 % are all matched.
-        sent, got = dlab.udp_count(lab, lab.b, lab.a, lab.V4_A, 20500, 4, 1000)
+        sent, got = traffic.udp_count(lab, lab.b, lab.a, lab.V4_A, 20500, 4, 1000)
         rid = resp.rules[500].id
         c = wait_until(lambda: (lambda c: c if c.matched_packets == 1000 else None)(d.get(rid).counters),
                        5, "1,000 matched")
         self.assertEqual(c.dropped_packets, 1000 - got)
 
         # Atomic, one bad spec in the middle: nothing is created.
-        bad = [dlab.rule_spec(interface=lab.IF_A, protocol="udp", dport=30000 + i, rate=0.01,
-                              labels={"batch": "atomic"}) for i in range(n)]
+        bad = [rule_spec(interface=lab.IF_A, protocol="udp", dport=30000 + i, rate=0.01,
+                         labels={"batch": "atomic"}) for i in range(n)]
         bad[500].match.src = "10.0.0.300/24"
-        with self.assertRaises(dlab.grpc.RpcError) as cm:
+        with self.assertRaises(daemon.grpc.RpcError) as cm:
             d.inj.CreateRules(pb.CreateRulesRequest(specs=bad, atomic=True), timeout=120)
-        self.assertEqual(cm.exception.code(), dlab.grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(cm.exception.code(), daemon.grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("specs[500]", cm.exception.details())
         self.assertIn("match.src", cm.exception.details())
         self.assertEqual(len(d.inj.ListRules(pb.ListRulesRequest(labels={"batch": "atomic"}), timeout=30).rules), 0)
@@ -200,8 +180,8 @@ class DaemonApi(unittest.TestCase):
         self.assertTrue(d.alive())
 
         # Not atomic: the good ones are created, the bad one is reported in place.
-        mixed = [dlab.rule_spec(interface=lab.IF_A, protocol="udp", dport=31000 + i, rate=0.01,
-                                labels={"batch": "mixed"}) for i in range(3)]
+        mixed = [rule_spec(interface=lab.IF_A, protocol="udp", dport=31000 + i, rate=0.01,
+                           labels={"batch": "mixed"}) for i in range(3)]
         mixed[1].loss.bernoulli.rate = 2.0
         resp = d.inj.CreateRules(pb.CreateRulesRequest(specs=mixed, atomic=False), timeout=30)
         self.assertEqual([r.spec.match.dport.lo for r in resp.rules], [31000, 31002])
@@ -217,19 +197,19 @@ class DaemonApi(unittest.TestCase):
         port = UDP_BASE + 10
         r = d.create(interface=lab.IF_A, protocol="udp", dport=port, rate=0.5)
         other = d.create(interface=lab.IF_A, protocol="udp", dport=port + 1, rate=0.5)
-        w = dlab.StreamReader(d.inj.WatchRuleCounters(
+        w = StreamReader(d.inj.WatchRuleCounters(
             pb.WatchRuleCountersRequest(ids=[r.id], interval_ns=100_000_000), timeout=120), "counters")
-        wall = dlab.StreamReader(d.inj.WatchRuleCounters(
+        wall = StreamReader(d.inj.WatchRuleCounters(
             pb.WatchRuleCountersRequest(interval_ns=100_000_000), timeout=120), "counters-all")
         w.wait_for(lambda m: len(m) >= 1, 10, "first update")
         received = 0
         for k in range(1, 4):
-            sent, got = dlab.udp_count(lab, lab.b, lab.a, lab.V4_A, port, 10 + k, 1000)
+            sent, got = traffic.udp_count(lab, lab.b, lab.a, lab.V4_A, port, 10 + k, 1000)
             received += got
             w.wait_for(lambda m: m and m[-1].rules[0].counters.matched_packets == 1000 * k, 10,
                        "matched_packets == %d" % (1000 * k))
         msgs = w.snapshot()
-        dlab.check_seq(self, msgs, "WatchRuleCounters")
+        check_seq(self, msgs, "WatchRuleCounters")
         matched = [m.rules[0].counters.matched_packets for m in msgs]
         self.assertEqual(matched, sorted(matched), "counters went backwards")
         for k in (1000, 2000, 3000):
@@ -240,7 +220,7 @@ class DaemonApi(unittest.TestCase):
         last = msgs[-1].rules[0].counters
         self.assertEqual(last.dropped_packets, 3000 - received)
         alls = wall.snapshot()
-        dlab.check_seq(self, alls, "WatchRuleCounters (all rules)")
+        check_seq(self, alls, "WatchRuleCounters (all rules)")
         self.assertEqual(sorted(x.id for x in alls[-1].rules), sorted([r.id, other.id]))
 
         # Its rule deleted, the stream ends with NOT_FOUND.
@@ -248,7 +228,7 @@ class DaemonApi(unittest.TestCase):
         self.assertEqual(final, last)
         self.assertTrue(w.done.wait(10), "WatchRuleCounters did not end after DeleteRule")
         self.assertIsNotNone(w.error)
-        self.assertEqual(w.error.code(), dlab.grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(w.error.code(), daemon.grpc.StatusCode.NOT_FOUND)
         wall.cancel()
         measured("watch_rule_counters", updates=len(msgs), matched=last.matched_packets,
                  dropped=last.dropped_packets, received=received)
@@ -260,21 +240,21 @@ class DaemonApi(unittest.TestCase):
         r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=port, payload="only",
                      rate=0.02)
         self.assertEqual(list(r.attachments), ["clsact egress on " + lab.IF_A])
-        rtx = dlab.StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(), timeout=120), "rtx")
-        by_rule = dlab.StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(
+        rtx = StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(), timeout=120), "rtx")
+        by_rule = StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(
             allow=[pb.EventFilter(rule_id=r.id)]), timeout=120), "rtx-by-rule")
-        denied = dlab.StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(
+        denied = StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(
             deny=[pb.EventFilter(port=pb.PortRange(lo=port))]), timeout=120), "rtx-deny")
-        agg = dlab.StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(window_ns=200_000_000),
-                                                      timeout=120), "aggregates")
-        flows = dlab.StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(
+        agg = StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(window_ns=200_000_000),
+                                                 timeout=120), "aggregates")
+        flows = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(
             filter=[pb.EventFilter(port=pb.PortRange(lo=port))], interval_ns=200_000_000), timeout=120),
             "flows")
         wait_until(lambda: d.health().subscribers == 4, 10, "4 subscribers (3 retransmit + aggregates)")
         flows.wait_for(lambda m: len(m) >= 1, 10, "WatchFlows snapshot")
 
         nbytes = 30_000_000
-        f = dlab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, port, nbytes, 300, hold=True)
+        f = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, port, nbytes, 300, hold=True)
         f.wait_sent()
         # Open and idle (every byte acknowledged): ListFlows shows it.
         lf = d.obs.ListFlows(pb.ListFlowsRequest(filter=[pb.EventFilter(port=pb.PortRange(lo=port))]),
@@ -311,7 +291,7 @@ class DaemonApi(unittest.TestCase):
                                    pb.RETRANSMIT_TYPE_TLP))
             self.assertGreater(e.segments, 0)
         for s in (rtx, by_rule, denied):
-            dlab.check_seq(self, s.snapshot(), s.name)
+            check_seq(self, s.snapshot(), s.name)
             self.assertEqual([m for m in s.snapshot() if m.HasField("gap")], [], s.name)
         self.assertEqual([m.event for m in by_rule.snapshot()], list(events))
         self.assertEqual(denied.snapshot(), [])
@@ -321,7 +301,7 @@ class DaemonApi(unittest.TestCase):
 
         # WatchFlows: a snapshot first, then updates; the flow appears, then closes.
         fm = flows.snapshot()
-        dlab.check_seq(self, fm, "WatchFlows")
+        check_seq(self, fm, "WatchFlows")
         self.assertTrue(fm[0].snapshot)
         self.assertTrue(all(not m.snapshot for m in fm[1:]))
         self.assertFalse(any(x.cookie == fl.cookie for x in fm[0].flows), "flow predates the stream?")
@@ -335,7 +315,7 @@ class DaemonApi(unittest.TestCase):
 
         # WatchAggregates: per window, by type / rule / flow; the sums match the events.
         am = agg.snapshot()
-        dlab.check_seq(self, am, "WatchAggregates")
+        check_seq(self, am, "WatchAggregates")
         self.assertTrue(all(a.window_ns == 200_000_000 for a in am))
         self.assertTrue(all(len(a.gaps) == 0 for a in am))
         by_type = {}
@@ -371,4 +351,4 @@ class DaemonApi(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    dlab.main()
+    main()

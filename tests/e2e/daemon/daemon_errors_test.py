@@ -18,40 +18,19 @@ carries a ttl of at most 1 h).
                                --insecure-tcp: lossd exits non-zero with a clear message
 """
 import os
-import subprocess
-import unittest
 
-import dlab
-from dlab import measured
+from lab import config, daemon, traffic
+from lab.config import main
+from lab.netns import measured
+from lab.daemon import DaemonTestCase, rule_spec
+
 
 MAX_TTL = 3600 * 10**9
 TTL = 60 * 10**9
 
 
-class DaemonErrors(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = dlab.netlab.Lab()
-        try:
-            cls.d = dlab.Daemon(cls.lab, cls.lab.a, ["--max-rules", "5", "--max-ttl", "1h"])
-        except BaseException:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
-
-    def setUp(self):
-        self.pb = dlab.pb
-        self.d.inj.ClearRules(self.pb.ClearRulesRequest(), timeout=30)
-
-    def tearDown(self):
-        self.assertTrue(self.d.alive(), "daemon died:\n" + self.d.stderr())
+class DaemonErrors(DaemonTestCase):
+    daemon_args = ["--max-rules", "5", "--max-ttl", "1h"]
 
     # helpers
     def spec(self, **kw):
@@ -60,12 +39,12 @@ class DaemonErrors(unittest.TestCase):
         if not any(k in kw for k in ("rate", "every_nth", "first_k", "ge", "no_loss")):
             kw["rate"] = 0.01
         kw.pop("no_loss", None)
-        return dlab.rule_spec(**kw)
+        return rule_spec(**kw)
 
     def expect(self, code, fields, fn, *args, **kw):
         """fn(*args) fails with `code`; the message names every string in `fields`."""
         before = self.d.health().rules
-        with self.assertRaises(dlab.grpc.RpcError) as cm:
+        with self.assertRaises(daemon.grpc.RpcError) as cm:
             r = fn(*args, timeout=20, **kw)
             if hasattr(r, "__next__"):  # a stream: its first message or its status
                 next(r)
@@ -86,7 +65,7 @@ class DaemonErrors(unittest.TestCase):
 
     # ------------------------------------------------------------------ tests
     def test_invalid_match(self):
-        INV = dlab.grpc.StatusCode.INVALID_ARGUMENT
+        INV = daemon.grpc.StatusCode.INVALID_ARGUMENT
         self.create_fails(INV, ["match.src", "10.0.0.300/24"], protocol="udp", src="10.0.0.300/24")
         self.create_fails(INV, "match.src", protocol="udp", src="not-an-address")
         self.create_fails(INV, "match.dst", protocol="udp", dst="2001:db8::/129")
@@ -107,7 +86,7 @@ class DaemonErrors(unittest.TestCase):
         self.expect(INV, "match.payload", self.d.inj.CreateRule, self.pb.CreateRuleRequest(spec=s))
 
     def test_invalid_loss_model(self):
-        INV = dlab.grpc.StatusCode.INVALID_ARGUMENT
+        INV = daemon.grpc.StatusCode.INVALID_ARGUMENT
         self.create_fails(INV, "loss.bernoulli.rate", protocol="udp", rate=1.01)
         self.create_fails(INV, "loss.bernoulli.rate", protocol="udp", rate=-0.1)
         self.create_fails(INV, "loss.bernoulli.rate", protocol="udp", rate=float("nan"))
@@ -124,7 +103,7 @@ class DaemonErrors(unittest.TestCase):
                                                                    self.spec(protocol="udp", rate=7.0)]))
 
     def test_unknown_rule_id(self):
-        NF = dlab.grpc.StatusCode.NOT_FOUND
+        NF = daemon.grpc.StatusCode.NOT_FOUND
         pb, d = self.pb, self.d
         self.expect(NF, "999999", d.inj.GetRule, pb.GetRuleRequest(id=999999))
         self.expect(NF, "999999", d.inj.DeleteRule, pb.DeleteRuleRequest(id=999999))
@@ -134,7 +113,7 @@ class DaemonErrors(unittest.TestCase):
         self.expect(NF, "999999", d.inj.WatchRuleCounters, pb.WatchRuleCountersRequest(ids=[999999]))
 
     def test_unknown_interface(self):
-        NF = dlab.grpc.StatusCode.NOT_FOUND
+        NF = daemon.grpc.StatusCode.NOT_FOUND
         self.create_fails(NF, ["interface", "nosuch0"], interface="nosuch0", protocol="udp")
         # B's end of the veth exists, but not in the daemon's namespace.
         self.create_fails(NF, ["interface", self.lab.IF_B], interface=self.lab.IF_B, protocol="udp")
@@ -142,7 +121,7 @@ class DaemonErrors(unittest.TestCase):
                           direction="egress")
 
     def test_no_target_and_xdp_egress(self):
-        INV = dlab.grpc.StatusCode.INVALID_ARGUMENT
+        INV = daemon.grpc.StatusCode.INVALID_ARGUMENT
         self.create_fails(INV, "interface", interface="", protocol="udp")
         msg = self.create_fails(INV, ["XDP", "egress"], protocol="udp", hook="xdp", direction="egress")
         self.assertTrue("hook" in msg or "direction" in msg, msg)
@@ -152,7 +131,7 @@ class DaemonErrors(unittest.TestCase):
         self.assertEqual(r.spec.hook, self.pb.HOOK_XDP)
 
     def test_ttl_limits(self):
-        INV = dlab.grpc.StatusCode.INVALID_ARGUMENT
+        INV = daemon.grpc.StatusCode.INVALID_ARGUMENT
         c = self.d.sys.GetCapabilities(self.pb.GetCapabilitiesRequest(), timeout=10)
         self.assertEqual((c.max_rules, c.max_ttl_ns), (5, MAX_TTL))
         self.create_fails(INV, ["ttl_ns", "--max-ttl"], protocol="udp", ttl_ns=MAX_TTL + 1)
@@ -162,7 +141,7 @@ class DaemonErrors(unittest.TestCase):
         self.assertEqual(r.expires_unix_ns, r.created_unix_ns + MAX_TTL)
 
     def test_max_rules(self):
-        RE = dlab.grpc.StatusCode.RESOURCE_EXHAUSTED
+        RE = daemon.grpc.StatusCode.RESOURCE_EXHAUSTED
         ids = [self.create(protocol="udp", dport=4300 + i).id for i in range(5)]
         self.create_fails(RE, ["rule limit", "--max-rules"], protocol="udp", dport=4310)
         self.expect(RE, ["specs[0]", "--max-rules"], self.d.inj.CreateRules, self.pb.CreateRulesRequest(
@@ -175,7 +154,7 @@ class DaemonErrors(unittest.TestCase):
         self.assertEqual(self.d.health().rules, 5)
 
     def test_bad_stream_filters(self):
-        INV = dlab.grpc.StatusCode.INVALID_ARGUMENT
+        INV = daemon.grpc.StatusCode.INVALID_ARGUMENT
         pb, d = self.pb, self.d
         self.expect(INV, "allow[0].addr", d.obs.WatchRetransmits,
                     pb.WatchRetransmitsRequest(allow=[pb.EventFilter(addr="300.1.1.1/8")]))
@@ -188,12 +167,10 @@ class DaemonErrors(unittest.TestCase):
         self.assertEqual(d.health().subscribers, 0)
 
     def test_ssh_protection(self):
-        FP = dlab.grpc.StatusCode.FAILED_PRECONDITION
+        FP = daemon.grpc.StatusCode.FAILED_PRECONDITION
         lab = self.lab
         # A "sshd" (a listener on port 22) in the daemon's namespace.
-        srv = lab.popen(lab.a, [dlab.PY, dlab.DFLOW, "tcp-recv", "--bind", "0.0.0.0", "--port", "22"],
-                        stdout=subprocess.PIPE)
-        self.assertTrue(srv.stdout.readline().startswith("READY"))
+        srv = traffic.server(lab, lab.a, "0.0.0.0", 22)
         try:
             msg = self.create_fails(FP, ["22", "force"], protocol="tcp")
             self.create_fails(FP, ["22", "force"], protocol="tcp", dport=22)
@@ -204,9 +181,7 @@ class DaemonErrors(unittest.TestCase):
             self.create(protocol="tcp", dport=22, force=True)
             self.d.inj.ClearRules(self.pb.ClearRulesRequest(), timeout=30)
             # A live connection B -> A:22: a rule narrowed by address still covers it.
-            cli = lab.popen(lab.b, [dlab.PY, dlab.DFLOW, "tcp-send", "--dst", lab.V4_A, "--port", "22",
-                                    "--bytes", "1000", "--rate-mbit", "10", "--hold"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            cli = traffic.sender(lab, lab.b, lab.V4_A, 22, nbytes=1000, rate_mbit=10, hold=True)
             self.assertTrue(cli.stdout.readline().startswith("SENT"))
             live = self.create_fails(FP, ["live connection", "22", "force"], protocol="tcp",
                                      src=lab.V4_B + "/32")
@@ -223,7 +198,7 @@ class DaemonErrors(unittest.TestCase):
         for listen in ("192.0.2.2:7070", "0.0.0.0:7070", "[2001:db8:e2e::2]:7070"):
             d = lab.tempdir()
             sock = os.path.join(d, "lossd.sock")
-            r = lab.run(lab.b, dlab.netlab.LOSSD, "--socket", sock, "--state-dir", lab.tempdir(),
+            r = lab.run(lab.b, config.LOSSD, "--socket", sock, "--state-dir", lab.tempdir(),
                         "--listen", listen, check=False, timeout=60)
             measured("plaintext_listen_refused", listen=listen, rc=r.returncode, stderr=r.stderr.strip())
             self.assertNotEqual(r.returncode, 0, r.stderr)
@@ -235,4 +210,4 @@ class DaemonErrors(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    dlab.main()
+    main()

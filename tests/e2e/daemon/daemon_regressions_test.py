@@ -43,37 +43,23 @@ import os
 import subprocess
 import threading
 import time
-import unittest
 
-import dlab
-from dlab import SLOW_OPTIONS, events_of, gaps_of, measured, wait_until
+from lab import config, daemon, traffic
+from lab.config import main
+from lab.netns import measured
+from lab.daemon import (DaemonTestCase, SLOW_OPTIONS, StreamReader, events_of, gaps_of, rule_spec,
+                        tc_egress_filters, wait_until)
+
 
 PORT = 5201
 
 
-class DaemonBugs(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = dlab.netlab.Lab()
-        try:
-            cls.d = dlab.Daemon(cls.lab, cls.lab.a, ["--max-rules", "5"])
-        except BaseException:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
+class DaemonBugs(DaemonTestCase):
+    daemon_args = ["--max-rules", "5"]
 
     def setUp(self):
-        self.pb = dlab.pb
-        self.d.inj.ClearRules(self.pb.ClearRulesRequest(), timeout=30)
+        super().setUp()
         wait_until(lambda: self.d.health().subscribers == 0, 10, "no subscribers left")
-        self.readers = []
 
     def tearDown(self):
         for r in self.readers:
@@ -85,23 +71,13 @@ class DaemonBugs(unittest.TestCase):
     def spec(self, **kw):
         kw.setdefault("interface", self.lab.IF_A)
         kw.setdefault("rate", 0.01)
-        return dlab.rule_spec(**kw)
+        return rule_spec(**kw)
 
     def create(self, **kw):
         return self.d.inj.CreateRule(self.pb.CreateRuleRequest(spec=self.spec(**kw)), timeout=20)
 
-    def watch(self, name, stub=None, **req):
-        stub = stub or self.d.obs
-        r = dlab.StreamReader(stub.WatchRetransmits(self.pb.WatchRetransmitsRequest(**req), timeout=180), name)
-        self.readers.append(r)
-        return r
-
-    def rule(self, lo=PORT, hi=PORT, rate=0.1):
-        return self.d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp", dport=(lo, hi),
-                             payload="only", rate=rate)
-
     def egress(self, port, n):  # A -> B through e2ea's egress; returns datagrams received
-        sent, got = dlab.udp_count(self.lab, self.lab.a, self.lab.b, self.lab.V4_B, port, port, n)
+        sent, got = traffic.udp_count(self.lab, self.lab.a, self.lab.b, self.lab.V4_B, port, port, n)
         self.assertEqual(sent, n)
         return got
 
@@ -117,10 +93,10 @@ class DaemonBugs(unittest.TestCase):
     def test_spec_round_trip_keeps_force(self):
         # Rule.spec is the spec as given, with the hook resolved: every field comes back.
         pb, d, lab = self.pb, self.d, self.lab
-        spec = dlab.rule_spec(interface=lab.IF_A, direction="egress", src=lab.V4_A + "/32",
-                              dst="192.0.2.0/24", sport=(1000, 1999), dport=(5201, 5210), protocol="tcp",
-                              family=4, tcp_flags="!syn,ack", payload="only", rate=0.125, seed=42,
-                              priority=9, ttl_ns=300 * 10**9, labels={"k": "v", "x": "y"}, force=True)
+        spec = rule_spec(interface=lab.IF_A, direction="egress", src=lab.V4_A + "/32",
+                         dst="192.0.2.0/24", sport=(1000, 1999), dport=(5201, 5210), protocol="tcp",
+                         family=4, tcp_flags="!syn,ack", payload="only", rate=0.125, seed=42,
+                         priority=9, ttl_ns=300 * 10**9, labels={"k": "v", "x": "y"}, force=True)
         r = d.inj.CreateRule(pb.CreateRuleRequest(spec=spec), timeout=20)
         want = pb.RuleSpec()
         want.CopyFrom(spec)
@@ -137,14 +113,14 @@ class DaemonBugs(unittest.TestCase):
         try:
             u = self.d.inj.UpdateRule(self.pb.UpdateRuleRequest(
                 id=ids[0], spec=self.spec(protocol="udp", dport=4500, rate=0.5)), timeout=20)
-        except dlab.grpc.RpcError as e:
+        except daemon.grpc.RpcError as e:
             measured("update_at_rule_limit", code=e.code().name, details=e.details())
             self.fail("UpdateRule at --max-rules 5 with 5 rules failed: %s %s" % (e.code(), e.details()))
         self.assertEqual(u.spec.loss.bernoulli.rate, 0.5)
         self.assertEqual(self.d.health().rules, 5)
 
     def test_max_rules_under_concurrent_creates(self):
-        RE = dlab.grpc.StatusCode.RESOURCE_EXHAUSTED
+        RE = daemon.grpc.StatusCode.RESOURCE_EXHAUSTED
         rounds = []
         for rnd in range(5):
             self.d.inj.ClearRules(self.pb.ClearRulesRequest(), timeout=30)
@@ -157,7 +133,7 @@ class DaemonBugs(unittest.TestCase):
                 try:
                     self.create(protocol="tcp", dport=4400 + i)
                     r = "ok"
-                except dlab.grpc.RpcError as e:
+                except daemon.grpc.RpcError as e:
                     r = e.code()
                 with lock:
                     results.append(r)
@@ -180,7 +156,7 @@ class DaemonBugs(unittest.TestCase):
 
     def test_gap_counts_only_events_the_stream_would_carry(self):
         pb, d, lab = self.pb, self.d, self.lab
-        self.rule(PORT, PORT + 1)
+        self.egress_rule(PORT, PORT + 1)
         only = [pb.EventFilter(port=pb.PortRange(lo=PORT))]
         fast_all = self.watch("fast-all")
         fast_f = self.watch("fast-filtered", allow=only)
@@ -191,14 +167,14 @@ class DaemonBugs(unittest.TestCase):
         for s in (slow_all, slow_f):
             s.go.clear()
         wait_until(lambda: d.health().subscribers == 4, 10, "4 subscribers")
-        f1 = dlab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 5e6, 20, hold=True, conns=2)
-        f2 = dlab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT + 1, 5e6, 20, hold=True, conns=6)
+        f1 = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 5e6, 20, hold=True, conns=2)
+        f2 = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT + 1, 5e6, 20, hold=True, conns=6)
         f1.wait_sent()
         f2.wait_sent()
         # The flows close while the slow subscribers are stuck: 8 flow-close events.
         f1.release()
         f2.release()
-        lab.wait_tcp_idle()
+        lab.wait_idle()
         time.sleep(0.5)
         for s in (slow_all, slow_f):
             s.go.set()
@@ -243,15 +219,15 @@ class DaemonBugs(unittest.TestCase):
         lab, d, pb = self.lab, self.d, self.pb
         r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=5202, payload="only",
                      rate=0.1)
-        rtx = dlab.StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(), timeout=120), "rtx")
+        rtx = StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(), timeout=120), "rtx")
         wait_until(lambda: d.health().subscribers == 1, 10, "subscriber")
         try:
             a0 = lab.counters(lab.a)
             for _ in range(3):
-                f = dlab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, 5202, 4e6, 20, conns=8)
+                f = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, 5202, 4e6, 20, conns=8, acked=True)
                 f.wait_sent()
                 sender, _ = f.release()
-            lab.wait_tcp_idle()
+            lab.wait_idle()
             da = lab.counters(lab.a) - a0
             retrans = da["Tcp.RetransSegs"]
 
@@ -297,7 +273,7 @@ class DaemonBugs(unittest.TestCase):
         # submitted after the last wakeup stayed in the ring until some later event came
         # (97 of 599,985 at 200,000 events/s, every run). bench/ring_producer feeds the
         # daemon's own ring, as the sockops program does, and then stops.
-        producer = os.path.join(os.path.dirname(os.path.dirname(dlab.netlab.LOSSD)), "bench", "ring_producer")
+        producer = os.path.join(os.path.dirname(os.path.dirname(config.LOSSD)), "bench", "ring_producer")
         r = self.watch("burst")
         wait_until(lambda: self.d.health().subscribers >= 1, 10, "subscriber")
         out = subprocess.run([producer, "--pid", str(self.d.ready["pid"]), "--rate", "100000",
@@ -316,11 +292,11 @@ class DaemonBugs(unittest.TestCase):
         lab, d = self.lab, self.d
         r = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=9421, rate=1.0)
         self.assertEqual(self.egress(9421, 500), 0)
-        _, before = dlab.tc_egress_filters(lab, lab.a, lab.IF_A)
+        _, before = tc_egress_filters(lab, lab.a, lab.IF_A)
         # `lossd --observe` (README: "watch TCP") in the same namespace, while the daemon runs.
         obs = lab.lossd(lab.a, ["--observe"])
         try:
-            out, after = dlab.tc_egress_filters(lab, lab.a, lab.IF_A)
+            out, after = tc_egress_filters(lab, lab.a, lab.IF_A)
             g = d.get(r.id)
             got = self.egress(9421, 500)
             c = d.get(r.id).counters
@@ -332,15 +308,15 @@ class DaemonBugs(unittest.TestCase):
         self.assertEqual(g.state, self.pb.RULE_STATE_ACTIVE)
         self.assertEqual(after, before, "another lossd removed the running daemon's clsact filter:\n" + out)
         self.assertEqual(got, 0, "the daemon's 100 %% egress rule (ACTIVE, %s) no longer drops after another "
-                                 "lossd started in its namespace" % (list(g.attachments),))
+                         "lossd started in its namespace" % (list(g.attachments),))
 
     def test_zzz_sigterm_finishes_streams(self):
         pb, d = self.pb, self.d
         streams = [
             self.watch("retransmits"),
-            dlab.StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(), timeout=60), "flows"),
-            dlab.StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(), timeout=60), "aggregates"),
-            dlab.StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(), timeout=60), "counters"),
+            StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(), timeout=60), "flows"),
+            StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(), timeout=60), "aggregates"),
+            StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(), timeout=60), "counters"),
         ]
         self.readers += streams[1:]
         wait_until(lambda: d.health().subscribers == 2, 10, "subscribers")
@@ -360,4 +336,4 @@ class DaemonBugs(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    dlab.main()
+    main()

@@ -18,8 +18,11 @@ import subprocess
 import time
 import unittest
 
-import dlab
-from dlab import measured, wait_until
+from lab import daemon, traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.daemon import Daemon, StreamReader, pids_programs, tc_egress_filters, wait_until
+
 
 LEASE = 3.0
 
@@ -35,14 +38,14 @@ def bpf_links():
 
 class DaemonSignals(unittest.TestCase):
     def setUp(self):
-        self.pb = dlab.pb
-        self.lab = dlab.netlab.Lab()
+        self.pb = daemon.pb
+        self.lab = Lab()
 
     def tearDown(self):
         self.lab.close()
 
     def udp(self, port, tx, rx, dst, n=1000):
-        sent, got = dlab.udp_count(self.lab, tx, rx, dst, port, port, n)
+        sent, got = traffic.udp_count(self.lab, tx, rx, dst, port, port, n)
         self.assertEqual(sent, n)
         return got
 
@@ -57,7 +60,7 @@ class DaemonSignals(unittest.TestCase):
 
     def test_sigterm_ends_streams_and_detaches(self):
         lab, pb = self.lab, self.pb
-        d = dlab.Daemon(lab, lab.a)
+        d = Daemon(lab, lab.a)
         rin = d.create(interface=lab.IF_A, protocol="udp", dport=9401, rate=1.0)
         reg = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=9402, rate=1.0)
         rx = d.create(interface=lab.IF_A, hook="xdp", protocol="udp", dport=9403, rate=1.0)
@@ -66,19 +69,19 @@ class DaemonSignals(unittest.TestCase):
         self.assertRegex(rx.attachments[0], r"^XDP \((native|generic)\) to " + lab.IF_A)
         self.assertEqual((self.ingress(9401, 300), self.egress(9402, 300), self.ingress(9403, 300)), (0, 0, 0))
         self.assertIn("xdp", self.link_show())
-        _, filters = dlab.tc_egress_filters(lab, lab.a, lab.IF_A)
+        _, filters = tc_egress_filters(lab, lab.a, lab.IF_A)
         self.assertEqual(len(filters), 1)
-        progs = dlab.pids_programs(d.proc.pid)
+        progs = pids_programs(d.proc.pid)
         names = bpf_prog_ids()
         self.assertTrue(progs, "the daemon holds no BPF programs?")
         held = {i: names.get(i) for i in progs}
         links_before = [l for l in bpf_links() if l.get("prog_id") in progs]
         streams = [
-            dlab.StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(), timeout=120), "retransmits"),
-            dlab.StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(), timeout=120), "flows"),
-            dlab.StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(), timeout=120), "aggregates"),
-            dlab.StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(interval_ns=200_000_000),
-                                                      timeout=120), "counters"),
+            StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(), timeout=120), "retransmits"),
+            StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(), timeout=120), "flows"),
+            StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(), timeout=120), "aggregates"),
+            StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(interval_ns=200_000_000),
+                                                 timeout=120), "counters"),
         ]
         wait_until(lambda: d.health().subscribers == 2, 10, "subscribers")
         for s in streams[1:]:
@@ -100,7 +103,7 @@ class DaemonSignals(unittest.TestCase):
             time.sleep(0.05)
         left = set(progs) & set(bpf_prog_ids())
         links_after = [l for l in bpf_links() if l.get("prog_id") in progs]
-        tc_out, tc_left = dlab.tc_egress_filters(lab, lab.a, lab.IF_A)
+        tc_out, tc_left = tc_egress_filters(lab, lab.a, lab.IF_A)
         link = self.link_show()
         measured("sigterm", exit=d.proc.returncode, secs_to_exit=secs, streams=ended, programs_held=held,
                  links_before=len(links_before), programs_left=sorted(left), links_left=len(links_after),
@@ -118,14 +121,14 @@ class DaemonSignals(unittest.TestCase):
     def test_sigkill_leaves_no_loss(self):
         lab = self.lab
         state = lab.tempdir()
-        d = dlab.Daemon(lab, lab.a, state_dir=state)
+        d = Daemon(lab, lab.a, state_dir=state)
         d.create(interface=lab.IF_A, protocol="udp", dport=9411, rate=1.0)
         d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=9412, rate=1.0)
         self.assertEqual((self.ingress(9411), self.egress(9412)), (0, 0), "the 100 % rules dropped nothing")
         d.kill9()
         killed = time.monotonic()
         got_in = self.ingress(9411)  # right away: no lease to wait for
-        out, filters = dlab.tc_egress_filters(lab, lab.a, lab.IF_A)
+        out, filters = tc_egress_filters(lab, lab.a, lab.IF_A)
         t_in = time.monotonic() - killed
         # Inside the lease the dead daemon's clsact filter still drops. The daemon renews the
         # lease every LEASE/3, so at least 2/3 of it was left at the kill.
@@ -133,9 +136,9 @@ class DaemonSignals(unittest.TestCase):
         t_early = time.monotonic() - killed
         time.sleep(max(0.0, LEASE + 0.5 - (time.monotonic() - killed)))
         got_out = self.egress(9412)
-        _, filters_after_lease = dlab.tc_egress_filters(lab, lab.a, lab.IF_A)
-        d2 = dlab.Daemon(lab, lab.a, state_dir=state)
-        out3, filters3 = dlab.tc_egress_filters(lab, lab.a, lab.IF_A)
+        _, filters_after_lease = tc_egress_filters(lab, lab.a, lab.IF_A)
+        d2 = Daemon(lab, lab.a, state_dir=state)
+        out3, filters3 = tc_egress_filters(lab, lab.a, lab.IF_A)
         h = d2.health()
         rules = d2.inj.ListRules(self.pb.ListRulesRequest(), timeout=10).rules
         rc = d2.term()
@@ -159,4 +162,4 @@ class DaemonSignals(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    dlab.main()
+    main()

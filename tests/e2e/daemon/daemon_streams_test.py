@@ -21,51 +21,21 @@ and paced parallel TCP flows A -> B that produce a few hundred retransmission ev
 import random
 import threading
 import time
-import unittest
 
-import dlab
-from dlab import SLOW_OPTIONS, events_of, gaps_of, key, measured, wait_until
+from lab import traffic
+from lab.config import main
+from lab.netns import measured
+from lab.daemon import (DaemonTestCase, SLOW_OPTIONS, StreamReader, check_seq, events_of, gaps_of,
+                        key, rule_spec, wait_until)
+
 
 PORT = 5201
 
-class DaemonStreams(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = dlab.netlab.Lab()
-        try:
-            cls.d = dlab.Daemon(cls.lab, cls.lab.a)
-        except BaseException:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
+class DaemonStreams(DaemonTestCase):
 
     def setUp(self):
-        self.pb = dlab.pb
-        self.d.inj.ClearRules(self.pb.ClearRulesRequest(), timeout=30)
+        super().setUp()
         wait_until(lambda: self.d.health().subscribers == 0, 10, "no subscribers left")
-        self.readers = []
-
-    def tearDown(self):
-        for r in self.readers:
-            r.cancel()
-        self.assertTrue(self.d.alive(), "daemon died:\n" + self.d.stderr())
-
-    def watch(self, name, stub=None, **req):
-        stub = stub or self.d.obs
-        r = dlab.StreamReader(stub.WatchRetransmits(self.pb.WatchRetransmitsRequest(**req), timeout=180), name)
-        self.readers.append(r)
-        return r
-
-    def rule(self, lo=PORT, hi=PORT, rate=0.1):
-        return self.d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp", dport=(lo, hi),
-                             payload="only", rate=rate)
 
     def settle(self, reader, rid, timeout=10):
         """Waits until reader's retransmitted segments equal GetRuleEffect's (all types) and stay
@@ -84,14 +54,14 @@ class DaemonStreams(unittest.TestCase):
 
     def test_slow_subscriber_gap_accounting(self):
         pb, d, lab = self.pb, self.d, self.lab
-        r = self.rule()
+        r = self.egress_rule()
         fast = self.watch("fast")
         ch, _, slow_obs, _ = d.stubs(SLOW_OPTIONS)
         slow = self.watch("slow", slow_obs, queue=10)
         slow.go.clear()  # takes one message, then stops reading
         wait_until(lambda: d.health().subscribers == 2, 10, "2 subscribers")
         c0 = lab.counters(lab.a)
-        flow = dlab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 5e6, 20, hold=True, conns=8)
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 5e6, 20, hold=True, conns=8)
         flow.wait_sent()
         retrans = (lab.counters(lab.a) - c0)["Tcp.RetransSegs"]
         # The daemon serves while the slow subscriber is stuck.
@@ -119,8 +89,8 @@ class DaemonStreams(unittest.TestCase):
                        slow_had_before_resuming=stuck_with, events_lost_kernel=d.health().events_lost_kernel)
         measured("slow_subscriber", **numbers)
         flow.release()
-        dlab.check_seq(self, f, "fast")
-        dlab.check_seq(self, s, "slow")
+        check_seq(self, f, "fast")
+        check_seq(self, s, "slow")
         self.assertEqual(gaps_of(f), [], "the fast subscriber got a gap")
         self.assertEqual(sum(e.segments for e in fe), fast_total, numbers)
         self.assertGreater(lost, 0, "the slow subscriber lost nothing: no test")
@@ -138,14 +108,14 @@ class DaemonStreams(unittest.TestCase):
 
     def test_concurrent_subscribers_with_rule_churn(self):
         pb, d, lab = self.pb, self.d, self.lab
-        main = self.rule(rate=0.05)
+        main = self.egress_rule(rate=0.05)
         rtx = [self.watch("rtx%d" % i) for i in range(3)]
-        agg = dlab.StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(window_ns=100_000_000),
-                                                      timeout=180), "aggregates")
-        flows = dlab.StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(interval_ns=100_000_000), timeout=180),
-                                  "flows")
-        counters = dlab.StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(interval_ns=100_000_000),
-                                                             timeout=180), "counters")
+        agg = StreamReader(d.obs.WatchAggregates(pb.WatchAggregatesRequest(window_ns=100_000_000),
+                                                 timeout=180), "aggregates")
+        flows = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(interval_ns=100_000_000), timeout=180),
+                             "flows")
+        counters = StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(interval_ns=100_000_000),
+                                                        timeout=180), "counters")
         self.readers += [agg, flows, counters]
         wait_until(lambda: d.health().subscribers == 4, 10, "4 subscribers (3 retransmit + aggregates)")
         c0 = lab.counters(lab.a)
@@ -168,7 +138,7 @@ class DaemonStreams(unittest.TestCase):
                         d.delete(live.pop(rng.randrange(len(live))))
                         churn["deleted"] += 1
                     else:
-                        d.inj.UpdateRule(pb.UpdateRuleRequest(id=main.id, spec=dlab.rule_spec(
+                        d.inj.UpdateRule(pb.UpdateRuleRequest(id=main.id, spec=rule_spec(
                             interface=lab.IF_A, direction="egress", protocol="tcp", dport=PORT, payload="only",
                             rate=rng.choice([0.04, 0.05, 0.06]))), timeout=20)
                         churn["updated"] += 1
@@ -179,19 +149,19 @@ class DaemonStreams(unittest.TestCase):
         t = threading.Thread(target=churner)
         t.start()
         try:
-            flow = dlab.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 4e6, 20, hold=False, conns=4)
+            flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 4e6, 20, acked=True, conns=4)
             flow.wait_sent()
             flow.release()
         finally:
             stop.set()
             t.join(60)
-        lab.wait_tcp_idle()
+        lab.wait_idle()
         retrans = (lab.counters(lab.a) - c0)["Tcp.RetransSegs"]
         total = self.settle(rtx[0], main.id)
         time.sleep(0.5)
         snaps = [r.snapshot() for r in rtx]
         for r, s in zip(rtx, snaps):
-            dlab.check_seq(self, s, r.name)
+            check_seq(self, s, r.name)
             self.assertEqual(gaps_of(s), [], r.name)
         n = min(len(s) for s in snaps)
         self.assertEqual([key(e) for e in events_of(snaps[0])][:n], [key(e) for e in events_of(snaps[1])][:n])
@@ -201,7 +171,7 @@ class DaemonStreams(unittest.TestCase):
         for s in (agg, flows, counters):
             m = s.snapshot()
             self.assertGreater(len(m), 3, s.name)
-            dlab.check_seq(self, m, s.name)
+            check_seq(self, m, s.name)
             self.assertIsNone(s.error, s.name)
         self.assertTrue(all(len(a.gaps) == 0 for a in agg.snapshot()))
         self.assertEqual(sum(sum(a.retransmits_by_type.values()) for a in agg.snapshot()), total)
@@ -221,4 +191,4 @@ class DaemonStreams(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    dlab.main()
+    main()

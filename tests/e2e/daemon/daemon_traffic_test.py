@@ -12,51 +12,21 @@ The daemon runs in namespace A.
                                effect's retransmitted segments (all types) == A's TcpRetransSegs
                                delta == dropped_segments + TCPDSACKRecvSegs delta
 """
-import math
-import unittest
 
-import dlab
-from dlab import measured, wait_until
+from lab import traffic
+from lab.config import main
+from lab.netns import measured
+from lab.stats import binom_interval
+from lossd_client.units import wilson_interval as wilson  # client/python, stdlib only
+from lab.daemon import DaemonTestCase, wait_until
 
-Z999 = 3.2905267314919255  # two-sided 99.9 %
+
 N = 100_000
 PPS = 50_000
 
 
-def wilson(k, n, z=Z999):
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-class DaemonTraffic(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.lab = dlab.netlab.Lab()
-        try:
-            cls.d = dlab.Daemon(cls.lab, cls.lab.a)
-        except BaseException:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
-
-    def setUp(self):
-        self.pb = dlab.pb
-        self.d.inj.ClearRules(self.pb.ClearRulesRequest(), timeout=30)
-
-    def tearDown(self):
-        self.assertTrue(self.d.alive(), "daemon died:\n" + self.d.stderr())
+class DaemonTraffic(DaemonTestCase):
+    pass
 
     def counters_settled(self, rid, n):
         return wait_until(lambda: (lambda c: c if c.matched_packets >= n else None)(self.d.get(rid).counters),
@@ -67,7 +37,7 @@ class DaemonTraffic(unittest.TestCase):
         r = d.create(interface=lab.IF_A, protocol="udp", dport=9301, rate=1.0)
         self.assertEqual(list(r.attachments), ["tcx ingress to " + lab.IF_A])
         n = 5000
-        res = dlab.netlab.udp_flows(lab, [
+        res = traffic.udp_flows(lab, [
             dict(rx_ns=lab.a, tx_ns=lab.b, dst=lab.V4_A, port=9301, flow=1, count=n, pps=20000),
             dict(rx_ns=lab.a, tx_ns=lab.b, dst=lab.V4_A, port=9302, flow=2, count=n, pps=20000)])
         (s1, g1), (s2, g2) = res
@@ -84,12 +54,12 @@ class DaemonTraffic(unittest.TestCase):
         port = 9303
         r = d.create(interface=lab.IF_A, protocol="udp", dport=port, rate=0.01)
         c0 = lab.counters(lab.a)
-        ((sent, got),) = dlab.netlab.udp_flows(lab, [dict(rx_ns=lab.a, tx_ns=lab.b, dst=lab.V4_A, port=port,
-                                                          flow=3, count=N, pps=PPS)])
+        ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.a, tx_ns=lab.b, dst=lab.V4_A, port=port,
+                                                      flow=3, count=N, pps=PPS)])
         dc = lab.counters(lab.a) - c0
         c = self.counters_settled(r.id, N)
         lost = N - got["unique"]
-        lo, hi = dlab.netlab.binom_interval(N, 0.01)
+        lo, hi = binom_interval(N, 0.01)
         e = d.effect(r.id)
         diag = "lost=%d interval=[%d,%d] counters=%s rcvbuf=%d" % (lost, lo, hi, c, dc["Udp.RcvbufErrors"])
         measured("udp_1pct_via_grpc", n=N, lost=lost, interval=[lo, hi], dropped=c.dropped_packets,
@@ -124,7 +94,7 @@ class DaemonTraffic(unittest.TestCase):
                      rate=0.01)
         self.assertEqual(list(r.attachments), ["clsact egress on " + lab.IF_A])
         a0, b0 = lab.counters(lab.a), lab.counters(lab.b)
-        sender, receiver = lab.tcp_flow(lab.b, lab.a, lab.V4_B, mbytes=150, rate_mbit=500)
+        sender, receiver = traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, mbytes=150, rate_mbit=500)
         da, db = lab.counters(lab.a) - a0, lab.counters(lab.b) - b0
         retrans, dsack = da["Tcp.RetransSegs"], da["TcpExt.TCPDSACKRecvSegs"]
 
@@ -165,10 +135,10 @@ class DaemonTraffic(unittest.TestCase):
         self.assertAlmostEqual(e.rate_ci_low, lo, places=12)
         self.assertAlmostEqual(e.rate_ci_high, hi, places=12)
         # Per skb the loss is Bernoulli(1 %).
-        plo, phi = dlab.netlab.binom_interval(c.matched_packets, 0.01)
+        plo, phi = binom_interval(c.matched_packets, 0.01)
         self.assertTrue(plo <= c.dropped_packets <= phi, numbers)
 
 
 
 if __name__ == "__main__":
-    dlab.main()
+    main()

@@ -16,7 +16,10 @@ the first with preexisting 1 (picked up by iter/tcp) and the second with 0
 import time
 import unittest
 
-import obslab
+from lab import observer, traffic
+from lab.config import main
+from lab.netns import Lab, measured
+
 
 WATCHED, OTHER = 5304, 5305
 
@@ -24,27 +27,27 @@ WATCHED, OTHER = 5304, 5305
 class WatchPort(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        with obslab.Lab() as lab:
-            def traffic():
-                srvs = [lab.server(lab.b, "0.0.0.0", p) for p in (WATCHED, OTHER)]
-                clis = [lab.sender(lab.a, lab.V4_B, p, nbytes=60e6, rate_mbit=300) for p in (WATCHED, OTHER)]
-                sent = [lab.finish(c) for c in clis]
-                got = [lab.finish(s) for s in srvs]
+        with Lab() as lab:
+            def run_traffic():
+                srvs = [traffic.server(lab, lab.b, "0.0.0.0", p) for p in (WATCHED, OTHER)]
+                clis = [traffic.sender(lab, lab.a, lab.V4_B, p, nbytes=60e6, rate_mbit=300) for p in (WATCHED, OTHER)]
+                sent = [traffic.finish(c) for c in clis]
+                got = [traffic.finish(s) for s in srvs]
                 return sent, got
-            cls.run_ = obslab.observe(lab, lab.a, traffic, obs_args=["--watch-port", str(WATCHED)],
-                                      rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport",
-                                                      "%d-%d" % (WATCHED, OTHER), "--payload", "only",
-                                                      "--rate", "2%"])])
+            cls.run_ = observer.observe(lab, lab.a, run_traffic, obs_args=["--watch-port", str(WATCHED)],
+                                        rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport",
+                                                        "%d-%d" % (WATCHED, OTHER), "--payload", "only",
+                                                        "--rate", "2%"])])
         sent, got = cls.run_.traffic
         cls.watched, cls.other = sent[0]["conns"][0], sent[1]["conns"][0]
-        obslab.measured("watch_port", watched_total_retrans=cls.watched["total_retrans"],
-                        other_total_retrans=cls.other["total_retrans"], **cls.run_.numbers())
+        measured("watch_port", watched_total_retrans=cls.watched["total_retrans"],
+                 other_total_retrans=cls.other["total_retrans"], **cls.run_.numbers())
 
     def test_totals_cover_the_namespace_and_reconcile(self):
         r = self.run_
-        obslab.reconcile(self, r.out, r.dk, filtered_ok=True)
+        observer.reconcile(self, r.out, r.dk, filtered_ok=True)
         self.assertEqual(r.out.totals["retrans_segs"],
-                                   self.watched["total_retrans"] + self.other["total_retrans"], r.numbers())
+                         self.watched["total_retrans"] + self.other["total_retrans"], r.numbers())
 
     def test_only_the_watched_flow_has_events(self):
         out = self.run_.out
@@ -61,32 +64,32 @@ class WatchPort(unittest.TestCase):
         out = self.run_.out
         seen = sum(e["segs"] for e in out.retransmits if e["outcome"] in ("sent", "failed"))
         self.assertEqual(seen, self.watched["total_retrans"],
-                                   "watched flow; unseen: %s" % obslab.unseen(out))
+                         "watched flow; unseen: %s" % observer.unseen(out))
         self.assertEqual(out.totals["retrans_segs"] - seen, self.other["total_retrans"],
-                                   out.summary())
+                         out.summary())
 
 
 class Preexisting(unittest.TestCase):
     def test_flow_open_before_the_observer_is_marked_preexisting(self):
         P1, P2 = 5306, 5307
-        with obslab.Lab() as lab:
-            srvs = [lab.server(lab.b, "0.0.0.0", p) for p in (P1, P2)]
-            old = lab.sender(lab.a, lab.V4_B, P1, rate_mbit=500, until_stdin=True)
+        with Lab() as lab:
+            srvs = [traffic.server(lab, lab.b, "0.0.0.0", p) for p in (P1, P2)]
+            old = traffic.sender(lab, lab.a, lab.V4_B, P1, rate_mbit=500, until_stdin=True)
             time.sleep(0.5)
             t_start = time.monotonic_ns()  # CLOCK_MONOTONIC, as bpf_ktime_get_ns
             obs = lab.lossd(lab.a, ["--observe"])
             t_ready = time.monotonic_ns()
-            new = lab.sender(lab.a, lab.V4_B, P2, rate_mbit=100, until_stdin=True)
+            new = traffic.sender(lab, lab.a, lab.V4_B, P2, rate_mbit=100, until_stdin=True)
             time.sleep(1)
-            out = obs.stop()  # both flows still live
+            out = obs.stop_observer()  # both flows still live
             for c in (old, new):
-                lab.finish(c, stop=True)
+                traffic.finish(c, stop=True)
             for s in srvs:
-                lab.finish(s)
+                traffic.finish(s)
         flows = {(f["sport"], f["dport"]): f for f in out.flows}
-        obslab.measured("preexisting", observer_start_ns=t_start, observer_ready_ns=t_ready,
-                        flows=[{k: f[k] for k in ("sport", "dport", "preexisting", "cwnd", "srtt_us",
-                                                  "bytes_acked", "opened_ns")} for f in out.flows])
+        measured("preexisting", observer_start_ns=t_start, observer_ready_ns=t_ready,
+                 flows=[{k: f[k] for k in ("sport", "dport", "preexisting", "cwnd", "srtt_us",
+                                           "bytes_acked", "opened_ns")} for f in out.flows])
         self.assertEqual(len(out.flows), 2, out.flows)
         a = flows[(old.sports[0], P1)]
         b = flows[(new.sports[0], P2)]
@@ -98,11 +101,11 @@ class Preexisting(unittest.TestCase):
                          "(created by a tracepoint program before the iter/tcp walk?): %s"
                          % (0.5, (a["opened_ns"] - t_start) / 1e6, (t_ready - t_start) / 1e6, a))
         for f in (a, b):
-            self.assertEqual((f["saddr"], f["daddr"]), (obslab.Lab.V4_A, obslab.Lab.V4_B), f)
+            self.assertEqual((f["saddr"], f["daddr"]), (Lab.V4_A, Lab.V4_B), f)
             self.assertGreater(f["cwnd"], 0, f)
             self.assertGreater(f["srtt_us"], 0, f)
             self.assertGreater(f["bytes_acked"], 0, f)
 
 
 if __name__ == "__main__":
-    obslab.main()
+    main()

@@ -17,7 +17,11 @@ The kernel reconciliation of the same run is a separate test.
 import time
 import unittest
 
-import obslab
+from lab import observer, traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.stats import short
+
 
 P = 5308
 CONNS = 4
@@ -26,27 +30,27 @@ CONNS = 4
 class Flood(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        with obslab.Lab() as lab:
+        with Lab() as lab:
             lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tso", "off", "gso", "off")
-            obs, inj = lab.start(lab.observer(lab.a),
+            obs, inj = lab.start(observer.spec(lab.a),
                                  (lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(P),
                                           "--payload", "only", "--rate", "10%"]))
             obs.gate.clear()  # stop reading lossd's stdout
             k0 = lab.counters(lab.a)
-            srv = lab.server(lab.b, "0.0.0.0", P, conns=CONNS)
-            cli = lab.sender(lab.a, lab.V4_B, P, rate_mbit=0, conns=CONNS, until_stdin=True)
+            srv = traffic.server(lab, lab.b, "0.0.0.0", P, conns=CONNS)
+            cli = traffic.sender(lab, lab.a, lab.V4_B, P, rate_mbit=0, conns=CONNS, until_stdin=True)
             time.sleep(3)
             cls.paused_lines = len(obs.lines)
-            s = lab.finish(cli, stop=True)
-            r = lab.finish(srv)
+            s = traffic.finish(cli, stop=True)
+            r = traffic.finish(srv)
             lab.wait_idle(lab.a)
             cls.dk = lab.counters(lab.a) - k0
-            cls.out = obs.stop()  # reads again, then SIGTERM
-            cls.final = inj.stop().final
+            cls.out = obs.stop_observer()  # reads again, then SIGTERM
+            cls.final = inj.stop()
             cls.sent, cls.received = s, r
-        obslab.measured("flood", lines_read_while_paused=cls.paused_lines, bytes=r["bytes"],
-                        injector_dropped_segs=cls.final["dropped_segs"],
-                        kernel=obslab.short(cls.dk), observer=cls.out.summary())
+        measured("flood", lines_read_while_paused=cls.paused_lines, bytes=r["bytes"],
+                 injector_dropped_segs=cls.final["dropped_segs"],
+                 kernel=short(cls.dk), observer=cls.out.summary())
 
     def test_many_retransmissions(self):
         self.assertEqual(self.received["bytes"], self.sent["bytes"])
@@ -58,11 +62,11 @@ class Flood(unittest.TestCase):
         ctx = str(out.summary())
         self.assertEqual(t["filtered"], 0, ctx)
         self.assertEqual(t["flows_closed"], CONNS, ctx)
-        obslab.check_event_stream(self, out, ctx)
+        observer.check_event_stream(self, out, ctx)
 
     def test_reconciles_with_kernel_counters(self):
-        obslab.reconcile(self, self.out, self.dk)
+        observer.reconcile(self, self.out, self.dk)
 
 
 if __name__ == "__main__":
-    obslab.main()
+    main()

@@ -2,7 +2,7 @@
 
 A paced TCP bulk transfer A -> B under injected loss, `lossd --observe --events`
 in A (the sender), every TCP socket of A closed before the counters are read.
-Asserted per run (obslab.reconcile, from the kernel research memo):
+Asserted per run (lab.observer.reconcile, from the kernel research memo):
 
   exact   retrans_segs == dTcpRetransSegs           (and == sum of sent+failed segs)
           fast.sent.segs == dTCPFastRetrans
@@ -13,7 +13,7 @@ Asserted per run (obslab.reconcile, from the kernel research memo):
           rto+syn events <= dTCPTimeouts              (a timeout may kill, or be a SYN-ACK timer)
   health  unknown == ring_lost == arm_failed == 0
   stream  every wanted event was printed once (check_event_stream), and per socket the
-          events add up to the kernel's own tcp total_retrans (obslab.unseen)
+          events add up to the kernel's own tcp total_retrans (lab.observer.unseen)
 
 Rates: 1 % and 5 % of skbs at the receiver's ingress (tcx drop: real network loss;
 veth carries GSO skbs of ~45 segments, so one drop loses a burst), 0.1 % per wire
@@ -25,7 +25,11 @@ running injector's egress rule alone.
 import ipaddress
 import unittest
 
-import obslab
+from lab import observer, traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.stats import short
+
 
 P = 5301
 INGRESS = ["--proto", "tcp", "--dport", str(P)]
@@ -44,17 +48,17 @@ class _Scenario(unittest.TestCase):
     def setUpClass(cls):
         if cls is _Scenario:
             raise unittest.SkipTest("base class")
-        cls.lab = obslab.Lab()
+        cls.lab = Lab()
         try:
             cls.run_ = cls.scenario(cls.lab)
-            obslab.measured(cls.__name__, **cls.run_.numbers())
+            measured(cls.__name__, **cls.run_.numbers())
         finally:
             cls.lab.close()
 
 
 def bulk(lab, family, mbytes, rate_mbit, cc=None):
     dst = lab.V6_B if family == 6 else lab.V4_B
-    return lambda: lab.bulk(dst, port=P, nbytes=mbytes * 1e6, rate_mbit=rate_mbit, cc=cc)
+    return lambda: traffic.bulk(lab, dst, port=P, nbytes=mbytes * 1e6, rate_mbit=rate_mbit, cc=cc)
 
 
 class _Reconciles:
@@ -62,7 +66,7 @@ class _Reconciles:
         r = self.run_
         s, rcv = r.traffic
         self.assertEqual(rcv["bytes"], s["bytes"], "receiver did not get every byte")
-        obslab.reconcile(self, r.out, r.dk)
+        observer.reconcile(self, r.out, r.dk)
         self.assertGreater(r.out.totals["retrans_segs"], 0, "no retransmission: the scenario tested nothing")
 
     def test_socket_total_retrans_matches_events(self):
@@ -72,7 +76,7 @@ class _Reconciles:
         sport = s["conns"][0]["sport"]
         evs = [e for e in r.out.retransmits if e["sport"] == sport and e["outcome"] in ("sent", "failed")]
         self.assertEqual(sum(e["segs"] for e in evs), s["conns"][0]["total_retrans"],
-                                   "socket %d: events vs tcpi_total_retrans; unseen: %s" % (sport, obslab.unseen(r.out)))
+                         "socket %d: events vs tcpi_total_retrans; unseen: %s" % (sport, observer.unseen(r.out)))
 
 
 class Ingress1Pct(_Scenario, _Reconciles):
@@ -82,7 +86,7 @@ class Ingress1Pct(_Scenario, _Reconciles):
 
     @classmethod
     def scenario(cls, lab):
-        return obslab.observe(lab, lab.a, bulk(lab, 4, cls.mbytes, cls.rate_mbit, cc="cubic"),
+        return observer.observe(lab, lab.a, bulk(lab, 4, cls.mbytes, cls.rate_mbit, cc="cubic"),
                               rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--payload", "only", "--rate", "1%"])])
 
     def test_every_dropped_segment_was_retransmitted(self):
@@ -91,7 +95,7 @@ class Ingress1Pct(_Scenario, _Reconciles):
         r = self.run_
         f = r.finals[0]
         self.assertEqual(r.out.totals["retrans_segs"],
-                                   f["dropped_segs"] + r.dk["TcpExt.TCPDSACKRecvSegs"], r.numbers())
+                         f["dropped_segs"] + r.dk["TcpExt.TCPDSACKRecvSegs"], r.numbers())
 
     def test_cwnd_falls_after_loss(self):
         out = self.run_.out
@@ -121,8 +125,8 @@ class Ingress1Pct(_Scenario, _Reconciles):
 class Ingress5Pct(_Scenario, _Reconciles):
     @classmethod
     def scenario(cls, lab):
-        return obslab.observe(lab, lab.a, bulk(lab, 4, cls.mbytes, cls.rate_mbit),
-                              rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--rate", "5%"])])
+        return observer.observe(lab, lab.a, bulk(lab, 4, cls.mbytes, cls.rate_mbit),
+                                rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--rate", "5%"])])
 
 
 class Ingress01PctPerSegment(_Scenario, _Reconciles):
@@ -134,9 +138,9 @@ class Ingress01PctPerSegment(_Scenario, _Reconciles):
     @classmethod
     def scenario(cls, lab):
         lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tso", "off", "gso", "off")
-        return obslab.observe(lab, lab.a, bulk(lab, 4, cls.mbytes, cls.rate_mbit),
-                              rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--payload", "only",
-                                                                                 "--rate", "0.1%"])])
+        return observer.observe(lab, lab.a, bulk(lab, 4, cls.mbytes, cls.rate_mbit),
+                                rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--payload", "only",
+                                                                                  "--rate", "0.1%"])])
 
     def test_per_segment_drops(self):
         f = self.run_.finals[0]
@@ -148,12 +152,12 @@ class Ingress01PctPerSegment(_Scenario, _Reconciles):
 class Ipv6Ingress1Pct(_Scenario, _Reconciles):
     @classmethod
     def scenario(cls, lab):
-        return obslab.observe(lab, lab.a, bulk(lab, 6, cls.mbytes, cls.rate_mbit),
-                              rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--rate", "1%"])])
+        return observer.observe(lab, lab.a, bulk(lab, 6, cls.mbytes, cls.rate_mbit),
+                                rules=[(lab.b, ["--iface", lab.IF_B] + INGRESS + ["--rate", "1%"])])
 
     def test_events_carry_ipv6_tuples(self):
         out = self.run_.out
-        a, b = ipaddress.ip_address(obslab.Lab.V6_A), ipaddress.ip_address(obslab.Lab.V6_B)
+        a, b = ipaddress.ip_address(Lab.V6_A), ipaddress.ip_address(Lab.V6_B)
         self.assertTrue(out.retransmits)
         for e in out.retransmits + out.closes:
             self.assertEqual((ipaddress.ip_address(e["saddr"]), ipaddress.ip_address(e["daddr"]), e["dport"]),
@@ -166,7 +170,7 @@ class ObserverStartKeepsInjector(unittest.TestCase):
     def test_observer_start_keeps_live_egress_rule(self):
         """Starting `lossd --observe` in a namespace must not disarm a running lossd's
         egress (clsact) rule there: the observer is meant to watch that very loss."""
-        with obslab.Lab() as lab:
+        with Lab() as lab:
             # 5 % of ~470 GSO skbs: P(no drop at all) = 0.95^470 ~ 4e-11 (at 1 % it was 0.9 %,
             # and a CI run hit it)
             inj = lab.lossd(lab.a, ["--iface", lab.IF_A, "--dir", "egress", "--payload", "only"] + INGRESS
@@ -175,15 +179,15 @@ class ObserverStartKeepsInjector(unittest.TestCase):
             obs = lab.lossd(lab.a, ["--observe"])
             after = lab.run(lab.a, "tc", "filter", "show", "dev", lab.IF_A, "egress").stdout
             k0 = lab.counters(lab.a)
-            lab.bulk(lab.V4_B, port=P, nbytes=30e6, rate_mbit=500)
+            traffic.bulk(lab, lab.V4_B, port=P, nbytes=30e6, rate_mbit=500)
             lab.wait_idle(lab.a)
             dk = lab.counters(lab.a) - k0
-            out = obs.stop()
-            f = inj.stop().final
-            obslab.measured("observer_start_vs_live_egress_rule", filter_before="lossd_tc_out" in before,
-                            filter_after="lossd_tc_out" in after, injector_matched=f["matched_pkts"],
-                            injector_dropped_segs=f["dropped_segs"], kernel=obslab.short(dk),
-                            observer_stderr=[l for l in out.stderr.splitlines() if "stale" in l])
+            out = obs.stop_observer()
+            f = inj.stop()
+            measured("observer_start_vs_live_egress_rule", filter_before="lossd_tc_out" in before,
+                     filter_after="lossd_tc_out" in after, injector_matched=f["matched_pkts"],
+                     injector_dropped_segs=f["dropped_segs"], kernel=short(dk),
+                     observer_stderr=[l for l in out.stderr.splitlines() if "stale" in l])
             self.assertIn("lossd_tc_out", before)
             self.assertIn("lossd_tc_out", after,
                           "the observer's start removed the live injector's clsact filter; its log: %s"
@@ -192,4 +196,4 @@ class ObserverStartKeepsInjector(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    obslab.main()
+    main()

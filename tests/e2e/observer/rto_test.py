@@ -13,14 +13,17 @@ tail and a tail-loss probe (TLP) resends it; with K = 2 the probe is lost
 too and the retransmission timer resends it (RTO). The observer runs in B
 (the responder).
 
-Every run asserts the full reconciliation of obslab.reconcile; the types are
+Every run asserts the full reconciliation of lab.observer.reconcile; the types are
 checked against the counters that define them (TCPLossProbes for TLP,
 TCPTimeouts for RTO, TCPSlowStartRetrans for Loss).
 """
 import time
 import unittest
 
-import obslab
+from lab import observer, traffic
+from lab.config import main
+from lab.netns import Lab, measured
+
 
 P = 5302
 
@@ -28,20 +31,20 @@ P = 5302
 class Blackout(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        with obslab.Lab() as lab:
-            def traffic():
-                srv = lab.server(lab.b, "0.0.0.0", P)
-                cli = lab.sender(lab.a, lab.V4_B, P, rate_mbit=300, until_stdin=True)
+        with Lab() as lab:
+            def run_traffic():
+                srv = traffic.server(lab, lab.b, "0.0.0.0", P)
+                cli = traffic.sender(lab, lab.a, lab.V4_B, P, rate_mbit=300, until_stdin=True)
                 bo = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(P),
                                        "--payload", "only", "--rate", "100%", "--duration", "1s"])
                 rc = bo.wait_exit(timeout=30)
                 time.sleep(1.5)  # the link is back; let the sender recover before it ends
-                s = lab.finish(cli, stop=True)
-                r = lab.finish(srv)
-                return s, r, rc, obslab.Output(bo.lines).final
-            cls.run_ = obslab.observe(lab, lab.a, traffic)
+                s = traffic.finish(cli, stop=True)
+                r = traffic.finish(srv)
+                return s, r, rc, bo.output().final
+            cls.run_ = observer.observe(lab, lab.a, run_traffic)
             s, r, rc, cls.blackout = cls.run_.traffic
-            obslab.measured("rto_blackout", blackout_rc=rc, blackout_dropped_segs=(cls.blackout or {}).get(
+            measured("rto_blackout", blackout_rc=rc, blackout_dropped_segs=(cls.blackout or {}).get(
                 "dropped_segs"), **cls.run_.numbers())
 
     def test_blackout_rule_ran(self):
@@ -53,7 +56,7 @@ class Blackout(unittest.TestCase):
         self.assertEqual(r["bytes"], s["bytes"])
 
     def test_reconciles_with_kernel_counters(self):
-        obslab.reconcile(self, self.run_.out, self.run_.dk)
+        observer.reconcile(self, self.run_.out, self.run_.dk)
 
     def test_rto_and_loss_retransmissions(self):
         out, dk = self.run_.out, self.run_.dk
@@ -80,15 +83,15 @@ class Blackout(unittest.TestCase):
 
 class TailDrop(unittest.TestCase):
     def tail(self, first):
-        with obslab.Lab() as lab:
+        with Lab() as lab:
             rule = ["--iface", lab.IF_A, "--proto", "tcp", "--sport", str(P), "--payload", "only",
                     "--first", str(first)]
-            run = obslab.observe(lab, lab.b, lambda: lab.rr(lab.V4_B, port=P, count=3, resp=100),
-                                 rules=[(lab.a, rule)])
-        obslab.measured("tail_drop_first_%d" % first, **run.numbers())
-        self.assertEqual(run.traffic["bytes"], 300)
+            run = observer.observe(lab, lab.b, lambda: traffic.rr(lab, lab.V4_B, port=P, count=3, resp=100),
+                                   rules=[(lab.a, rule)])
+        measured("tail_drop_first_%d" % first, **run.numbers())
+        self.assertEqual(run.traffic["response_bytes"], 300)
         self.assertEqual(run.finals[0]["dropped_pkts"], first, run.numbers())
-        obslab.reconcile(self, run.out, run.dk)
+        observer.reconcile(self, run.out, run.dk)
         return run
 
     def test_lost_tail_is_probed(self):
@@ -100,7 +103,7 @@ class TailDrop(unittest.TestCase):
         # probe fired, so the probe resent the tail (no new-data probe).
         self.assertEqual(out.ev("tlp"), dk["TcpExt.TCPLossProbes"], run.numbers())
         e = out.retransmits[0]
-        self.assertEqual((e["ca_state"], e["segs"], e["saddr"], e["sport"]), (0, 1, obslab.Lab.V4_B, P), e)
+        self.assertEqual((e["ca_state"], e["segs"], e["saddr"], e["sport"]), (0, 1, Lab.V4_B, P), e)
 
     def test_lost_probe_ends_in_timeout(self):
         run = self.tail(2)
@@ -114,4 +117,4 @@ class TailDrop(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    obslab.main()
+    main()

@@ -12,22 +12,25 @@ synack events == dTCPSynRetrans and retrans_segs == dTcpRetransSegs there.
 """
 import unittest
 
-import obslab
+from lab import observer, traffic
+from lab.config import main
+from lab.netns import Lab, measured
+
 
 P = 5303
 
 
 class Handshake(unittest.TestCase):
     def test_lost_syns_are_resent_and_counted(self):
-        with obslab.Lab() as lab:
-            run = obslab.observe(lab, lab.a, lambda: lab.rr(lab.V4_B, port=P, count=2, resp=100),
-                                 rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(P),
-                                                 "--tcp-flags", "syn,!ack", "--first", "2"])])
-        obslab.measured("syn_first_2", **run.numbers())
+        with Lab() as lab:
+            run = observer.observe(lab, lab.a, lambda: traffic.rr(lab, lab.V4_B, port=P, count=2, resp=100),
+                                   rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(P),
+                                                   "--tcp-flags", "syn,!ack", "--first", "2"])])
+        measured("syn_first_2", **run.numbers())
         out, dk = run.out, run.dk
-        self.assertEqual(run.traffic["bytes"], 200, "the connection did not succeed")
+        self.assertEqual(run.traffic["response_bytes"], 200, "the connection did not succeed")
         self.assertEqual(run.finals[0]["dropped_pkts"], 2, run.numbers())
-        obslab.reconcile(self, out, dk)
+        observer.reconcile(self, out, dk)
         self.assertEqual(out.ev("syn"), 2, run.numbers())
         self.assertEqual(out.retrans_types(), {"syn"}, run.numbers())
         self.assertEqual(dk["TcpExt.TCPSynRetrans"], out.ev("syn"), run.numbers())
@@ -35,30 +38,30 @@ class Handshake(unittest.TestCase):
         self.assertEqual(run.traffic["total_retrans"], 2)
         for i, e in enumerate(out.retransmits):
             self.assertEqual((e["saddr"], e["daddr"], e["dport"], e["sport"]),
-                             (obslab.Lab.V4_A, obslab.Lab.V4_B, P, run.traffic["sport"]), e)
+                             (Lab.V4_A, Lab.V4_B, P, run.traffic["sport"]), e)
             self.assertEqual((e["tcp_state"], e["segs"], e["retransmits"]), (2, 1, i + 1), e)  # SYN_SENT
         closes = [c for c in out.closes if c["sport"] == run.traffic["sport"]]
         self.assertEqual(len(closes), 1, out.closes)
         self.assertEqual(closes[0]["flow"]["rtx_segs"]["syn"], 2, closes[0])
 
     def test_lost_synack_is_resent_and_counted_at_the_server(self):
-        with obslab.Lab() as lab:
-            run = obslab.observe(lab, lab.b, lambda: lab.rr(lab.V4_B, port=P, count=2, resp=100),
-                                 rules=[(lab.a, ["--iface", lab.IF_A, "--proto", "tcp", "--sport", str(P),
-                                                 "--tcp-flags", "syn,ack", "--first", "1"])])
-        obslab.measured("synack_first_1", **run.numbers())
+        with Lab() as lab:
+            run = observer.observe(lab, lab.b, lambda: traffic.rr(lab, lab.V4_B, port=P, count=2, resp=100),
+                                   rules=[(lab.a, ["--iface", lab.IF_A, "--proto", "tcp", "--sport", str(P),
+                                                   "--tcp-flags", "syn,ack", "--first", "1"])])
+        measured("synack_first_1", **run.numbers())
         out, dk = run.out, run.dk
-        self.assertEqual(run.traffic["bytes"], 200, "the connection did not succeed")
+        self.assertEqual(run.traffic["response_bytes"], 200, "the connection did not succeed")
         self.assertEqual(run.finals[0]["dropped_pkts"], 1, run.numbers())
-        obslab.reconcile(self, out, dk)
+        observer.reconcile(self, out, dk)
         self.assertGreaterEqual(out.ev("synack"), 1, run.numbers())
         self.assertEqual(out.retrans_types(), {"synack"}, run.numbers())
         self.assertEqual(dk["TcpExt.TCPSynRetrans"], out.ev("synack"), run.numbers())
         self.assertEqual(dk["Tcp.RetransSegs"], out.ev("synack"), run.numbers())
         for e in out.retransmits:
             self.assertEqual((e["saddr"], e["sport"], e["daddr"], e["dport"], e["segs"]),
-                             (obslab.Lab.V4_B, P, obslab.Lab.V4_A, run.traffic["sport"], 1), e)
+                             (Lab.V4_B, P, Lab.V4_A, run.traffic["sport"], 1), e)
 
 
 if __name__ == "__main__":
-    obslab.main()
+    main()

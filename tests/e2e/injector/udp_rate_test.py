@@ -7,7 +7,11 @@ same through the XDP hook (--hook xdp) at 5 %.
 """
 import unittest
 
-import netlab
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.stats import binom_interval
+
 
 N = 100_000
 PPS = 25_000
@@ -17,18 +21,18 @@ class UdpRate(unittest.TestCase):
     def run_flow(self, lab, args, n, pps, p, port, hook_name, label):
         d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(port)] + args)
         c0 = lab.counters(lab.b)
-        ((sent, got),) = netlab.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=port,
-                                                     flow=2, count=n, pps=pps, list_missing=True)])
+        ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=port,
+                                                      flow=2, count=n, pps=pps, list_missing=True)])
         dc = lab.counters(lab.b) - c0
         f = d.stop()
         lost = n - got["unique"]
         missing = got["missing"] + list(range(got["max_seq"] + 1, n))
         gaps = {b - a for a, b in zip(missing, missing[1:])}
-        lo, hi = netlab.binom_interval(n, p)
-        netlab.measured(label, n=n, p=p, lost=lost, interval=[lo, hi], dropped_pkts=f["dropped_pkts"],
-                        dropped_segs=f["dropped_segs"], matched_pkts=f["matched_pkts"],
-                        rcvbuf_errors=dc["Udp.RcvbufErrors"], distinct_gaps=len(gaps),
-                        hook=d.ready["hooks"])
+        lo, hi = binom_interval(n, p)
+        measured(label, n=n, p=p, lost=lost, interval=[lo, hi], dropped_pkts=f["dropped_pkts"],
+                 dropped_segs=f["dropped_segs"], matched_pkts=f["matched_pkts"],
+                 rcvbuf_errors=dc["Udp.RcvbufErrors"], distinct_gaps=len(gaps),
+                 hook=d.ready["hooks"])
         diag = "lost=%d interval=[%d,%d] final=%s rcvbuf=%d" % (lost, lo, hi, f, dc["Udp.RcvbufErrors"])
         self.assertEqual(sent["sent"], n, diag)
         self.assertEqual(dc["Udp.RcvbufErrors"], 0, "receiver overflowed: " + diag)
@@ -45,16 +49,16 @@ class UdpRate(unittest.TestCase):
         return d
 
     def test_1_percent_tcx_ingress(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             d = self.run_flow(lab, ["--rate", "1%"], N, PPS, 0.01, 9010, "tc_ingress", "udp_rate_1pct_tcx")
             self.assertIn("tcx ingress to " + lab.IF_B, d.ready["hooks"])
 
     def test_5_percent_xdp(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             d = self.run_flow(lab, ["--hook", "xdp", "--rate", "5%"], 20_000, PPS, 0.05, 9011, "xdp",
                               "udp_rate_5pct_xdp")
             self.assertIn("XDP", d.ready["hooks"])
 
 
 if __name__ == "__main__":
-    netlab.main()
+    main()

@@ -9,17 +9,21 @@ Exact relation asserted, as in the ingress test (see its docstring):
 """
 import unittest
 
-import netlab
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.stats import binom_interval
+
 
 RULE = ["--dir", "egress", "--proto", "tcp", "--dport", "5201", "--payload", "only", "--rate", "1%"]
 
 
 class TcpEgressRetrans(unittest.TestCase):
     def test_egress_1pct_clsact_stolen_is_network_loss(self):
-        with netlab.Lab() as lab:
-            run = lab.tcp_loss_run(lab.a, ["--iface", lab.IF_A] + RULE, lab.V6_B)
-            s = netlab.tcp_summary(run)
-            netlab.measured("tcp_egress_1pct_clsact_v6", hook=run["ready"]["hooks"], **s)
+        with Lab() as lab:
+            run = traffic.tcp_loss_run(lab, lab.a, ["--iface", lab.IF_A] + RULE, lab.V6_B)
+            s = traffic.tcp_summary(run)
+            measured("tcp_egress_1pct_clsact_v6", hook=run["ready"]["hooks"], **s)
             f, da = run["final"], run["da"]
             self.assertIn("clsact egress on " + lab.IF_A, run["ready"]["hooks"])
             self.assertEqual(run["receiver"]["bytes"], int(187.5e6), s)
@@ -32,9 +36,9 @@ class TcpEgressRetrans(unittest.TestCase):
                              f["dropped_segs"] + da["TcpExt.TCPDSACKRecvSegs"], s)
             self.assertEqual(run["sender"]["total_retrans"], da["Tcp.RetransSegs"], s)
             self.assertEqual(run["db"]["Tcp.OutRsts"] + da["Tcp.OutRsts"], 0, s)
-            lo, hi = netlab.binom_interval(f["matched_pkts"], 0.01)
+            lo, hi = binom_interval(f["matched_pkts"], 0.01)
             self.assertTrue(lo <= f["dropped_pkts"] <= hi, "dropped skbs outside [%d, %d]: %s" % (lo, hi, s))
 
 
 if __name__ == "__main__":
-    netlab.main()
+    main()

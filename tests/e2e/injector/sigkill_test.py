@@ -6,28 +6,26 @@ survives the process, but the lease it checks in BPF runs out (--lease 1s)
 and it drops nothing after; the next lossd start removes the stale filter.
 """
 import json
-import re
 import shutil
 import subprocess
 import time
 import unittest
 
-import netlab
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.daemon import tc_egress_filters
+
 
 PORT = 9100
 N = 2000
 
 
 def flow(lab, port=PORT, n=N):
-    ((sent, got),) = netlab.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=port,
-                                                 flow=5, count=n, pps=20_000)], settle=0.2)
+    ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=port,
+                                                  flow=5, count=n, pps=20_000)], settle=0.2)
     assert sent["sent"] == n, sent
     return got["unique"]
-
-
-def lossd_filters(lab):
-    out = lab.run(lab.a, "tc", "filter", "show", "dev", lab.IF_A, "egress").stdout
-    return out, [int(m.group(1)) for m in re.finditer(r"lossd_tc_out.*? id (\d+)", out)]
 
 
 def hook_stats_of_prog(prog_id):
@@ -50,7 +48,7 @@ def hook_stats_of_prog(prog_id):
 
 class SigkillLeavesNoLoss(unittest.TestCase):
     def test_tcx_ingress_stops_dropping_at_once(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(PORT),
                                   "--rate", "100%", "--lease", "1s", "--interval", "100ms"])
             self.assertIn("tcx ingress", d.ready["hooks"])
@@ -61,23 +59,23 @@ class SigkillLeavesNoLoss(unittest.TestCase):
             self.assertEqual(d.last_counters()["dropped_pkts"], N)
             d.kill9()
             got = flow(lab)  # right away: no waiting for the lease
-            netlab.measured("sigkill_tcx", before_kill_received=0, after_kill_received=got, sent=N)
+            measured("sigkill_tcx", before_kill_received=0, after_kill_received=got, sent=N)
             self.assertEqual(got, N, "a SIGKILLed lossd's tcx program still drops")
 
     def test_clsact_egress_stops_after_lease_and_next_start_removes_filter(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             d = lab.lossd(lab.a, ["--iface", lab.IF_A, "--dir", "egress", "--proto", "udp", "--dport",
                                   str(PORT), "--rate", "100%", "--lease", "1s", "--interval", "100ms"])
             self.assertIn("clsact egress", d.ready["hooks"])
             self.assertEqual(flow(lab), 0, "the 100 % rule dropped nothing")
             d.kill9()
-            out, progs = lossd_filters(lab)
+            out, progs = tc_egress_filters(lab, lab.a, lab.IF_A)
             self.assertEqual(len(progs), 1, "expected lossd's clsact filter to outlive SIGKILL:\n" + out)
             before = hook_stats_of_prog(progs[0])
             time.sleep(2.0)  # > the 1 s lease
             got = flow(lab)
             after = hook_stats_of_prog(progs[0])
-            out2, progs2 = lossd_filters(lab)
+            out2, progs2 = tc_egress_filters(lab, lab.a, lab.IF_A)
             self.assertEqual(progs2, progs, "the filter should still be there, passing:\n" + out2)
             self.assertEqual(got, N, "a dead lossd's clsact filter still drops after its lease")
             lease_expired = None
@@ -88,12 +86,12 @@ class SigkillLeavesNoLoss(unittest.TestCase):
             # The next start (no rule needed) removes the stale filter.
             d2 = lab.lossd(lab.a, [])
             d2.stop(expect_final=False)
-            out3, progs3 = lossd_filters(lab)
-            netlab.measured("sigkill_clsact", after_lease_received=got, sent=N,
-                            lease_expired_counted=lease_expired, filters_after_restart=len(progs3))
+            out3, progs3 = tc_egress_filters(lab, lab.a, lab.IF_A)
+            measured("sigkill_clsact", after_lease_received=got, sent=N,
+                     lease_expired_counted=lease_expired, filters_after_restart=len(progs3))
             self.assertEqual(progs3, [], "stale lossd filter survived the next start:\n" + out3)
             self.assertIn("stale", d2.stderr())
 
 
 if __name__ == "__main__":
-    netlab.main()
+    main()

@@ -12,10 +12,13 @@ next lossd start with the same --state-dir restores them.
 """
 import json
 import os
-import time
 import unittest
 
-import netlab
+from lab import config, traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.stats import binom_interval
+
 
 RULE = ["--dir", "egress", "--proto", "tcp", "--dport", "5201", "--payload", "only", "--rate", "1%",
         "--per-segment"]
@@ -29,7 +32,7 @@ def gso_max_segs(lab, ns, ifname):
 class PerSegment(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.lab = lab = netlab.Lab()
+        cls.lab = lab = Lab()
         try:
             # Non-default starting point (veth defaults to GRO off).
             lab.run(lab.a, "ethtool", "-K", lab.IF_A, "gro", "on")
@@ -40,18 +43,18 @@ class PerSegment(unittest.TestCase):
             cls.during = lab.features(lab.a, lab.IF_A)
             cls.gso_max_segs = gso_max_segs(lab, lab.a, lab.IF_A)
             a0, b0 = lab.counters(lab.a), lab.counters(lab.b)
-            cls.sender, cls.receiver = lab.tcp_flow(lab.b, lab.a, lab.V4_B, mbytes=112.5, rate_mbit=300)
+            cls.sender, cls.receiver = traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, mbytes=112.5, rate_mbit=300)
             cls.da, cls.db = lab.counters(lab.a) - a0, lab.counters(lab.b) - b0
             cls.final = d.stop()
             cls.after = lab.features(lab.a, lab.IF_A)
             cls.segs_after = gso_max_segs(lab, lab.a, lab.IF_A)
-            cls.summary = netlab.tcp_summary(dict(sender=cls.sender, receiver=cls.receiver,
-                                                  final=cls.final, da=cls.da, db=cls.db))
+            cls.summary = traffic.tcp_summary(dict(sender=cls.sender, receiver=cls.receiver,
+                                                   final=cls.final, da=cls.da, db=cls.db))
             f = cls.final
-            netlab.measured("per_segment_egress", segs_per_skb=round(f["matched_segs"] / max(1, f["matched_pkts"]), 2),
-                            binom_interval=netlab.binom_interval(f["matched_segs"], 0.01),
-                            features_during={k: cls.during.get(k) for k in OFF_WHILE_ACTIVE},
-                            gso_max_segs=cls.gso_max_segs, **cls.summary)
+            measured("per_segment_egress", segs_per_skb=round(f["matched_segs"] / max(1, f["matched_pkts"]), 2),
+                     binom_interval=binom_interval(f["matched_segs"], 0.01),
+                     features_during={k: cls.during.get(k) for k in OFF_WHILE_ACTIVE},
+                     gso_max_segs=cls.gso_max_segs, **cls.summary)
         except BaseException:
             lab.close()
             raise
@@ -75,7 +78,7 @@ class PerSegment(unittest.TestCase):
 
     def test_segment_loss_rate_in_binomial_interval(self):
         f = self.final
-        lo, hi = netlab.binom_interval(f["matched_segs"], 0.01)
+        lo, hi = binom_interval(f["matched_segs"], 0.01)
         self.assertTrue(lo <= f["dropped_segs"] <= hi,
                         "dropped_segs %d outside [%d, %d]: %s" % (f["dropped_segs"], lo, hi, self.summary))
 
@@ -95,7 +98,7 @@ class PerSegment(unittest.TestCase):
 
 class PerSegmentCrash(unittest.TestCase):
     def test_next_start_restores_offloads_after_sigkill(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             lab.run(lab.a, "ethtool", "-K", lab.IF_A, "gro", "on", "tso", "off")
             before = lab.features(lab.a, lab.IF_A)
             segs_before = gso_max_segs(lab, lab.a, lab.IF_A)
@@ -108,10 +111,10 @@ class PerSegmentCrash(unittest.TestCase):
             d2 = lab.lossd(lab.a, [], state_dir=d.state_dir)
             d2.stop(expect_final=False)
             after = lab.features(lab.a, lab.IF_A)
-            netlab.measured("per_segment_sigkill",
-                            before={k: before.get(k) for k in OFF_WHILE_ACTIVE},
-                            left_by_sigkill={k: left.get(k) for k in OFF_WHILE_ACTIVE},
-                            after_restart={k: after.get(k) for k in OFF_WHILE_ACTIVE})
+            measured("per_segment_sigkill",
+                     before={k: before.get(k) for k in OFF_WHILE_ACTIVE},
+                     left_by_sigkill={k: left.get(k) for k in OFF_WHILE_ACTIVE},
+                     after_restart={k: after.get(k) for k in OFF_WHILE_ACTIVE})
             self.assertEqual(during.get("generic-receive-offload"), "off")
             self.assertEqual(left.get("generic-receive-offload"), "off", "SIGKILL cannot restore")
             diff = {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v}
@@ -122,9 +125,9 @@ class PerSegmentCrash(unittest.TestCase):
 class PerSegmentVethIngress(unittest.TestCase):
     def test_refused_with_a_clear_error(self):
         """At a veth's ingress the peer builds the packets: refused, nothing changed."""
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             before = lab.features(lab.b, lab.IF_B)
-            p = lab.run(lab.b, netlab.LOSSD, "--iface", lab.IF_B, "--proto", "tcp", "--rate", "1%",
+            p = lab.run(lab.b, config.LOSSD, "--iface", lab.IF_B, "--proto", "tcp", "--rate", "1%",
                         "--per-segment", "--state-dir", lab.tempdir(), check=False)
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn("FAILED_PRECONDITION", p.stderr)
@@ -133,4 +136,4 @@ class PerSegmentVethIngress(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    netlab.main()
+    main()

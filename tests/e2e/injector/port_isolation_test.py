@@ -5,7 +5,10 @@ to the next port: the first two lose everything, the others nothing.
 """
 import unittest
 
-import netlab
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+
 
 DROP, KEEP = 9201, 9202
 N = 10_000
@@ -14,20 +17,20 @@ PPS = 6_000
 
 class PortIsolation(unittest.TestCase):
     def test_100pct_on_one_port_0_lost_on_another(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(DROP),
                                   "--rate", "100%"])
             c0 = lab.counters(lab.b)
             flows = [dict(rx_ns=lab.b, tx_ns=lab.a, dst=dst, port=port, flow=i, count=N, pps=PPS)
                      for i, (dst, port) in enumerate([(lab.V4_B, DROP), (lab.V4_B, KEEP),
                                                       (lab.V6_B, DROP), (lab.V6_B, KEEP)])]
-            res = netlab.udp_flows(lab, flows)
+            res = traffic.udp_flows(lab, flows)
             dc = lab.counters(lab.b) - c0
             f = d.stop()
             got = {(fl["dst"], fl["port"]): r["unique"] for fl, (s, r) in zip(flows, res)}
-            netlab.measured("port_isolation", received={"%s:%d" % k: v for k, v in got.items()},
-                            matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
-                            rcvbuf_errors=dc["Udp.RcvbufErrors"] + dc["Snmp6.Udp6RcvbufErrors"])
+            measured("port_isolation", received={"%s:%d" % k: v for k, v in got.items()},
+                     matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
+                     rcvbuf_errors=dc["Udp.RcvbufErrors"] + dc["Snmp6.Udp6RcvbufErrors"])
             for s, _ in res:
                 self.assertEqual(s["sent"], N)
             self.assertEqual(dc["Udp.RcvbufErrors"] + dc["Snmp6.Udp6RcvbufErrors"], 0)
@@ -40,4 +43,4 @@ class PortIsolation(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    netlab.main()
+    main()

@@ -1,97 +1,85 @@
-"""Shared helpers for the lossd daemon e2e tests (real gRPC over the real Unix socket).
-
-Every test builds a netlab.Lab (two fresh namespaces A and B joined by a veth
-pair, documentation addresses only, everything removed by Lab.close() from
-with/try-finally, atexit and SIGTERM/SIGINT/SIGHUP) and starts the daemon
-inside one of them:
+"""The lossd daemon (`lossd --socket`) inside a lab namespace, and gRPC helpers for it.
 
     ip netns exec NS lossd --json --state-dir TMP --socket /tmp/lossd-e2e-PID-xxx/lossd.sock
 
-The socket directory and the state directory are Lab temp dirs (unique per
-daemon, removed at the end). The client is Python grpcio (Debian's
-/usr/bin/python3) with the stubs generated at build time (--stubs
-<build>/python).
+The socket and state directories are Lab temp dirs (unique per daemon, removed at the end).
+The gRPC client is Python grpcio (Debian's /usr/bin/python3) with the stubs generated at
+build time (--stubs <build>/python: load_stubs(), which main() calls); after it, the
+module's grpc, pb (lossd_pb2) and pbg (lossd_pb2_grpc) are set.
+
+    Daemon              the process, its socket and (with stubs) its gRPC stubs
+    DaemonTestCase      a unittest base class: one Lab and one Daemon for the whole class
+    rule_spec()         a RuleSpec from keywords
+    StreamReader        a server stream read on a thread
 """
 
-import argparse
-import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import threading
 import time
+import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # tests/e2e: netlab.py
-
-import netlab  # noqa: E402
-
-DFLOW = os.path.join(HERE, "dflow.py")
-PY = "/usr/bin/python3"
+from lab.lossd import Lossd
+from lab.netns import Lab
+from lab.stats import fdinfo
 
 grpc = None
 pb = None
 pbg = None
-log = netlab.log
-measured = netlab.measured
 
 
-def _load_stubs(stubs):
+def load_stubs(stubs):
+    """Imports grpc and the generated lossd.v1 modules from the stubs directory."""
     global grpc, pb, pbg
-    sys.path.insert(0, os.path.abspath(stubs))
+    if os.path.abspath(stubs) not in sys.path:
+        sys.path.insert(0, os.path.abspath(stubs))
     import grpc as _grpc
     from lossd.v1 import lossd_pb2 as _pb
     from lossd.v1 import lossd_pb2_grpc as _pbg
     grpc, pb, pbg = _grpc, _pb, _pbg
 
 
-def main():
-    """Entry point of every script: --lossd PATH --stubs DIR, then unittest's own arguments."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lossd", required=True)
-    ap.add_argument("--stubs", required=True, help="<build>/python (generated lossd_pb2*.py)")
-    args, rest = ap.parse_known_args()
-    netlab.LOSSD = os.path.abspath(args.lossd)
-    if os.geteuid() != 0:
-        print("skipped: the e2e tests need root (network namespaces, BPF)")
-        sys.exit(77)
-    _load_stubs(args.stubs)
-    import unittest
-    unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)
-
-
-# ---- the daemon ---------------------------------------------------------------
-
 class Daemon:
-    """`lossd --socket ...` (daemon mode) inside namespace ns, with gRPC stubs."""
+    """`lossd --socket SOCK` (daemon mode) inside namespace ns; once ready, with gRPC stubs
+    (inj, obs, sys) on a channel to its socket when the stubs are loaded and `connect`."""
 
-    def __init__(self, lab, ns, extra=(), state_dir=None, ready=True):
+    connect = True
+
+    def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
+                 lossd=None):
         self.lab = lab
         self.ns = ns
-        self.sockdir = lab.tempdir()
+        self.sockdir = sockdir or lab.tempdir()
         self.sock = os.path.join(self.sockdir, "lossd.sock")
+        self.addr = "unix://" + self.sock
         self.state_dir = state_dir or lab.tempdir()
-        self.proc_wrap = netlab.Lossd(lab, ns, ["--socket", self.sock] + list(extra), netlab.LOSSD,
-                                      state_dir=self.state_dir)
-        self.proc = self.proc_wrap.proc
+        self.t0 = time.monotonic()
+        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd)
+        self.proc = self.p.proc
+        self.pid = self.proc.pid
         self.channel = None
         if ready:
-            self.wait_ready()
+            self.wait_ready(ready_timeout)
 
     def wait_ready(self, timeout=60):
-        self.ready = self.proc_wrap.wait_ready(timeout)
-        assert self.ready["socket"] == self.sock, self.ready
-        self.channel = self.new_channel()
-        self.inj = pbg.InjectorStub(self.channel)
-        self.obs = pbg.ObserverStub(self.channel)
-        self.sys = pbg.SystemStub(self.channel)
+        self.ready = self.p.wait_ready(timeout)
+        self.startup_secs = time.monotonic() - self.t0
+        assert self.ready.get("socket") == self.sock, self.ready
+        if self.connect and pbg is not None:
+            self.channel = self.new_channel()
+            self.inj = pbg.InjectorStub(self.channel)
+            self.obs = pbg.ObserverStub(self.channel)
+            self.sys = pbg.SystemStub(self.channel)
         return self.ready
 
+    def stderr(self):
+        return self.p.stderr()
+
+    # gRPC ------------------------------------------------------------------------
     def new_channel(self, options=()):
         ch = grpc.insecure_channel("unix:" + self.sock, options=list(options))
-        grpc.channel_ready_future(ch).result(timeout=10)
+        grpc.channel_ready_future(ch).result(timeout=20)
         return ch
 
     def stubs(self, options=()):
@@ -107,8 +95,8 @@ class Daemon:
             return False
         return self.health().serving
 
-    def stderr(self):
-        return self.proc_wrap.stderr()
+    def clear(self):
+        self.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
 
     def create(self, timeout=20, **spec):
         return self.inj.CreateRule(pb.CreateRuleRequest(spec=rule_spec(**spec)), timeout=timeout)
@@ -122,28 +110,76 @@ class Daemon:
     def effect(self, rid):
         return self.inj.GetRuleEffect(pb.GetRuleEffectRequest(id=rid), timeout=10)
 
+    # lifecycle ---------------------------------------------------------------------
     def term(self, timeout=30):
         """SIGTERM; waits; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError("lossd did not exit on SIGTERM; stderr:\n" + self.stderr())
-        self.close_channel()
-        return self.proc.returncode
+            return self.p.term(timeout)
+        finally:
+            self.close_channel()
 
     def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        self.p.kill9()
         self.close_channel()
 
     def close_channel(self):
         if self.channel is not None:
             self.channel.close()
             self.channel = None
+
+
+class DaemonTestCase(unittest.TestCase):
+    """One Lab and one daemon (in namespace `daemon_ns`, "a" or "b", started with
+    `daemon_args`) for every test of the class; each test starts without rules (and no
+    stream readers: add them to self.readers, they are cancelled after it), and the daemon
+    must still be alive after it (check_alive). At the end the daemon must exit 0 on
+    SIGTERM; the Lab goes, whatever happened."""
+
+    daemon_class = Daemon
+    daemon_ns = "a"
+    daemon_args = ()
+    check_alive = True
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = Lab()
+        try:
+            cls.d = cls.daemon_class(cls.lab, getattr(cls.lab, cls.daemon_ns), cls.daemon_args)
+        except BaseException:
+            cls.lab.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            rc = cls.d.term()
+            assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, cls.d.stderr())
+        finally:
+            cls.lab.close()
+
+    def setUp(self):
+        self.pb = pb
+        self.readers = []
+        self.d.clear()
+
+    def tearDown(self):
+        for r in self.readers:
+            r.cancel()
+        if self.check_alive:
+            self.assertTrue(self.d.alive(), "daemon died:\n" + self.d.stderr())
+
+    def watch(self, name, stub=None, **req):
+        """A WatchRetransmits stream (on stub, default the daemon's) read by a StreamReader,
+        cancelled after the test."""
+        stub = stub or self.d.obs
+        r = StreamReader(stub.WatchRetransmits(self.pb.WatchRetransmitsRequest(**req), timeout=180), name)
+        self.readers.append(r)
+        return r
+
+    def egress_rule(self, lo=5201, hi=None, rate=0.1):
+        """A rule on A's egress (clsact) dropping TCP data segments to ports lo..hi."""
+        return self.d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp",
+                             dport=(lo, lo if hi is None else hi), payload="only", rate=rate)
 
 
 def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sport=None, dport=None,
@@ -190,7 +226,7 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
 # ---- streams -----------------------------------------------------------------------
 
 class StreamReader:
-    """Reads a server stream on a thread into a list (optionally paused)."""
+    """Reads a server stream on a thread into a list (optionally paused: go.clear())."""
 
     def __init__(self, call, name="stream"):
         self.call = call
@@ -242,6 +278,7 @@ class StreamReader:
 
 
 def wait_until(pred, timeout, what="condition", step=0.05):
+    """pred()'s first true value, polled every step seconds; AssertionError after timeout."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         v = pred()
@@ -278,98 +315,14 @@ def check_seq(tc, msgs, what):
     tc.assertEqual(seqs, list(range(1, len(seqs) + 1)), "%s: sequence numbers not 1..n" % what)
 
 
-# ---- traffic ---------------------------------------------------------------------------
-
-class TcpFlow:
-    """dflow.py: a paced TCP transfer (client in client_ns) that stays open until release().
-
-    The receiver reads until EOF; the sender writes nbytes, then waits for release()
-    (a line on stdin) before it shuts down and waits for the receiver's EOF, so the
-    flow closes only when the test says so.
-    """
-
-    def __init__(self, lab, server_ns, client_ns, dst, port, nbytes, rate_mbit, hold=False, conns=1):
-        self.srv = lab.popen(server_ns, [PY, DFLOW, "tcp-recv", "--bind", "::" if ":" in dst else "0.0.0.0",
-                                         "--port", str(port), "--conns", str(conns)], stdout=subprocess.PIPE)
-        line = self.srv.stdout.readline()
-        if not line.startswith("READY"):
-            raise AssertionError("tcp receiver did not start: %r" % line)
-        self.cli = lab.popen(client_ns, [PY, DFLOW, "tcp-send", "--dst", dst, "--port", str(port),
-                                         "--bytes", str(int(nbytes)), "--rate-mbit", str(rate_mbit),
-                                         "--conns", str(conns)]
-                             + (["--hold"] if hold else []),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.hold = hold
-
-    def wait_sent(self, timeout=120):
-        """Waits until the sender wrote everything and every byte was acknowledged."""
-        line = self._readline(self.cli, timeout)
-        if not line.startswith("SENT"):
-            raise AssertionError("tcp sender: %r" % line)
-        return json.loads(line[4:])
-
-    @staticmethod
-    def _readline(p, timeout):
-        out = []
-        t = threading.Thread(target=lambda: out.append(p.stdout.readline()), daemon=True)
-        t.start()
-        t.join(timeout)
-        if not out:
-            raise AssertionError("tcp flow: no output within %ss" % timeout)
-        return out[0]
-
-    def release(self, timeout=120):
-        """Closes the flow; returns (sender json, receiver json)."""
-        if self.hold:
-            self.cli.stdin.write("go\n")
-            self.cli.stdin.flush()
-        # Read through the file objects: readline() above may have buffered the rest.
-        cout = self._read_rest(self.cli, timeout)
-        sout = self._read_rest(self.srv, 30)
-        if self.cli.returncode != 0 or self.srv.returncode != 0 or not cout.strip() or not sout.strip():
-            raise AssertionError("tcp flow failed: sender %r receiver %r" % (cout, sout))
-        return json.loads(cout.strip().splitlines()[-1]), json.loads(sout.strip().splitlines()[-1])
-
-    @staticmethod
-    def _read_rest(p, timeout):
-        out = []
-        t = threading.Thread(target=lambda: out.append(p.stdout.read()), daemon=True)
-        t.start()
-        t.join(timeout)
-        if t.is_alive():
-            p.kill()
-            t.join(5)
-        p.wait(timeout=10)
-        return out[0] if out else ""
-
-
-def udp_count(lab, tx_ns, rx_ns, dst, port, flow, count, pps=20000):
-    """Sends `count` numbered datagrams; returns (sent, unique received)."""
-    ((sent, got),) = netlab.udp_flows(lab, [dict(rx_ns=rx_ns, tx_ns=tx_ns, dst=dst, port=port, flow=flow,
-                                                 count=count, pps=pps)], settle=0.3)
-    return sent["sent"], got["unique"]
-
-
 # ---- kernel-side inspection ----------------------------------------------------------------
 
 def tc_egress_filters(lab, ns, ifname):
+    """`tc filter show dev IF egress` and the program ids of lossd's filters there."""
     out = lab.run(ns, "tc", "filter", "show", "dev", ifname, "egress", check=False).stdout
     return out, [int(m.group(1)) for m in re.finditer(r"lossd_tc_out.*? id (\d+)", out)]
 
 
 def pids_programs(pid):
     """BPF programs that process pid holds open (fdinfo prog_id)."""
-    ids = set()
-    fddir = "/proc/%d/fdinfo" % pid
-    try:
-        for fd in os.listdir(fddir):
-            try:
-                with open(os.path.join(fddir, fd)) as f:
-                    for line in f:
-                        if line.startswith("prog_id:"):
-                            ids.add(int(line.split()[1]))
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return ids
+    return {int(kv["prog_id"]) for kv in fdinfo(pid) if "prog_id" in kv}

@@ -22,7 +22,11 @@ hides the cgroup v2 mount from lossd ("no cgroup v2 hierarchy is mounted").
 import os
 import unittest
 
-import netlab
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.stats import binom_interval
+
 
 N = 10_000
 PPS = 10_000
@@ -38,16 +42,16 @@ class CgroupSkb(unittest.TestCase):
     def ingress_phase(self, lab, cg, rate, p, label):
         d = self.cg_lossd(lab, lab.b, cg, "ingress", rate)
         c0 = lab.counters(lab.b)
-        (s_in, r_in), (s_out, r_out) = netlab.udp_flows(lab, [
+        (s_in, r_in), (s_out, r_out) = traffic.udp_flows(lab, [
             dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9301, flow=1, count=N, pps=PPS, rx_cgroup=cg),
             dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9302, flow=2, count=N, pps=PPS)])
         dc = lab.counters(lab.b) - c0
         f = d.stop()
         lost_in, lost_out = N - r_in["unique"], N - r_out["unique"]
-        lo, hi = netlab.binom_interval(N, p)
-        netlab.measured(label, lost_in_cgroup=lost_in, lost_outside=lost_out, interval=[lo, hi],
-                        dropped_pkts=f["dropped_pkts"], matched_pkts=f["matched_pkts"],
-                        udp_in_errors=dc["Udp.InErrors"], rcvbuf_errors=dc["Udp.RcvbufErrors"])
+        lo, hi = binom_interval(N, p)
+        measured(label, lost_in_cgroup=lost_in, lost_outside=lost_out, interval=[lo, hi],
+                 dropped_pkts=f["dropped_pkts"], matched_pkts=f["matched_pkts"],
+                 udp_in_errors=dc["Udp.InErrors"], rcvbuf_errors=dc["Udp.RcvbufErrors"])
         diag = "in=%s out=%s final=%s udp inerr=%d rcvbuf=%d" % (r_in, r_out, f, dc["Udp.InErrors"],
                                                                  dc["Udp.RcvbufErrors"])
         self.assertEqual(s_in["sent"] + s_out["sent"], 2 * N, diag)
@@ -60,7 +64,7 @@ class CgroupSkb(unittest.TestCase):
         self.assertTrue(lo <= lost_in <= hi, diag)
 
     def test_ingress_drops_only_that_cgroups_traffic(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             cg = lab.make_cgroup()
             cgs = [cg]
             self.ingress_phase(lab, cg, "100%", 1.0, "cgroup_ingress_100pct")
@@ -68,19 +72,19 @@ class CgroupSkb(unittest.TestCase):
         self.assertFalse(any(os.path.exists(c) for c in cgs), "cgroup not removed: %s" % cgs)
 
     def test_egress_udp_sender_gets_eperm(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             cg = lab.make_cgroup()
             d = self.cg_lossd(lab, lab.a, cg, "egress", "10%")
             a0, b0 = lab.counters(lab.a), lab.counters(lab.b)
-            ((s, r),) = netlab.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9303,
-                                                    flow=3, count=N, pps=PPS, tx_cgroup=cg)])
+            ((s, r),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9303,
+                                                     flow=3, count=N, pps=PPS, tx_cgroup=cg)])
             da, db = lab.counters(lab.a) - a0, lab.counters(lab.b) - b0
             f = d.stop()
             eperm = s["errors"].get("EPERM", 0)
-            lo, hi = netlab.binom_interval(N, 0.10)
-            netlab.measured("cgroup_egress_udp_10pct", send_ok=s["sent"], send_errors=s["errors"],
-                            received=r["unique"], dropped_pkts=f["dropped_pkts"],
-                            ip_out_discards=da["Ip.OutDiscards"], udp_out=da["Udp.OutDatagrams"])
+            lo, hi = binom_interval(N, 0.10)
+            measured("cgroup_egress_udp_10pct", send_ok=s["sent"], send_errors=s["errors"],
+                     received=r["unique"], dropped_pkts=f["dropped_pkts"],
+                     ip_out_discards=da["Ip.OutDiscards"], udp_out=da["Udp.OutDatagrams"])
             diag = "sender=%s receiver=%s final=%s" % (s, r, f)
             self.assertEqual(f["matched_pkts"], N, diag)
             self.assertEqual(set(s["errors"]) - {"EPERM"}, set(), diag)
@@ -92,14 +96,14 @@ class CgroupSkb(unittest.TestCase):
             self.assertTrue(lo <= eperm <= hi, diag)
 
     def test_egress_tcp_sender_sees_no_error_and_no_retransmission(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             cg = lab.make_cgroup()
             args = ["--hook", "cgroup", "--cgroup", cg, "--dir", "egress", "--rate", "1%",
                     "--proto", "tcp", "--payload", "only"]
             mb = 62.5
-            run = lab.tcp_loss_run(lab.a, args, lab.V4_B, mbytes=mb, rate_mbit=500, cgroup=cg, nsenter=True)
-            s, f, da = netlab.tcp_summary(run), run["final"], run["da"]
-            netlab.measured("cgroup_egress_tcp_1pct", paced_secs_without_loss=round(mb * 8 / 500, 2), **s)
+            run = traffic.tcp_loss_run(lab, lab.a, args, lab.V4_B, mbytes=mb, rate_mbit=500, cgroup=cg, nsenter=True)
+            s, f, da = traffic.tcp_summary(run), run["final"], run["da"]
+            measured("cgroup_egress_tcp_1pct", paced_secs_without_loss=round(mb * 8 / 500, 2), **s)
             self.assertIn("cgroup_skb egress", run["ready"]["hooks"])
             self.assertEqual(run["receiver"]["bytes"], int(mb * 1e6), s)
             self.assertGreater(f["dropped_segs"], 0, s)
@@ -115,4 +119,4 @@ class CgroupSkb(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    netlab.main()
+    main()

@@ -21,7 +21,11 @@ never sent (measured: 3 of 12 iperf3 runs ended that way).
 """
 import unittest
 
-import netlab
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.stats import binom_interval
+
 
 RULE = ["--proto", "tcp", "--dport", "5201", "--payload", "only", "--rate", "1%"]
 
@@ -29,20 +33,20 @@ RULE = ["--proto", "tcp", "--dport", "5201", "--payload", "only", "--rate", "1%"
 class TcpIngressRetrans(unittest.TestCase):
     def test_paced_flow_without_rule_retransmits_nothing(self):
         # The premise of every count below: paced traffic over veth loses nothing by itself.
-        with netlab.Lab() as lab:
-            run = lab.tcp_loss_run(None, None, lab.V4_B, mbytes=62.5)
-            netlab.measured("tcp_baseline_no_rule", **netlab.tcp_summary(run))
+        with Lab() as lab:
+            run = traffic.tcp_loss_run(lab, None, None, lab.V4_B, mbytes=62.5)
+            measured("tcp_baseline_no_rule", **traffic.tcp_summary(run))
             self.assertEqual(run["receiver"]["bytes"], run["sender"]["bytes"])
             # Nothing lost: any retransmission was spurious (a tail-loss probe when the
             # machine is busy) and the receiver reported it back as a D-SACK.
             self.assertEqual(run["da"]["Tcp.RetransSegs"], run["da"]["TcpExt.TCPDSACKRecvSegs"],
-                             netlab.tcp_summary(run))
+                             traffic.tcp_summary(run))
 
     def test_ingress_1pct_tcx_retransmissions_equal_dropped_segments(self):
-        with netlab.Lab() as lab:
-            run = lab.tcp_loss_run(lab.b, ["--iface", lab.IF_B] + RULE, lab.V4_B)
-            s = netlab.tcp_summary(run)
-            netlab.measured("tcp_ingress_1pct_tcx", hook=run["ready"]["hooks"], **s)
+        with Lab() as lab:
+            run = traffic.tcp_loss_run(lab, lab.b, ["--iface", lab.IF_B] + RULE, lab.V4_B)
+            s = traffic.tcp_summary(run)
+            measured("tcp_ingress_1pct_tcx", hook=run["ready"]["hooks"], **s)
             f, da = run["final"], run["da"]
             self.assertIn("tcx ingress to " + lab.IF_B, run["ready"]["hooks"])
             self.assertEqual(run["receiver"]["bytes"], int(187.5e6), s)
@@ -55,9 +59,9 @@ class TcpIngressRetrans(unittest.TestCase):
             # No reset cut a retransmission short.
             self.assertEqual(run["db"]["Tcp.OutRsts"] + da["Tcp.OutRsts"], 0, s)
             # The rate applies per skb (a GSO skb's segments are dropped together).
-            lo, hi = netlab.binom_interval(f["matched_pkts"], 0.01)
+            lo, hi = binom_interval(f["matched_pkts"], 0.01)
             self.assertTrue(lo <= f["dropped_pkts"] <= hi, "dropped skbs outside [%d, %d]: %s" % (lo, hi, s))
 
 
 if __name__ == "__main__":
-    netlab.main()
+    main()

@@ -7,7 +7,11 @@ matched every one of the datagrams.
 """
 import unittest
 
-import netlab
+from lab import traffic
+from lab.config import main
+from lab.netns import Lab, measured
+from lab.stats import softnet_dropped
+
 
 N = 100_000
 PPS = 25_000
@@ -16,22 +20,22 @@ PORT = 9000
 
 class UdpZeroLoss(unittest.TestCase):
     def test_100k_datagrams_at_0_percent_lose_none(self):
-        with netlab.Lab() as lab:
+        with Lab() as lab:
             d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(PORT),
                                   "--rate", "0%"])
             self.assertIn("tcx ingress to " + lab.IF_B, d.ready["hooks"])
-            c0, sd0, l0 = lab.counters(lab.b), netlab.softnet_dropped(), lab.link_stats(lab.b, lab.IF_B)
-            ((sent, got),) = netlab.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B,
-                                                         port=PORT, flow=1, count=N, pps=PPS)])
-            dc, sd = lab.counters(lab.b) - c0, netlab.softnet_dropped() - sd0
+            c0, sd0, l0 = lab.counters(lab.b), softnet_dropped(), lab.link_stats(lab.b, lab.IF_B)
+            ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B,
+                                                          port=PORT, flow=1, count=N, pps=PPS)])
+            dc, sd = lab.counters(lab.b) - c0, softnet_dropped() - sd0
             l1 = lab.link_stats(lab.b, lab.IF_B)
             veth_rx_dropped = l1["rx_dropped"] - l0["rx_dropped"]
             f = d.stop()
             lost = N - got["unique"]
-            netlab.measured("udp_zero_loss", sent=sent["sent"], received=got["unique"], lost=lost,
-                            matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
-                            rcvbuf_errors=dc["Udp.RcvbufErrors"], udp_in_errors=dc["Udp.InErrors"],
-                            softnet_dropped=sd, veth_rx_dropped=veth_rx_dropped, send_secs=sent["secs"])
+            measured("udp_zero_loss", sent=sent["sent"], received=got["unique"], lost=lost,
+                     matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
+                     rcvbuf_errors=dc["Udp.RcvbufErrors"], udp_in_errors=dc["Udp.InErrors"],
+                     softnet_dropped=sd, veth_rx_dropped=veth_rx_dropped, send_secs=sent["secs"])
             diag = ("sender %s receiver %s final %s udp deltas rcvbuf=%d inerr=%d; softnet drops=%d, "
                     "veth rx_dropped=%d" % (sent, got, f, dc["Udp.RcvbufErrors"], dc["Udp.InErrors"], sd,
                                             veth_rx_dropped))
@@ -49,4 +53,4 @@ class UdpZeroLoss(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    netlab.main()
+    main()

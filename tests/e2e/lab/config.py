@@ -1,0 +1,44 @@
+"""What is under test, and the entry point of every e2e script.
+
+    main()   --lossd PATH [--lossctl PATH] [--stubs DIR], then unittest's own arguments;
+             exit 77 (ctest: skipped) without root.
+"""
+import argparse
+import os
+import sys
+
+PY = "/usr/bin/python3"  # Debian's: python3-grpcio and python3-protobuf (DESIGN.md)
+HERE = os.path.dirname(os.path.abspath(__file__))
+E2E = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(E2E))
+PYCLIENT = os.path.join(REPO, "client", "python")
+
+LOSSD = None    # the lossd binary under test
+LOSSCTL = None  # the lossctl binary (client suites)
+STUBS = None    # <build>/python: the generated lossd_pb2*.py
+
+
+def set_paths(lossd=None, lossctl=None, stubs=None):
+    global LOSSD, LOSSCTL, STUBS
+    if lossd:
+        LOSSD = os.path.abspath(lossd)
+    if lossctl:
+        LOSSCTL = os.path.abspath(lossctl)
+    if stubs:
+        STUBS = os.path.abspath(stubs)
+        from lab import daemon
+        daemon.load_stubs(STUBS)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lossd", required=True)
+    ap.add_argument("--lossctl")
+    ap.add_argument("--stubs", help="<build>/python (generated lossd_pb2*.py)")
+    args, rest = ap.parse_known_args()
+    if os.geteuid() != 0:
+        print("skipped: the e2e tests need root (network namespaces, BPF)")
+        sys.exit(77)
+    set_paths(args.lossd, args.lossctl, args.stubs)
+    import unittest
+    unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)

@@ -1,0 +1,235 @@
+"""A lossd process inside a lab namespace, and what it printed (stdlib only).
+
+    Lossd(lab, ns, args)   lossd --json --state-dir TMP ARGS (a rule: one-shot injector;
+                           --observe: the observer; --socket: the daemon, see lab.daemon)
+    Output(lines)          an observer's JSON lines: totals, subscriber, flows, events
+"""
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+
+from lab import config
+
+# Retransmission types and outcomes, in the observer's order (and the daemon's BPF maps').
+TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
+OUTCOMES = ("sent", "failed")
+
+
+class Lossd:
+    """One lossd process; its stdout lines are read by a thread (which a test can pause:
+    gate.clear() stops reading, so lossd's writes back up into the pipe)."""
+
+    def __init__(self, lab, ns, args, nsenter=False, state_dir=None, lossd=None, stdout_path=None):
+        """stdout_path: lossd's stdout goes to that file, unread (benchmarks: no Python
+        reader in the way); wait_ready() polls it, output() parses it."""
+        self.lab = lab
+        self.ns = ns
+        self.state_dir = state_dir or lab.tempdir()
+        self.stderr_path = os.path.join(lab.tempdir(), "lossd-stderr.log")
+        self.stdout_path = stdout_path
+        self.cmd = [lossd or config.LOSSD, "--json", "--state-dir", self.state_dir] + list(args)
+        with open(self.stderr_path, "w") as err, open(stdout_path or os.devnull, "w") as out:
+            self.proc = lab.popen(ns, self.cmd, stdout=out if stdout_path else subprocess.PIPE, stderr=err,
+                                  nsenter=nsenter)
+        self.pid = self.proc.pid  # ip netns exec and nsenter exec lossd: the same pid
+        self.lines = []   # every stdout line, raw
+        self.events = []  # the JSON ones, parsed
+        self.gate = threading.Event()
+        self.gate.set()
+        self._q = queue.Queue()
+        self._t = threading.Thread(target=self._read if stdout_path is None else self._read_file, daemon=True)
+        self._t.start()
+        self.ready = None
+        self.final = None
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.gate.wait()
+            self.lines.append(line)
+            s = line.strip()
+            if not s.startswith("{"):
+                continue
+            try:
+                ev = json.loads(s)
+            except ValueError:
+                continue
+            self.events.append(ev)
+            self._q.put(ev)
+        self._q.put(None)
+
+    def _read_file(self):
+        """Until ready (or exit): the events at the start of stdout_path."""
+        done = 0
+        while True:
+            exited = self.proc.poll() is not None
+            with open(self.stdout_path) as f:
+                lines = f.readlines()
+            for line in lines[done:]:
+                if not line.endswith("\n"):
+                    break
+                done += 1
+                if line.startswith("{"):
+                    ev = json.loads(line)
+                    self._q.put(ev)
+                    if ev.get("event") == "ready":
+                        return
+            if exited:
+                self._q.put(None)
+                return
+            time.sleep(0.05)
+
+    def size(self):
+        """Bytes lossd has written to stdout_path."""
+        return os.stat(self.stdout_path).st_size
+
+    def stderr(self):
+        try:
+            with open(self.stderr_path) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def wait_event(self, kind, timeout=40):
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError("lossd %s: no %s event in %ss; stderr:\n%s"
+                                     % (self.cmd, kind, timeout, self.stderr()))
+            try:
+                ev = self._q.get(timeout=left)
+            except queue.Empty:
+                continue
+            if ev is None:
+                self.proc.wait()
+                raise AssertionError("lossd %s exited (%s) before %s; stderr:\n%s"
+                                     % (self.cmd, self.proc.returncode, kind, self.stderr()))
+            if ev.get("event") == kind:
+                return ev
+
+    def wait_ready(self, timeout=40):
+        self.ready = self.wait_event("ready", timeout)
+        return self.ready
+
+    def last_counters(self):
+        for ev in reversed(self.events):
+            if ev.get("event") in ("counters", "final"):
+                return ev
+        return None
+
+    def wait_exit(self, timeout=30):
+        self.proc.wait(timeout=timeout)
+        self._t.join(10)
+        return self.proc.returncode
+
+    def term(self, timeout=60):
+        """SIGTERM (reading stdout again); waits for the exit; returns the exit code."""
+        self.gate.set()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("lossd did not exit on SIGTERM; stderr:\n" + self.stderr())
+        self._t.join(30)
+        if self.stdout_path:  # the final event, without parsing every line
+            with open(self.stdout_path, "rb") as f:
+                self.events += [json.loads(l) for l in f if l.startswith(b'{"event":"final"')]
+        return self.proc.returncode
+
+    def stop(self, timeout=60, expect_final=True):
+        """SIGTERM, wait, exit 0; returns the final event (a lossd without a rule prints none)."""
+        rc = self.term(timeout)
+        finals = [e for e in self.events if e.get("event") == "final"]
+        self.final = finals[-1] if finals else None
+        if rc != 0:
+            raise AssertionError("lossd exited %d; stderr:\n%s" % (rc, self.stderr()))
+        if self.final is None and expect_final:
+            raise AssertionError("lossd printed no final event; stderr:\n" + self.stderr())
+        return self.final
+
+    def stop_observer(self, timeout=60):
+        """stop() of a lossd --observe; returns its Output."""
+        self.stop(timeout, expect_final=False)
+        return self.output()
+
+    def output(self):
+        if self.stdout_path:
+            with open(self.stdout_path) as f:
+                return Output(f.readlines(), self.stderr())
+        return Output(self.lines, self.stderr())
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self._t.join(5)
+
+
+class Output:
+    """What an observer printed: totals, subscriber, flows, retransmit and flow_close events."""
+
+    def __init__(self, lines, stderr=""):
+        self.raw_lines = lines
+        self.stderr = stderr
+        self.events = []
+        self.bad_lines = []
+        for l in lines:
+            l = l.strip()
+            if not l:
+                continue
+            try:
+                self.events.append(json.loads(l))
+            except ValueError:
+                self.bad_lines.append(l)
+        by = lambda k: [e for e in self.events if e.get("event") == k]
+        tot = by("observer_totals")
+        self.totals = tot[-1] if tot else None
+        sub = by("subscriber")
+        self.subscriber = sub[-1] if sub else None
+        self.flows = [e["flow"] for e in by("flow")]
+        self.retransmits = by("retransmit")
+        self.closes = by("flow_close")
+        fin = by("final")
+        self.final = fin[-1] if fin else None
+
+    def ev(self, typ, outcome="sent"):
+        return self.totals["types"][typ][outcome]["events"]
+
+    def segs(self, typ, outcome="sent"):
+        return self.totals["types"][typ][outcome]["segs"]
+
+    def retrans_types(self):
+        return {e["type"] for e in self.retransmits}
+
+    def all_events(self):
+        return all_events(self.totals)
+
+    def summary(self):
+        t = self.totals
+        out = {"retrans_segs": t["retrans_segs"]}
+        for ty in TYPES:
+            for o in OUTCOMES:
+                x = t["types"][ty][o]
+                if x["events"] or x["segs"]:
+                    out["%s.%s" % (ty, o)] = [x["events"], x["segs"]]
+        for k in ("ring_lost", "ring_consumed", "hub_published", "filtered", "flows_opened",
+                  "flows_closed", "recursion_misses", "flow_table_full", "arm_failed", "armed_existing"):
+            out[k] = t.get(k)
+        if self.subscriber:
+            out["sub_delivered"] = self.subscriber["delivered"]
+            out["sub_lost"] = self.subscriber["lost"]
+        out["retransmit_lines"] = len(self.retransmits)
+        out["flow_close_lines"] = len(self.closes)
+        return out
+
+
+def all_events(totals):
+    """Retransmit events of every type and outcome in an observer_totals line."""
+    return sum(totals["types"][ty][o]["events"] for ty in TYPES for o in OUTCOMES)

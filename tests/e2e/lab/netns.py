@@ -1,0 +1,333 @@
+"""Network namespaces for the e2e tests and benchmarks (stdlib only).
+
+A Lab is a set of network namespaces with unique names (lossd-e2e-<pid>-<hex>-<x>), by
+default two, A and B, joined by a veth pair (IF_A in A, IF_B in B) with addresses from the
+documentation ranges (192.0.2.0/24, 2001:db8:e2e::/64, nodad) that exist only inside them,
+and permanent neighbour entries (no ARP/ND resolution, and no packet queued behind one, in
+any counted flow): traffic never leaves the namespaces. Benchmarks with other topologies
+start from Lab(pair=False) and add namespaces (netns()) and veth pairs (veth()).
+
+Everything a Lab creates (namespaces, cgroups, temp dirs, processes it started) is removed
+by Lab.close(), which runs from with/try-finally, atexit and the SIGTERM/SIGINT/SIGHUP
+handlers. Children get PR_SET_PDEATHSIG(SIGKILL) so a test killed outright takes them
+along, and each new Lab first removes the namespaces, cgroups and temp dirs that a dead
+earlier run left behind (their names carry its pid).
+"""
+
+import atexit
+import ctypes
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from lab import stats
+from lab.lossd import Lossd
+
+PREFIX = "lossd-e2e"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """preexec_fn of every child: SIGKILL when this process dies."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def log(*a):
+    print("[e2e %s]" % time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
+
+
+def measured(name, **numbers):
+    """Logs the numbers a test measured (for reports), one line."""
+    log("MEASURED %s %s" % (name, json.dumps(numbers, sort_keys=True)))
+
+
+def sh(*cmd, check=True, timeout=60, **kw):
+    """Runs cmd, output captured as text; with check, a failure raises with its output."""
+    r = subprocess.run(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
+    return r
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def cgroup2_mount():
+    with open("/proc/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and parts[2] == "cgroup2":
+                return parts[1]
+    return None
+
+
+def _kill_pids(pids):
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _ns_pids(ns):
+    r = sh("ip", "netns", "pids", ns, check=False)
+    return [int(x) for x in r.stdout.split()] if r.returncode == 0 else []
+
+
+def reap_stale():
+    """Removes namespaces, temp dirs and cgroups of earlier runs whose process is gone."""
+    pat = re.compile(r"^(%s-(\d+)-[0-9a-f]+-[a-z0-9]+)\b" % PREFIX)
+    for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
+        m = pat.match(line.strip())
+        if m and not pid_alive(int(m.group(2))):
+            _kill_pids(_ns_pids(m.group(1)))
+            sh("ip", "netns", "del", m.group(1), check=False)
+            log("removed stale namespace", m.group(1))
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        m = re.match(r"^%s-(\d+)-\w+$" % PREFIX, name)
+        if m and not pid_alive(int(m.group(1))) and os.path.isdir(os.path.join(tmp, name)):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+    root = cgroup2_mount()
+    if root and os.path.isdir(root):
+        for name in os.listdir(root):
+            m = re.match(r"^%s-(\d+)-[0-9a-f]+$" % PREFIX, name)
+            if m and not pid_alive(int(m.group(1))):
+                _remove_cgroup(os.path.join(root, name))
+                log("removed stale cgroup", name)
+
+
+def _remove_cgroup(path):
+    for _ in range(50):
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            return
+        _kill_pids(pids)
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    log("could not remove cgroup", path)
+
+
+_live_labs = []
+
+
+def _close_all():
+    for lab in list(_live_labs):
+        lab.close()
+
+
+def _on_signal(sig, _frame):
+    _close_all()
+    os._exit(128 + sig)
+
+
+atexit.register(_close_all)
+for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(_s, _on_signal)
+
+
+class Lab:
+    IF_A, IF_B = "e2ea", "e2eb"
+    V4_A, V4_B = "192.0.2.1", "192.0.2.2"
+    V6_A, V6_B = "2001:db8:e2e::1", "2001:db8:e2e::2"
+
+    def __init__(self, pair=True):
+        reap_stale()
+        self.tag = "%s-%d-%06x" % (PREFIX, os.getpid(), random.getrandbits(24))
+        self.namespaces = []
+        self.procs = []
+        self.cgroups = []
+        self.tempdirs = []
+        self.closed = False
+        _live_labs.append(self)
+        try:
+            if pair:
+                self.a, self.b = self.netns("a"), self.netns("b")
+                self.veth(self.a, self.IF_A, self.b, self.IF_B)
+                self.addresses(self.a, self.IF_A, self.V4_A + "/24", self.V6_A + "/64")
+                self.addresses(self.b, self.IF_B, self.V4_B + "/24", self.V6_B + "/64")
+                self.neighbours((self.a, self.IF_A, (self.V4_A, self.V6_A)),
+                                (self.b, self.IF_B, (self.V4_B, self.V6_B)))
+                log("lab up:", self.a, self.b)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- topology
+    def netns(self, suffix):
+        """A new namespace <tag>-<suffix> with lo up; removed by close()."""
+        ns = "%s-%s" % (self.tag, suffix)
+        sh("ip", "netns", "add", ns)
+        self.namespaces.append(ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        return ns
+
+    def veth(self, ns1, if1, ns2, if2):
+        """A veth pair created inside ns1 with its peer inside ns2: it never exists in the
+        host namespace."""
+        sh("ip", "-n", ns1, "link", "add", if1, "type", "veth", "peer", "name", if2, "netns", ns2)
+
+    def addresses(self, ns, ifname, *cidrs):
+        """Adds the addresses (IPv6 ones nodad) and sets the link up."""
+        for c in cidrs:
+            if ":" in c:
+                sh("ip", "-n", ns, "-6", "addr", "add", c, "dev", ifname, "nodad")
+            else:
+                sh("ip", "-n", ns, "addr", "add", c, "dev", ifname)
+        sh("ip", "-n", ns, "link", "set", ifname, "up")
+
+    def neighbours(self, end1, end2):
+        """Permanent neighbour entries between the two ends (ns, ifname, addresses) of a link."""
+        mac = {ns: json.loads(sh("ip", "-n", ns, "-j", "link", "show", "dev", ifn).stdout)[0]["address"]
+               for ns, ifn, _ in (end1, end2)}
+        for (ns, ifn, _), (peer, _, addrs) in ((end1, end2), (end2, end1)):
+            for addr in addrs:
+                sh("ip", "-n", ns, "neigh", "replace", addr, "lladdr", mac[peer], "dev", ifn,
+                   "nud", "permanent")
+
+    def tempdir(self):
+        d = tempfile.mkdtemp(prefix="%s-%d-" % (PREFIX, os.getpid()))
+        self.tempdirs.append(d)
+        return d
+
+    def make_cgroup(self):
+        root = cgroup2_mount()
+        if not root:
+            raise AssertionError("no cgroup v2 mount in /proc/mounts")
+        path = os.path.join(root, "%s-%d-%06x" % (PREFIX, os.getpid(), random.getrandbits(24)))
+        os.mkdir(path)
+        self.cgroups.append(path)
+        return path
+
+    # -- processes
+    def popen(self, ns, cmd, cgroup=None, nsenter=False, **kw):
+        """Starts cmd inside ns (ip netns exec, or nsenter --net: keeps the host's /sys
+        mounts), or in the host namespace when ns is None; close() kills it."""
+        def pre():
+            die_with_parent()
+            if cgroup:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+        if ns is None:
+            full = list(cmd)
+        elif nsenter:
+            full = ["nsenter", "--net=/run/netns/" + ns, "--"] + list(cmd)
+        else:
+            full = ["ip", "netns", "exec", ns] + list(cmd)
+        kw.setdefault("text", True)
+        p = subprocess.Popen(full, preexec_fn=pre, **kw)
+        self.procs.append(p)
+        return p
+
+    def run(self, ns, *cmd, check=True, timeout=120, **kw):
+        return sh("ip", "netns", "exec", ns, *cmd, check=check, timeout=timeout, **kw)
+
+    def lossd(self, ns, args, nsenter=False, ready=True, state_dir=None):
+        """Starts lossd --json in ns with args (lab.lossd.Lossd); waits for its ready event."""
+        d = Lossd(self, ns, args, nsenter=nsenter, state_dir=state_dir)
+        if ready:
+            d.wait_ready()
+        return d
+
+    def start(self, *specs):
+        """Starts several lossd at once ((ns, args) pairs) and waits until all are ready."""
+        ds = [Lossd(self, ns, args) for ns, args in specs]
+        for d in ds:
+            d.wait_ready()
+        return ds
+
+    # -- state of a namespace
+    def counters(self, ns):
+        """The namespace's MIB counters (stats.Counters: "Tcp.RetransSegs", ...)."""
+        return stats.mib(lambda path: self.run(ns, "cat", path).stdout)
+
+    def link_stats(self, ns, ifname):
+        j = json.loads(self.run(ns, "ip", "-s", "-j", "link", "show", "dev", ifname).stdout)[0]
+        s = j.get("stats64", {})
+        return {"rx_packets": s.get("rx", {}).get("packets"), "rx_dropped": s.get("rx", {}).get("dropped"),
+                "tx_packets": s.get("tx", {}).get("packets"), "tx_dropped": s.get("tx", {}).get("dropped")}
+
+    def features(self, ns, ifname):
+        """Every `ethtool -k` feature of ifname: name -> "on"/"off"."""
+        out = self.run(ns, "ethtool", "-k", ifname).stdout
+        return {m.group(1): m.group(2) for m in re.finditer(r"^\s*([\w-]+): (on|off)", out, re.M)}
+
+    def wait_idle(self, *nss, port=None, timeout=30, check=True):
+        """Until no TCP socket (of `port`, if given) but LISTEN/TIME-WAIT is left in the
+        namespaces (default A and B): the kernel counters read after are final. False (or,
+        with check, AssertionError) if some still are after timeout seconds."""
+        end = time.monotonic() + timeout
+        busy = []
+        while time.monotonic() < end:
+            busy = [l for ns in (nss or (self.a, self.b))
+                    for l in self.run(ns, "ss", "-Htan").stdout.splitlines()
+                    if not l.startswith(("TIME-WAIT", "LISTEN")) and (port is None or ":%d " % port in l)]
+            if not busy:
+                return True
+            time.sleep(0.05)
+        if check:
+            raise AssertionError("TCP sockets still busy: %s" % busy)
+        return False
+
+    # -- the end
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.kill()
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except Exception:
+                pass
+            for f in (p.stdin, p.stdout, p.stderr):
+                try:
+                    if f:
+                        f.close()
+                except Exception:
+                    pass
+        for ns in self.namespaces:
+            _kill_pids(_ns_pids(ns))
+            sh("ip", "netns", "del", ns, check=False)
+        for cg in self.cgroups:
+            _remove_cgroup(cg)
+        for d in self.tempdirs:
+            shutil.rmtree(d, ignore_errors=True)
+        if self in _live_labs:
+            _live_labs.remove(self)
+        log("lab down:", self.tag)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,154 @@
+"""Numbers: kernel counters of a namespace, the binomial interval the tests assert with
+(the Wilson interval is lossd_client.units.wilson_interval), CPU times from /proc (stdlib only)."""
+
+import math
+import os
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---- kernel counters ---------------------------------------------------------------------
+
+class Counters(dict):
+    """MIB counters by "Group.Name" ("Tcp.RetransSegs", "TcpExt.TCPDSACKRecvSegs",
+    "Snmp6.Udp6RcvbufErrors", ...); a missing one is 0; a - b is the delta."""
+
+    def __sub__(self, other):
+        return Counters({k: v - other.get(k, 0) for k, v in self.items()})
+
+    def __missing__(self, k):
+        return 0
+
+
+def _pairs(text):
+    """/proc/net/snmp and /proc/net/netstat: a header line and a value line per group."""
+    out = {}
+    lines = text.splitlines()
+    for i in range(0, len(lines) - 1, 2):
+        h, v = lines[i].split(), lines[i + 1].split()
+        if h and v and h[0] == v[0]:
+            for k, x in zip(h[1:], v[1:]):
+                out[h[0].rstrip(":") + "." + k] = int(x)
+    return out
+
+
+def mib(read):
+    """The counters of /proc/net/snmp, /proc/net/netstat and /proc/net/snmp6 as read(path)
+    returns them (inside a namespace: Lab.counters)."""
+    c = Counters()
+    for f in ("/proc/net/snmp", "/proc/net/netstat"):
+        c.update(_pairs(read(f)))
+    for line in read("/proc/net/snmp6").splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            c["Snmp6." + parts[0]] = int(parts[1])
+    return c
+
+
+# The TCP counters worth reporting, and the observer's short form of them.
+TCP_KEYS = ("Tcp.RetransSegs", "Tcp.OutSegs", "TcpExt.TCPOrigDataSent", "TcpExt.TCPDSACKRecvSegs",
+            "TcpExt.TCPLossProbes", "TcpExt.TCPFastRetrans", "TcpExt.TCPSlowStartRetrans",
+            "TcpExt.TCPTimeouts", "TcpExt.TCPLostRetransmit", "TcpExt.TCPRetransFail",
+            "TcpExt.TCPSynRetrans", "TcpExt.TCPSpuriousRTOs", "Tcp.OutRsts")
+RETRANS_KEYS = ("Tcp.RetransSegs", "TcpExt.TCPFastRetrans", "TcpExt.TCPSlowStartRetrans",
+                "TcpExt.TCPLossProbes", "TcpExt.TCPSynRetrans", "TcpExt.TCPTimeouts",
+                "TcpExt.TCPRetransFail", "TcpExt.TCPLostRetransmit", "TcpExt.TCPSpuriousRTOs",
+                "TcpExt.TCPLossProbeRecovery", "TcpExt.TCPDSACKRecvSegs", "Tcp.OutSegs")
+
+
+def short(c, keys=RETRANS_KEYS):
+    """{"RetransSegs": n, ...}: the counters of keys without their group."""
+    return {k.split(".")[1]: c[k] for k in keys}
+
+
+def softnet_dropped():
+    """Host-wide backlog drops (/proc/net/softnet_stat column 2), for diagnostics."""
+    total = 0
+    with open("/proc/net/softnet_stat") as f:
+        for line in f:
+            total += int(line.split()[1], 16)
+    return total
+
+
+# ---- intervals --------------------------------------------------------------------------
+
+def binom_interval(n, p, conf=0.999):
+    """Exact central interval [lo, hi] holding `conf` of Binomial(n, p)."""
+    if p <= 0:
+        return 0, 0
+    if p >= 1:
+        return n, n
+    tail = (1 - conf) / 2
+    mean = n * p
+    sd = math.sqrt(n * p * (1 - p))
+    k0 = max(0, int(mean - 12 * sd - 10))
+    k1 = min(n, int(mean + 12 * sd + 10))
+    lp, lq = math.log(p), math.log1p(-p)
+    lgn = math.lgamma(n + 1)
+
+    def pmf(k):
+        return math.exp(lgn - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lp + (n - k) * lq)
+
+    cdf, lo, hi = 0.0, None, None
+    for k in range(k0, k1 + 1):
+        cdf += pmf(k)
+        if lo is None and cdf > tail:
+            lo = k
+        if hi is None and cdf >= 1 - tail:
+            hi = k
+            break
+    return lo, (hi if hi is not None else k1)
+
+
+# ---- CPU time ------------------------------------------------------------------------------
+
+def _stat_cpu(raw):
+    fields = raw.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def cpu_secs(pid):
+    """User + system CPU seconds of a process (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        return _stat_cpu(f.read())
+
+
+def thread_cpu(pid):
+    """{tid: (comm, cpu seconds)} of every thread of pid."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                raw = f.read()
+        except OSError:
+            continue
+        out[tid] = (raw[raw.index("(") + 1:raw.rindex(")")], _stat_cpu(raw))
+    return out
+
+
+def thread_delta(a, b):
+    """CPU seconds per thread name (threads of one name summed) between two thread_cpu()s."""
+    by = {}
+    for tid, (comm, c) in b.items():
+        d = c - a.get(tid, (comm, 0.0))[1]
+        if d > 0:
+            by[comm] = round(by.get(comm, 0) + d, 3)
+    return dict(sorted(by.items(), key=lambda kv: -kv[1]))
+
+
+def fdinfo(pid):
+    """[{key: value}] of every fd of pid (/proc/PID/fdinfo): BPF programs and maps show
+    prog_id / map_id there."""
+    out = []
+    d = "/proc/%d/fdinfo" % pid
+    try:
+        fds = os.listdir(d)
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            with open(os.path.join(d, fd)) as f:
+                out.append(dict(l.rstrip("\n").split(":\t", 1) for l in f if ":\t" in l))
+        except OSError:
+            pass
+    return out
