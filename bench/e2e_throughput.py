@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end cost of lossd on a TCP flow over veth (DESIGN.md fact 1).
+"""End-to-end cost of lossd on a TCP flow over veth (docs/architecture.md#hook-choice).
 
 Two network namespaces made for this run (tests/e2e/lab: A sends, B receives), a veth pair
 between them, unpaced TCP iperf3 from sender to receiver. Configurations, run

@@ -12,7 +12,7 @@ names, documentation addresses 192.0.2.0/24, removed on exit, on failure and on
 SIGINT/SIGTERM/SIGHUP), a veth pair between them; A sends, B receives. Traffic
 stays inside them.
 
-Part 1, throughput (DESIGN.md "How we measure": interleaved rounds, medians and
+Part 1, throughput (docs/architecture.md#how-we-measure: interleaved rounds, medians and
 ratios against a baseline measured in the same run). One unpaced TCP iperf3
 flow A -> B for --seconds, in rounds whose order rotates:
 

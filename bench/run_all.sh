@@ -13,7 +13,7 @@ set -u
 
 BUILD=${1:?usage: $0 <build-dir>}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=/usr/bin/python3   # DESIGN.md: the Debian python3
+PY=/usr/bin/python3   # Debian's python3: the one with python3-grpcio
 # The benchmarks' Python: the e2e lab (tests/e2e/lab) and the Python client.
 PYTHONPATH="$HERE/../tests/e2e:$HERE/../client/python${PYTHONPATH:+:$PYTHONPATH}"
 PYTHONDONTWRITEBYTECODE=1

@@ -6,7 +6,7 @@ first one's datagrams (100 %, then 5 % within the binomial interval, every
 loss counted by lossd and by the kernel as a UDP InError: the cgroup program
 runs in the socket filter path, after the packet reached the socket).
 
-Egress, measured (DESIGN fact 3 said "reported to return an error to the
+Egress, measured (the design brief said "reported to return an error to the
 application, not verified"):
   - UDP sender in the cgroup: every dropped datagram makes sendto() fail with
     EPERM (the application sees it); Ip OutDiscards counts it.

@@ -1,4 +1,4 @@
-"""e2e 5: a SIGKILLed lossd leaves no loss behind (DESIGN fact 4).
+"""e2e 5: a SIGKILLed lossd leaves no loss behind (docs/architecture.md#crash-safety).
 
 Ingress (tcx link): the link dies with the process, so drops stop at once.
 Egress (netlink clsact filter, the only way to get TC_ACT_STOLEN): the filter

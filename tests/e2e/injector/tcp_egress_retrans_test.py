@@ -1,7 +1,7 @@
 """e2e 4: 1 % loss on the sender's own egress (--dir egress: clsact filter
 returning TC_ACT_STOLEN) under a paced TCP flow over IPv6: the local stack
 must see network loss, i.e. retransmit every dropped segment (a local drop,
-TC_ACT_SHOT, would instead be re-queued without retransmission: DESIGN fact 3).
+TC_ACT_SHOT, would instead be re-queued without retransmission: docs/architecture.md#egress-verdicts).
 
 Exact relation asserted, as in the ingress test (see its docstring):
 

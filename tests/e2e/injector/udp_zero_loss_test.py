@@ -1,7 +1,7 @@
 """e2e 1: 100,000 counted UDP datagrams through a 0 % lossd rule: exactly 0 lost.
 
 The seed experiment's kernel-module dropper lost 59,000 of 100,000 here at a
-configured 0 % (DESIGN fact 6). The flow is paced so the receiver's socket
+configured 0 % (docs/architecture.md#random-source). The flow is paced so the receiver's socket
 never overflows (RcvbufErrors delta must be 0), and lossd's rule must have
 matched every one of the datagrams.
 """

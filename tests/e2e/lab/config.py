@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-PY = "/usr/bin/python3"  # Debian's: python3-grpcio and python3-protobuf (DESIGN.md)
+PY = "/usr/bin/python3"  # Debian's: python3-grpcio and python3-protobuf (README: the pyenv python3 on PATH has no grpcio)
 HERE = os.path.dirname(os.path.abspath(__file__))
 E2E = os.path.dirname(HERE)
 REPO = os.path.dirname(os.path.dirname(E2E))
