@@ -354,28 +354,7 @@ void AddRuleCommands(CLI::App* app, const Globals* g, Run* run) {
   auto af = std::make_shared<AddFlags>();
   RuleFlags& f = af->rule;
   CLI::App* add = rule->add_subcommand("add", "Add a loss rule (or the rules of --file)");
-  add->add_option("--iface,-i", f.iface, "Target interface");
-  add->add_option("--cgroup", f.cgroup, "Target cgroup v2 path");
-  add->add_option("--hook", f.hook, "auto (default) | xdp | tc | cgroup");
-  add->add_option("--dir", f.dir, "ingress (default) | egress | both");
-  add->add_option("--src", f.src, "Source address or CIDR (IPv4 or IPv6)");
-  add->add_option("--dst", f.dst, "Destination address or CIDR");
-  add->add_option("--sport", f.sport, "Source port or LO-HI");
-  add->add_option("--dport", f.dport, "Destination port or LO-HI");
-  add->add_option("--proto", f.proto, "tcp | udp | icmp | icmpv6 | any | 0-255");
-  add->add_option("--family", f.family, "4 | 6 | any (default)");
-  add->add_option("--tcp-flags", f.tcp_flags, "Flags set, ! for clear, e.g. syn,!ack");
-  add->add_option("--payload", f.payload, "any (default) | only | none");
-  add->add_option("--rate", f.rate, "Loss model: Bernoulli rate per segment, e.g. 1% or 0.005%");
-  add->add_option("--ge", f.ge, "Loss model: Gilbert-Elliott p,r,1-h,1-k (netem gemodel), e.g. 1%,20%");
-  add->add_option("--every", f.every, "Loss model: drop every N-th packet of each flow");
-  add->add_option("--first", f.first, "Loss model: drop the first K packets of each flow");
-  add->add_option("--seed", f.seed, "Same seed, same packets: same drops (per flow)");
-  add->add_option("--priority", f.priority, "Highest wins among overlapping rules (0-1000000)");
-  add->add_option("--ttl", f.ttl, "Lifetime, e.g. 30s, 5m (default: until removed)");
-  add->add_flag("--per-segment", f.per_segment, "Exact per-segment loss (GSO/GRO off on the interface)");
-  add->add_option("--label", f.labels, "key=value (repeatable)")->allow_extra_args(false);
-  add->add_flag("--force", f.force, "Allow a rule that would cut SSH or lossd's own traffic");
+  AddRuleFlags(add, &f);
   add->add_option("--file,-f", af->file,
                   "Add the rules of a JSON file (- for stdin): an array, or one object per line, "
                   "fields named as the flags; flags given here are their defaults");
