@@ -8,7 +8,7 @@ CTEST_ARGS ?=
 RUN_ARGS ?=
 
 DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake make g++ \
-        libgtest-dev libgmock-dev libcli11-dev iproute2 iperf3 ethtool iptables nftables \
+        libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev iproute2 iperf3 ethtool iptables nftables \
         python3 procps protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
         python3-grpcio python3-protobuf python3-matplotlib
 
