@@ -179,11 +179,11 @@ int Flows(const Globals& g, const FilterFlags& f) {
   for (auto& a : allow) *req.add_filter() = std::move(a);
   std::unique_ptr<Connection> conn;
   if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::ListFlowsResponse resp;
-  grpc::Status st = conn->observer().ListFlows(&ctx, req, &resp);
-  if (!st.ok()) return conn->Report(st, "flows");
+  if (int rc = Unary(conn.get(), "flows", [&](grpc::ClientContext* ctx) {
+        return conn->observer().ListFlows(ctx, req, &resp);
+      }))
+    return rc;
   if (g.json()) {
     PrintLine(ToJson(resp));
     return kExitOk;

@@ -142,13 +142,11 @@ int AddOne(const Globals& g, const AddFlags& f) {
   v1::CreateRuleRequest req;
   std::string error;
   if (!BuildRuleSpec(f.rule, "--", req.mutable_spec(), &error)) return UsageError(error);
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::Rule rule;
-  grpc::Status st = conn->injector().CreateRule(&ctx, req, &rule);
-  if (!st.ok()) return conn->Report(st, "rule add");
+  if (int rc = CallOnce(g, "rule add", [&](Connection& c, grpc::ClientContext* ctx) {
+        return c.injector().CreateRule(ctx, req, &rule);
+      }))
+    return rc;
   if (g.json()) PrintLine(ToJson(rule));
   else if (f.quiet) printf("%u\n", rule.id());
   else PrintRuleLine(rule, "added");
@@ -168,16 +166,13 @@ int AddBatch(const Globals& g, const AddFlags& f) {
   for (auto& s : specs) *req.add_specs() = std::move(s);
   req.set_atomic(f.atomic);
 
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::CreateRulesResponse resp;
-  grpc::Status st = conn->injector().CreateRules(&ctx, req, &resp);
-  if (!st.ok()) {  // --atomic: the first refused spec's status, "specs[i]: ..."
-    return conn->Report(grpc::Status(st.error_code(), LocateSpecError(st.error_message(), where)),
-                        "rule add --file");
-  }
+  if (int rc = CallOnce(g, "rule add --file", [&](Connection& c, grpc::ClientContext* ctx) {
+        grpc::Status st = c.injector().CreateRules(ctx, req, &resp);
+        // --atomic: the first refused spec's status, "specs[i]: ..."
+        return st.ok() ? st : grpc::Status(st.error_code(), LocateSpecError(st.error_message(), where));
+      }))
+    return rc;
 
   int failed = 0;
   for (int i = 0; i < resp.errors_size(); i++) {
@@ -210,13 +205,11 @@ int List(const Globals& g, const std::vector<std::string>& labels) {
   std::string error;
   if (!ParseLabels(labels, "--label", &m, &error)) return UsageError(error);
   for (const auto& kv : m) (*req.mutable_labels())[kv.first] = kv.second;
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::ListRulesResponse resp;
-  grpc::Status st = conn->injector().ListRules(&ctx, req, &resp);
-  if (!st.ok()) return conn->Report(st, "rule ls");
+  if (int rc = CallOnce(g, "rule ls", [&](Connection& c, grpc::ClientContext* ctx) {
+        return c.injector().ListRules(ctx, req, &resp);
+      }))
+    return rc;
   if (g.json()) PrintLine(ToJson(resp));
   else if (resp.rules().empty()) printf("no rules\n");
   else PrintRuleTable(resp.rules());
@@ -229,13 +222,11 @@ int Get(const Globals& g, const std::string& id_text) {
   std::string error;
   if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
   req.set_id(id);
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::Rule rule;
-  grpc::Status st = conn->injector().GetRule(&ctx, req, &rule);
-  if (!st.ok()) return conn->Report(st, "rule get " + id_text);
+  if (int rc = CallOnce(g, "rule get " + id_text, [&](Connection& c, grpc::ClientContext* ctx) {
+        return c.injector().GetRule(ctx, req, &rule);
+      }))
+    return rc;
   if (g.json()) PrintLine(ToJson(rule));
   else PrintRuleDetail(rule);
   return kExitOk;
@@ -279,13 +270,11 @@ int Remove(const Globals& g, const std::vector<std::string>& id_texts) {
 }
 
 int Clear(const Globals& g) {
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::ClearRulesResponse resp;
-  grpc::Status st = conn->injector().ClearRules(&ctx, v1::ClearRulesRequest(), &resp);
-  if (!st.ok()) return conn->Report(st, "rule clear");
+  if (int rc = CallOnce(g, "rule clear", [&](Connection& c, grpc::ClientContext* ctx) {
+        return c.injector().ClearRules(ctx, v1::ClearRulesRequest(), &resp);
+      }))
+    return rc;
   if (g.json()) PrintLine(ToJson(resp));
   else printf("%u rule%s removed\n", resp.deleted(), resp.deleted() == 1 ? "" : "s");
   return kExitOk;
@@ -297,13 +286,11 @@ int Effect(const Globals& g, const std::string& id_text) {
   std::string error;
   if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
   req.set_id(id);
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::RuleEffect e;
-  grpc::Status st = conn->injector().GetRuleEffect(&ctx, req, &e);
-  if (!st.ok()) return conn->Report(st, "rule effect " + id_text);
+  if (int rc = CallOnce(g, "rule effect " + id_text, [&](Connection& c, grpc::ClientContext* ctx) {
+        return c.injector().GetRuleEffect(ctx, req, &e);
+      }))
+    return rc;
   if (g.json()) {
     PrintLine(ToJson(e));
     return kExitOk;
