@@ -216,15 +216,22 @@ int List(const Globals& g, const std::vector<std::string>& labels) {
   return kExitOk;
 }
 
-int Get(const Globals& g, const std::string& id_text) {
-  v1::GetRuleRequest req;
+// A call about one rule, by the id as typed: `call(stub, context, id)`.
+template <typename Call>
+int CallForRule(const Globals& g, const std::string& what, const std::string& id_text, Call call) {
   uint32_t id;
   std::string error;
   if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
-  req.set_id(id);
+  return CallOnce(g, what + " " + id_text,
+                  [&](Connection& c, grpc::ClientContext* ctx) { return call(c.injector(), ctx, id); });
+}
+
+int Get(const Globals& g, const std::string& id_text) {
   v1::Rule rule;
-  if (int rc = CallOnce(g, "rule get " + id_text, [&](Connection& c, grpc::ClientContext* ctx) {
-        return c.injector().GetRule(ctx, req, &rule);
+  if (int rc = CallForRule(g, "rule get", id_text, [&](v1::Injector::Stub& s, grpc::ClientContext* ctx, uint32_t id) {
+        v1::GetRuleRequest req;
+        req.set_id(id);
+        return s.GetRule(ctx, req, &rule);
       }))
     return rc;
   if (g.json()) PrintLine(ToJson(rule));
@@ -281,14 +288,11 @@ int Clear(const Globals& g) {
 }
 
 int Effect(const Globals& g, const std::string& id_text) {
-  v1::GetRuleEffectRequest req;
-  uint32_t id;
-  std::string error;
-  if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
-  req.set_id(id);
   v1::RuleEffect e;
-  if (int rc = CallOnce(g, "rule effect " + id_text, [&](Connection& c, grpc::ClientContext* ctx) {
-        return c.injector().GetRuleEffect(ctx, req, &e);
+  if (int rc = CallForRule(g, "rule effect", id_text, [&](v1::Injector::Stub& s, grpc::ClientContext* ctx, uint32_t id) {
+        v1::GetRuleEffectRequest req;
+        req.set_id(id);
+        return s.GetRuleEffect(ctx, req, &e);
       }))
     return rc;
   if (g.json()) {

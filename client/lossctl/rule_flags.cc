@@ -13,12 +13,7 @@
 namespace lossctl {
 namespace {
 
-std::string Trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) b++;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) e--;
-  return s.substr(b, e - b);
-}
+std::string Trim(const std::string& s) { return lossd::TrimSpace(s); }
 
 }  // namespace
 

@@ -34,10 +34,7 @@ Status Ports(const std::string& name, const std::string& text, PortRange* out) {
 
 Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_t max,
                                   const std::string& name) {
-  size_t b = 0, e = text.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) b++;
-  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) e--;
-  std::string s = text.substr(b, e - b);
+  std::string s = TrimSpace(text);
   bool digits = !s.empty() && s.size() <= 20;
   for (char c : s) digits = digits && std::isdigit(static_cast<unsigned char>(c));
   errno = 0;

@@ -13,14 +13,17 @@
 #include <vector>
 
 namespace lossd {
-namespace {
 
-std::string Trim(const std::string& s) {
+std::string TrimSpace(const std::string& s) {
   size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) b++;
   while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) e--;
   return s.substr(b, e - b);
 }
+
+namespace {
+
+std::string Trim(const std::string& s) { return TrimSpace(s); }
 
 std::string Lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

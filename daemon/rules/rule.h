@@ -115,6 +115,9 @@ std::string TcpFlagsText(uint8_t mask, uint8_t value);
 // 6 -> "tcp", 17 -> "udp", 1 -> "icmp", 58 -> "icmpv6", 0 -> "", else the number.
 std::string ProtocolName(int proto);
 
+// `s` without leading and trailing whitespace.
+std::string TrimSpace(const std::string& s);
+
 const char* HookName(Hook hook);
 const char* DirectionName(Direction dir);
 const char* PayloadName(int payload);  // "any", "only", "none"
