@@ -1,4 +1,4 @@
-# lossd: make deps | build | test | run | bench
+# lossd: make deps | build | test | run | bench | clients
 # Everything needed comes from Debian's packages; `make deps` installs what
 # is missing (as root) and is a no-op when all is there.
 
@@ -8,22 +8,42 @@ CTEST_ARGS ?=
 RUN_ARGS ?=
 
 DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake make g++ \
-        libgtest-dev libgmock-dev libcli11-dev iproute2 iperf3 ethtool iptables nftables \
+        libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev iproute2 iperf3 ethtool iptables nftables \
         python3 procps protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
         python3-grpcio python3-protobuf python3-matplotlib
 
-.PHONY: all deps build test run bench format clean
+# A clients-only build (lossctl, the rule library, the Python client's stubs
+# and their unit tests) needs no BPF toolchain: `make clients`.
+CLIENT_DEPS := cmake make g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev \
+        protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
+        python3 python3-grpcio python3-protobuf
+CLIENT_BUILD ?= build-clients
+
+.PHONY: all deps client-deps build clients test run bench format clean
 
 all: build
 
-deps:
-	@missing=""; for p in $(DEPS); do \
+# $(call install_missing,PACKAGES): apt-get install those not installed.
+define install_missing
+	@missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+endef
+
+deps:
+	$(call install_missing,$(DEPS))
+
+client-deps:
+	$(call install_missing,$(CLIENT_DEPS))
+
+clients: client-deps
+	cmake -S . -B $(CLIENT_BUILD) -DLOSSD_CLIENTS_ONLY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(CLIENT_BUILD) -j $(JOBS)
+	cd $(CLIENT_BUILD) && ctest --output-on-failure -L unit
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -43,4 +63,4 @@ format:
 	git ls-files '*.c' '*.h' '*.cc' | xargs clang-format -i --style=file
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(CLIENT_BUILD)

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "injector/attach.h"
 #include "effects/effects.h"
@@ -144,8 +145,9 @@ int RunDaemon(const DaemonOptions& opts) {
   if (!opts.socket.empty()) chmod(opts.socket.c_str(), 0660);
   LOG_INFO("serving lossd.v1 on %s%s%s", opts.socket.empty() ? "" : ("unix:" + opts.socket).c_str(),
            opts.listen.empty() ? "" : " and ", opts.listen.c_str());
-  std::printf("{\"event\":\"ready\",\"pid\":%d,\"socket\":\"%s\",\"tcp_port\":%d}\n", getpid(),
-              opts.socket.c_str(), tcp_port);
+  std::printf("%s\n", JsonLine({{"event", "ready"}, {"pid", getpid()}, {"socket", opts.socket},
+                                {"tcp_port", tcp_port}})
+                          .c_str());
   std::fflush(stdout);
 
   int sig = 0;

@@ -89,7 +89,7 @@ int ReadStream(Connection* conn, grpc::ClientContext* ctx, grpc::ClientReaderInt
   }
   grpc::Status st = reader->Finish();
   if (stopped || guard.interrupted() || st.ok()) return kExitOk;
-  // The connection was up (OpenForStream waited for it): UNAVAILABLE now
+  // The connection was up (Stream waited for it): UNAVAILABLE now
   // means lossd went away, before or after the first message.
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE)
     return Fail(kExitUnavailable, what + ": lossd ended the stream" +
@@ -98,17 +98,30 @@ int ReadStream(Connection* conn, grpc::ClientContext* ctx, grpc::ClientReaderInt
   return conn->Report(st, what);
 }
 
+// Connects within --timeout (streams carry no deadline), starts the stream
+// with `start(connection, &context)` and reads it (ReadStream).
+template <typename Start, typename OnMsg>
+int Stream(const Globals& g, const std::string& what, Start start, OnMsg on_msg) {
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  if (!conn->WaitConnected())
+    return conn->Report(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, ""), what);
+  grpc::ClientContext ctx;
+  CancelOnSignal guard(&ctx);
+  auto reader = start(*conn, &ctx);
+  return ReadStream(conn.get(), &ctx, reader.get(), guard, what, on_msg);
+}
+
+// A stream's message as JSON (-o json); false when stdout is gone or
+// `count` (0: no limit) messages are out.
+bool JsonUntilCount(const google::protobuf::Message& m, uint64_t count, uint64_t* seen) {
+  if (!PrintLine(ToJson(m))) return false;
+  return !(count && ++*seen >= count);
+}
+
 bool ParseCount(const std::string& text, uint64_t* count, std::string* error) {
   *count = 0;
   return text.empty() || ParseUint(text, 1, UINT64_MAX, "--count", count, error);
-}
-
-// Connects within --timeout (streams carry no deadline).
-int OpenForStream(const Globals& g, const std::string& what, std::unique_ptr<Connection>* conn) {
-  if (int rc = Connection::Open(g, conn)) return rc;
-  if (!(*conn)->WaitConnected())
-    return (*conn)->Report(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, ""), what);
-  return kExitOk;
 }
 
 void AddAllowFilterFlags(CLI::App* cmd, FilterFlags* f) {
@@ -144,15 +157,13 @@ int Watch(const Globals& g, const WatchFlags& f) {
   uint64_t count;
   if (!ParseCount(f.count, &count, &error)) return UsageError(error);
 
-  std::unique_ptr<Connection> conn;
-  if (int rc = OpenForStream(g, "watch", &conn)) return rc;
-  grpc::ClientContext ctx;
-  CancelOnSignal guard(&ctx);
-  auto reader = conn->observer().WatchRetransmits(&ctx, req);
-  bool same_host = conn->same_host();
+  bool same_host = false;
   uint64_t events = 0;
-  return ReadStream(conn.get(), &ctx, reader.get(), guard, "watch",
-                    [&](const v1::RetransmitStreamBatch& b) {
+  auto start = [&](Connection& c, grpc::ClientContext* ctx) {
+    same_host = c.same_host();
+    return c.observer().WatchRetransmits(ctx, req);
+  };
+  return Stream(g, "watch", start, [&](const v1::RetransmitStreamBatch& b) {
                       for (const v1::RetransmitStreamMessage& m : b.items()) {
                         std::string line;
                         if (g.json()) line = ToJson(m);
@@ -179,11 +190,11 @@ int Flows(const Globals& g, const FilterFlags& f) {
   for (auto& a : allow) *req.add_filter() = std::move(a);
   std::unique_ptr<Connection> conn;
   if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::ListFlowsResponse resp;
-  grpc::Status st = conn->observer().ListFlows(&ctx, req, &resp);
-  if (!st.ok()) return conn->Report(st, "flows");
+  if (int rc = Unary(conn.get(), "flows", [&](grpc::ClientContext* ctx) {
+        return conn->observer().ListFlows(ctx, req, &resp);
+      }))
+    return rc;
   if (g.json()) {
     PrintLine(ToJson(resp));
     return kExitOk;
@@ -274,18 +285,11 @@ std::string AggregateRow(const v1::Aggregate& a, bool millis) {
 int StatsAggregates(const Globals& g, uint64_t interval_ns, uint64_t count) {
   v1::WatchAggregatesRequest req;
   req.set_window_ns(interval_ns);
-  std::unique_ptr<Connection> conn;
-  if (int rc = OpenForStream(g, "stats", &conn)) return rc;
-  grpc::ClientContext ctx;
-  CancelOnSignal guard(&ctx);
-  auto reader = conn->observer().WatchAggregates(&ctx, req);
   uint64_t seen = 0;
   bool header = false;
-  return ReadStream(conn.get(), &ctx, reader.get(), guard, "stats", [&](const v1::Aggregate& a) {
-    if (g.json()) {
-      if (!PrintLine(ToJson(a))) return false;
-      return !(count && ++seen >= count);
-    }
+  auto start = [&](Connection& c, grpc::ClientContext* ctx) { return c.observer().WatchAggregates(ctx, req); };
+  return Stream(g, "stats", start, [&](const v1::Aggregate& a) {
+    if (g.json()) return JsonUntilCount(a, count, &seen);
     bool millis = interval_ns < 1000000000;
     if (!header) {
       uint64_t window = a.window_ns() ? a.window_ns() : interval_ns;
@@ -305,19 +309,12 @@ int StatsRules(const Globals& g, const std::vector<uint32_t>& ids, uint64_t inte
   v1::WatchRuleCountersRequest req;
   for (uint32_t id : ids) req.add_ids(id);
   req.set_interval_ns(interval_ns);
-  std::unique_ptr<Connection> conn;
-  if (int rc = OpenForStream(g, "stats", &conn)) return rc;
-  grpc::ClientContext ctx;
-  CancelOnSignal guard(&ctx);
-  auto reader = conn->injector().WatchRuleCounters(&ctx, req);
   std::map<uint32_t, v1::RuleCounters> prev;
   uint64_t prev_time = 0, seen = 0;
   bool header = false;
-  return ReadStream(conn.get(), &ctx, reader.get(), guard, "stats", [&](const v1::RuleCountersUpdate& u) {
-    if (g.json()) {
-      if (!PrintLine(ToJson(u))) return false;
-      return !(count && ++seen >= count);
-    }
+  auto start = [&](Connection& c, grpc::ClientContext* ctx) { return c.injector().WatchRuleCounters(ctx, req); };
+  return Stream(g, "stats", start, [&](const v1::RuleCountersUpdate& u) {
+    if (g.json()) return JsonUntilCount(u, count, &seen);
     if (!header) {
       if (!PrintLine("    TIME   RULE    STATE  MATCHED/s  DROPPED/s     DROP%    DROPPED  TRAFFIC/s"))
         return false;

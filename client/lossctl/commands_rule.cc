@@ -142,13 +142,11 @@ int AddOne(const Globals& g, const AddFlags& f) {
   v1::CreateRuleRequest req;
   std::string error;
   if (!BuildRuleSpec(f.rule, "--", req.mutable_spec(), &error)) return UsageError(error);
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::Rule rule;
-  grpc::Status st = conn->injector().CreateRule(&ctx, req, &rule);
-  if (!st.ok()) return conn->Report(st, "rule add");
+  if (int rc = CallOnce(g, "rule add", [&](Connection& c, grpc::ClientContext* ctx) {
+        return c.injector().CreateRule(ctx, req, &rule);
+      }))
+    return rc;
   if (g.json()) PrintLine(ToJson(rule));
   else if (f.quiet) printf("%u\n", rule.id());
   else PrintRuleLine(rule, "added");
@@ -168,16 +166,13 @@ int AddBatch(const Globals& g, const AddFlags& f) {
   for (auto& s : specs) *req.add_specs() = std::move(s);
   req.set_atomic(f.atomic);
 
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::CreateRulesResponse resp;
-  grpc::Status st = conn->injector().CreateRules(&ctx, req, &resp);
-  if (!st.ok()) {  // --atomic: the first refused spec's status, "specs[i]: ..."
-    return conn->Report(grpc::Status(st.error_code(), LocateSpecError(st.error_message(), where)),
-                        "rule add --file");
-  }
+  if (int rc = CallOnce(g, "rule add --file", [&](Connection& c, grpc::ClientContext* ctx) {
+        grpc::Status st = c.injector().CreateRules(ctx, req, &resp);
+        // --atomic: the first refused spec's status, "specs[i]: ..."
+        return st.ok() ? st : grpc::Status(st.error_code(), LocateSpecError(st.error_message(), where));
+      }))
+    return rc;
 
   int failed = 0;
   for (int i = 0; i < resp.errors_size(); i++) {
@@ -210,32 +205,35 @@ int List(const Globals& g, const std::vector<std::string>& labels) {
   std::string error;
   if (!ParseLabels(labels, "--label", &m, &error)) return UsageError(error);
   for (const auto& kv : m) (*req.mutable_labels())[kv.first] = kv.second;
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::ListRulesResponse resp;
-  grpc::Status st = conn->injector().ListRules(&ctx, req, &resp);
-  if (!st.ok()) return conn->Report(st, "rule ls");
+  if (int rc = CallOnce(g, "rule ls", [&](Connection& c, grpc::ClientContext* ctx) {
+        return c.injector().ListRules(ctx, req, &resp);
+      }))
+    return rc;
   if (g.json()) PrintLine(ToJson(resp));
   else if (resp.rules().empty()) printf("no rules\n");
   else PrintRuleTable(resp.rules());
   return kExitOk;
 }
 
-int Get(const Globals& g, const std::string& id_text) {
-  v1::GetRuleRequest req;
+// A call about one rule, by the id as typed: `call(stub, context, id)`.
+template <typename Call>
+int CallForRule(const Globals& g, const std::string& what, const std::string& id_text, Call call) {
   uint32_t id;
   std::string error;
   if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
-  req.set_id(id);
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
+  return CallOnce(g, what + " " + id_text,
+                  [&](Connection& c, grpc::ClientContext* ctx) { return call(c.injector(), ctx, id); });
+}
+
+int Get(const Globals& g, const std::string& id_text) {
   v1::Rule rule;
-  grpc::Status st = conn->injector().GetRule(&ctx, req, &rule);
-  if (!st.ok()) return conn->Report(st, "rule get " + id_text);
+  if (int rc = CallForRule(g, "rule get", id_text, [&](v1::Injector::Stub& s, grpc::ClientContext* ctx, uint32_t id) {
+        v1::GetRuleRequest req;
+        req.set_id(id);
+        return s.GetRule(ctx, req, &rule);
+      }))
+    return rc;
   if (g.json()) PrintLine(ToJson(rule));
   else PrintRuleDetail(rule);
   return kExitOk;
@@ -279,31 +277,24 @@ int Remove(const Globals& g, const std::vector<std::string>& id_texts) {
 }
 
 int Clear(const Globals& g) {
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::ClearRulesResponse resp;
-  grpc::Status st = conn->injector().ClearRules(&ctx, v1::ClearRulesRequest(), &resp);
-  if (!st.ok()) return conn->Report(st, "rule clear");
+  if (int rc = CallOnce(g, "rule clear", [&](Connection& c, grpc::ClientContext* ctx) {
+        return c.injector().ClearRules(ctx, v1::ClearRulesRequest(), &resp);
+      }))
+    return rc;
   if (g.json()) PrintLine(ToJson(resp));
   else printf("%u rule%s removed\n", resp.deleted(), resp.deleted() == 1 ? "" : "s");
   return kExitOk;
 }
 
 int Effect(const Globals& g, const std::string& id_text) {
-  v1::GetRuleEffectRequest req;
-  uint32_t id;
-  std::string error;
-  if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
-  req.set_id(id);
-  std::unique_ptr<Connection> conn;
-  if (int rc = Connection::Open(g, &conn)) return rc;
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
   v1::RuleEffect e;
-  grpc::Status st = conn->injector().GetRuleEffect(&ctx, req, &e);
-  if (!st.ok()) return conn->Report(st, "rule effect " + id_text);
+  if (int rc = CallForRule(g, "rule effect", id_text, [&](v1::Injector::Stub& s, grpc::ClientContext* ctx, uint32_t id) {
+        v1::GetRuleEffectRequest req;
+        req.set_id(id);
+        return s.GetRuleEffect(ctx, req, &e);
+      }))
+    return rc;
   if (g.json()) {
     PrintLine(ToJson(e));
     return kExitOk;
@@ -354,28 +345,7 @@ void AddRuleCommands(CLI::App* app, const Globals* g, Run* run) {
   auto af = std::make_shared<AddFlags>();
   RuleFlags& f = af->rule;
   CLI::App* add = rule->add_subcommand("add", "Add a loss rule (or the rules of --file)");
-  add->add_option("--iface,-i", f.iface, "Target interface");
-  add->add_option("--cgroup", f.cgroup, "Target cgroup v2 path");
-  add->add_option("--hook", f.hook, "auto (default) | xdp | tc | cgroup");
-  add->add_option("--dir", f.dir, "ingress (default) | egress | both");
-  add->add_option("--src", f.src, "Source address or CIDR (IPv4 or IPv6)");
-  add->add_option("--dst", f.dst, "Destination address or CIDR");
-  add->add_option("--sport", f.sport, "Source port or LO-HI");
-  add->add_option("--dport", f.dport, "Destination port or LO-HI");
-  add->add_option("--proto", f.proto, "tcp | udp | icmp | icmpv6 | any | 0-255");
-  add->add_option("--family", f.family, "4 | 6 | any (default)");
-  add->add_option("--tcp-flags", f.tcp_flags, "Flags set, ! for clear, e.g. syn,!ack");
-  add->add_option("--payload", f.payload, "any (default) | only | none");
-  add->add_option("--rate", f.rate, "Loss model: Bernoulli rate per segment, e.g. 1% or 0.005%");
-  add->add_option("--ge", f.ge, "Loss model: Gilbert-Elliott p,r,1-h,1-k (netem gemodel), e.g. 1%,20%");
-  add->add_option("--every", f.every, "Loss model: drop every N-th packet of each flow");
-  add->add_option("--first", f.first, "Loss model: drop the first K packets of each flow");
-  add->add_option("--seed", f.seed, "Same seed, same packets: same drops (per flow)");
-  add->add_option("--priority", f.priority, "Highest wins among overlapping rules (0-1000000)");
-  add->add_option("--ttl", f.ttl, "Lifetime, e.g. 30s, 5m (default: until removed)");
-  add->add_flag("--per-segment", f.per_segment, "Exact per-segment loss (GSO/GRO off on the interface)");
-  add->add_option("--label", f.labels, "key=value (repeatable)")->allow_extra_args(false);
-  add->add_flag("--force", f.force, "Allow a rule that would cut SSH or lossd's own traffic");
+  AddRuleFlags(add, &f);
   add->add_option("--file,-f", af->file,
                   "Add the rules of a JSON file (- for stdin): an array, or one object per line, "
                   "fields named as the flags; flags given here are their defaults");

@@ -27,28 +27,22 @@ int Status(const Globals& g) {
   v1::Version version;
   v1::Capabilities caps;
   v1::Health health;
-  {
-    grpc::ClientContext ctx;
-    conn->SetDeadline(&ctx);
-    grpc::Status st = conn->system().GetVersion(&ctx, v1::GetVersionRequest(), &version);
-    if (!st.ok()) return conn->Report(st, "status");
-  }
-  {
-    grpc::ClientContext ctx;
-    conn->SetDeadline(&ctx);
-    grpc::Status st = conn->system().GetCapabilities(&ctx, v1::GetCapabilitiesRequest(), &caps);
-    if (!st.ok()) return conn->Report(st, "status: capabilities");
-  }
-  {
-    grpc::ClientContext ctx;
-    conn->SetDeadline(&ctx);
-    grpc::Status st = conn->system().GetHealth(&ctx, v1::GetHealthRequest(), &health);
-    if (!st.ok()) return conn->Report(st, "status: health");
-  }
+  v1::System::Stub& sys = conn->system();
+  if (int rc = Unary(conn.get(), "status", [&](grpc::ClientContext* ctx) {
+        return sys.GetVersion(ctx, v1::GetVersionRequest(), &version);
+      }))
+    return rc;
+  if (int rc = Unary(conn.get(), "status: capabilities", [&](grpc::ClientContext* ctx) {
+        return sys.GetCapabilities(ctx, v1::GetCapabilitiesRequest(), &caps);
+      }))
+    return rc;
+  if (int rc = Unary(conn.get(), "status: health", [&](grpc::ClientContext* ctx) {
+        return sys.GetHealth(ctx, v1::GetHealthRequest(), &health);
+      }))
+    return rc;
   int rc = health.serving() ? kExitOk : kExitError;
   if (g.json()) {
-    PrintLine("{\"version\":" + ToJson(version) + ",\"capabilities\":" + ToJson(caps) +
-              ",\"health\":" + ToJson(health) + "}");
+    PrintLine(JsonLine({{"version", JsonOf(version)}, {"capabilities", JsonOf(caps)}, {"health", JsonOf(health)}}));
     return rc;
   }
   const Endpoint& ep = conn->endpoint();

@@ -69,4 +69,23 @@ class Connection {
   std::unique_ptr<v1::System::Stub> system_;
 };
 
+// One unary call on `conn` with the --timeout deadline: `call(&context)`
+// returns its grpc::Status; a failure is reported as `what`. Returns kExitOk
+// or the exit code.
+template <typename Call>
+int Unary(Connection* conn, const std::string& what, Call&& call) {
+  grpc::ClientContext ctx;
+  conn->SetDeadline(&ctx);
+  grpc::Status st = call(&ctx);
+  return st.ok() ? kExitOk : conn->Report(st, what);
+}
+
+// The same on a connection of its own: `call(connection, &context)`.
+template <typename Call>
+int CallOnce(const Globals& g, const std::string& what, Call&& call) {
+  std::unique_ptr<Connection> conn;
+  if (int rc = Connection::Open(g, &conn)) return rc;
+  return Unary(conn.get(), what, [&](grpc::ClientContext* ctx) { return call(*conn, ctx); });
+}
+
 }  // namespace lossctl

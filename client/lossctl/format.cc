@@ -303,8 +303,13 @@ std::string ToJson(const google::protobuf::Message& m) {
   opts.always_print_primitive_fields = true;
   std::string out;
   auto st = google::protobuf::util::MessageToJsonString(m, &out, opts);
-  if (!st.ok()) return "{\"error\":\"cannot render " + m.GetTypeName() + " as JSON\"}";
+  if (!st.ok()) return JsonLine({{"error", "cannot render " + m.GetTypeName() + " as JSON"}});
   return out;
+}
+
+lossd::Json JsonOf(const google::protobuf::Message& m) {
+  lossd::Json j = lossd::Json::parse(ToJson(m), nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? lossd::Json{{"error", "cannot render " + m.GetTypeName() + " as JSON"}} : j;
 }
 
 bool PrintLine(const std::string& line, bool flush) {

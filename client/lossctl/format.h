@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
 #include "lossd/v1/lossd.pb.h"
 
 namespace lossctl {
 
 namespace v1 = ::lossd::v1;
+using ::lossd::JsonLine;
 
 // 0.01 -> "1%", 0.00005 -> "0.005%", about 6 significant digits, no exponent.
 std::string FormatRate(double fraction);
@@ -76,6 +78,8 @@ class Table {
 // The message as one line of JSON (field names as in the .proto, default
 // values printed, 64-bit integers as strings as proto3 JSON has them).
 std::string ToJson(const google::protobuf::Message& m);
+// The same as a JSON value, to put several messages in one object (JsonLine).
+lossd::Json JsonOf(const google::protobuf::Message& m);
 // Writes a line to stdout and flushes it; false once stdout is gone (EPIPE).
 // Writes line + newline to stdout; flushes unless told not to (a caller
 // printing a batch flushes once at its end). False once stdout is closed.

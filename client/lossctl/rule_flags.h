@@ -1,6 +1,7 @@
-// A rule as flags or as a JSON object with the flags' names, checked with
-// the daemon's own parsers (daemon/injector/rule.h) and turned into a
-// lossd.v1.RuleSpec. Errors name the flag (or field) and say what to fix.
+// A rule as flags or as a JSON object with the flags' names, built by the
+// rule library's builder (daemon/rules/flags.h: the daemon's own parsers and
+// spellings) and turned into a lossd.v1.RuleSpec, with lossctl's labels and
+// force. Errors name the flag (or field) and say what to fix.
 #pragma once
 
 #include <cstdint>
@@ -9,18 +10,21 @@
 #include <vector>
 
 #include "lossd/v1/lossd.pb.h"
+#include "rules/flags.h"
 
 namespace lossctl {
 
 namespace v1 = ::lossd::v1;
 
-// Every value as typed; empty = not given (the API's default).
-struct RuleFlags {
-  std::string iface, cgroup, hook, dir, src, dst, sport, dport, proto, family, tcp_flags,
-      payload, rate, ge, every, first, seed, priority, ttl;
-  bool per_segment = false, force = false;
+// The rule's flags (every value as typed; empty = not given, the API's
+// default) and what only the API carries.
+struct RuleFlags : lossd::RuleFlags {
+  bool force = false;
   std::vector<std::string> labels;  // "k=v"
 };
+
+// The rule's options (lossd::AddRuleOptions) with --label and --force.
+void AddRuleFlags(CLI::App* app, RuleFlags* flags);
 
 // `dash` is "--" for flags, "" for JSON fields: error messages name the
 // value as the user wrote it ("--rate: ..." or "rate: ...").

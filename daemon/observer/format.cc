@@ -2,9 +2,7 @@
 
 #include <arpa/inet.h>
 
-#include <cstdarg>
 #include <cstdint>
-#include <cstdio>
 
 namespace lossd {
 namespace {
@@ -15,103 +13,124 @@ std::string Addr(uint16_t family, const uint32_t* a) {
   return buf;
 }
 
-unsigned long long U(uint64_t v) { return v; }
+uint64_t U(uint64_t v) { return v; }
+uint32_t U32(uint32_t v) { return v; }
 
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
+// "saddr", "sport", "daddr", "dport" into `j`.
+void AddTuple(const obs_tuple& t, Json* j) {
+  (*j)["saddr"] = Addr(t.family, t.saddr);
+  (*j)["sport"] = U32(t.sport);
+  (*j)["daddr"] = Addr(t.family, t.daddr);
+  (*j)["dport"] = U32(t.dport);
 }
 
-std::string StateJson(const obs_sock_state& s) {
-  return Fmt("\"cwnd\":%u,\"ssthresh\":%u,\"srtt_us\":%u,\"rttvar_us\":%u,\"mss\":%u,"
-             "\"packets_out\":%u,\"retrans_out\":%u,\"lost_out\":%u,\"sacked_out\":%u,"
-             "\"in_flight\":%u,\"snd_wnd\":%u,\"rcv_wnd\":%u,\"total_retrans\":%u,"
-             "\"ca_state\":%u,\"backoff\":%u,\"retransmits\":%u,\"tcp_state\":%u,"
-             "\"bytes_acked\":%llu,\"bytes_sent\":%llu",
-             s.snd_cwnd, s.snd_ssthresh, s.srtt_us, s.rttvar_us, s.mss, s.packets_out,
-             s.retrans_out, s.lost_out, s.sacked_out, s.in_flight, s.snd_wnd, s.rcv_wnd,
-             s.total_retrans, s.ca_state, s.backoff, s.retransmits, s.tcp_state, s.bytes_acked,
-             s.bytes_sent);
+void AddState(const obs_sock_state& s, Json* j) {
+  Json& o = *j;
+  o["cwnd"] = U32(s.snd_cwnd);
+  o["ssthresh"] = U32(s.snd_ssthresh);
+  o["srtt_us"] = U32(s.srtt_us);
+  o["rttvar_us"] = U32(s.rttvar_us);
+  o["mss"] = U32(s.mss);
+  o["packets_out"] = U32(s.packets_out);
+  o["retrans_out"] = U32(s.retrans_out);
+  o["lost_out"] = U32(s.lost_out);
+  o["sacked_out"] = U32(s.sacked_out);
+  o["in_flight"] = U32(s.in_flight);
+  o["snd_wnd"] = U32(s.snd_wnd);
+  o["rcv_wnd"] = U32(s.rcv_wnd);
+  o["total_retrans"] = U32(s.total_retrans);
+  o["ca_state"] = U32(s.ca_state);
+  o["backoff"] = U32(s.backoff);
+  o["retransmits"] = U32(s.retransmits);
+  o["tcp_state"] = U32(s.tcp_state);
+  o["bytes_acked"] = U(s.bytes_acked);
+  o["bytes_sent"] = U(s.bytes_sent);
 }
 
-std::string FlowBody(const obs_flow& f) {
-  std::string rtx;
-  for (int t = 0; t < OBS_RTX_MAX; t++)
-    rtx += Fmt("%s\"%s\":%llu", t ? "," : "", RtxTypeName(t), f.rtx_segs[t]);
+void AddFlowBody(const obs_flow& f, Json* j) {
+  Json& o = *j;
+  AddTuple(f.tuple, j);
+  o["cgroup_id"] = U(f.cgroup_id);
+  o["opened_ns"] = U(f.opened_ns);
+  o["updated_ns"] = U(f.updated_ns);
+  o["cwnd"] = U32(f.cwnd);
+  o["cwnd_min"] = U32(f.cwnd_min == 0xffffffff ? 0 : f.cwnd_min);
+  o["cwnd_max"] = U32(f.cwnd_max);
+  o["srtt_us"] = U32(f.srtt_us);
+  o["srtt_min_us"] = U32(f.srtt_min_us == 0xffffffff ? 0 : f.srtt_min_us);
+  o["srtt_max_us"] = U32(f.srtt_max_us);
+  o["bytes_acked"] = U(f.bytes_acked);
+  o["bytes_sent"] = U(f.bytes_sent);
+  o["max_backoff"] = U32(f.max_backoff);
+  o["preexisting"] = U32(f.preexisting);
+  o["ca_state"] = U32(f.ca_state);
+  Json rtx = Json::object();
+  for (int t = 0; t < OBS_RTX_MAX; t++) rtx[RtxTypeName(t)] = U(f.rtx_segs[t]);
+  o["rtx_segs"] = std::move(rtx);
   static const char* kCa[OBS_CA_STATES] = {"open", "disorder", "cwr", "recovery", "loss"};
-  std::string ca;
-  for (int s = 0; s < OBS_CA_STATES; s++)
-    ca += Fmt("%s\"%s\":%llu", s ? "," : "", kCa[s], f.ca_time_ns[s]);
-  return TupleJson(f.tuple) +
-         Fmt(",\"cgroup_id\":%llu,\"opened_ns\":%llu,\"updated_ns\":%llu"
-             ",\"cwnd\":%u,\"cwnd_min\":%u,\"cwnd_max\":%u,\"srtt_us\":%u,\"srtt_min_us\":%u,"
-             "\"srtt_max_us\":%u,\"bytes_acked\":%llu,\"bytes_sent\":%llu"
-             ",\"max_backoff\":%u,\"preexisting\":%u,\"ca_state\":%u,",
-             f.cgroup_id, f.opened_ns, f.updated_ns, f.cwnd,
-             f.cwnd_min == 0xffffffff ? 0 : f.cwnd_min, f.cwnd_max, f.srtt_us,
-             f.srtt_min_us == 0xffffffff ? 0 : f.srtt_min_us, f.srtt_max_us, f.bytes_acked,
-             f.bytes_sent, f.max_backoff, f.preexisting, f.ca_state) +
-         "\"rtx_segs\":{" + rtx + "},\"ca_time_ns\":{" + ca + "}";
+  Json ca = Json::object();
+  for (int s = 0; s < OBS_CA_STATES; s++) ca[kCa[s]] = U(f.ca_time_ns[s]);
+  o["ca_time_ns"] = std::move(ca);
 }
 
 }  // namespace
 
-std::string TupleJson(const obs_tuple& t) {
-  return Fmt("\"saddr\":\"%s\",\"sport\":%u,\"daddr\":\"%s\",\"dport\":%u",
-             Addr(t.family, t.saddr).c_str(), t.sport, Addr(t.family, t.daddr).c_str(), t.dport);
-}
-
-std::string EventJson(const ObsEvent& e) {
+Json EventJson(const ObsEvent& e) {
   const obs_event& ev = e.data.ev;
-  std::string head = Fmt("{\"seq\":%llu,\"time_ns\":%llu,\"cookie\":%llu"
-                         ",\"cgroup_id\":%llu,",
-                         U(e.seq), U(ev.time_ns), U(ev.cookie), U(ev.cgroup_id)) +
-                     TupleJson(ev.tuple);
-  if (ev.kind == OBS_EV_RETRANSMIT)
-    return "{\"event\":\"retransmit\"," + head.substr(1) +
-           Fmt(",\"type\":\"%s\",\"outcome\":\"%s\",\"err\":%d,\"segs\":%u,\"seq_no\":%u,",
-               RtxTypeName(ev.type), OutcomeName(ev.outcome), ev.err, ev.segs, ev.seq) +
-           StateJson(ev.st) + "}";
-  return "{\"event\":\"flow_close\"," + head.substr(1) +
-         Fmt(",\"duration_ns\":%llu,",
-             e.data.closed_ns > e.data.flow.opened_ns ? e.data.closed_ns - e.data.flow.opened_ns : 0) +
-         "\"flow\":{" + FlowBody(e.data.flow) + "}," + StateJson(ev.st) + "}";
-}
-
-std::string FlowJson(const ObsFlow& f) {
-  return Fmt("{\"cookie\":%llu,", U(f.cookie)) + FlowBody(f.flow) + "}";
-}
-
-std::string TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hooks) {
-  std::string types;
-  for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
-    std::string outs;
-    for (int o = 0; o < OBS_OUTCOME_MAX; o++)
-      outs += Fmt("%s\"%s\":{\"events\":%llu,\"segs\":%llu}", o ? "," : "",
-                  OutcomeName(o), t.by_type[ty][o].events, t.by_type[ty][o].segs);
-    types += Fmt("%s\"%s\":{", ty ? "," : "", RtxTypeName(ty)) + outs + "}";
+  bool rtx = ev.kind == OBS_EV_RETRANSMIT;
+  Json j = {{"event", rtx ? "retransmit" : "flow_close"},
+            {"seq", U(e.seq)},
+            {"time_ns", U(ev.time_ns)},
+            {"cookie", U(ev.cookie)},
+            {"cgroup_id", U(ev.cgroup_id)}};
+  AddTuple(ev.tuple, &j);
+  if (rtx) {
+    j["type"] = RtxTypeName(ev.type);
+    j["outcome"] = OutcomeName(ev.outcome);
+    j["err"] = static_cast<int>(ev.err);
+    j["segs"] = U32(ev.segs);
+    j["seq_no"] = U32(ev.seq);
+  } else {
+    j["duration_ns"] =
+        U(e.data.closed_ns > e.data.flow.opened_ns ? e.data.closed_ns - e.data.flow.opened_ns : 0);
+    Json flow = Json::object();
+    AddFlowBody(e.data.flow, &flow);
+    j["flow"] = std::move(flow);
   }
-  std::string hs;
-  for (size_t i = 0; i < hooks.size(); i++)
-    hs += Fmt("%s{\"name\":\"%s\",\"attached\":%s,\"error\":\"%s\"}", i ? "," : "",
-              hooks[i].name.c_str(), hooks[i].attached ? "true" : "false", hooks[i].error.c_str());
-  return "{\"event\":\"observer_totals\",\"retrans_segs\":" + std::to_string(t.RetransSegs()) +
-         ",\"types\":{" + types + "}" +
-         Fmt(",\"ring_lost\":%llu,\"filtered\":%llu,\"flows_opened\":%llu"
-             ",\"flows_closed\":%llu,\"ring_consumed\":%llu,\"hub_published\":%llu"
-             ",\"recursion_misses\":%llu,\"flow_table_full\":%llu"
-             ",\"arm_failed\":%llu,\"armed_existing\":%llu",
-             U(t.counters[OBS_CNT_RING_LOST]), U(t.counters[OBS_CNT_FILTERED]),
-             U(t.counters[OBS_CNT_FLOWS_OPENED]), U(t.counters[OBS_CNT_FLOWS_CLOSED]),
-             U(t.ring_consumed), U(t.hub_published), U(t.recursion_misses),
-             U(t.counters[OBS_CNT_FLOW_TABLE_FULL]), U(t.counters[OBS_CNT_ARM_FAILED]),
-             U(t.counters[OBS_CNT_ARMED_EXISTING])) +
-         ",\"hooks\":[" + hs + "]}";
+  AddState(ev.st, &j);
+  return j;
+}
+
+Json FlowJson(const ObsFlow& f) {
+  Json j = {{"cookie", U(f.cookie)}};
+  AddFlowBody(f.flow, &j);
+  return j;
+}
+
+Json TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hooks) {
+  Json types = Json::object();
+  for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
+    Json outs = Json::object();
+    for (int o = 0; o < OBS_OUTCOME_MAX; o++)
+      outs[OutcomeName(o)] = {{"events", U(t.by_type[ty][o].events)}, {"segs", U(t.by_type[ty][o].segs)}};
+    types[RtxTypeName(ty)] = std::move(outs);
+  }
+  Json hs = Json::array();
+  for (const auto& h : hooks) hs.push_back({{"name", h.name}, {"attached", h.attached}, {"error", h.error}});
+  return {{"event", "observer_totals"},
+          {"retrans_segs", U(t.RetransSegs())},
+          {"types", std::move(types)},
+          {"ring_lost", U(t.counters[OBS_CNT_RING_LOST])},
+          {"filtered", U(t.counters[OBS_CNT_FILTERED])},
+          {"flows_opened", U(t.counters[OBS_CNT_FLOWS_OPENED])},
+          {"flows_closed", U(t.counters[OBS_CNT_FLOWS_CLOSED])},
+          {"ring_consumed", U(t.ring_consumed)},
+          {"hub_published", U(t.hub_published)},
+          {"recursion_misses", U(t.recursion_misses)},
+          {"flow_table_full", U(t.counters[OBS_CNT_FLOW_TABLE_FULL])},
+          {"arm_failed", U(t.counters[OBS_CNT_ARM_FAILED])},
+          {"armed_existing", U(t.counters[OBS_CNT_ARMED_EXISTING])},
+          {"hooks", std::move(hs)}};
 }
 
 }  // namespace lossd

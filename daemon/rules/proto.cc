@@ -135,26 +135,9 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
     m->mutable_dport()->set_lo(s.dport.lo);
     m->mutable_dport()->set_hi(s.dport.hi);
   }
-  switch (s.l4proto) {
-    case 0: break;
-    case IPPROTO_TCP: m->set_protocol("tcp"); break;
-    case IPPROTO_UDP: m->set_protocol("udp"); break;
-    case IPPROTO_ICMP: m->set_protocol("icmp"); break;
-    case IPPROTO_ICMPV6: m->set_protocol("icmpv6"); break;
-    default: m->set_protocol(std::to_string(s.l4proto));
-  }
+  m->set_protocol(ProtocolName(s.l4proto));
   m->set_family(static_cast<uint32_t>(s.family));
-  if (s.tcp_flags_mask) {
-    static const char* kNames[] = {"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"};
-    std::string f;
-    for (int b = 0; b < 8; b++) {
-      if (!(s.tcp_flags_mask & (1 << b))) continue;
-      if (!f.empty()) f += ",";
-      if (!(s.tcp_flags_value & (1 << b))) f += "!";
-      f += kNames[b];
-    }
-    m->set_tcp_flags(f);
-  }
+  if (s.tcp_flags_mask) m->set_tcp_flags(TcpFlagsText(s.tcp_flags_mask, s.tcp_flags_value));
   m->set_payload(s.payload == LOSS_PAYLOAD_ONLY ? v1::PAYLOAD_ONLY
                  : s.payload == LOSS_PAYLOAD_NONE ? v1::PAYLOAD_NONE
                                                   : v1::PAYLOAD_ANY);

@@ -4,21 +4,26 @@
 #include <netinet/in.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 namespace lossd {
-namespace {
 
-std::string Trim(const std::string& s) {
+std::string TrimSpace(const std::string& s) {
   size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) b++;
   while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) e--;
   return s.substr(b, e - b);
 }
+
+namespace {
+
+std::string Trim(const std::string& s) { return TrimSpace(s); }
 
 std::string Lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -38,13 +43,99 @@ bool ParseUint(const std::string& s, uint64_t max, uint64_t* out) {
   return true;
 }
 
-bool ParseDouble(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (errno || *end || !std::isfinite(v)) return false;
-  *out = v;
+// A decimal number as typed: value = digits * 10^exp. The grammar, shared
+// by rates and durations (and units.py): [+-]? (D+ [. D*] | . D+) ([eE] [+-]? D{1,3})?
+struct Decimal {
+  bool negative = false;
+  std::string digits;  // at least one
+  int exp = 0;
+};
+
+// Reads a number at s[*pos], advancing *pos past it; false if none is there.
+bool ReadDecimal(const std::string& s, size_t* pos, bool allow_sign, Decimal* out) {
+  size_t i = *pos;
+  Decimal d;
+  if (allow_sign && i < s.size() && (s[i] == '+' || s[i] == '-')) d.negative = s[i++] == '-';
+  auto digit = [&](size_t k) { return k < s.size() && std::isdigit(static_cast<unsigned char>(s[k])); };
+  while (digit(i)) d.digits.push_back(s[i++]);
+  if (i < s.size() && s[i] == '.') {
+    i++;
+    while (digit(i)) {
+      d.digits.push_back(s[i++]);
+      d.exp--;
+    }
+  }
+  if (d.digits.empty()) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    size_t j = i + 1;
+    bool neg = false;
+    if (j < s.size() && (s[j] == '+' || s[j] == '-')) neg = s[j++] == '-';
+    int e = 0, n = 0;
+    while (digit(j) && n < 4) {
+      e = e * 10 + (s[j++] - '0');
+      n++;
+    }
+    if (n == 0 || n > 3) return false;
+    d.exp += neg ? -e : e;
+    i = j;
+  }
+  *pos = i;
+  *out = d;
+  return true;
+}
+
+// The whole string as one number.
+bool WholeDecimal(const std::string& s, bool allow_sign, Decimal* out) {
+  size_t pos = 0;
+  return ReadDecimal(s, &pos, allow_sign, out) && pos == s.size();
+}
+
+// The double nearest digits * 10^(exp + shift) (strtod rounds correctly).
+double ToDouble(const Decimal& d, int shift) {
+  std::string text = (d.negative ? "-" : "") + d.digits + "e" + std::to_string(d.exp + shift);
+  return std::strtod(text.c_str(), nullptr);
+}
+
+// d * 10^pow10 * mult rounded to an integer (half to even), exactly; false
+// when it exceeds `cap`.
+bool ScaleExact(const Decimal& d, int pow10, uint64_t mult, uint64_t cap, uint64_t* out) {
+  std::string digits = d.digits;
+  size_t nz = digits.find_first_not_of('0');
+  if (nz == std::string::npos) {
+    *out = 0;
+    return true;
+  }
+  digits = digits.substr(nz);
+  long e = static_cast<long>(d.exp) + pow10;
+  std::string int_part, frac;
+  if (e >= 0) {
+    if (digits.size() + static_cast<size_t>(e) > 19) return false;
+    int_part = digits + std::string(static_cast<size_t>(e), '0');
+  } else {
+    long split = static_cast<long>(digits.size()) + e;  // digits before the point
+    if (split > 19) return false;
+    int_part = split > 0 ? digits.substr(0, static_cast<size_t>(split)) : "0";
+    frac = split >= 0 ? digits.substr(static_cast<size_t>(split))
+                      : std::string(static_cast<size_t>(-split), '0') + digits;
+  }
+  unsigned __int128 whole = std::strtoull(int_part.c_str(), nullptr, 10);
+  whole *= mult;
+  // frac * mult: the integer carry goes to `whole`, the digits stay a fraction.
+  uint64_t carry = 0;
+  for (size_t k = frac.size(); k-- > 0;) {
+    uint64_t v = static_cast<uint64_t>(frac[k] - '0') * mult + carry;
+    frac[k] = static_cast<char>('0' + v % 10);
+    carry = v / 10;
+  }
+  whole += carry;
+  if (!frac.empty()) {
+    bool above_half = frac[0] > '5' ||
+                      (frac[0] == '5' && frac.find_first_not_of('0', 1) != std::string::npos);
+    bool half = frac[0] == '5' && frac.find_first_not_of('0', 1) == std::string::npos;
+    if (above_half || (half && (whole & 1))) whole += 1;
+  }
+  if (whole > cap) return false;
+  *out = static_cast<uint64_t>(whole);
   return true;
 }
 
@@ -72,6 +163,7 @@ std::string Cidr::ToString() const {
 }
 
 Result<Cidr> ParseCidr(const std::string& text) {
+  if (text.size() > kMaxInputLength) return InvalidArgument("invalid CIDR: too long");
   std::string s = Trim(text);
   Cidr c;
   std::string host = s;
@@ -108,9 +200,9 @@ Result<Cidr> ParseCidr(const std::string& text) {
 }
 
 Result<PortRange> ParsePortRange(const std::string& text) {
-  std::string s = Trim(text);
+  std::string s = Trim(text.substr(0, kMaxInputLength + 1));
   PortRange r;
-  auto dash = s.find('-');
+  auto dash = s.find_first_of("-:");
   uint64_t lo, hi;
   if (dash == std::string::npos) {
     if (!ParseUint(s, 65535, &lo))
@@ -128,20 +220,27 @@ Result<PortRange> ParsePortRange(const std::string& text) {
 }
 
 Result<double> ParseRate(const std::string& text) {
-  std::string s = Trim(text);
-  bool percent = !s.empty() && s.back() == '%';
-  if (percent) s = Trim(s.substr(0, s.size() - 1));
-  double v;
-  if (!ParseDouble(s, &v))
-    return InvalidArgument("invalid rate '" + text + "': expected e.g. 1%, 0.005% or 0.01");
-  if (percent) v /= 100.0;
-  if (v < 0 || v > 1)
+  std::string s = Lower(Trim(text.substr(0, kMaxInputLength + 1)));
+  int shift = 0;
+  if (!s.empty() && s.back() == '%') {
+    shift = -2;
+    s = Trim(s.substr(0, s.size() - 1));
+  } else if (s.size() > 3 && s.compare(s.size() - 3, 3, "ppm") == 0) {
+    shift = -6;
+    s = Trim(s.substr(0, s.size() - 3));
+  }
+  Decimal d;
+  if (text.size() > kMaxInputLength || !WholeDecimal(s, true, &d))
+    return InvalidArgument("invalid rate '" + text + "': expected e.g. 1%, 0.005%, 50ppm or 0.01");
+  double v = ToDouble(d, shift);
+  if (d.negative && v == 0) v = 0;  // "-0%"
+  if (!(v >= 0 && v <= 1))
     return InvalidArgument("invalid rate '" + text + "': must lie between 0% and 100%");
   return v;
 }
 
 Result<int> ParseProtocol(const std::string& text) {
-  std::string s = Lower(Trim(text));
+  std::string s = Lower(Trim(text.substr(0, kMaxInputLength + 1)));
   if (s == "tcp") return IPPROTO_TCP;
   if (s == "udp") return IPPROTO_UDP;
   if (s == "icmp") return IPPROTO_ICMP;
@@ -152,21 +251,41 @@ Result<int> ParseProtocol(const std::string& text) {
   return InvalidArgument("invalid protocol '" + text + "': expected tcp, udp, icmp, icmpv6, any or 0-255");
 }
 
+const char* const kTcpFlagNames[8] = {"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"};
+
+std::string TcpFlagsText(uint8_t mask, uint8_t value) {
+  std::string out;
+  for (int b = 0; b < 8; b++) {
+    if (!(mask & (1 << b))) continue;
+    if (!out.empty()) out += ",";
+    if (!(value & (1 << b))) out += "!";
+    out += kTcpFlagNames[b];
+  }
+  return out;
+}
+
 Status ParseTcpFlags(const std::string& text, uint8_t* mask, uint8_t* value) {
-  static const struct {
-    const char* name;
-    uint8_t bit;
-  } kFlags[] = {{"fin", 0x01}, {"syn", 0x02}, {"rst", 0x04}, {"psh", 0x08},
-                {"ack", 0x10}, {"urg", 0x20}, {"ece", 0x40}, {"cwr", 0x80}};
   *mask = *value = 0;
-  for (std::string tok : Split(Lower(text), ",|+ ")) {
-    tok = Trim(tok);
-    if (tok.empty()) continue;
-    bool negate = tok[0] == '!';
-    if (negate) tok = tok.substr(1);
+  if (text.size() > kMaxInputLength) return InvalidArgument("TCP flag list too long");
+  std::string s = Lower(text);
+  auto sep = [](char c) { return c == ',' || c == '|' || c == '+' || std::isspace(static_cast<unsigned char>(c)); };
+  size_t i = 0;
+  while (i < s.size()) {
+    if (sep(s[i])) {
+      i++;
+      continue;
+    }
+    bool negate = s[i] == '!';
+    if (negate) {  // "!ack", "! ack"
+      i++;
+      while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) i++;
+    }
+    size_t b = i;
+    while (i < s.size() && !sep(s[i]) && s[i] != '!') i++;
+    std::string tok = s.substr(b, i - b);
     uint8_t bit = 0;
-    for (const auto& f : kFlags)
-      if (tok == f.name) bit = f.bit;
+    for (int k = 0; k < 8; k++)
+      if (tok == kTcpFlagNames[k]) bit = static_cast<uint8_t>(1 << k);
     if (!bit)
       return InvalidArgument("invalid TCP flag '" + tok + "' in '" + text +
                              "': expected fin, syn, rst, psh, ack, urg, ece, cwr, optionally with '!'");
@@ -179,29 +298,59 @@ Status ParseTcpFlags(const std::string& text, uint8_t* mask, uint8_t* value) {
 }
 
 Result<std::chrono::nanoseconds> ParseDuration(const std::string& text) {
-  std::string s = Lower(Trim(text));
-  static const struct {
+  struct Unit {
     const char* suffix;
-    double ns;
-  } kUnits[] = {{"ms", 1e6}, {"us", 1e3}, {"ns", 1}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
-  double scale = 1e9;  // plain number: seconds
-  for (const auto& u : kUnits) {
-    size_t n = std::strlen(u.suffix);
-    if (s.size() > n && s.compare(s.size() - n, n, u.suffix) == 0 &&
-        (std::isdigit(static_cast<unsigned char>(s[s.size() - n - 1])) || s[s.size() - n - 1] == '.')) {
-      scale = u.ns;
-      s = s.substr(0, s.size() - n);
-      break;
-    }
+    int pow10;
+    uint64_t mult;
+  };
+  static const Unit kUnits[] = {  // in the order units.py tries them: "ms" before "m", "min" before "m"
+      {"ns", 0, 1},          {"us", 3, 1},         {"\xc2\xb5s", 3, 1} /* µs */,
+      {"\xce\xbcs", 3, 1} /* μs */, {"ms", 6, 1},  {"sec", 9, 1},
+      {"min", 9, 60},        {"s", 9, 1},          {"m", 9, 60},
+      {"h", 9, 3600},        {"d", 9, 86400}};
+  const uint64_t cap = static_cast<uint64_t>(kMaxDurationSeconds) * 1000000000ull;
+  auto invalid = [&](const std::string& why) {
+    return InvalidArgument("invalid duration '" + text + "': " + why);
+  };
+  if (text.size() > kMaxInputLength) return invalid("too long");
+  std::string s;
+  for (char c : Lower(Trim(text)))
+    if (c != ' ') s.push_back(c);
+  const char* expected = "expected e.g. 500ms, 30s, 2m30s, 1h, 1d or a number of seconds";
+  Decimal d;
+  uint64_t ns = 0;
+  if (WholeDecimal(s, true, &d)) {  // a plain number: seconds
+    if (d.negative) return invalid("must not be negative");
+    if (!ScaleExact(d, 9, 1, cap, &ns))
+      return invalid("more than 30 years; a plain number is seconds (for nanoseconds write '" +
+                     Trim(text) + "ns')");
+    return std::chrono::nanoseconds(static_cast<int64_t>(ns));
   }
-  double v;
-  if (!ParseDouble(s, &v) || v < 0 || v * scale > 3.15e16 /* a year */)
-    return InvalidArgument("invalid duration '" + text + "': expected e.g. 500ms, 30s, 5m, 1h");
-  return std::chrono::nanoseconds(static_cast<int64_t>(std::llround(v * scale)));
+  size_t pos = 0;
+  if (s.empty()) return invalid(expected);
+  while (pos < s.size()) {
+    if (s[pos] == '-') return invalid("must not be negative");
+    if (!ReadDecimal(s, &pos, true, &d) || d.negative) return invalid(expected);
+    const Unit* unit = nullptr;
+    for (const auto& u : kUnits) {
+      size_t n = std::strlen(u.suffix);
+      if (s.compare(pos, n, u.suffix) == 0) {
+        unit = &u;
+        pos += n;
+        break;
+      }
+    }
+    if (!unit) return invalid(expected);
+    uint64_t part;
+    if (!ScaleExact(d, unit->pow10, unit->mult, cap, &part) || part > cap - ns)
+      return invalid("more than 30 years");
+    ns += part;
+  }
+  return std::chrono::nanoseconds(static_cast<int64_t>(ns));
 }
 
 Result<LossModel> ParseGilbertElliott(const std::string& text) {
-  auto parts = Split(text, ",");
+  auto parts = Split(text.substr(0, kMaxInputLength + 1), ",");
   if (parts.empty() || parts.size() > 4)
     return InvalidArgument("invalid Gilbert-Elliott model '" + text +
                            "': expected p[,r[,1-h[,1-k]]] as in netem's gemodel");
@@ -219,6 +368,69 @@ Result<LossModel> ParseGilbertElliott(const std::string& text) {
   m.bad_loss = parts.size() > 2 ? v[2] : 1.0;
   m.good_loss = parts.size() > 3 ? v[3] : 0.0;
   return m;
+}
+
+namespace {
+
+// An enumeration's value by name: any case, the lossd.v1 prefix optional.
+template <typename T, size_t N>
+Result<T> Choose(const std::string& text, const char* what, const char* prefix, const char* expected,
+                 const std::pair<const char*, T> (&table)[N]) {
+  std::string s = Lower(Trim(text.substr(0, kMaxInputLength + 1)));
+  std::string p = Lower(prefix);
+  if (s.compare(0, p.size(), p) == 0 && s.size() > p.size()) s = s.substr(p.size());
+  for (const auto& kv : table)
+    if (s == kv.first) return kv.second;
+  return InvalidArgument(std::string("invalid ") + what + " '" + text + "': expected " + expected);
+}
+
+}  // namespace
+
+Result<Hook> ParseHook(const std::string& text) {
+  static const std::pair<const char*, Hook> kTable[] = {
+      {"", Hook::kAuto}, {"auto", Hook::kAuto}, {"xdp", Hook::kXdp}, {"tc", Hook::kTc},
+      {"cgroup", Hook::kCgroup}};
+  return Choose(text, "hook", "HOOK_", "auto, xdp, tc or cgroup", kTable);
+}
+
+Result<Direction> ParseDirection(const std::string& text) {
+  static const std::pair<const char*, Direction> kTable[] = {
+      {"", Direction::kIngress},      {"ingress", Direction::kIngress}, {"in", Direction::kIngress},
+      {"egress", Direction::kEgress}, {"out", Direction::kEgress},      {"both", Direction::kBoth}};
+  return Choose(text, "direction", "DIRECTION_", "ingress, egress or both", kTable);
+}
+
+Result<int> ParsePayload(const std::string& text) {
+  static const std::pair<const char*, int> kTable[] = {
+      {"", LOSS_PAYLOAD_ANY}, {"any", LOSS_PAYLOAD_ANY}, {"only", LOSS_PAYLOAD_ONLY},
+      {"none", LOSS_PAYLOAD_NONE}};
+  return Choose(text, "payload", "PAYLOAD_", "any, only or none", kTable);
+}
+
+Result<int> ParseFamily(const std::string& text) {
+  static const std::pair<const char*, int> kTable[] = {
+      {"", 0},     {"any", 0},  {"0", 0},     {"4", 4},     {"ipv4", 4},
+      {"inet", 4}, {"6", 6},    {"ipv6", 6},  {"inet6", 6}};
+  return Choose(text, "family", "", "4, 6 or any", kTable);
+}
+
+std::string ProtocolName(int proto) {
+  switch (proto) {
+    case 0: return "";
+    case IPPROTO_TCP: return "tcp";
+    case IPPROTO_UDP: return "udp";
+    case IPPROTO_ICMP: return "icmp";
+    case IPPROTO_ICMPV6: return "icmpv6";
+    default: return std::to_string(proto);
+  }
+}
+
+const char* PayloadName(int payload) {
+  switch (payload) {
+    case LOSS_PAYLOAD_ONLY: return "only";
+    case LOSS_PAYLOAD_NONE: return "none";
+    default: return "any";
+  }
 }
 
 const char* HookName(Hook hook) {

@@ -75,21 +75,56 @@ struct RuleSpec {
 constexpr uint32_t kMaxPriority = 1000000;
 
 // Parsers: each returns kInvalidArgument with a message naming the input.
+// Every parser takes at most kMaxInputLength characters. The accepted
+// spellings are the ones lossd, lossctl and the Python client (units.py,
+// spec.py) all take; tests/vectors/rule_parsers.json holds them, and both
+// languages' tests run it.
+constexpr size_t kMaxInputLength = 256;
+
+// "10.0.0.0/24", "2001:db8::/32", "192.0.2.7" (a host); host bits must be 0.
 Result<Cidr> ParseCidr(const std::string& text);
+// "8080", "8000-8100", "8000:8100" (spaces allowed around the separator).
 Result<PortRange> ParsePortRange(const std::string& text);
-// "1%", "0.005%", "0.01" (a fraction), "1e-4".
+// A number (digits with an optional '.', an optional exponent e[+-]N of up
+// to 3 digits, an optional leading sign) alone (a fraction: "0.01", "1e-4"),
+// or followed by "%" or "ppm": "1%", "0.005%", "50ppm". Converted exactly
+// (the double nearest the decimal value). Must lie within [0, 1].
 Result<double> ParseRate(const std::string& text);
-Result<int> ParseProtocol(const std::string& text);  // tcp udp icmp icmpv6 any <number>
-// "SYN", "SYN,!ACK", "syn|ack": set flags must be set, "!" flags must be clear.
+// tcp udp icmp icmpv6 (icmp6, ipv6-icmp) any (all, empty) or 0-255; any case.
+Result<int> ParseProtocol(const std::string& text);
+// "SYN", "SYN,!ACK", "syn|ack", "syn+ack", "syn !ack": names of
+// kTcpFlagNames in any case, separated by , | + or spaces; set flags must be
+// set, "!" flags must be clear.
 Status ParseTcpFlags(const std::string& text, uint8_t* mask, uint8_t* value);
-// "500ms", "30s", "5m", "1h", or a plain number of seconds.
+// A sum of parts NUMBER UNIT, units ns us (µs) ms s (sec) m (min) h d, any
+// case, spaces allowed: "500ms", "30s", "2m30s", "1h 5m", "1d"; or a plain
+// number of seconds ("30", "0.5"). Each part is rounded to the nanosecond
+// (half to even); the sum must not exceed kMaxDurationSeconds.
 Result<std::chrono::nanoseconds> ParseDuration(const std::string& text);
+constexpr int64_t kMaxDurationSeconds = 30LL * 366 * 86400;  // 30 years
 // "p,r,1-h,1-k" as netem's gemodel (rates as above; r, 1-h, 1-k optional with
 // netem's defaults r = 1-p, 1-h = 1, 1-k = 0).
 Result<LossModel> ParseGilbertElliott(const std::string& text);
+// Enumerations, any case, with or without the lossd.v1 enum prefix
+// ("HOOK_", "DIRECTION_", "PAYLOAD_"); the empty string is the default.
+Result<Hook> ParseHook(const std::string& text);            // auto xdp tc cgroup
+Result<Direction> ParseDirection(const std::string& text);  // ingress (in) egress (out) both
+Result<int> ParsePayload(const std::string& text);          // any only none: LOSS_PAYLOAD_*
+Result<int> ParseFamily(const std::string& text);  // 4 (ipv4, inet) 6 (ipv6, inet6) any (0): 0, 4, 6
+
+// The TCP flag names, bit i of the TCP flags byte at index i.
+extern const char* const kTcpFlagNames[8];
+// mask/value as ParseTcpFlags reads them: "syn,!ack" (bit order); "" for none.
+std::string TcpFlagsText(uint8_t mask, uint8_t value);
+// 6 -> "tcp", 17 -> "udp", 1 -> "icmp", 58 -> "icmpv6", 0 -> "", else the number.
+std::string ProtocolName(int proto);
+
+// `s` without leading and trailing whitespace.
+std::string TrimSpace(const std::string& s);
 
 const char* HookName(Hook hook);
 const char* DirectionName(Direction dir);
+const char* PayloadName(int payload);  // "any", "only", "none"
 
 // Checks a rule for consistency. Does not look at the kernel (interfaces
 // and cgroups are resolved by the injector).

@@ -57,7 +57,18 @@ def _channel_credentials(tls, ca, cert, key):
                                         read(cert, "certificate file"))
 
 
-class Stream:
+class _Closing:
+    """A with-block closes it (close())."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Stream(_Closing):
     """An open server stream: iterate it for items; close() (or leaving a
     with-block, or breaking out and dropping it) cancels the call.
 
@@ -110,13 +121,6 @@ class Stream:
     def closed(self):
         return self._closed
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
     def __del__(self):
         try:
             self.close()
@@ -124,7 +128,7 @@ class Stream:
             pass
 
 
-class Client:
+class Client(_Closing):
     """A connection to lossd.
 
         with Client() as c:                       # unix:///run/lossd/lossd.sock
@@ -166,13 +170,6 @@ class Client:
 
     def close(self):
         self._channel.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def __repr__(self):
         return "Client(%r)" % self.target

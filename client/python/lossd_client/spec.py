@@ -13,7 +13,7 @@ import re
 import stat as _stat
 
 from .errors import LossdInputError
-from .units import parse_duration, parse_labels, parse_ports, parse_rate
+from .units import MAX_INPUT, parse_duration, parse_labels, parse_ports, parse_rate
 
 # ------------------------------------------------------------------ enums --
 
@@ -25,10 +25,13 @@ DIRECTIONS = {
 HOOKS = {"auto": "HOOK_AUTO", "xdp": "HOOK_XDP", "tc": "HOOK_TC", "cgroup": "HOOK_CGROUP"}
 PAYLOADS = {"any": "PAYLOAD_ANY", "only": "PAYLOAD_ONLY", "none": "PAYLOAD_NONE"}
 RETRANSMIT_TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
-TCP_FLAGS = ("fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr")
+TCP_FLAGS = ("fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr")  # bit i at index i
 PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6")
-FAMILIES = {None: 0, 0: 0, 4: 4, 6: 6, "4": 4, "6": 6, "any": 0, "ipv4": 4, "ipv6": 6,
+PROTOCOL_NUMBERS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}
+PROTOCOL_ALIASES = {"icmp6": "icmpv6", "ipv6-icmp": "icmpv6", "any": "", "all": ""}
+FAMILIES = {None: 0, 0: 0, 4: 4, 6: 6, "4": 4, "6": 6, "0": 0, "any": 0, "ipv4": 4, "ipv6": 6,
             "inet": 4, "inet6": 6}
+MAX_PRIORITY = 1000000  # lossd's kMaxPriority
 
 
 def _enum(value, table, prefix, name):
@@ -79,35 +82,44 @@ def short_name(enum_name, prefix):
 # ----------------------------------------------------------- match fields --
 
 def parse_address(value, name):
-    """A CIDR or an address, IPv4 or IPv6; returned as given (stripped)."""
+    """A CIDR or an address, IPv4 or IPv6 (host bits clear, the prefix a
+    number); returned as given (stripped)."""
     if value is None:
         return None
     if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address,
                           ipaddress.IPv4Network, ipaddress.IPv6Network)):
         return str(value)
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_INPUT:
         raise LossdInputError("%s: expected an address or a CIDR, got %r" % (name, value))
     v = value.strip()
+    host, slash, prefix = v.partition("/")
+    if slash and not re.fullmatch(r"[0-9]{1,20}", prefix):
+        raise LossdInputError("%s: %r: the prefix length must be a number" % (name, value))
     try:
-        ipaddress.ip_network(v, strict=False)
+        net = ipaddress.ip_network(v, strict=False)
     except ValueError:
         raise LossdInputError("%s: %r is not an IPv4/IPv6 address or CIDR" % (name, value)) from None
+    if net.network_address != ipaddress.ip_address(host):
+        raise LossdInputError("%s: %r has host bits set beyond /%d" % (name, value, net.prefixlen))
     return v
 
 
 def parse_protocol(value):
+    """'tcp', 'udp', 'icmp', 'icmpv6' (or 'icmp6', 'ipv6-icmp'), 'any'/'all'
+    (-> ''), or a number 0-255 (-> its digits)."""
     if value is None or value == "":
         return ""
     if isinstance(value, int) and not isinstance(value, bool):
         if 0 <= value <= 255:
             return str(value)
-    elif isinstance(value, str):
+    elif isinstance(value, str) and len(value) <= MAX_INPUT:
         v = value.strip().lower()
-        if v in PROTOCOLS:
+        v = PROTOCOL_ALIASES.get(v, v)
+        if v in PROTOCOLS or v == "":
             return v
-        if v.isdigit() and int(v) <= 255:
+        if re.fullmatch(r"[0-9]{1,20}", v) and int(v) <= 255:
             return str(int(v))
-    raise LossdInputError("protocol: expected tcp, udp, icmp, icmpv6 or a number 0-255, got %r" % (value,))
+    raise LossdInputError("protocol: expected tcp, udp, icmp, icmpv6, any or a number 0-255, got %r" % (value,))
 
 
 def parse_family(value):
@@ -118,35 +130,52 @@ def parse_family(value):
 
 
 def parse_tcp_flags(value):
-    """'syn,!ack' or ['syn', '!ack'] -> 'syn,!ack' (lowercase, checked)."""
+    """'syn,!ack', 'SYN|!ACK', 'syn+ack', 'syn !ack' or ['syn', '!ack'] ->
+    'syn,!ack' (lowercase, checked, in the order given)."""
     if value is None or value == "":
         return ""
-    items = value.split(",") if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        text = value
+    else:
+        items = list(value)
+        for it in items:
+            if not isinstance(it, str):
+                raise LossdInputError("tcp_flags: expected flag names, got %r" % (it,))
+        text = ",".join(items)
+    if len(text) > MAX_INPUT:
+        raise LossdInputError("tcp_flags: %r is too long" % (text[:MAX_INPUT],))
     out, seen = [], set()
-    for it in items:
-        if not isinstance(it, str):
-            raise LossdInputError("tcp_flags: expected flag names, got %r" % (it,))
-        f = it.strip().lower()
-        neg = f.startswith("!")
-        bare = f[1:].strip() if neg else f
+    # As lossd: separators , | + and spaces; '!' (then maybe spaces) clears the next flag.
+    for neg, bare in re.findall(r"(!?)\s*([^,|+\s!]*)", re.sub(r"^[,|+\s]+", "", text.lower())):
+        if not neg and not bare:
+            continue
         if bare not in TCP_FLAGS:
-            raise LossdInputError("tcp_flags: unknown flag %r (flags: %s; '!' = clear)"
-                                  % (it, ",".join(TCP_FLAGS)))
+            raise LossdInputError("tcp_flags: unknown flag %r in %r (flags: %s; '!' = clear)"
+                                  % (bare, value, ",".join(TCP_FLAGS)))
         if bare in seen:
-            raise LossdInputError("tcp_flags: %s given twice" % bare)
+            raise LossdInputError("tcp_flags: %s given twice in %r" % (bare, value))
         seen.add(bare)
-        out.append(("!" if neg else "") + bare)
+        out.append(neg + bare)
     if not out:
         raise LossdInputError("tcp_flags: no flag in %r" % (value,))
     return ",".join(out)
 
 
-def _uint(value, name, bits=32, minimum=0):
-    if isinstance(value, bool) or not isinstance(value, int):
+def _uint(value, name, bits=32, minimum=0, maximum=None):
+    """A whole number: an int, or its digits as a string (as the flags take it)."""
+    top = (1 << bits) - 1 if maximum is None else maximum
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]{1,20}\s*", value):
+        number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        number = None
+    else:
         raise LossdInputError("%s: expected an integer, got %r" % (name, value))
-    if value < minimum or value >= 1 << bits:
-        raise LossdInputError("%s: %d is out of range (%d to %d)" % (name, value, minimum, (1 << bits) - 1))
-    return value
+    if number is None or number < minimum or number > top:
+        raise LossdInputError("%s: invalid value %r: expected a whole number from %d to %d"
+                              % (name, value, minimum, top))
+    return number
 
 
 def _ports_json(pr):
@@ -156,12 +185,13 @@ def _ports_json(pr):
 # ------------------------------------------------------------- loss model --
 
 def gilbert_elliott(value):
-    """(p, r[, bad_loss[, good_loss]]), {'p':..,'r':..,'bad_loss':..,'good_loss':..}
-    or 'p,r,1-h,1-k' like the CLI's --ge; every item a rate ('1%' or 0.01).
-    bad_loss defaults to 100 %, good_loss to 0 (netem's gemodel defaults)."""
+    """'p[,r[,1-h[,1-k]]]' like the CLI's --ge (netem's gemodel defaults: r = 1 - p,
+    1-h = 100 %, 1-k = 0), (p, r[, bad_loss[, good_loss]]) or
+    {'p':..,'r':..,'bad_loss':..,'good_loss':..}; every item a rate ('1%' or 0.01)."""
     keys = ("p", "r", "bad_loss", "good_loss")
-    if isinstance(value, str):
-        value = [v for v in value.split(",")]
+    given, text = value, isinstance(value, str)
+    if text:
+        value = value[:MAX_INPUT + 1].split(",")
     if isinstance(value, dict):
         unknown = set(value) - set(keys)
         if unknown:
@@ -169,14 +199,16 @@ def gilbert_elliott(value):
         if "p" not in value or "r" not in value:
             raise LossdInputError("ge: p and r are required")
         vals = dict(value)
-    elif isinstance(value, (list, tuple)) and 2 <= len(value) <= 4:
+    elif isinstance(value, (list, tuple)) and (1 if text else 2) <= len(value) <= 4:
         vals = dict(zip(keys, value))
     else:
-        raise LossdInputError("ge: expected (p, r[, bad_loss[, good_loss]]) or 'p,r,1-h,1-k', got %r"
-                              % (value,))
-    vals.setdefault("bad_loss", 1.0)
-    vals.setdefault("good_loss", 0.0)
-    return {k: parse_rate(vals[k], "ge." + k) for k in keys}
+        raise LossdInputError("ge: expected 'p[,r[,1-h[,1-k]]]' or (p, r[, bad_loss[, good_loss]]), got %r"
+                              % (given,))
+    out = {"p": parse_rate(vals["p"], "ge.p")}
+    out["r"] = parse_rate(vals["r"], "ge.r") if "r" in vals else 1.0 - out["p"]
+    out["bad_loss"] = parse_rate(vals.get("bad_loss", 1.0), "ge.bad_loss")
+    out["good_loss"] = parse_rate(vals.get("good_loss", 0.0), "ge.good_loss")
+    return out
 
 
 def loss_model(rate=None, ge=None, every=None, first=None, seed=None):
@@ -248,8 +280,9 @@ def rule_spec(iface=None, *, cgroup=None, direction="ingress", hook="auto",
     if match:
         spec["match"] = match
     spec["loss"] = loss_model(rate=rate, ge=ge, every=every, first=first, seed=seed)
-    if priority:
-        spec["priority"] = _uint(priority, "priority")
+    prio = _uint(priority, "priority", maximum=MAX_PRIORITY) if priority is not None else 0
+    if prio:
+        spec["priority"] = prio
     if ttl is not None:
         ttl_ns = parse_duration(ttl, "ttl")
         if ttl_ns:

@@ -12,9 +12,17 @@ import statistics
 
 from .errors import LossdInputError
 
+# The spellings are lossd's and lossctl's (daemon/rules/rule.h): the vectors
+# of tests/vectors/rule_parsers.json hold both languages to them.
+
+MAX_INPUT = 256  # characters, as kMaxInputLength
+# A number as typed: an optional sign, digits with an optional point, an
+# optional exponent of up to 3 digits.
+NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?"
+
 # ------------------------------------------------------------------ rates --
 
-_RATE_RE = re.compile(r"^([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+\.)\s*(%|ppm)?$")
+_RATE_RE = re.compile(r"^(%s)\s*(%%|ppm)?$" % NUMBER, re.IGNORECASE)
 
 RATE_RESOLUTION = 2.0 ** -32  # the data plane's Bernoulli resolution
 
@@ -24,7 +32,8 @@ def parse_rate(value, name="rate"):
 
     "1%" -> 0.01, "0.005%" -> 5e-05, "50ppm" -> 5e-05, "0.01" -> 0.01,
     0.01 -> 0.01 (numbers are fractions, as in the API). Above 1 is refused:
-    5 is not 5 %, write "5%".
+    5 is not 5 %, write "5%". Text converts exactly (the float nearest the
+    decimal value), as in lossd.
     """
     if isinstance(value, bool) or value is None:
         raise LossdInputError("%s: expected a rate like '1%%', '0.005%%' or 0.01, got %r"
@@ -36,17 +45,18 @@ def parse_rate(value, name="rate"):
         text, unit = str(value), None
     elif isinstance(value, str):
         text = value.strip()
-        m = _RATE_RE.match(text)
+        m = _RATE_RE.match(text) if len(value) <= MAX_INPUT else None
         if not m:
             raise LossdInputError("%s: cannot read %r; expected e.g. '1%%', '0.005%%', '50ppm' "
                                   "or a fraction like 0.01" % (name, value))
-        unit = m.group(2)
+        unit = m.group(2) and m.group(2).lower()
         d = decimal.Decimal(m.group(1))
         if unit == "%":
-            d /= 100
+            d = d.scaleb(-2)
         elif unit == "ppm":
-            d /= 1000000
+            d = d.scaleb(-6)
         r = float(d)
+        text = repr(value)
     else:
         raise LossdInputError("%s: expected a string or a number, got %s" % (name, type(value).__name__))
     if r < 0:
@@ -71,20 +81,29 @@ def format_rate(rate, digits=4):
 # -------------------------------------------------------------- durations --
 
 _NS = {
-    "ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9,
+    "ns": 1, "us": 10**3, "\u00b5s": 10**3, "\u03bcs": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9,
     "m": 60 * 10**9, "min": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9,
 }
-MAX_SECONDS = 30 * 366 * 86400  # a bare number above this is surely not seconds
-_DUR_PART = re.compile(r"([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|sec|min|s|m|h|d)")
+MAX_SECONDS = 30 * 366 * 86400  # as lossd's kMaxDurationSeconds; a bare number above is surely not seconds
+# The units in the order lossd tries them ("ms" before "m", "min" before "m").
+_DUR_PART = re.compile(r"(%s)(ns|us|\u00b5s|\u03bcs|ms|sec|min|s|m|h|d)" % NUMBER)
+
+
+def _ns(d, unit_ns):
+    """Decimal d times unit_ns, rounded to an integer half to even (exactly)."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 2 * MAX_INPUT + 1100  # exact for every bounded input
+        return int((d * unit_ns).to_integral_value(decimal.ROUND_HALF_EVEN))
 
 
 def parse_duration(value, name="duration"):
     """A duration in integer nanoseconds.
 
-    "30s", "500ms", "1.5s", "2m30s", "1h", "250us", "100ns"; a bare number
-    (int, float or numeric string) is seconds, like time.sleep(); a
-    datetime.timedelta works too. Numbers above 30 years are refused: they are
-    nanoseconds passed by mistake.
+    "30s", "500ms", "1.5s", "2m30s", "1h", "1d", "250us", "100ns" (units in
+    any case, spaces allowed; each part rounded to the nanosecond); a bare
+    number (int, float or numeric string) is seconds, like time.sleep(); a
+    datetime.timedelta works too. Text and numbers above 30 years are
+    refused: a bare number that large is nanoseconds passed by mistake.
     """
     if isinstance(value, bool) or value is None:
         raise LossdInputError("%s: expected a duration like '30s' or '500ms', got %r" % (name, value))
@@ -96,27 +115,34 @@ def parse_duration(value, name="duration"):
         if abs(value) > MAX_SECONDS:
             raise LossdInputError("%s: %r seconds is more than 30 years; numbers are seconds "
                                   "(for nanoseconds write '%sns')" % (name, value, value))
-        ns = int((decimal.Decimal(repr(value) if isinstance(value, float) else value)
-                  * 10**9).to_integral_value(decimal.ROUND_HALF_EVEN))
+        ns = _ns(decimal.Decimal(repr(value) if isinstance(value, float) else value), 10**9)
     elif isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(r"[0-9]*\.?[0-9]+", text):
-            if decimal.Decimal(text) > MAX_SECONDS:
-                raise LossdInputError("%s: %s seconds is more than 30 years; a bare number is "
-                                      "seconds (for nanoseconds write '%sns')" % (name, text, text))
-            ns = int((decimal.Decimal(text) * 10**9).to_integral_value(decimal.ROUND_HALF_EVEN))
+        compact = text.replace(" ", "").lower()
+        if len(value) > MAX_INPUT:
+            raise LossdInputError("%s: %r is too long" % (name, value[:MAX_INPUT]))
+        if re.fullmatch(NUMBER, compact):
+            d = decimal.Decimal(compact)
+            if d < 0:
+                raise LossdInputError("%s: %r is negative" % (name, value))
+            if d > MAX_SECONDS:
+                raise LossdInputError("%s: %r seconds is more than 30 years; a bare number is "
+                                      "seconds (for nanoseconds write '%sns')" % (name, value, text))
+            ns = _ns(d, 10**9)
         else:
-            pos, total = 0, decimal.Decimal(0)
-            compact = text.replace(" ", "")
+            pos, ns = 0, 0
             for m in _DUR_PART.finditer(compact):
-                if m.start() != pos:
+                if m.start() != pos or m.group(1).startswith("-"):
                     break
-                total += decimal.Decimal(m.group(1)) * _NS[m.group(2)]
+                ns += _ns(decimal.Decimal(m.group(1)), _NS[m.group(2)])
                 pos = m.end()
-            if pos != len(compact) or not compact or compact.startswith("-"):
-                raise LossdInputError("%s: cannot read %r; expected e.g. '30s', '500ms', '1m30s', "
-                                      "'250us' or a number of seconds" % (name, value))
-            ns = int(total.to_integral_value(decimal.ROUND_HALF_EVEN))
+            if pos != len(compact) or not compact:
+                raise LossdInputError("%s: cannot read %r; expected e.g. '30s', '500ms', '2m30s', "
+                                      "'1d', '250us' or a number of seconds" % (name, value))
+            if ns >= 1 << 64:
+                raise LossdInputError("%s: %r does not fit in 64 bits of nanoseconds" % (name, value))
+            if ns > MAX_SECONDS * 10**9:
+                raise LossdInputError("%s: %r is more than 30 years" % (name, value))
     else:
         raise LossdInputError("%s: expected a string, a number of seconds or a timedelta, got %s"
                               % (name, type(value).__name__))
@@ -172,7 +198,7 @@ def parse_ports(value, name="port"):
             raise LossdInputError("%s: a range of ports needs step 1 and at least one port" % name)
         lo, hi = value.start, value.stop - 1
     elif isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]+)\s*(?:[-:]\s*([0-9]+)\s*)?", value)
+        m = re.fullmatch(r"\s*([0-9]+)\s*(?:[-:]\s*([0-9]+)\s*)?", value) if len(value) <= MAX_INPUT else None
         if not m:
             raise LossdInputError("%s: cannot read %r; expected a port (8080) or a range (8000-8100)"
                                   % (name, value))

@@ -79,6 +79,8 @@ class DurationTest(unittest.TestCase):
             "1h": 3600 * 10**9, "1d": 86400 * 10**9, "2m30s": 150 * 10**9,
             "1h2m3s": 3723 * 10**9, "1m 30s": 90 * 10**9, "0.1s": 10**8, "0s": 0, " 5s ": 5 * 10**9,
             "1s500ms": 1500 * 10**6, "3sec": 3 * 10**9,
+            # accepted since the spellings were unified with lossd's (exponents, any case)
+            "1e3s": 1000 * 10**9, "30S": 30 * 10**9,
         }
         for text, ns in cases.items():
             with self.subTest(text=text):
@@ -97,7 +99,7 @@ class DurationTest(unittest.TestCase):
 
     def test_refused(self):
         for bad in ("-1s", "30x", "", "s", "1.2.3s", "ms30", "1 s x", "30s-", None, True, [1],
-                    -1, float("nan"), "1e3s"):
+                    -1, float("nan"), "1e3x", "1e1234s"):
             with self.subTest(bad=bad):
                 with self.assertRaises(LossdInputError):
                     parse_duration(bad)

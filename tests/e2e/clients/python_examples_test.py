@@ -88,13 +88,18 @@ class PythonExamples(ClientTestCase):
         self.assertEqual(r["attachments"], ["clsact egress on %s" % self.lab.IF_A])
         return r
 
+    def inject_under_flow(self, nbytes, duration_s):
+        """A paced TCP flow B -> A, and inject.py for duration_s on it; its rule as listed."""
+        lab = self.lab
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, nbytes, 100)
+        self.addCleanup(flow.close)
+        p, out = self.inject("%ds" % duration_s)
+        return flow, p, out, self.check_rule_while_running(out, duration_s)
+
     # ------------------------------------------------------------------------------------
     def test_1_inject_runs_and_removes_its_rule(self):
         lab = self.lab
-        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 100e6, 100)  # ~8 s
-        self.addCleanup(flow.close)
-        p, out = self.inject("4s")
-        rule = self.check_rule_while_running(out, 4)
+        flow, p, out, rule = self.inject_under_flow(100e6, 4)  # ~8 s of traffic
         try:
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -124,10 +129,7 @@ class PythonExamples(ClientTestCase):
 
     def test_2_inject_sigterm_midrun(self):
         lab = self.lab
-        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 60e6, 100)  # ~5 s
-        self.addCleanup(flow.close)
-        p, out = self.inject("60s")
-        rule = self.check_rule_while_running(out, 60)
+        flow, p, out, rule = self.inject_under_flow(60e6, 60)  # ~5 s of traffic
         wait_until(lambda: len(out.ticks()) >= 2 or p.poll() is not None, 15, "two per-second lines")
         self.assertIsNone(p.poll(), "\n".join(out.lines))
         self.assertEqual(self.d.ctl("rule", "get", rule["id"]).rc, 0)

@@ -23,7 +23,7 @@ import threading
 import time
 
 from lab.config import PY
-from lab.stats import TCP_KEYS
+from lab.stats import TCP_KEYS, binom_interval
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TCPFLOW = os.path.join(HERE, "tcpflow.py")
@@ -126,6 +126,34 @@ def tcp_summary(run):
     out["socket_total_retrans"] = run["sender"]["total_retrans"]
     out["send_errors"] = run["sender"]["errors"]
     return out
+
+
+def assert_network_loss(tc, run, hook, attachment, rate=0.01):
+    """The checks of a tcp_loss_run whose rule drops `rate` of the data skbs at `hook`
+    ("tc_ingress", "tc_egress", as lossd's final report names it) through
+    `attachment` (as its ready line lists it): the transfer completed without
+    error or reset, the hook dropped what the rule dropped, the dropped skbs lie
+    in the 99.9 % binomial interval, and TCP retransmitted exactly the dropped
+    segments (plus the spurious ones the receiver reported back as D-SACKs):
+
+        TcpRetransSegs == dropped_segs + TCPDSACKRecvSegs == the sender's total_retrans
+
+    Returns the final counters and the sender's MIB delta for further checks."""
+    s = tcp_summary(run)
+    f, da = run["final"], run["da"]
+    tc.assertIn(attachment, run["ready"]["hooks"])
+    tc.assertEqual(run["receiver"]["bytes"], run["sender"]["bytes"], s)
+    tc.assertEqual(run["sender"]["errors"], {}, s)
+    tc.assertGreater(f["dropped_segs"], 0, s)
+    tc.assertEqual(f["hooks"][hook]["dropped"], f["dropped_pkts"], s)
+    tc.assertEqual(da["Tcp.RetransSegs"], f["dropped_segs"] + da["TcpExt.TCPDSACKRecvSegs"], s)
+    tc.assertEqual(run["sender"]["total_retrans"], da["Tcp.RetransSegs"], s)
+    # No reset cut a retransmission short.
+    tc.assertEqual(run["db"]["Tcp.OutRsts"] + da["Tcp.OutRsts"], 0, s)
+    # The rate applies per skb (a GSO skb's segments are dropped together).
+    lo, hi = binom_interval(f["matched_pkts"], rate)
+    tc.assertTrue(lo <= f["dropped_pkts"] <= hi, "dropped skbs outside [%d, %d]: %s" % (lo, hi, s))
+    return f, da
 
 
 def bulk(lab, dst, port=5201, nbytes=150e6, rate_mbit=500, conns=1, cc=None):

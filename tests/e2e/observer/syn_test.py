@@ -21,16 +21,23 @@ P = 5303
 
 
 class Handshake(unittest.TestCase):
-    def test_lost_syns_are_resent_and_counted(self):
+    def handshake(self, name, observed, rule_side, rule, dropped):
+        """Two requests over one connection, observed in `observed`'s namespace,
+        with a handshake rule on `rule_side` that drops `dropped` packets."""
         with Lab() as lab:
-            run = observer.observe(lab, lab.a, lambda: traffic.rr(lab, lab.V4_B, port=P, count=2, resp=100),
-                                   rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport", str(P),
-                                                   "--tcp-flags", "syn,!ack", "--first", "2"])])
-        measured("syn_first_2", **run.numbers())
-        out, dk = run.out, run.dk
+            ns, iface = (lab.a, lab.IF_A) if rule_side == "a" else (lab.b, lab.IF_B)
+            run = observer.observe(lab, lab.b if observed == "b" else lab.a,
+                                   lambda: traffic.rr(lab, lab.V4_B, port=P, count=2, resp=100),
+                                   rules=[(ns, ["--iface", iface, "--proto", "tcp"] + rule)])
+        measured(name, **run.numbers())
         self.assertEqual(run.traffic["response_bytes"], 200, "the connection did not succeed")
-        self.assertEqual(run.finals[0]["dropped_pkts"], 2, run.numbers())
-        observer.reconcile(self, out, dk)
+        self.assertEqual(run.finals[0]["dropped_pkts"], dropped, run.numbers())
+        observer.reconcile(self, run.out, run.dk)
+        return run, run.out, run.dk
+
+    def test_lost_syns_are_resent_and_counted(self):
+        run, out, dk = self.handshake("syn_first_2", "a", "b",
+                                      ["--dport", str(P), "--tcp-flags", "syn,!ack", "--first", "2"], 2)
         self.assertEqual(out.ev("syn"), 2, run.numbers())
         self.assertEqual(out.retrans_types(), {"syn"}, run.numbers())
         self.assertEqual(dk["TcpExt.TCPSynRetrans"], out.ev("syn"), run.numbers())
@@ -45,15 +52,8 @@ class Handshake(unittest.TestCase):
         self.assertEqual(closes[0]["flow"]["rtx_segs"]["syn"], 2, closes[0])
 
     def test_lost_synack_is_resent_and_counted_at_the_server(self):
-        with Lab() as lab:
-            run = observer.observe(lab, lab.b, lambda: traffic.rr(lab, lab.V4_B, port=P, count=2, resp=100),
-                                   rules=[(lab.a, ["--iface", lab.IF_A, "--proto", "tcp", "--sport", str(P),
-                                                   "--tcp-flags", "syn,ack", "--first", "1"])])
-        measured("synack_first_1", **run.numbers())
-        out, dk = run.out, run.dk
-        self.assertEqual(run.traffic["response_bytes"], 200, "the connection did not succeed")
-        self.assertEqual(run.finals[0]["dropped_pkts"], 1, run.numbers())
-        observer.reconcile(self, out, dk)
+        run, out, dk = self.handshake("synack_first_1", "b", "a",
+                                      ["--sport", str(P), "--tcp-flags", "syn,ack", "--first", "1"], 1)
         self.assertGreaterEqual(out.ev("synack"), 1, run.numbers())
         self.assertEqual(out.retrans_types(), {"synack"}, run.numbers())
         self.assertEqual(dk["TcpExt.TCPSynRetrans"], out.ev("synack"), run.numbers())

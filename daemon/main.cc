@@ -1,0 +1,164 @@
+// lossd: the daemon (default: gRPC lossd.v1 on /run/lossd/lossd.sock), or,
+// given a rule or --observe on the command line, a one-shot run that applies
+// the rule / observes and reports until stopped (oneshot.h; SIGINT/SIGTERM
+// detach everything; SIGKILL leaves no loss behind either: see the lease).
+//
+//   lossd                                   serve the API (lossctl, Python)
+//   lossd --iface veth0 --dport 8080 --rate 1%
+//   lossd --iface eth0 --dir egress --proto tcp --tcp-flags syn,!ack --first 3
+//   lossd --observe --events --watch-port 5201      TCP retransmits, live
+//
+// This file reads the flags and dispatches; the rule's flags, their
+// spellings and help are the rule library's (rules/flags.h), shared with lossctl.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "oneshot.h"
+#include "rules/flags.h"
+#include "daemon.h"
+
+namespace lossd {
+namespace {
+
+struct Flags {
+  RuleFlags rule;
+  std::string interval = "1s", duration, lease = "3s", xdp_mode = "auto", log_level = "info";
+  bool json = false, observe = false, events = false;
+  std::vector<std::string> watch_ports, watch_addrs;
+  std::vector<uint64_t> watch_cgroups;
+  std::string state_dir = "/run/lossd";
+  // daemon mode
+  DaemonOptions daemon;
+  std::string max_ttl;
+  bool no_observer = false;
+  uint32_t max_rules = 10000;
+};
+
+bool HasRule(const Flags& f) { return !f.rule.iface.empty() || !f.rule.cgroup.empty(); }
+
+int Usage(const std::string& message) {
+  fprintf(stderr, "lossd: %s\n", message.c_str());
+  return 2;
+}
+
+void AddOptions(CLI::App& app, Flags& f) {
+  AddRuleOptions(&app, &f.rule);
+  app.add_option("--interval", f.interval, "Counter report interval");
+  app.add_option("--duration", f.duration, "Stop after this long (default: until signalled)");
+  app.add_option("--lease", f.lease, "Drop nothing once this long passes without lossd renewing");
+  app.add_option("--xdp-mode", f.xdp_mode, "auto | native | generic");
+  app.add_option("--state-dir", f.state_dir, "Crash-recovery state");
+  app.add_flag("--json", f.json, "JSON lines on stdout");
+  app.add_flag("--observe", f.observe, "Run the TCP observer (totals at exit; implies --json)");
+  app.add_flag("--events", f.events, "Print every retransmission and flow close (implies --observe)");
+  app.add_option("--watch-port", f.watch_ports, "Observe only sockets with this local/remote port (range); repeatable, OR; filters in the kernel (also in daemon mode)");
+  app.add_option("--watch-addr", f.watch_addrs, "Observe only sockets with this local/remote address (CIDR); repeatable, OR");
+  app.add_option("--watch-cgroup", f.watch_cgroups, "Observe only sockets of this cgroup id; repeatable, OR");
+  app.add_option("--log-level", f.log_level, "debug | info | warn | error");
+  DaemonOptions& d = f.daemon;
+  auto* daemon = app.add_option_group("daemon", "Serving the gRPC API (when no rule or --observe is given)");
+  daemon->add_option("--socket", d.socket, "Unix socket (mode 0660); empty: none");
+  daemon->add_option("--listen", d.listen, "Also listen on TCP host:port (TLS unless loopback)");
+  daemon->add_option("--tls-cert", d.tls_cert, "Server certificate (PEM)");
+  daemon->add_option("--tls-key", d.tls_key, "Server key (PEM)");
+  daemon->add_option("--tls-client-ca", d.tls_client_ca, "Require client certificates from this CA (mutual TLS)");
+  daemon->add_flag("--insecure-tcp", d.insecure_tcp, "Allow plaintext TCP on a non-loopback address");
+  daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
+  daemon->add_option("--max-ttl", f.max_ttl, "Every rule must expire within this (e.g. 1h); default: no limit");
+  daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
+}
+
+// --watch-*: the observer's kernel-side filters (OR).
+Status WatchFilters(const Flags& f, std::vector<ObsFilterSpec>* out) {
+  for (const auto& p : f.watch_ports) {
+    auto r = ParsePortRange(p);
+    if (!r.ok()) return InvalidArgument("--watch-port: " + r.status().message());
+    out->emplace_back().ports = *r;
+  }
+  for (const auto& a : f.watch_addrs) {
+    auto c = ParseCidr(a);
+    if (!c.ok()) return InvalidArgument("--watch-addr: " + c.status().message());
+    out->emplace_back().addr = *c;
+  }
+  for (uint64_t cg : f.watch_cgroups) out->emplace_back().cgroup_id = cg;
+  return Status::Ok();
+}
+
+// A duration flag; `positive`: 0 is refused.
+Status DurationFlag(const char* flag, const std::string& text, bool positive, std::chrono::nanoseconds* out) {
+  auto d = ParseDuration(text);
+  if (!d.ok()) return InvalidArgument(std::string(flag) + ": " + d.status().message());
+  if (positive && d->count() <= 0) return InvalidArgument(std::string(flag) + " must be > 0");
+  *out = *d;
+  return Status::Ok();
+}
+
+Status InjectorFlags(const Flags& f, InjectorOptions* opts) {
+  std::chrono::nanoseconds lease;
+  LOSSD_RETURN_IF_ERROR(DurationFlag("--lease", f.lease, false, &lease));
+  opts->lease = std::chrono::duration_cast<std::chrono::milliseconds>(lease);
+  opts->state_dir = f.state_dir;
+  if (f.xdp_mode == "native") opts->xdp_mode = XdpMode::kNative;
+  else if (f.xdp_mode == "generic") opts->xdp_mode = XdpMode::kGeneric;
+  else if (f.xdp_mode != "auto") return InvalidArgument("--xdp-mode must be auto, native or generic");
+  return Status::Ok();
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"lossd: eBPF packet-loss injector"};
+  AddOptions(app, f);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  LogLevel level;
+  if (!ParseLogLevel(f.log_level.c_str(), &level)) return Usage("--log-level must be debug, info, warn or error");
+  SetLogLevel(level);
+  RouteLibbpfLogs();
+  if (f.events) f.observe = true;
+  if (f.observe) f.json = true;
+  std::vector<ObsFilterSpec> filters;
+  InjectorOptions injector;
+  OneShotOptions o;
+  Status st = WatchFilters(f, &filters);
+  if (st.ok()) st = InjectorFlags(f, &injector);
+  if (st.ok() && !f.duration.empty()) st = DurationFlag("--duration", f.duration, false, &o.duration);
+  if (st.ok()) st = DurationFlag("--interval", f.interval, true, &o.interval);
+
+  if (!HasRule(f) && !f.observe) {
+    DaemonOptions d = f.daemon;
+    d.injector = injector;
+    d.injector.limits.max_rules = f.max_rules;
+    std::chrono::nanoseconds max_ttl{0};
+    if (st.ok() && !f.max_ttl.empty()) st = DurationFlag("--max-ttl", f.max_ttl, true, &max_ttl);
+    if (!st.ok()) return Usage(st.message());
+    d.injector.limits.max_ttl_ns = static_cast<uint64_t>(max_ttl.count());
+    d.observer = !f.no_observer;
+    d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
+    return RunDaemon(d);
+  }
+
+  o.injector = injector;
+  o.json = f.json;
+  o.observe = f.observe;
+  o.events = f.events;
+  o.filters = filters;
+  if (st.ok() && HasRule(f)) {
+    auto rule = BuildRuleSpec(f.rule);
+    if (rule.ok()) o.rule = *rule;
+    else st = rule.status();
+  }
+  if (!st.ok()) return Usage(st.message());
+  return RunOneShot(o);
+}
+
+}  // namespace
+}  // namespace lossd
+
+int main(int argc, char** argv) { return lossd::Main(argc, argv); }

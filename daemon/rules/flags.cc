@@ -1,0 +1,136 @@
+#include "rules/flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+
+namespace lossd {
+namespace {
+
+// "--rate: <the parser's message>"
+Status Named(const std::string& name, const Status& st) {
+  return Status(st.code(), name + ": " + st.message());
+}
+
+template <typename T>
+Status Set(const std::string& name, Result<T> r, T* out) {
+  if (!r.ok()) return Named(name, r.status());
+  *out = std::move(*r);
+  return Status::Ok();
+}
+
+Status Ports(const std::string& name, const std::string& text, PortRange* out) {
+  if (text.empty()) return Status::Ok();
+  LOSSD_RETURN_IF_ERROR(Set(name, ParsePortRange(text), out));
+  if (out->hi == 0)
+    return InvalidArgument(name + ": port 0 cannot be matched (the API reads port 0 as any port): omit " +
+                           name + " to match any port");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_t max,
+                                  const std::string& name) {
+  std::string s = TrimSpace(text);
+  bool digits = !s.empty() && s.size() <= 20;
+  for (char c : s) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = digits ? std::strtoull(s.c_str(), &end, 10) : 0;
+  if (!digits || errno || *end || v < min || v > max)
+    return InvalidArgument(name + ": invalid value '" + text.substr(0, kMaxInputLength) +
+                           "': expected a whole number from " + std::to_string(min) + " to " +
+                           std::to_string(max));
+  return static_cast<uint64_t>(v);
+}
+
+Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
+  auto name = [&](const char* n) { return dash + n; };
+  RuleSpec r;
+  r.iface = f.iface;
+  r.cgroup = f.cgroup;
+  LOSSD_RETURN_IF_ERROR(Set(name("hook"), ParseHook(f.hook), &r.hook));
+  LOSSD_RETURN_IF_ERROR(Set(name("dir"), ParseDirection(f.dir), &r.dir));
+  for (auto [flag, text, out] : {std::make_tuple("src", &f.src, &r.src), std::make_tuple("dst", &f.dst, &r.dst)}) {
+    if (text->empty()) continue;
+    Cidr c;
+    LOSSD_RETURN_IF_ERROR(Set(name(flag), ParseCidr(*text), &c));
+    *out = c;
+  }
+  LOSSD_RETURN_IF_ERROR(Ports(name("sport"), f.sport, &r.sport));
+  LOSSD_RETURN_IF_ERROR(Ports(name("dport"), f.dport, &r.dport));
+  LOSSD_RETURN_IF_ERROR(Set(name("proto"), ParseProtocol(f.proto), &r.l4proto));
+  LOSSD_RETURN_IF_ERROR(Set(name("family"), ParseFamily(f.family), &r.family));
+  if (!f.tcp_flags.empty()) {
+    Status st = ParseTcpFlags(f.tcp_flags, &r.tcp_flags_mask, &r.tcp_flags_value);
+    if (!st.ok()) return Named(name("tcp-flags"), st);
+  }
+  LOSSD_RETURN_IF_ERROR(Set(name("payload"), ParsePayload(f.payload), &r.payload));
+
+  int models = !f.rate.empty() + !f.ge.empty() + !f.every.empty() + !f.first.empty();
+  std::string model_flags = name("rate") + ", " + name("ge") + ", " + name("every") + " or " +
+                            name("first");
+  if (models == 0) return InvalidArgument("a loss model is needed: give " + model_flags);
+  if (models > 1) return InvalidArgument("one loss model per rule: give only one of " + model_flags);
+  if (!f.rate.empty()) {
+    r.model.kind = LossModel::Kind::kBernoulli;
+    LOSSD_RETURN_IF_ERROR(Set(name("rate"), ParseRate(f.rate), &r.model.p));
+  } else if (!f.ge.empty()) {
+    LOSSD_RETURN_IF_ERROR(Set(name("ge"), ParseGilbertElliott(f.ge), &r.model));
+  } else {
+    bool every = !f.every.empty();
+    auto n = ParseWholeNumber(every ? f.every : f.first, 1, UINT32_MAX, name(every ? "every" : "first"));
+    if (!n.ok()) return n.status();
+    r.model.kind = every ? LossModel::Kind::kEveryNth : LossModel::Kind::kFirstK;
+    r.model.n = static_cast<uint32_t>(*n);
+  }
+  if (!f.seed.empty()) {
+    auto seed = ParseWholeNumber(f.seed, 0, UINT64_MAX, name("seed"));
+    if (!seed.ok()) return seed.status();
+    r.seed = *seed;
+  }
+  if (!f.priority.empty()) {
+    auto prio = ParseWholeNumber(f.priority, 0, kMaxPriority, name("priority"));
+    if (!prio.ok()) return prio.status();
+    r.priority = static_cast<uint32_t>(*prio);
+  }
+  if (!f.ttl.empty()) LOSSD_RETURN_IF_ERROR(Set(name("ttl"), ParseDuration(f.ttl), &r.ttl));
+  r.per_segment = f.per_segment;
+
+  Status st = Validate(r);
+  if (!st.ok()) {
+    if (r.iface.empty() && r.cgroup.empty())
+      return Status(st.code(), st.message() + " (" + name("iface") + " and/or " + name("cgroup") + ")");
+    return st;
+  }
+  return r;
+}
+
+void AddRuleOptions(CLI::App* app, RuleFlags* f) {
+  app->add_option("--iface,-i", f->iface, "Target interface");
+  app->add_option("--cgroup", f->cgroup, "Target cgroup v2 path");
+  app->add_option("--hook", f->hook, "auto (default) | xdp | tc | cgroup");
+  app->add_option("--dir", f->dir, "ingress (default, or in) | egress (out) | both");
+  app->add_option("--src", f->src, "Source address or CIDR (IPv4 or IPv6)");
+  app->add_option("--dst", f->dst, "Destination address or CIDR");
+  app->add_option("--sport", f->sport, "Source port or LO-HI (LO:HI)");
+  app->add_option("--dport", f->dport, "Destination port or LO-HI (LO:HI)");
+  app->add_option("--proto", f->proto, "tcp | udp | icmp | icmpv6 | any | 0-255");
+  app->add_option("--family", f->family, "4 (ipv4, inet) | 6 (ipv6, inet6) | any (default)");
+  app->add_option("--tcp-flags", f->tcp_flags, "Flags set, ! for clear, e.g. syn,!ack");
+  app->add_option("--payload", f->payload, "any (default) | only | none");
+  app->add_option("--rate", f->rate, "Loss model: Bernoulli rate per segment, e.g. 1%, 0.005%, 50ppm or 0.01");
+  app->add_option("--ge", f->ge, "Loss model: Gilbert-Elliott p,r,1-h,1-k (netem gemodel), e.g. 1%,20%");
+  app->add_option("--every", f->every, "Loss model: drop every N-th packet of each flow");
+  app->add_option("--first", f->first, "Loss model: drop the first K packets of each flow");
+  app->add_option("--seed", f->seed, "Same seed, same packets: same drops (per flow)");
+  app->add_option("--priority", f->priority, "Highest wins among overlapping rules (0-1000000)");
+  app->add_option("--ttl", f->ttl, "Lifetime, e.g. 30s, 5m, 2m30s, 1d (enforced in BPF; default: none)");
+  app->add_flag("--per-segment", f->per_segment,
+                "Exact per-segment loss: GSO/GRO off on the interface while the rule lives");
+}
+
+}  // namespace lossd
