@@ -36,7 +36,7 @@ except ImportError:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from lossd_client import (Gap, LossdError, LossdInputError, format_duration, format_rate,
-                          parse_duration, parse_rate, wilson_interval)
+                          parse_rate, wilson_interval)
 from lossd_client import cli
 from lossd_client.spec import RETRANSMIT_TYPES
 
@@ -78,10 +78,8 @@ def parse_args(argv):
         ap.error("name the service: --port, --addr and/or --cgroup")
     if not (args.iface or args.cgroup):
         ap.error("give --iface (or --cgroup)")
+    cli.durations_ns(ap, args, "duration", "grace", "interval")
     try:
-        args.duration_ns = parse_duration(args.duration, "--duration")
-        args.grace_ns = parse_duration(args.grace, "--grace")
-        args.interval_ns = parse_duration(args.interval, "--interval")
         args.rate_f = parse_rate(args.rate, "--rate")
     except LossdInputError as e:
         ap.error(e.message)

@@ -11,7 +11,8 @@ import sys
 
 from ._stubs import ENV_VAR, StubsNotFound
 from .client import DEFAULT_SOCKET, Client
-from .errors import LossdError, unix_path
+from .errors import LossdError, LossdInputError, unix_path
+from .units import parse_duration
 
 EXIT_ERROR = 1        # lossd unreachable, a call failed, stubs missing
 EXIT_USAGE = 2        # bad arguments (argparse uses 2 as well)
@@ -33,6 +34,17 @@ def add_connection_args(parser):
     g.add_argument("--rpc-timeout", type=float, default=10.0, metavar="S",
                    help="seconds for each call (default 10)")
     return parser
+
+
+def durations_ns(parser, args, *names):
+    """Sets args.<name>_ns from each duration option --<name> (underscores as
+    dashes); a bad value is the parser's usage error naming the option."""
+    for name in names:
+        flag = "--" + name.replace("_", "-")
+        try:
+            setattr(args, name + "_ns", parse_duration(getattr(args, name), flag))
+        except LossdInputError as e:
+            parser.error(e.message)
 
 
 def die(msg, code=EXIT_ERROR):

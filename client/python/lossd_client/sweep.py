@@ -51,7 +51,7 @@ import time
 from . import cli
 from .errors import LossdError, LossdInputError
 from .spec import RETRANSMIT_TYPES, gilbert_elliott
-from .units import format_rate, parse_duration, parse_rate, wilson_interval
+from .units import format_rate, parse_rate, wilson_interval
 
 METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_mean_ms",
            "latency_p50_ms", "latency_p99_ms", "retransmitted_segments", "rto", "cwnd_mean", "cwnd_min", "srtt_mean_us",
@@ -413,12 +413,9 @@ def parse_args(argv):
         ap.error("--repeat must be at least 1")
     try:
         a.steps = [parse_step(r) for r in a.rates.split(",") if r.strip()]
-        a.duration_ns = parse_duration(a.duration, "--duration")
-        a.workload_timeout_ns = parse_duration(a.workload_timeout, "--workload-timeout")
-        a.settle_ns = parse_duration(a.settle, "--settle")
-        a.grace_ns = parse_duration(a.grace, "--grace")
     except LossdInputError as e:
         ap.error(e.message)
+    cli.durations_ns(ap, a, "duration", "workload_timeout", "settle", "grace")
     if not a.steps:
         ap.error("--rates: at least one step")
     return a

@@ -19,6 +19,20 @@ def _enum_name(enum_type, value, prefix):
         return str(value)
 
 
+def _from_proto(cls, m, **given):
+    """cls from message m: each field is m's field of the same name unless given
+    here (converted); .raw is m."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif f.name == "raw":
+            values[f.name] = m
+        else:
+            values[f.name] = getattr(m, f.name)
+    return cls(**values)
+
+
 def _ports(pr):
     if pr.lo == 0 and pr.hi == 0:
         return None
@@ -350,11 +364,9 @@ class Flow:
 
     @classmethod
     def from_proto(cls, m):
-        return cls(m.cookie, Tuple.from_proto(m.tuple), m.cgroup_id, m.opened_mono_ns,
-                   m.cwnd, m.cwnd_min, m.cwnd_max, m.srtt_us, m.srtt_min_us, m.srtt_max_us,
-                   m.bytes_acked, m.bytes_sent, type_counts(m.retransmitted_segments),
-                   {k.lower(): v for k, v in m.ca_time_ns.items()}, m.max_backoff,
-                   m.preexisting, m.ca_state, m.closed, m.duration_ns, raw=m)
+        return _from_proto(cls, m, tuple=Tuple.from_proto(m.tuple),
+                           retransmitted_segments=type_counts(m.retransmitted_segments),
+                           ca_time_ns={k.lower(): v for k, v in m.ca_time_ns.items()})
 
     @property
     def retransmitted_total(self):
@@ -386,9 +398,10 @@ class Aggregate:
 
     @classmethod
     def from_proto(cls, m, pb2):
-        return cls(m.seq, m.window_start_unix_ns, m.window_ns, type_counts(m.retransmits_by_type),
-                   dict(m.retransmits_by_rule), dict(m.retransmits_by_flow),
-                   tuple(Gap.from_proto(m.seq, g, pb2) for g in m.gaps), raw=m)
+        return _from_proto(cls, m, retransmits_by_type=type_counts(m.retransmits_by_type),
+                           retransmits_by_rule=dict(m.retransmits_by_rule),
+                           retransmits_by_flow=dict(m.retransmits_by_flow),
+                           gaps=tuple(Gap.from_proto(m.seq, g, pb2) for g in m.gaps))
 
     @property
     def total(self):
@@ -422,8 +435,8 @@ class Capabilities:
     def from_proto(cls, m):
         def hooks(hs):
             return tuple(HookAvailability(h.name, h.available, h.reason) for h in hs)
-        return cls(m.kernel, m.btf, hooks(m.injector_hooks), hooks(m.observer_hooks),
-                   m.cgroup2_mount, m.max_rules, m.max_ttl_ns, raw=m)
+        return _from_proto(cls, m, injector_hooks=hooks(m.injector_hooks),
+                           observer_hooks=hooks(m.observer_hooks))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,7 +450,7 @@ class Health:
 
     @classmethod
     def from_proto(cls, m):
-        return cls(m.serving, m.rules, m.lease_remaining_ns, m.events_lost_kernel, m.subscribers, raw=m)
+        return _from_proto(cls, m)
 
 
 @dataclasses.dataclass(frozen=True)

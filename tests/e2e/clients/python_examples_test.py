@@ -128,7 +128,6 @@ class PythonExamples(ClientTestCase):
         self.assertEqual(left, [], "inject.py left its rule behind: %s" % left)
 
     def test_2_inject_sigterm_midrun(self):
-        lab = self.lab
         flow, p, out, rule = self.inject_under_flow(60e6, 60)  # ~5 s of traffic
         wait_until(lambda: len(out.ticks()) >= 2 or p.poll() is not None, 15, "two per-second lines")
         self.assertIsNone(p.poll(), "\n".join(out.lines))

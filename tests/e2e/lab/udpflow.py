@@ -15,7 +15,6 @@
 import argparse
 import errno
 import json
-import os
 import select
 import socket
 import struct
