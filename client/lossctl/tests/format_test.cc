@@ -5,32 +5,26 @@
 namespace lossctl {
 namespace {
 
+// Each input formats to its text.
+template <typename T, typename Fn>
+void ExpectFormats(Fn format, std::initializer_list<std::pair<T, const char*>> cases) {
+  for (const auto& [in, want] : cases) EXPECT_EQ(format(in), want) << in;
+}
+
 TEST(FormatRate, PercentWithoutExponent) {
-  EXPECT_EQ(FormatRate(0.01), "1%");
-  EXPECT_EQ(FormatRate(0.00005), "0.005%");
-  EXPECT_EQ(FormatRate(0), "0%");
-  EXPECT_EQ(FormatRate(1), "100%");
-  EXPECT_EQ(FormatRate(0.2), "20%");
-  EXPECT_EQ(FormatRate(1.0 / 3), "33.3333%");
-  EXPECT_EQ(FormatRate(1e-9), "0.0000001%");
+  ExpectFormats<double>(FormatRate, {{0.01, "1%"}, {0.00005, "0.005%"}, {0, "0%"}, {1, "100%"},
+                                     {0.2, "20%"}, {1.0 / 3, "33.3333%"}, {1e-9, "0.0000001%"}});
 }
 
 TEST(FormatBytes, HumanUnits) {
-  EXPECT_EQ(FormatBytes(0), "0B");
-  EXPECT_EQ(FormatBytes(1023), "1023B");
-  EXPECT_EQ(FormatBytes(1536), "1.5KiB");
-  EXPECT_EQ(FormatBytes(10 * 1024 * 1024), "10MiB");
-  EXPECT_EQ(FormatBytes(123ull << 30), "123GiB");
+  ExpectFormats<uint64_t>(FormatBytes, {{0, "0B"}, {1023, "1023B"}, {1536, "1.5KiB"},
+                                        {10 * 1024 * 1024, "10MiB"}, {123ull << 30, "123GiB"}});
 }
 
 TEST(FormatDuration, HumanUnits) {
-  EXPECT_EQ(FormatDuration(0), "0s");
-  EXPECT_EQ(FormatDuration(250), "250ns");
-  EXPECT_EQ(FormatDuration(1200000), "1.2ms");
-  EXPECT_EQ(FormatDuration(1500000000), "1.5s");
-  EXPECT_EQ(FormatDuration(30000000000), "30s");
-  EXPECT_EQ(FormatDuration(90000000000), "1m30s");
-  EXPECT_EQ(FormatDuration(3600000000000), "1h");
+  ExpectFormats<uint64_t>(FormatDuration, {{0, "0s"}, {250, "250ns"}, {1200000, "1.2ms"},
+                                           {1500000000, "1.5s"}, {30000000000, "30s"},
+                                           {90000000000, "1m30s"}, {3600000000000, "1h"}});
 }
 
 TEST(FormatPorts, ApiConventions) {
