@@ -30,8 +30,7 @@ TEST_F(Expiry, TtlStopsDroppingInEveryHook) {
   ASSERT_LT(std::chrono::steady_clock::now() - t0, 500ms) << "too slow to test a 600 ms TTL";
   std::this_thread::sleep_until(t0 + 750ms);
   for (auto [p, id] : rules) {
-    SCOPED_TRACE("after the TTL");
-    HookCounters d = RunCounted(p, pkt, 1000, PassVerdict(p));
+    HookCounters d = RunCounted(p, pkt, 1000, PassVerdict(p), "after the TTL");
     EXPECT_EQ(d.passed, 1000u);
     EXPECT_EQ(d.dropped, 0u);
     // An expired rule is as if gone: its counters stay where they were.
@@ -123,8 +122,7 @@ TEST_F(ShortLease, LeaseExpiryStopsAllDropping) {
   ASSERT_LT(std::chrono::steady_clock::now() - t0, 400ms);
   std::this_thread::sleep_until(t0 + 650ms);
   for (auto [p, id] : rules) {
-    SCOPED_TRACE("after the lease");
-    HookCounters d = RunCounted(p, pkt, 100, PassVerdict(p));
+    HookCounters d = RunCounted(p, pkt, 100, PassVerdict(p), "after the lease");
     EXPECT_EQ(d.lease_expired, 100u);
     EXPECT_EQ(d.passed, 100u);
     EXPECT_EQ(Counters(id).dropped_pkts, 1u);

@@ -273,11 +273,12 @@ RuleCounters BpfTest::Remove(uint32_t id) {
   return r->counters;
 }
 
-HookCounters BpfTest::RunCounted(Prog p, const PacketSpec& spec, uint32_t repeat, int verdict) {
+HookCounters BpfTest::RunCounted(Prog p, const PacketSpec& spec, uint32_t repeat, int verdict,
+                                 const char* when) {
   HookCounters before = Totals(p);
   RunOpts o;
   o.repeat = repeat;
-  EXPECT_VERDICT(p, Run(p, spec, o), verdict);
+  EXPECT_VERDICT(p, Run(p, spec, o), verdict) << when;
   HookCounters d = Totals(p);
   auto* w = reinterpret_cast<uint64_t*>(&d);
   const auto* b = reinterpret_cast<const uint64_t*>(&before);

@@ -100,7 +100,9 @@ class BpfTest : public ::testing::Test {
   HookCounters Totals(Prog p);
   // Runs spec `repeat` times through p, expects `verdict` from each run, and
   // returns what the hook counted meanwhile.
-  HookCounters RunCounted(Prog p, const PacketSpec& spec, uint32_t repeat, int verdict);
+  // `when` names the moment in failure messages.
+  HookCounters RunCounted(Prog p, const PacketSpec& spec, uint32_t repeat, int verdict,
+                          const char* when);
 
   int Run(Prog p, const Packet& pkt, const RunOpts& o = {}) {
     return TestRun(inj_->ProgFd(LossHook(p)), p, pkt.bytes, o);

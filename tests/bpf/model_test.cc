@@ -32,12 +32,31 @@ class Models : public BpfTest {
     }
     return seq;
   }
+  // Adds `spec`, runs pkt n times through p, removes the rule: the drop
+  // sequence in *seq and the rule's counters in *rc; "" or what went wrong.
+  std::string RuleSequence(Prog p, const RuleSpec& spec, const Packet& pkt, int n,
+                           std::vector<bool>* seq, RuleCounters* rc) {
+    uint32_t id = Add(spec);
+    if (!id) return "rule refused";
+    *seq = Sequence(p, pkt, n);
+    *rc = Counters(id);
+    Remove(id);
+    return seq->size() == size_t(n) ? "" : "short sequence";
+  }
   static std::string Pattern(const std::vector<bool>& seq, size_t n = 64) {
     std::string s;
     for (size_t i = 0; i < seq.size() && i < n; i++) s += seq[i] ? 'D' : '.';
     return s;
   }
 };
+
+// Every-Nth or First-K with its n.
+RuleSpec CountingRule(Prog p, LossModel::Kind kind, uint32_t n) {
+  RuleSpec s = Rule(p);
+  s.model.kind = kind;
+  s.model.n = n;
+  return s;
+}
 
 RuleSpec GeRule(Prog p, double pgb, double rbg, double bad_loss, double good_loss) {
   RuleSpec s = Rule(p, pgb);
@@ -61,13 +80,11 @@ TEST_F(Models, GilbertElliottBurstsMatchTheChain) {
   const double P = 0.01, R = 0.20;
   Packet pkt = Build(Udp4("10.0.0.1", "10.0.0.2", 1, 2));
   StatCheck([&]() -> std::string {
-    uint32_t id = Add(GeRule(p, P, R, 1.0, 0.0));
-    if (!id) return "rule refused";
     const int N = 200000;
-    std::vector<bool> seq = Sequence(p, pkt, N);
-    RuleCounters rc = Counters(id);
-    Remove(id);
-    if (seq.size() != size_t(N)) return "short sequence";
+    std::vector<bool> seq;
+    RuleCounters rc;
+    std::string err = RuleSequence(p, GeRule(p, P, R, 1.0, 0.0), pkt, N, &seq, &rc);
+    if (!err.empty()) return err;
 
     uint64_t drops = 0;
     std::vector<uint64_t> bursts, gaps;
@@ -117,13 +134,11 @@ TEST_F(Models, GilbertElliottPartialLossMean) {
   const double P = 0.05, R = 0.30, QB = 0.6, QG = 0.02;
   Packet pkt = Build(Tcp4("10.0.0.1", "10.0.0.2", 1, 2, kAck, 100));
   StatCheck([&]() -> std::string {
-    uint32_t id = Add(GeRule(p, P, R, QB, QG));
-    if (!id) return "rule refused";
     const int N = 100000;
-    std::vector<bool> seq = Sequence(p, pkt, N);
-    RuleCounters rc = Counters(id);
-    Remove(id);
-    if (seq.size() != size_t(N)) return "short sequence";
+    std::vector<bool> seq;
+    RuleCounters rc;
+    std::string err = RuleSequence(p, GeRule(p, P, R, QB, QG), pkt, N, &seq, &rc);
+    if (!err.empty()) return err;
     uint64_t drops = 0;
     for (bool d : seq) drops += d;
     EXPECT_EQ(rc.dropped_pkts, drops);
@@ -141,9 +156,7 @@ TEST_F(Models, GilbertElliottPartialLossMean) {
 TEST_F(Models, EveryNthExactPattern) {
   for (Prog p : {Prog::kXdp, Prog::kTcIn, Prog::kTcOut}) {
     SCOPED_TRACE(ProgName(p));
-    RuleSpec s = Rule(p);
-    s.model.kind = LossModel::Kind::kEveryNth;
-    s.model.n = 4;
+    RuleSpec s = CountingRule(p, LossModel::Kind::kEveryNth, 4);
     uint32_t id = Add(s);
     ASSERT_NE(id, 0u);
     Packet a = Build(Udp4("10.0.0.1", "10.0.0.2", 1000, 2000));
@@ -185,9 +198,7 @@ TEST_F(Models, EveryFirstPacketDropsAll) {
 TEST_F(Models, FirstKPerFlow) {
   for (Prog p : {Prog::kXdp, Prog::kTcIn, Prog::kTcOut}) {
     SCOPED_TRACE(ProgName(p));
-    RuleSpec s = Rule(p);
-    s.model.kind = LossModel::Kind::kFirstK;
-    s.model.n = 3;
+    RuleSpec s = CountingRule(p, LossModel::Kind::kFirstK, 3);
     s.l4proto = 6;
     uint32_t id = Add(s);
     ASSERT_NE(id, 0u);

@@ -27,6 +27,14 @@ def stubs():
         raise unittest.SkipTest("generated stubs not available (%s unset): %s" % (STUBS_ENV_VAR, e))
 
 
+class StubsTestCase(unittest.TestCase):
+    """A test case with the generated messages as self.pb2."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pb2 = stubs().pb2
+
+
 def child_env(stubs_root):
     env = dict(os.environ)
     env["LOSSD_PYTHON_STUBS"] = stubs_root

@@ -166,12 +166,8 @@ class TargetTest(unittest.TestCase):
                     normalize_target(bad)
 
 
-class ProtoTest(unittest.TestCase):
+class ProtoTest(support.StubsTestCase):
     """The built dicts become the messages they should (needs the stubs)."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.pb2 = support.stubs().pb2
 
     def test_rule_spec_message(self):
         pb2 = self.pb2

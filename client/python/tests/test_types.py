@@ -7,11 +7,7 @@ from lossd_client import types as t
 from lossd_client.client import _align
 
 
-class ViewsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.pb2 = support.stubs().pb2
-
+class ViewsTest(support.StubsTestCase):
     def test_rule(self):
         pb2 = self.pb2
         m = pb2.Rule(id=3, state=pb2.RULE_STATE_FAILED, reason="no such device",

@@ -18,8 +18,7 @@ PPS = 6_000
 class PortIsolation(unittest.TestCase):
     def test_100pct_on_one_port_0_lost_on_another(self):
         with Lab() as lab:
-            d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(DROP),
-                                  "--rate", "100%"])
+            d = lab.udp_rule_at_b(DROP, "100%")
             c0 = lab.counters(lab.b)
             flows = [dict(rx_ns=lab.b, tx_ns=lab.a, dst=dst, port=port, flow=i, count=N, pps=PPS)
                      for i, (dst, port) in enumerate([(lab.V4_B, DROP), (lab.V4_B, KEEP),

@@ -13,16 +13,13 @@ from lab.netns import Lab, measured
 from lab.stats import softnet_dropped
 
 
-N = 100_000
-PPS = 25_000
-PORT = 9000
+N, PPS, PORT = 100_000, 25_000, 9000  # datagrams, their rate, the port
 
 
 class UdpZeroLoss(unittest.TestCase):
     def test_100k_datagrams_at_0_percent_lose_none(self):
         with Lab() as lab:
-            d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(PORT),
-                                  "--rate", "0%"])
+            d = lab.udp_rule_at_b(PORT, "0%")
             self.assertIn("tcx ingress to " + lab.IF_B, d.ready["hooks"])
             c0, sd0, l0 = lab.counters(lab.b), softnet_dropped(), lab.link_stats(lab.b, lab.IF_B)
             ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B,

@@ -253,6 +253,12 @@ class Lab:
             d.wait_ready()
         return d
 
+    def udp_rule_at_b(self, port, rate):
+        """A one-shot lossd on B's interface dropping `rate` ("1%") of the UDP
+        datagrams to `port` that arrive there."""
+        return self.lossd(self.b, ["--iface", self.IF_B, "--proto", "udp", "--dport", str(port),
+                                   "--rate", rate])
+
     def start(self, *specs):
         """Starts several lossd at once ((ns, args) pairs) and waits until all are ready."""
         ds = [Lossd(self, ns, args) for ns, args in specs]
