@@ -29,7 +29,10 @@ Status Status::FromErrno(int err, const std::string& context) {
     case EEXIST:
     case EBUSY: code = Code::kAlreadyExists; break;
     case EINVAL:
-    case ERANGE: code = Code::kInvalidArgument; break;
+    case ERANGE:
+    case ENOTDIR:
+    case ELOOP:
+    case ENAMETOOLONG: code = Code::kInvalidArgument; break;
     case ENOSPC:
     case ENOMEM:
     case E2BIG: code = Code::kResourceExhausted; break;

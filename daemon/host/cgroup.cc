@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cerrno>
 #include <fstream>
 
@@ -42,15 +43,32 @@ Result<UniqueFd> OpenCgroup2Root() {
 }
 
 Result<CgroupInfo> ResolveCgroup(const std::string& path) {
+  constexpr size_t kMaxPath = 4096;
+  auto shown = [&] { return path.size() > 80 ? path.substr(0, 77) + "..." : path; };
+  if (path.size() > kMaxPath)
+    return InvalidArgument("cgroup path longer than " + std::to_string(kMaxPath) + " bytes: '" +
+                           shown() + "'");
   std::string root = Cgroup2Mount();
   if (root.empty()) return FailedPrecondition("no cgroup v2 hierarchy is mounted");
-  std::string full = path;
-  if (full.compare(0, root.size(), root) != 0) {
-    if (!full.empty() && full[0] == '/' && full.rfind("/sys/fs/cgroup", 0) == 0)
-      return InvalidArgument("cgroup '" + path + "' is not under the cgroup v2 mount " + root);
-    full = root + (full.empty() || full[0] == '/' ? "" : "/") + full;
+  char real[PATH_MAX];
+  if (realpath(root.c_str(), real)) root = real;
+  // Absolute under the mount, or relative to it ("t/c", or "/t/c" as
+  // /proc/PID/cgroup writes it); another hierarchy's path is a mistake.
+  std::string full;
+  if (path == root || path.rfind(root + "/", 0) == 0) {
+    full = path;
+  } else if (path.rfind("/sys/fs/cgroup", 0) == 0) {
+    return InvalidArgument("cgroup '" + shown() + "' is not under the cgroup v2 mount " + root);
+  } else {
+    full = root + (path.empty() || path[0] == '/' ? "" : "/") + path;
   }
-  while (full.size() > 1 && full.back() == '/') full.pop_back();
+  // One canonical name per cgroup: "t/../t", "t//c/" and symlinks resolve
+  // to the directory itself, which must still lie in the hierarchy.
+  if (!realpath(full.c_str(), real)) return Status::FromErrno(errno, "cgroup '" + shown() + "'");
+  full = real;
+  if (full != root && full.rfind(root + "/", 0) != 0)
+    return InvalidArgument("cgroup '" + shown() + "' resolves to " + full +
+                           ", outside the cgroup v2 mount " + root);
   struct stat st;
   if (stat(full.c_str(), &st) != 0) return Status::FromErrno(errno, "cgroup " + full);
   if (!S_ISDIR(st.st_mode)) return InvalidArgument("cgroup " + full + " is not a directory");
@@ -59,7 +77,7 @@ Result<CgroupInfo> ResolveCgroup(const std::string& path) {
   info.id = st.st_ino;  // kernfs node id == cgroup id on 64-bit
   int level = 0;
   for (size_t i = root.size(); i < full.size(); i++)
-    if (full[i] == '/' && i + 1 < full.size()) level++;
+    if (full[i] == '/') level++;
   if (level > 255) return InvalidArgument("cgroup " + full + " is nested too deep");
   info.level = static_cast<uint8_t>(level);
   return info;

@@ -189,6 +189,15 @@ Result<Cidr> ParseCidr(const std::string& text) {
   if (c.prefix > max)
     return InvalidArgument("invalid CIDR '" + text + "': prefix length " +
                            std::to_string(c.prefix) + " exceeds " + std::to_string(max));
+  // An IPv4-mapped IPv6 address (::ffff:a.b.c.d, as dual-stack sockets show
+  // IPv4 peers) is the IPv4 address on the wire: the rule must match IPv4.
+  static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (c.family == 6 && c.prefix >= 96 && std::memcmp(c.addr.data(), kMapped, 12) == 0) {
+    std::memmove(c.addr.data(), c.addr.data() + 12, 4);
+    std::memset(c.addr.data() + 4, 0, 12);
+    c.family = 4;
+    c.prefix -= 96;
+  }
   // Host bits must be zero: "10.0.0.1/24" is almost always a typo for a host
   // or a network, and silently masking it would target the wrong traffic.
   for (int bit = c.prefix; bit < max; bit++) {

@@ -101,6 +101,10 @@ def parse_address(value, name):
         raise LossdInputError("%s: %r is not an IPv4/IPv6 address or CIDR" % (name, value)) from None
     if net.network_address != ipaddress.ip_address(host):
         raise LossdInputError("%s: %r has host bits set beyond /%d" % (name, value, net.prefixlen))
+    # An IPv4-mapped address (::ffff:a.b.c.d, as dual-stack sockets show IPv4
+    # peers) is the IPv4 address on the wire, as lossd takes it.
+    if net.version == 6 and net.prefixlen >= 96 and net.network_address.ipv4_mapped is not None:
+        return "%s/%d" % (net.network_address.ipv4_mapped, net.prefixlen - 96)
     return v
 
 

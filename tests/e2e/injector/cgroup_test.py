@@ -16,6 +16,11 @@ application, not verified"):
     retransmission; OutSegs counts each failed attempt. It costs time (the
     retry waits for the next ACK or the zero-window-probe timer), not data.
 
+Paths (regressions, each failed before its fix): "CG/../CG" names CG itself (it
+was attached to CG but matched at the depth the text suggested, so it never
+dropped anything); a path that resolves outside the cgroup v2 mount is an
+INVALID_ARGUMENT naming the mount, and the message does not echo a huge input.
+
 lossd runs through `nsenter --net` here: `ip netns exec` remounts /sys, which
 hides the cgroup v2 mount from lossd ("no cgroup v2 hierarchy is mounted").
 """
@@ -116,6 +121,37 @@ class CgroupSkb(unittest.TestCase):
             # (a FIN without data, if any, is in TCPOrigDataSent but not matched).
             self.assertIn(da["TcpExt.TCPOrigDataSent"] - (f["matched_segs"] - f["dropped_segs"]), (0, 1), s)
             self.assertEqual(f["hooks"]["cgroup_egress"]["dropped"], f["dropped_pkts"], s)
+
+
+    def test_path_with_dotdot_is_the_cgroup_itself(self):
+        with Lab() as lab:
+            cg = lab.make_cgroup()
+            spelled = os.path.join(cg, "..", os.path.basename(cg)) + "//"
+            d = lab.lossd(lab.a, ["--hook", "cgroup", "--cgroup", spelled, "--dir", "egress",
+                                  "--rate", "100%"], nsenter=True)
+            self.assertIn("cgroup_skb egress to %s" % cg, d.ready["hooks"])  # the canonical path
+            ((s, r),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9304,
+                                                     flow=4, count=1000, pps=PPS, tx_cgroup=cg)])
+            f = d.stop()
+            diag = "sender=%s receiver=%s final=%s" % (s, r, f)
+            self.assertEqual(f["matched_pkts"], 1000, diag)
+            self.assertEqual(s["errors"].get("EPERM", 0), 1000, diag)
+            self.assertEqual(r["unique"], 0, diag)
+
+    def test_paths_outside_the_mount_are_invalid(self):
+        with Lab() as lab:
+            cg = lab.make_cgroup()
+            outside = cg + "/../.."  # the directory the cgroup v2 mount sits in
+            huge = "x" * 100_000  # below the kernel's 128 KiB per argument
+            for path, want in ((outside, "outside the cgroup v2 mount"), (huge, "longer than")):
+                d = lab.lossd(lab.a, ["--hook", "cgroup", "--cgroup", path, "--dir", "egress",
+                                      "--rate", "1%"], nsenter=True, ready=False)
+                rc = d.wait_exit(30)
+                err = d.stderr()
+                self.assertNotEqual(rc, 0, err)
+                self.assertIn("INVALID_ARGUMENT", err)
+                self.assertIn(want, err)
+                self.assertLess(len(err), 4000, "the message echoes the whole input")
 
 
 if __name__ == "__main__":
