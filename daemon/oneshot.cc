@@ -1,5 +1,6 @@
 #include "oneshot.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -118,8 +119,20 @@ class ObserverRun {
   std::atomic<bool> printing_{true};
 };
 
-// Sleeps until the next report is due; false at a signal or the end of the duration.
+// Whoever read stdout is gone (`| head` exited, the terminal closed): a write
+// failed (SIGPIPE is ignored), or the pipe or tty reports an error or hang-up.
+bool StdoutGone() {
+  struct pollfd p = {STDOUT_FILENO, 0, 0};
+  return ferror(stdout) || (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)));
+}
+
+// Sleeps until the next report is due; false at a signal (INT, TERM, HUP),
+// when stdout's reader is gone, or at the end of the duration.
 bool WaitForReport(const sigset_t& sigs, const OneShotOptions& o, double start) {
+  if (StdoutGone()) {
+    LOG_INFO("stdout closed: detaching");
+    return false;
+  }
   auto wait = o.interval;
   if (o.duration.count() > 0) {
     double left = start + o.duration.count() / 1e9 - Now();
@@ -129,7 +142,7 @@ bool WaitForReport(const sigset_t& sigs, const OneShotOptions& o, double start) 
   struct timespec ts = {static_cast<time_t>(wait.count() / 1000000000),
                         static_cast<long>(wait.count() % 1000000000)};
   int sig = sigtimedwait(&sigs, nullptr, &ts);
-  if (sig == SIGINT || sig == SIGTERM) {
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
     LOG_INFO("signal %d: detaching", sig);
     return false;
   }
@@ -144,7 +157,10 @@ int RunOneShot(const OneShotOptions& o) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // A closed stdout must not kill the run before it detaches (see StdoutGone).
+  signal(SIGPIPE, SIG_IGN);
 
   auto inj = Injector::Create(o.injector);
   if (!inj.ok()) {

@@ -4,14 +4,21 @@ Ingress (tcx link): the link dies with the process, so drops stop at once.
 Egress (netlink clsact filter, the only way to get TC_ACT_STOLEN): the filter
 survives the process, but the lease it checks in BPF runs out (--lease 1s)
 and it drops nothing after; the next lossd start removes the stale filter.
+
+A one-shot run whose terminal closes (SIGHUP) or whose reader goes away
+(`lossd ... | head -1`: stdout's pipe closes) detaches everything and
+reports, as at SIGTERM (regressions: both used to kill it with the clsact
+filter left behind).
 """
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 import unittest
 
-from lab import traffic
+from lab import config, traffic
 from lab.config import main
 from lab.netns import Lab, measured
 from lab.daemon import tc_egress_filters
@@ -91,6 +98,41 @@ class SigkillLeavesNoLoss(unittest.TestCase):
                      lease_expired_counted=lease_expired, filters_after_restart=len(progs3))
             self.assertEqual(progs3, [], "stale lossd filter survived the next start:\n" + out3)
             self.assertIn("stale", d2.stderr())
+
+
+
+EGRESS_RULE = ["--dir", "egress", "--proto", "udp", "--dport", str(PORT), "--rate", "100%",
+               "--lease", "60s"]
+
+
+class HangupAndClosedStdout(unittest.TestCase):
+    def test_sighup_detaches_and_reports(self):
+        with Lab() as lab:
+            d = lab.lossd(lab.a, ["--iface", lab.IF_A] + EGRESS_RULE)
+            self.assertEqual(len(tc_egress_filters(lab, lab.a, lab.IF_A)[1]), 1)
+            os.kill(d.pid, signal.SIGHUP)
+            rc = d.wait_exit(30)
+            self.assertEqual(rc, 0, d.stderr())
+            self.assertIn("final", [e.get("event") for e in d.events], d.stderr())
+            out, ids = tc_egress_filters(lab, lab.a, lab.IF_A)
+            self.assertEqual(ids, [], "SIGHUP left the clsact filter behind:\n" + out)
+            self.assertEqual(flow(lab), N, "a dead run's rule still drops")
+
+    def test_closed_stdout_detaches(self):
+        with Lab() as lab:
+            cmd = [config.LOSSD, "--json", "--state-dir", lab.tempdir(), "--interval", "100ms",
+                   "--iface", lab.IF_A] + EGRESS_RULE
+            p = lab.popen(lab.a, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            ready = json.loads(p.stdout.readline())
+            self.assertEqual(ready["event"], "ready", ready)
+            self.assertEqual(len(tc_egress_filters(lab, lab.a, lab.IF_A)[1]), 1)
+            p.stdout.close()  # as `| head -1` does once it has its line
+            rc = p.wait(timeout=30)
+            err = p.stderr.read()  # lab.popen opens text pipes
+            self.assertEqual(rc, 0, "killed by signal %d? %s" % (-rc, err) if rc < 0 else err)
+            self.assertIn("stdout closed", err)
+            out, ids = tc_egress_filters(lab, lab.a, lab.IF_A)
+            self.assertEqual(ids, [], "the run left the clsact filter behind:\n" + out)
 
 
 if __name__ == "__main__":
