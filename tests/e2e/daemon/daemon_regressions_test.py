@@ -27,6 +27,16 @@ namespace A (lossd --max-rules 5), each test on its own rules.
       The last events of a burst (those after the observer's last ring wakeup) reach no
       subscriber until a later event arrives: the reader polls on a timeout, and
       ring_buffer__poll reads nothing on a timeout.
+  test_expired_rules_do_not_count_against_max_rules
+      Expired rules count against --max-rules forever: five rules with a 1 s TTL, two
+      seconds later, and a sixth CreateRule is RESOURCE_EXHAUSTED with no rule live.
+  test_stream_periods_are_bounded
+      WatchRuleCounters / WatchFlows with interval_ns 2^64-1 (and WatchAggregates with
+      such a window) busy-loop: the deadline overflows, thousands of messages a second.
+  test_list_rules_is_what_the_maps_hold
+      Create/update/delete/clear racing from several threads leave rules live in the BPF
+      maps that ListRules does not show (and metadata of listed rules lost): the rule's
+      state had three owners. Afterwards the maps' active slots must be the listed rules.
   test_zz_second_lossd_keeps_daemons_filter   (runs last: it breaks the daemon's egress hook)
       Starting another lossd in the same namespace (here the README's one-shot
       `lossd --observe`) removes the running daemon's clsact egress filter as "stale": the
@@ -118,6 +128,88 @@ class DaemonBugs(DaemonTestCase):
             self.fail("UpdateRule at --max-rules 5 with 5 rules failed: %s %s" % (e.code(), e.details()))
         self.assertEqual(u.spec.loss.bernoulli.rate, 0.5)
         self.assertEqual(self.d.health().rules, 5)
+
+    def test_expired_rules_do_not_count_against_max_rules(self):
+        pb = self.pb
+        self.d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
+        ids = [self.create(protocol="udp", dport=4700 + i, ttl_ns=10**9).id for i in range(5)]
+        wait_until(lambda: all(self.d.get(i).state == pb.RULE_STATE_EXPIRED for i in ids), 10,
+                   "the five rules expired")
+        self.assertEqual(self.d.health().rules, 0)
+        try:
+            fresh = self.create(protocol="udp", dport=4705)
+        except daemon.grpc.RpcError as e:
+            self.fail("CreateRule with 5 expired rules and none live: %s %s" % (e.code(), e.details()))
+        listed = self.d.inj.ListRules(pb.ListRulesRequest(), timeout=20).rules
+        self.assertEqual(sorted(r.id for r in listed), sorted(ids + [fresh.id]))  # kept for inspection
+        self.d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
+
+    def test_stream_periods_are_bounded(self):
+        pb, d = self.pb, self.d
+        INVALID = daemon.grpc.StatusCode.INVALID_ARGUMENT
+        calls = {
+            "WatchRuleCounters": lambda ns: d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(interval_ns=ns), timeout=10),
+            "WatchFlows": lambda ns: d.obs.WatchFlows(pb.WatchFlowsRequest(interval_ns=ns), timeout=10),
+            "WatchAggregates": lambda ns: d.obs.WatchAggregates(pb.WatchAggregatesRequest(window_ns=ns), timeout=10),
+        }
+        for name, call in calls.items():
+            for ns in (2**64 - 1, 3601 * 10**9, 50 * 10**6):
+                with self.subTest(stream=name, ns=ns):
+                    got = []
+                    with self.assertRaises(daemon.grpc.RpcError) as cm:
+                        for m in call(ns):
+                            got.append(m)
+                            if len(got) > 5:
+                                break
+                    self.assertEqual(cm.exception.code(), INVALID, cm.exception.details())
+                    self.assertIn("100 ms", cm.exception.details())
+                    self.assertEqual(got, [])
+
+    def test_list_rules_is_what_the_maps_hold(self):
+        import random
+        pb, d = self.pb, self.d
+        d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
+        seed = random.randrange(1 << 30)
+        rng = random.Random(seed)
+        ids, lock = set(), threading.Lock()
+
+        def worker(k):
+            r = random.Random(seed + k)
+            for _ in range(60):
+                op = r.random()
+                with lock:
+                    pick = r.choice(sorted(ids)) if ids else 0
+                try:
+                    if op < 0.45:
+                        rid = self.create(protocol="udp", dport=4800 + r.randrange(50)).id
+                        with lock:
+                            ids.add(rid)
+                    elif op < 0.75:
+                        d.inj.UpdateRule(pb.UpdateRuleRequest(id=pick, spec=self.spec(
+                            protocol="udp", dport=4800 + r.randrange(50))), timeout=20)
+                    elif op < 0.97:
+                        d.inj.DeleteRule(pb.DeleteRuleRequest(id=pick), timeout=20)
+                    else:
+                        d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
+                except daemon.grpc.RpcError as e:
+                    assert e.code() in (daemon.grpc.StatusCode.NOT_FOUND,
+                                        daemon.grpc.StatusCode.RESOURCE_EXHAUSTED), (e.code(), e.details())
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        listed = [r for r in d.inj.ListRules(pb.ListRulesRequest(), timeout=20).rules
+                  if r.state == pb.RULE_STATE_ACTIVE]
+        in_maps = daemon.active_rule_slots(d.p.pid)
+        measured("list_vs_maps", seed=seed, listed=len(listed), in_maps=len(in_maps))
+        self.assertEqual(sorted(r.spec.match.dport.lo for r in listed),
+                         sorted(slot["dport_lo"] for slot in in_maps), "seed %d" % seed)
+        self.assertEqual(d.health().rules, len(listed))
+        self.assertLessEqual(len(listed), 5)
+        d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
+        self.assertEqual(daemon.active_rule_slots(d.p.pid), [])
 
     def test_max_rules_under_concurrent_creates(self):
         RE = daemon.grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -13,7 +13,9 @@ module's grpc, pb (lossd_pb2) and pbg (lossd_pb2_grpc) are set.
     StreamReader        a server stream read on a thread
 """
 
+import json
 import os
+import subprocess
 import re
 import sys
 import threading
@@ -321,6 +323,24 @@ def tc_egress_filters(lab, ns, ifname):
     """`tc filter show dev IF egress` and the program ids of lossd's filters there."""
     out = lab.run(ns, "tc", "filter", "show", "dev", ifname, "egress", check=False).stdout
     return out, [int(m.group(1)) for m in re.finditer(r"lossd_tc_out.*? id (\d+)", out)]
+
+
+def active_rule_slots(pid):
+    """The live entries of lossd pid's loss_rules map (bpftool, by the map ids in the
+    process's fds): [{'slot', 'dport_lo', ...}] of the slots whose flags say ACTIVE."""
+    LOSS_RULE_ACTIVE = 1
+    for mid in {int(kv["map_id"]) for kv in fdinfo(pid) if "map_id" in kv}:
+        info = json.loads(subprocess.check_output(["bpftool", "-j", "map", "show", "id", str(mid)]))
+        if info.get("name") != "loss_rules":
+            continue
+        dump = json.loads(subprocess.check_output(["bpftool", "-j", "map", "dump", "id", str(mid)]))
+        out = []
+        for e in dump:
+            v = e["formatted"]["value"]
+            if v["flags"] & LOSS_RULE_ACTIVE:
+                out.append(dict(slot=e["formatted"]["key"], dport_lo=v["m"]["dport_lo"]))
+        return out
+    raise AssertionError("lossd %d holds no loss_rules map" % pid)
 
 
 def pids_programs(pid):
