@@ -44,6 +44,11 @@ class Status {
   std::string message_;
 };
 
+// A user's input as an error message may quote it: at most 64 bytes of it.
+inline std::string Shown(const std::string& input) {
+  return input.size() <= 64 ? input : input.substr(0, 61) + "...";
+}
+
 inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
 inline Status NotFound(std::string m) { return Status(Code::kNotFound, std::move(m)); }
 inline Status FailedPrecondition(std::string m) {

@@ -44,7 +44,7 @@ Result<UniqueFd> OpenCgroup2Root() {
 
 Result<CgroupInfo> ResolveCgroup(const std::string& path) {
   constexpr size_t kMaxPath = 4096;
-  auto shown = [&] { return path.size() > 80 ? path.substr(0, 77) + "..." : path; };
+  auto shown = [&] { return Shown(path); };
   if (path.size() > kMaxPath)
     return InvalidArgument("cgroup path longer than " + std::to_string(kMaxPath) + " bytes: '" +
                            shown() + "'");

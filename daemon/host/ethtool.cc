@@ -16,7 +16,7 @@ namespace {
 
 Status Ioctl(const std::string& ifname, void* data) {
   if (ifname.empty() || ifname.size() >= IFNAMSIZ)
-    return InvalidArgument("invalid interface name '" + ifname + "'");
+    return InvalidArgument("invalid interface name '" + Shown(ifname) + "'");
   UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return Status::FromErrno(errno, "socket for ethtool");
   struct ifreq ifr = {};

@@ -173,7 +173,7 @@ Result<Cidr> ParseCidr(const std::string& text) {
     host = s.substr(0, slash);
     uint64_t v;
     if (!ParseUint(s.substr(slash + 1), 128, &v))
-      return InvalidArgument("invalid CIDR '" + text + "': prefix length must be a number");
+      return InvalidArgument("invalid CIDR '" + Shown(text) + "': prefix length must be a number");
     prefix = v;
   }
   if (inet_pton(AF_INET, host.c_str(), c.addr.data()) == 1) {
@@ -181,13 +181,13 @@ Result<Cidr> ParseCidr(const std::string& text) {
   } else if (inet_pton(AF_INET6, host.c_str(), c.addr.data()) == 1) {
     c.family = 6;
   } else {
-    return InvalidArgument("invalid CIDR '" + text + "': '" + host +
+    return InvalidArgument("invalid CIDR '" + Shown(text) + "': '" + Shown(host) +
                            "' is not an IPv4 or IPv6 address");
   }
   int max = c.family == 4 ? 32 : 128;
   c.prefix = prefix ? static_cast<int>(*prefix) : max;
   if (c.prefix > max)
-    return InvalidArgument("invalid CIDR '" + text + "': prefix length " +
+    return InvalidArgument("invalid CIDR '" + Shown(text) + "': prefix length " +
                            std::to_string(c.prefix) + " exceeds " + std::to_string(max));
   // An IPv4-mapped IPv6 address (::ffff:a.b.c.d, as dual-stack sockets show
   // IPv4 peers) is the IPv4 address on the wire: the rule must match IPv4.
@@ -202,7 +202,7 @@ Result<Cidr> ParseCidr(const std::string& text) {
   // or a network, and silently masking it would target the wrong traffic.
   for (int bit = c.prefix; bit < max; bit++) {
     if (c.addr[bit / 8] & (0x80 >> (bit % 8)))
-      return InvalidArgument("invalid CIDR '" + text + "': host bits set beyond /" +
+      return InvalidArgument("invalid CIDR '" + Shown(text) + "': host bits set beyond /" +
                              std::to_string(c.prefix));
   }
   return c;
@@ -215,14 +215,14 @@ Result<PortRange> ParsePortRange(const std::string& text) {
   uint64_t lo, hi;
   if (dash == std::string::npos) {
     if (!ParseUint(s, 65535, &lo))
-      return InvalidArgument("invalid port '" + text + "': expected 0-65535 or LO-HI");
+      return InvalidArgument("invalid port '" + Shown(text) + "': expected 0-65535 or LO-HI");
     hi = lo;
   } else if (!ParseUint(Trim(s.substr(0, dash)), 65535, &lo) ||
              !ParseUint(Trim(s.substr(dash + 1)), 65535, &hi)) {
-    return InvalidArgument("invalid port range '" + text + "': expected LO-HI within 0-65535");
+    return InvalidArgument("invalid port range '" + Shown(text) + "': expected LO-HI within 0-65535");
   }
   if (lo > hi)
-    return InvalidArgument("invalid port range '" + text + "': low end above high end");
+    return InvalidArgument("invalid port range '" + Shown(text) + "': low end above high end");
   r.lo = static_cast<uint16_t>(lo);
   r.hi = static_cast<uint16_t>(hi);
   return r;
@@ -240,11 +240,11 @@ Result<double> ParseRate(const std::string& text) {
   }
   Decimal d;
   if (text.size() > kMaxInputLength || !WholeDecimal(s, true, &d))
-    return InvalidArgument("invalid rate '" + text + "': expected e.g. 1%, 0.005%, 50ppm or 0.01");
+    return InvalidArgument("invalid rate '" + Shown(text) + "': expected e.g. 1%, 0.005%, 50ppm or 0.01");
   double v = ToDouble(d, shift);
   if (d.negative && v == 0) v = 0;  // "-0%"
   if (!(v >= 0 && v <= 1))
-    return InvalidArgument("invalid rate '" + text + "': must lie between 0% and 100%");
+    return InvalidArgument("invalid rate '" + Shown(text) + "': must lie between 0% and 100%");
   return v;
 }
 
@@ -257,7 +257,7 @@ Result<int> ParseProtocol(const std::string& text) {
   if (s == "any" || s == "all" || s.empty()) return 0;
   uint64_t v;
   if (ParseUint(s, 255, &v)) return static_cast<int>(v);
-  return InvalidArgument("invalid protocol '" + text + "': expected tcp, udp, icmp, icmpv6, any or 0-255");
+  return InvalidArgument("invalid protocol '" + Shown(text) + "': expected tcp, udp, icmp, icmpv6, any or 0-255");
 }
 
 const char* const kTcpFlagNames[8] = {"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"};
@@ -296,13 +296,13 @@ Status ParseTcpFlags(const std::string& text, uint8_t* mask, uint8_t* value) {
     for (int k = 0; k < 8; k++)
       if (tok == kTcpFlagNames[k]) bit = static_cast<uint8_t>(1 << k);
     if (!bit)
-      return InvalidArgument("invalid TCP flag '" + tok + "' in '" + text +
+      return InvalidArgument("invalid TCP flag '" + Shown(tok) + "' in '" + text +
                              "': expected fin, syn, rst, psh, ack, urg, ece, cwr, optionally with '!'");
-    if (*mask & bit) return InvalidArgument("TCP flag '" + tok + "' given twice in '" + text + "'");
+    if (*mask & bit) return InvalidArgument("TCP flag '" + Shown(tok) + "' given twice in '" + Shown(text) + "'");
     *mask |= bit;
     if (!negate) *value |= bit;
   }
-  if (!*mask) return InvalidArgument("empty TCP flag list '" + text + "'");
+  if (!*mask) return InvalidArgument("empty TCP flag list '" + Shown(text) + "'");
   return Status::Ok();
 }
 
@@ -319,7 +319,7 @@ Result<std::chrono::nanoseconds> ParseDuration(const std::string& text) {
       {"h", 9, 3600},        {"d", 9, 86400}};
   const uint64_t cap = static_cast<uint64_t>(kMaxDurationSeconds) * 1000000000ull;
   auto invalid = [&](const std::string& why) {
-    return InvalidArgument("invalid duration '" + text + "': " + why);
+    return InvalidArgument("invalid duration '" + Shown(text) + "': " + why);
   };
   if (text.size() > kMaxInputLength) return invalid("too long");
   std::string s;
@@ -367,7 +367,7 @@ Result<LossModel> ParseGilbertElliott(const std::string& text) {
   for (size_t i = 0; i < parts.size(); i++) {
     auto r = ParseRate(parts[i]);
     if (!r.ok())
-      return InvalidArgument("invalid Gilbert-Elliott model '" + text + "': " + r.status().message());
+      return InvalidArgument("invalid Gilbert-Elliott model '" + Shown(text) + "': " + r.status().message());
     v[i] = *r;
   }
   LossModel m;
@@ -390,7 +390,7 @@ Result<T> Choose(const std::string& text, const char* what, const char* prefix, 
   if (s.compare(0, p.size(), p) == 0 && s.size() > p.size()) s = s.substr(p.size());
   for (const auto& kv : table)
     if (s == kv.first) return kv.second;
-  return InvalidArgument(std::string("invalid ") + what + " '" + text + "': expected " + expected);
+  return InvalidArgument(std::string("invalid ") + what + " '" + Shown(text) + "': expected " + expected);
 }
 
 }  // namespace

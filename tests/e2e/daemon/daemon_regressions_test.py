@@ -37,6 +37,9 @@ namespace A (lossd --max-rules 5), each test on its own rules.
       Create/update/delete/clear racing from several threads leave rules live in the BPF
       maps that ListRules does not show (and metadata of listed rules lost): the rule's
       state had three owners. Afterwards the maps' active slots must be the listed rules.
+  test_errors_do_not_echo_huge_inputs
+      An error message quotes its input whole: a 200 kB interface name comes back as a
+      200 kB message.
   test_zz_second_lossd_keeps_daemons_filter   (runs last: it breaks the daemon's egress hook)
       Starting another lossd in the same namespace (here the README's one-shot
       `lossd --observe`) removes the running daemon's clsact egress filter as "stale": the
@@ -210,6 +213,20 @@ class DaemonBugs(DaemonTestCase):
         self.assertLessEqual(len(listed), 5)
         d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
         self.assertEqual(daemon.active_rule_slots(d.p.pid), [])
+
+    def test_errors_do_not_echo_huge_inputs(self):
+        pb, huge = self.pb, "x" * 200_000
+        fields = {"interface": dict(interface=huge), "src": dict(src=huge),
+                  "protocol": dict(protocol=huge), "tcp_flags": dict(protocol="tcp", tcp_flags=huge),
+                  "cgroup": dict(interface="", cgroup=huge, hook="cgroup")}
+        for name, kw in fields.items():
+            with self.subTest(field=name):
+                with self.assertRaises(daemon.grpc.RpcError) as cm:
+                    self.create(**kw)
+                e = cm.exception
+                self.assertIn(e.code(), (daemon.grpc.StatusCode.INVALID_ARGUMENT,
+                                         daemon.grpc.StatusCode.FAILED_PRECONDITION), e.details()[:200])
+                self.assertLess(len(e.details()), 1000, e.details()[:200])
 
     def test_max_rules_under_concurrent_creates(self):
         RE = daemon.grpc.StatusCode.RESOURCE_EXHAUSTED
