@@ -48,7 +48,7 @@ void AddOptions(CLI::App& app, Flags& f) {
   AddRuleOptions(&app, &f.rule);
   app.add_option("--interval", f.interval, "Counter report interval");
   app.add_option("--duration", f.duration, "Stop after this long (default: until signalled)");
-  app.add_option("--lease", f.lease, "Drop nothing once this long passes without lossd renewing");
+  app.add_option("--lease", f.lease, "Drop nothing once this long passes without lossd renewing (200ms..60s)");
   app.add_option("--xdp-mode", f.xdp_mode, "auto | native | generic");
   app.add_option("--state-dir", f.state_dir, "Crash-recovery state");
   app.add_flag("--json", f.json, "JSON lines on stdout");
@@ -99,6 +99,10 @@ Status DurationFlag(const char* flag, const std::string& text, bool positive, st
 Status InjectorFlags(const Flags& f, InjectorOptions* opts) {
   std::chrono::nanoseconds lease;
   LOSSD_RETURN_IF_ERROR(DurationFlag("--lease", f.lease, false, &lease));
+  // The lease is the fail-safe of a dead daemon's clsact filters: it cannot
+  // be switched off, and under ~150 ms renewal races the data plane's clock.
+  if (lease < std::chrono::milliseconds(200) || lease > std::chrono::seconds(60))
+    return InvalidArgument("--lease must lie between 200ms and 60s (got " + Shown(f.lease) + ")");
   opts->lease = std::chrono::duration_cast<std::chrono::milliseconds>(lease);
   opts->state_dir = f.state_dir;
   if (f.xdp_mode == "native") opts->xdp_mode = XdpMode::kNative;

@@ -34,7 +34,7 @@ namespace A (lossd --max-rules 5), each test on its own rules.
       WatchRuleCounters / WatchFlows with interval_ns 2^64-1 (and WatchAggregates with
       such a window) busy-loop: the deadline overflows, thousands of messages a second.
   test_list_rules_is_what_the_maps_hold
-      Create/update/delete/clear racing from several threads leave rules live in the BPF
+      Create/update/delete/clear racing from eight threads leave rules live in the BPF
       maps that ListRules does not show (and metadata of listed rules lost): the rule's
       state had three owners. Afterwards the maps' active slots must be the listed rules.
   test_errors_do_not_echo_huge_inputs
@@ -178,19 +178,19 @@ class DaemonBugs(DaemonTestCase):
 
         def worker(k):
             r = random.Random(seed + k)
-            for _ in range(60):
+            for _ in range(150):
                 op = r.random()
                 with lock:
                     pick = r.choice(sorted(ids)) if ids else 0
                 try:
-                    if op < 0.45:
+                    if op < 0.4:
                         rid = self.create(protocol="udp", dport=4800 + r.randrange(50)).id
                         with lock:
                             ids.add(rid)
-                    elif op < 0.75:
+                    elif op < 0.65:
                         d.inj.UpdateRule(pb.UpdateRuleRequest(id=pick, spec=self.spec(
                             protocol="udp", dport=4800 + r.randrange(50))), timeout=20)
-                    elif op < 0.97:
+                    elif op < 0.85:
                         d.inj.DeleteRule(pb.DeleteRuleRequest(id=pick), timeout=20)
                     else:
                         d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
@@ -198,7 +198,7 @@ class DaemonBugs(DaemonTestCase):
                     assert e.code() in (daemon.grpc.StatusCode.NOT_FOUND,
                                         daemon.grpc.StatusCode.RESOURCE_EXHAUSTED), (e.code(), e.details())
 
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
         for t in threads:
             t.start()
         for t in threads:

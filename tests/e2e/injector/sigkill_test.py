@@ -5,6 +5,10 @@ Egress (netlink clsact filter, the only way to get TC_ACT_STOLEN): the filter
 survives the process, but the lease it checks in BPF runs out (--lease 1s)
 and it drops nothing after; the next lossd start removes the stale filter.
 
+The lease cannot be switched off or made too short to hold (--lease 0 used to
+disable the fail-safe; under ~150 ms the programs dropped intermittently): lossd
+refuses a lease outside 200 ms .. 60 s, in one-shot and daemon mode.
+
 A one-shot run whose terminal closes (SIGHUP) or whose reader goes away
 (`lossd ... | head -1`: stdout's pipe closes) detaches everything and
 reports, as at SIGTERM (regressions: both used to kill it with the clsact
@@ -133,6 +137,18 @@ class HangupAndClosedStdout(unittest.TestCase):
             self.assertIn("stdout closed", err)
             out, ids = tc_egress_filters(lab, lab.a, lab.IF_A)
             self.assertEqual(ids, [], "the run left the clsact filter behind:\n" + out)
+
+
+    def test_lease_is_bounded(self):
+        with Lab() as lab:
+            sock = os.path.join(lab.tempdir(), "lossd.sock")
+            for mode in (["--iface", lab.IF_A] + EGRESS_RULE[:-2], ["--socket", sock]):
+                for lease in ("0", "0s", "100ms", "61s"):
+                    with self.subTest(mode=mode[0], lease=lease):
+                        r = lab.run(lab.a, config.LOSSD, "--state-dir", lab.tempdir(), *mode,
+                                    "--lease", lease, check=False, timeout=20)
+                        self.assertEqual(r.returncode, 2, r.stderr)
+                        self.assertIn("--lease must lie between 200ms and 60s", r.stderr)
 
 
 if __name__ == "__main__":
