@@ -434,7 +434,7 @@ def latency_variant(lab, d, direction, warm, tries):
         "tries_with_other_missing": sum(1 for t in ok if t["other_missing"]),
         "control_flow": {"port": PORT_CTRL, "interval_us": 200, "sent": (len(send_ts) + 3) // 4,
                          "lost": len(ctrl_missing),
-                         "lost_in_try_windows": sum(t["control_flow_lost"] for t in tries_out)},
+                         "lost_in_try_windows": sum(t.get("control_flow_lost", 0) for t in tries_out)},
         "dropped_before_rpc_returned": sum(1 for t in ok if t["dropped_before_rpc_returned"]),
     }
 
