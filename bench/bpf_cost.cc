@@ -18,6 +18,21 @@
 //   d_1_match_ttl    d_1_match with a TTL on the rule (expiry check)
 //   a_empty_tc, d_1_match_tc  the same through the tc ingress program (the
 //                    hook lossd picks on veth), against an empty tc program
+// and, to split the cost of a matching rule into steps (same packet, the
+// rule's bucket is found each time; each case goes one step further):
+//   c_1_bucket_hookmiss  a rule on the packet's dport for another hook (tc):
+//                    bucket lookup + candidate scan + loss_rank's rule lookup,
+//                    rejected at its first field checks
+//   c_1_bucket_addrmiss  a rule on the packet's dport and another dst host:
+//                    every field check of loss_rank, rejected at the last one
+//   d_1_match        (above) the rule matches: the chosen rule, its counters,
+//                    the decision
+//
+// --variant NAME=OBJ (repeatable): also run the XDP program of another build
+// of loss.bpf.c (e.g. the previous commit's build/bpf/loss.bpf.o, or an
+// experiment) against the very maps and rules of the cases c_1_nomatch,
+// d_1_match, d_1_match_ttl and f_10k_match, in the same interleaved rounds:
+// reported as "<case>@NAME". The object must have the same map definitions.
 //
 // Cost is the kernel's own per-run average (integer ns; it leaves out the
 // time the run loop yields the CPU to other work); the wall-clock figure is
@@ -33,7 +48,7 @@
 // namespace; each injector gets its own namespace (one XDP program per
 // interface) and attaches to that namespace's "lo" (ifindex 1).
 //
-// Usage: bpf_cost [--repeat N] [--rounds R]     JSON on stdout
+// Usage: bpf_cost [--repeat N] [--rounds R] [--variant NAME=OBJ]...   JSON on stdout
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
@@ -226,6 +241,9 @@ struct Case {
   bool matching = false;        // the last rule is the matching one
   bool lease = true;            // false: InjectorOptions.lease = 0 (no lease check)
   bool tc = false;              // tc ingress program (tcx) instead of XDP
+  int base = -1;                // variant: index of the case whose netns and maps it uses
+  std::string obj_path;         // variant: the object whose lossd_xdp it runs
+  struct bpf_object* obj = nullptr;
   // runtime
   int netns_fd = -1;
   int prog_fd = -1;
@@ -277,6 +295,46 @@ void Setup(Case& c, const std::string& state_root) {
   if (c.prog_fd < 0) Die("no program fd");
 }
 
+// Loads lossd_xdp from another build of loss.bpf.c, its maps replaced by the
+// maps of the base case's program (found by name through the program's map ids).
+void SetupVariant(Case& v, const Case& b) {
+  v.netns_fd = b.netns_fd;
+  std::vector<uint32_t> ids(64);
+  struct bpf_prog_info info;
+  memset(&info, 0, sizeof(info));
+  info.nr_map_ids = static_cast<uint32_t>(ids.size());
+  info.map_ids = reinterpret_cast<uint64_t>(ids.data());
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(b.prog_fd, &info, &len))
+    Die("prog info of " + b.name + ": " + strerror(errno));
+  ids.resize(std::min<size_t>(info.nr_map_ids, ids.size()));
+  v.obj = bpf_object__open_file(v.obj_path.c_str(), nullptr);
+  if (!v.obj) Die("open " + v.obj_path + ": " + strerror(errno));
+  std::vector<int> fds;
+  for (uint32_t id : ids) {
+    int fd = bpf_map_get_fd_by_id(id);
+    if (fd < 0) Die("map id " + std::to_string(id) + ": " + strerror(errno));
+    struct bpf_map_info mi;
+    memset(&mi, 0, sizeof(mi));
+    uint32_t ml = sizeof(mi);
+    if (bpf_obj_get_info_by_fd(fd, &mi, &ml)) Die(std::string("map info: ") + strerror(errno));
+    struct bpf_map* m = bpf_object__find_map_by_name(v.obj, mi.name);
+    if (m && bpf_map__reuse_fd(m, fd))
+      Die(std::string("reuse map ") + mi.name + ": " + strerror(errno));
+    fds.push_back(fd);
+  }
+  // Only the XDP program is needed.
+  struct bpf_program* prog;
+  bpf_object__for_each_program(prog, v.obj) {
+    bpf_program__set_autoload(prog, strcmp(bpf_program__name(prog), "lossd_xdp") == 0);
+  }
+  if (bpf_object__load(v.obj)) Die("load " + v.obj_path + ": " + strerror(errno));
+  for (int fd : fds) close(fd);  // the object holds its own references
+  prog = bpf_object__find_program_by_name(v.obj, "lossd_xdp");
+  if (!prog) Die(v.obj_path + ": no lossd_xdp");
+  v.prog_fd = bpf_program__fd(prog);
+}
+
 std::string ReadFirstLine(const char* path) {
   std::ifstream in(path);
   std::string s;
@@ -300,12 +358,18 @@ std::string JsonList(const std::vector<double>& v) {
 
 int main(int argc, char** argv) {
   int repeat = 10000000, rounds = 7;
+  std::vector<std::pair<std::string, std::string>> variants;  // name, object
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--repeat" && i + 1 < argc) repeat = atoi(argv[++i]);
     else if (a == "--rounds" && i + 1 < argc) rounds = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--repeat N (>= 1000000)] [--rounds R (>= 3)]\n", argv[0]);
+    else if (a == "--variant" && i + 1 < argc && strchr(argv[i + 1], '=')) {
+      std::string v = argv[++i];
+      variants.emplace_back(v.substr(0, v.find('=')), v.substr(v.find('=') + 1));
+    } else {
+      fprintf(stderr,
+              "usage: %s [--repeat N (>= 1000000)] [--rounds R (>= 3)] [--variant NAME=OBJ]...\n",
+              argv[0]);
       return 2;
     }
   }
@@ -373,12 +437,49 @@ int main(int argc, char** argv) {
     add("d_1_match_tc", "tc ingress program, 1 rule matching the packet at 0% (diagnostic)", {m},
         true, true, true, true);
   }
+  // Steps of the matched path (see the header).
+  {
+    RuleSpec m = PortRule(kDport);
+    m.hook = lossd::Hook::kTc;  // in the bucket, rejected by the XDP program's hook check
+    add("c_1_bucket_hookmiss",
+        "1 rule on the packet's dport for the tc hook: bucket + scan + rule lookup, rejected at the "
+        "hook check (step)",
+        {m}, true, false);
+    RuleSpec a = PortRule(kDport);
+    lossd::Cidr c;
+    c.family = 4;
+    c.prefix = 32;
+    c.addr = {10, 0, 0, 3};
+    a.dst = c;
+    add("c_1_bucket_addrmiss",
+        "1 rule on the packet's dport and another dst host: every check, rejected at the address "
+        "(step)",
+        {a}, true, false);
+  }
+  const size_t n_base_cases = cases.size();
+  for (const auto& [vname, vobj] : variants) {
+    for (size_t k = 0; k < n_base_cases; k++) {
+      const std::string& bn = cases[k].name;
+      if (bn != "c_1_nomatch" && bn != "d_1_match" && bn != "d_1_match_ttl" && bn != "f_10k_match")
+        continue;
+      Case v;
+      v.name = bn + "@" + vname;
+      v.description = cases[k].description + "; XDP program of " + vobj;
+      v.matching = cases[k].matching;
+      v.base = static_cast<int>(k);
+      v.obj_path = vobj;
+      cases.push_back(std::move(v));
+    }
+  }
 
   double load_start[1] = {-1};
   getloadavg(load_start, 1);
   for (auto& c : cases) {
     double t0 = NowNs();
-    Setup(c, state_root);
+    if (c.base >= 0)
+      SetupVariant(c, cases[c.base]);
+    else
+      Setup(c, state_root);
     c.setup_s = (NowNs() - t0) / 1e9;
   }
 
@@ -414,7 +515,7 @@ int main(int argc, char** argv) {
   // The matching rule must have seen every packet and dropped none; nothing
   // may have been dropped anywhere.
   for (auto& c : cases) {
-    if (!c.inj) continue;
+    if (!c.inj) continue;  // variants: counted in their base case's maps
     auto h = c.inj->HookTotals(c.tc ? LOSS_HOOK_TC_INGRESS : LOSS_HOOK_XDP);
     if (h.dropped) problems += c.name + ": " + std::to_string(h.dropped) + " dropped; ";
     if (h.unparsable) problems += c.name + ": " + std::to_string(h.unparsable) + " unparsable; ";
@@ -471,7 +572,7 @@ int main(int argc, char** argv) {
       out += "      \"" + c.name + "\": {\"median_ns\": " + Json(m) +
              ", \"added_ns\": " + Json(m - (c.tc ? base_tc[pi] : base[pi])) +
              ", \"wall_median_ns\": " + Json(Median(c.wall[pi])) +
-             ", \"rules\": " + std::to_string(c.rules.size()) +
+             ", \"rules\": " + std::to_string(c.base >= 0 ? cases[c.base].rules.size() : c.rules.size()) +
              ", \"what\": \"" + c.description + "\"" +
              ", \"setup_s\": " + Json(c.setup_s) +
              ", \"rounds_ns\": " + JsonList(c.kernel[pi]) + "}" +
@@ -527,6 +628,11 @@ int main(int argc, char** argv) {
            ", \"match_path_ns\": " + Json(m("d_1_match_nolease") - m("c_1_nomatch")) +
            ", \"ttl_check_ns\": " + Json(m("d_1_match_ttl") - m("d_1_match")) +
            ", \"tc_1_match_added_ns\": " + Json(m("d_1_match_tc") - m("a_empty_tc")) +
+           ", \"step_bucket_scan_rule_lookup_ns\": " +
+           Json(m("c_1_bucket_hookmiss") - m("c_1_nomatch")) +
+           ", \"step_field_checks_ns\": " + Json(m("c_1_bucket_addrmiss") - m("c_1_bucket_hookmiss")) +
+           ", \"step_chosen_rule_counters_decision_ns\": " +
+           Json(m("d_1_match") - m("c_1_bucket_addrmiss")) +
            ", \"ratio_10k_ports_vs_1_port_rule\": " + Json(m("e_10k_ports") / m("c_1_nomatch")) +
            ", \"ratio_10k_hosts_vs_1_host_rule\": " +
            Json(m("e_10k_hosts") / m("c_1_host_nomatch")) +
@@ -537,7 +643,7 @@ int main(int argc, char** argv) {
   out += "  \"diagnostics_legend\": \"host_index_ns: c_1_host_nomatch - c_1_nomatch (the host "
          "index is consulted once any host-anchored rule exists); lease_check_ns: d_1_match - "
          "d_1_match_nolease; ttl_check_ns: d_1_match_ttl - d_1_match; match_path_ns: d_1_match_nolease - c_1_nomatch; tc_1_match_added_ns: "
-         "d_1_match_tc - a_empty_tc (per skb at the hook lossd picks on veth); ratios: the same "
+         "d_1_match_tc - a_empty_tc (per skb at the hook lossd picks on veth); step_*: the matched path in three steps, c_1_bucket_hookmiss - c_1_nomatch, c_1_bucket_addrmiss - c_1_bucket_hookmiss, d_1_match - c_1_bucket_addrmiss; ratios: the same "
          "kind of rule, 10,000 vs 1\",\n";
   out += std::string("  \"checks_ok\": ") + (problems.empty() ? "true" : "false") + ",\n";
   out += "  \"problems\": \"" + problems + "\"\n}\n";
@@ -545,7 +651,12 @@ int main(int argc, char** argv) {
   fflush(stdout);
 
   // Tear down each injector inside its own namespace.
+  for (auto& c : cases) {  // variants first: they use their base's namespace and maps
+    if (c.base < 0) continue;
+    bpf_object__close(c.obj);
+  }
   for (auto& c : cases) {
+    if (c.base >= 0) continue;
     EnterNetns(c);
     c.inj.reset();
     if (!c.injector && c.prog_fd >= 0) close(c.prog_fd);

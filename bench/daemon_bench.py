@@ -37,6 +37,9 @@ namespaces.
    warm (another rule on the same hook, other port, keeps it attached).
 2. CreateRules with 1,000 specs (UDP, distinct destination ports, A's veth
    ingress, 1 %), then ClearRules; each timed, --batches times.
+2b. Scale (--scale N, default 10,000; 0 skips): CreateRules with N specs in one call, then
+   ListRules of the N rules (also as raw bytes, to tell the server's share from Python's
+   parse), then ClearRules; --scale-rounds times. Targets: create < 1 s, list < 200 ms.
 3. Events/s to WatchRetransmits subscribers. Generator (the fastest found on
    this machine, see observer_bench.py): TSO/GSO off on A's veth, a one-shot
    lossd at B's ingress dropping 30 % of the data segments to the port,
@@ -431,7 +434,7 @@ def latency_variant(lab, d, direction, warm, tries):
         "tries_with_other_missing": sum(1 for t in ok if t["other_missing"]),
         "control_flow": {"port": PORT_CTRL, "interval_us": 200, "sent": (len(send_ts) + 3) // 4,
                          "lost": len(ctrl_missing),
-                         "lost_in_try_windows": sum(t["control_flow_lost"] for t in tries_out)},
+                         "lost_in_try_windows": sum(t.get("control_flow_lost", 0) for t in tries_out)},
         "dropped_before_rpc_returned": sum(1 for t in ok if t["dropped_before_rpc_returned"]),
     }
 
@@ -465,6 +468,76 @@ def batches(lab, d, n_batches, n_rules=1000):
             "median_create_ms": med(r["create_ms"] for r in runs),
             "median_clear_ms": med(r["clear_ms"] for r in runs),
             "median_create_us_per_rule": round(med(r["create_ms"] for r in runs) * 1e3 / n_rules, 2)}
+
+
+# ---- 2b. rule changes at scale: one CreateRules of N rules, ListRules of N --------------------
+
+SCALE_TARGET_CREATE_MS = 1000.0   # issue 11: 10,000 rules in one CreateRules < 1 s
+SCALE_TARGET_LIST_MS = 200.0      # issue 11: ListRules of 10,000 rules < 200 ms
+
+
+def scale(lab, d, n_rules, rounds):
+    """Per round: CreateRules(n_rules) (distinct UDP dports on A's veth, ingress, 1 %), then
+    ListRules 3 times (through the stub: the full round trip with Python's parse; and raw: the
+    same call returning bytes, so the server's share is told from the client's parse), then
+    ClearRules. Client-side costs are timed apart: serialising the request, parsing the reply."""
+    if BATCH_BASE_PORT + n_rules > 65536:
+        raise ValueError("--scale %d: ports past 65535" % n_rules)
+    specs = [spec(lab.IF_A, "ingress", BATCH_BASE_PORT + i, 0.01) for i in range(n_rules)]
+    req = pb.CreateRulesRequest(specs=specs)
+    t0 = time.monotonic_ns()
+    req_bytes = req.SerializeToString()
+    ser_ms = (time.monotonic_ns() - t0) / 1e6
+    raw_list = d.channel.unary_unary("/lossd.v1.Injector/ListRules",
+                                     request_serializer=pb.ListRulesRequest.SerializeToString,
+                                     response_deserializer=None)
+    runs = []
+    for i in range(rounds):
+        t0 = time.monotonic_ns()
+        resp = d.inj.CreateRules(req, timeout=600)
+        t1 = time.monotonic_ns()
+        created = len(resp.rules)
+        errors = [e for e in resp.errors if e]
+        lists, raws, parse = [], [], []
+        listed = 0
+        for _ in range(3):
+            a = time.monotonic_ns()
+            lr = d.inj.ListRules(pb.ListRulesRequest(), timeout=60)
+            b = time.monotonic_ns()
+            listed = len(lr.rules)
+            raw = raw_list(pb.ListRulesRequest(), timeout=60)
+            c = time.monotonic_ns()
+            pb.ListRulesResponse.FromString(raw)
+            e = time.monotonic_ns()
+            lists.append((b - a) / 1e6)
+            raws.append((c - b) / 1e6)
+            parse.append((e - c) / 1e6)
+        t2 = time.monotonic_ns()
+        cl = d.inj.ClearRules(pb.ClearRulesRequest(), timeout=600)
+        t3 = time.monotonic_ns()
+        runs.append({"create_ms": round((t1 - t0) / 1e6, 2), "created": created, "errors": len(errors),
+                     "first_error": errors[0] if errors else None, "listed": listed,
+                     "list_ms": [round(x, 2) for x in lists], "list_raw_ms": [round(x, 2) for x in raws],
+                     "list_client_parse_ms": [round(x, 2) for x in parse],
+                     "list_reply_bytes": len(raw), "clear_ms": round((t3 - t2) / 1e6, 2), "cleared": cl.deleted})
+        log("scale %d: CreateRules(%d) %.1f ms, ListRules %.1f ms (raw %.1f, parse %.1f), ClearRules %.1f ms"
+            % (i, n_rules, runs[-1]["create_ms"], min(lists), min(raws), min(parse), runs[-1]["clear_ms"]))
+    ok = all(r["created"] == n_rules and r["errors"] == 0 and r["listed"] == n_rules and r["cleared"] == n_rules
+             for r in runs)
+    create = med(r["create_ms"] for r in runs)
+    listm = med(x for r in runs for x in r["list_ms"])
+    return {"rules": n_rules, "rounds": rounds,
+            "spec": "interface %s ingress, udp dport %d..%d, rate 0.01" % (
+                lab.IF_A, BATCH_BASE_PORT, BATCH_BASE_PORT + n_rules - 1),
+            "request_bytes": len(req_bytes), "client_serialize_request_ms": round(ser_ms, 2),
+            "runs": runs, "all_created_listed_cleared": ok,
+            "median_create_ms": create, "median_list_ms": listm,
+            "median_list_raw_ms": med(x for r in runs for x in r["list_raw_ms"]),
+            "median_list_client_parse_ms": med(x for r in runs for x in r["list_client_parse_ms"]),
+            "median_clear_ms": med(r["clear_ms"] for r in runs),
+            "target": {"create_lt_ms": SCALE_TARGET_CREATE_MS, "list_lt_ms": SCALE_TARGET_LIST_MS,
+                       "create_pass": bool(ok and create < SCALE_TARGET_CREATE_MS),
+                       "list_pass": bool(ok and listm < SCALE_TARGET_LIST_MS)}}
 
 
 # ---- 3. events to subscribers -----------------------------------------------------------------
@@ -652,6 +725,11 @@ def main():
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-batch", action="store_true")
     ap.add_argument("--skip-events", action="store_true")
+    ap.add_argument("--scale", type=int, default=10000,
+                    help="rules in one CreateRules and one ListRules (issue 11); 0: skip")
+    ap.add_argument("--scale-rounds", type=int, default=3)
+    ap.add_argument("--max-rules", type=int, default=0,
+                    help="lossd --max-rules (0: lossd's default, 10000)")
     args = ap.parse_args()
     if args.tries < 10 or args.batches < 5:
         ap.error("--tries must be >= 10 and --batches >= 5")
@@ -674,9 +752,10 @@ def main():
            "git_at_run": git_describe()}
     targets = {}
     with Lab() as lab:
-        d = Daemon(lab, lab.a, ready_timeout=180)
+        extra = ("--max-rules", str(args.max_rules)) if args.max_rules else ()
+        d = Daemon(lab, lab.a, extra=extra, ready_timeout=180)
         out["daemon"] = {"namespace": "A", "ready_secs": round(d.startup_secs, 2),
-                         "command": "lossd --json --state-dir <tmp> --socket <tmp>/lossd.sock"}
+                         "command": "lossd --json --state-dir <tmp> --socket <tmp>/lossd.sock " + " ".join(extra)}
         try:
             if not args.skip_latency:
                 lat = []
@@ -690,6 +769,10 @@ def main():
                 out["create_to_first_drop"] = lat
             if not args.skip_batch:
                 out["batch"] = batches(lab, d, args.batches)
+            if args.scale:
+                out["scale"] = scale(lab, d, args.scale, args.scale_rounds)
+                targets["scale_create_pass"] = out["scale"]["target"]["create_pass"]
+                targets["scale_list_pass"] = out["scale"]["target"]["list_pass"]
             if not args.skip_events:
                 out["events"] = events(lab, d, args)
                 for c, s in out["events"]["median"].items():
@@ -712,6 +795,8 @@ def main():
         if v["tries_with_drop"] != len(v["tries"]):
             problems.append("%s: %d of %d tries saw no run of drops"
                             % (v["variant"], len(v["tries"]) - v["tries_with_drop"], len(v["tries"])))
+    if "scale" in out and not out["scale"]["all_created_listed_cleared"]:
+        problems.append("scale: not every rule was created, listed and cleared")
     if "batch" in out and not out["batch"]["all_created_and_cleared"]:
         problems.append("batch: not every rule was created and cleared")
     for c, rs in out.get("events", {}).get("runs", {}).items():

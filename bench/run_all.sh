@@ -7,6 +7,7 @@
 # Environment:
 #   BPF_COST_ARGS   extra arguments for bpf_cost (e.g. "--repeat 1000000 --rounds 3")
 #   E2E_ARGS        extra arguments for e2e_throughput.py (e.g. "--pairs 3 --no-iptables")
+#   PATH_COST_ARGS  extra arguments for path_cost.py (e.g. "--rounds 3 --paths veth")
 # (observer_bench.py and daemon_bench.py run by hand: docs/benchmarks-observer-daemon.md)
 #   BENCH_STRICT=1  exit 1 when a target is missed (default: only when a benchmark fails)
 set -u
@@ -55,6 +56,8 @@ run() {  # name, command...
 run bpf_cost "$BUILD/bench/bpf_cost" ${BPF_COST_ARGS:-}
 # shellcheck disable=SC2086
 run e2e_throughput "$PY" "$HERE/e2e_throughput.py" --lossd "$BUILD/daemon/lossd" ${E2E_ARGS:-}
+# shellcheck disable=SC2086
+run path_cost "$PY" "$HERE/path_cost.py" --lossd "$BUILD/daemon/lossd" ${PATH_COST_ARGS:-}
 run transport "$PY" "$HERE/transport_bench.py" --lossd "$BUILD/daemon/lossd" \
     --lossctl "$BUILD/client/lossctl/lossctl" --producer "$BUILD/bench/ring_producer"
 
