@@ -29,6 +29,8 @@ struct Flags {
   bool json = false, observe = false, events = false;
   std::vector<std::string> watch_ports, watch_addrs;
   std::vector<uint64_t> watch_cgroups;
+  std::vector<std::string> protect_ports;
+  bool force = false;
   std::string state_dir = "/run/lossd";
   // daemon mode
   DaemonOptions daemon;
@@ -58,6 +60,10 @@ void AddOptions(CLI::App& app, Flags& f) {
   app.add_option("--watch-addr", f.watch_addrs, "Observe only sockets with this local/remote address (CIDR); repeatable, OR");
   app.add_option("--watch-cgroup", f.watch_cgroups, "Observe only sockets of this cgroup id; repeatable, OR");
   app.add_option("--log-level", f.log_level, "debug | info | warn | error");
+  app.add_option("--protect-port", f.protect_ports,
+                 "A TCP port no lossy rule may cut without force, beside 22, the control port and "
+                 "every port sshd listens on; repeatable");
+  app.add_flag("--force", f.force, "Let the rule on the command line past host protection (logged)");
   DaemonOptions& d = f.daemon;
   auto* daemon = app.add_option_group("daemon", "Serving the gRPC API (when no rule or --observe is given)");
   daemon->add_option("--socket", d.socket, "Unix socket (mode 0660); empty: none");
@@ -104,6 +110,12 @@ Status InjectorFlags(const Flags& f, InjectorOptions* opts) {
   if (lease < std::chrono::milliseconds(200) || lease > std::chrono::seconds(60))
     return InvalidArgument("--lease must lie between 200ms and 60s (got " + Shown(f.lease) + ")");
   opts->lease = std::chrono::duration_cast<std::chrono::milliseconds>(lease);
+  for (const std::string& text : f.protect_ports) {
+    auto p = ParsePortRange(text);
+    if (!p.ok() || p->lo != p->hi || p->lo == 0)
+      return InvalidArgument("--protect-port: '" + Shown(text) + "' is not a port (1-65535)");
+    opts->limits.protected_ports.push_back(p->lo);
+  }
   opts->state_dir = f.state_dir;
   if (f.xdp_mode == "native") opts->xdp_mode = XdpMode::kNative;
   else if (f.xdp_mode == "generic") opts->xdp_mode = XdpMode::kGeneric;
@@ -155,8 +167,12 @@ int Main(int argc, char** argv) {
   o.filters = filters;
   if (st.ok() && HasRule(f)) {
     auto rule = BuildRuleSpec(f.rule);
-    if (rule.ok()) o.rule = *rule;
-    else st = rule.status();
+    if (rule.ok()) {
+      o.rule = *rule;
+      o.rule->force = f.force;
+    } else {
+      st = rule.status();
+    }
   }
   if (!st.ok()) return Usage(st.message());
   return RunOneShot(o);

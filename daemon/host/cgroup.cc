@@ -74,6 +74,7 @@ Result<CgroupInfo> ResolveCgroup(const std::string& path) {
   if (!S_ISDIR(st.st_mode)) return InvalidArgument("cgroup " + full + " is not a directory");
   CgroupInfo info;
   info.path = full;
+  info.mount = root;
   info.id = st.st_ino;  // kernfs node id == cgroup id on 64-bit
   int level = 0;
   for (size_t i = root.size(); i < full.size(); i++)

@@ -20,7 +20,8 @@ Result<UniqueFd> OpenCgroup2Root();
 
 // A cgroup v2 directory: its path, id and depth below the root.
 struct CgroupInfo {
-  std::string path;
+  std::string path;   // canonical
+  std::string mount;  // the v2 mount it lies under, canonical
   uint64_t id = 0;
   uint8_t level = 0;
 };

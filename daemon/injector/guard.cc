@@ -2,41 +2,88 @@
 
 #include <netinet/in.h>
 
-#include <string>
+#include <algorithm>
 
-#include "host/sockets.h"
+#include "common/clock.h"
+#include "common/log.h"
 #include "rules/match.h"
 #include "rules/model.h"
 
 namespace lossd {
+namespace {
 
-Status CheckHostProtection(const RuleSpec& spec, const std::vector<uint16_t>& protected_ports) {
-  if (spec.force || ModelMeanLoss(spec.model) == 0) return Status::Ok();
+bool In(const PortRange& r, uint16_t port) { return r.lo <= port && port <= r.hi; }
+
+// Whether a rule reaches the traffic of a listener on `port` from peers it
+// does not name: ingress packets to the port, or egress packets from it.
+// Only a rule narrowed to one host address counts as naming its peer.
+bool CoversListener(const RuleSpec& spec, uint16_t port) {
+  bool one_host = (spec.src && spec.src->IsHost()) || (spec.dst && spec.dst->IsHost());
+  if (one_host) return false;
+  bool ingress = spec.dir != Direction::kEgress, egress = spec.dir != Direction::kIngress;
+  return (ingress && In(spec.dport, port)) || (egress && In(spec.sport, port));
+}
+
+// Whether cgroup `rule` (a resolved path under the v2 mount) is, or holds,
+// the cgroup `proc` (as /proc/PID/cgroup gives it, relative to the root).
+bool CgroupHolds(const std::string& rule, const std::string& mount, const std::string& proc) {
+  std::string full = mount + (proc == "/" ? "" : proc);
+  return rule == mount || full == rule || full.rfind(rule + "/", 0) == 0;
+}
+
+}  // namespace
+
+void HostGuard::Refresh(std::vector<TcpSock>* socks) {
+  uint64_t now = MonotonicNs();
+  if (looked_at_ns_ && now - looked_at_ns_ < 1000000000ull) return;
+  looked_at_ns_ = now;
+  sshd_ = ProcessesNamed("sshd");
+  if (socks->empty()) *socks = TcpSockets();
+  ports_ = configured_;
+  for (const TcpSock& s : *socks)
+    if (s.state == 10 && std::count(sshd_.socket_inodes.begin(), sshd_.socket_inodes.end(), s.inode))
+      ports_.push_back(s.t.sport);
+}
+
+Status HostGuard::Check(const RuleSpec& spec, const std::string& cgroup_path,
+                        const std::string& cgroup_mount) {
+  if (configured_.empty() || ModelMeanLoss(spec.model) == 0) return Status::Ok();
   if (spec.l4proto != 0 && spec.l4proto != IPPROTO_TCP) return Status::Ok();
-  // Reading the host's sockets walks the kernel's whole TCP hash: only when
-  // the rule's ports admit a protected one.
-  bool admits = false;
-  for (uint16_t port : protected_ports)
-    admits |= (spec.sport.lo <= port && port <= spec.sport.hi) ||
-              (spec.dport.lo <= port && port <= spec.dport.hi);
-  if (!admits) return Status::Ok();
+  auto refuse = [&](const std::string& what) -> Status {
+    if (spec.force) {
+      LOG_WARN("host protection overridden (force): the rule %s", what.c_str());
+      return Status::Ok();
+    }
+    return FailedPrecondition("this rule " + what +
+                              " (SSH or lossd's control): narrow it (ports, addresses, cgroup) "
+                              "or set force");
+  };
 
-  // Live connections the rule covers, or a listener on a protected port
-  // whose traffic it covers without narrowing by address.
-  for (const TcpSock& s : TcpSockets()) {
-    for (uint16_t port : protected_ports) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TcpSock> socks;
+  Refresh(&socks);
+  // A cgroup rule touches only its cgroup's sockets: refused when sshd is in it.
+  if (!cgroup_path.empty()) {
+    for (const std::string& cg : sshd_.cgroups)
+      if (CgroupHolds(cgroup_path, cgroup_mount, cg))
+        return refuse("would drop packets of sshd's cgroup " + cg);
+    return Status::Ok();
+  }
+  // Reading the sockets walks the kernel's whole TCP hash: only for rules
+  // whose ports admit a protected one.
+  bool admits = std::any_of(ports_.begin(), ports_.end(), [&](uint16_t p) {
+    return In(spec.sport, p) || In(spec.dport, p);
+  });
+  if (!admits) return Status::Ok();
+  if (socks.empty()) socks = TcpSockets();
+  for (const TcpSock& s : socks) {
+    for (uint16_t port : ports_) {
       if (s.t.sport != port && s.t.dport != port) continue;
       if (s.state == 1 && RuleCoversFlow(spec, s.t))
-        return FailedPrecondition(
-            "this rule would drop packets of a live connection on protected port " +
-            std::to_string(port) + " (SSH or lossd's control): narrow it (ports, addresses) "
-            "or set force");
-      if (s.state == 10 && s.t.sport == port && !spec.src && !spec.dst &&
-          spec.cgroup.empty() && spec.sport.lo <= port && port <= spec.sport.hi &&
-          spec.dport.lo <= port && port <= spec.dport.hi)
-        return FailedPrecondition("this rule would drop traffic of the listener on protected port " +
-                                  std::to_string(port) +
-                                  " (SSH or lossd's control): narrow it (ports, addresses) or set force");
+        return refuse("would drop packets of a live connection on protected port " +
+                      std::to_string(port));
+      if (s.state == 10 && s.t.sport == port && CoversListener(spec, port))
+        return refuse("would drop traffic of the listener on protected port " + std::to_string(port));
     }
   }
   return Status::Ok();

@@ -3,15 +3,40 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "host/sockets.h"
 #include "rules/rule.h"
 
 namespace lossd {
 
-// FailedPrecondition when a lossy TCP rule covers a live connection on a
-// protected port, or a listener on one without narrowing by address.
-Status CheckHostProtection(const RuleSpec& spec, const std::vector<uint16_t>& protected_ports);
+class HostGuard {
+ public:
+  // `ports`: the configured protected ports (SSH's 22, the control port,
+  // --protect-port); none at all switches the guard off (a test's namespace).
+  explicit HostGuard(std::vector<uint16_t> ports) : configured_(std::move(ports)) {}
+
+  // FailedPrecondition when a lossy TCP rule covers a live connection on a
+  // protected port (the configured ones and every port sshd listens on), or
+  // a listener on one without naming a single host; for a cgroup rule
+  // (cgroup_path resolved, under cgroup_mount), when sshd is in that cgroup.
+  // With spec.force it passes, and the override is logged.
+  Status Check(const RuleSpec& spec, const std::string& cgroup_path,
+               const std::string& cgroup_mount);
+
+ private:
+  // sshd's processes and listening ports, looked up at most once a second
+  // (a batch of rules does not walk /proc once per rule).
+  void Refresh(std::vector<TcpSock>* socks);
+
+  std::vector<uint16_t> configured_;
+  std::mutex mu_;
+  uint64_t looked_at_ns_ = 0;
+  Processes sshd_;
+  std::vector<uint16_t> ports_;  // configured_ + sshd's
+};
 
 }  // namespace lossd

@@ -32,7 +32,7 @@ const char* LossHookName(int hook) {
 
 void Injector::SkelDeleter::operator()(loss_bpf* s) const { loss_bpf__destroy(s); }
 
-Injector::Injector(const InjectorOptions& opts) : opts_(opts) {}
+Injector::Injector(const InjectorOptions& opts) : opts_(opts), guard_(opts.limits.protected_ports) {}
 
 Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts) {
   // One slot stays free for Replace, which publishes before it withdraws.
@@ -277,7 +277,14 @@ Status Injector::Check(const RuleSpec& spec) const {
                              std::to_string(l.max_ttl_ns / 1000000000ull) +
                              " s (--max-ttl); give a ttl within it");
   }
-  return CheckHostProtection(spec, l.protected_ports);
+  std::string cgroup_path, mount;
+  if (!spec.cgroup.empty()) {
+    auto cg = ResolveCgroup(spec.cgroup);
+    if (!cg.ok()) return cg.status();
+    cgroup_path = cg->path;
+    mount = cg->mount;
+  }
+  return guard_.Check(spec, cgroup_path, mount);
 }
 
 Result<uint32_t> Injector::Add(const RuleSpec& spec) {

@@ -26,6 +26,7 @@
 #include "injector/anchor_index.h"
 #include "injector/attach.h"
 #include "injector/encode.h"
+#include "injector/guard.h"
 #include "loss_abi.h"
 #include "rules/rule.h"
 
@@ -191,6 +192,7 @@ class Injector {
   void Run();
 
   InjectorOptions opts_;
+  mutable HostGuard guard_;
   struct SkelDeleter {
     void operator()(loss_bpf* s) const;
   };
