@@ -56,14 +56,13 @@ import sys
 
 from benchlib import binary_id, git_describe, logger, report
 from lab import config, traffic
-from lab.netns import Lab
+from lab.netns import Lab, RouterLab
 from lab.stats import fdinfo
 
 PORT = 5201
 CONFIGS = ("none", "lossd", "iptables", "nft")
 STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 log = logger("path_cost")
-C_IP, R_IP0, R_IP1, S_IP = "192.0.2.1", "192.0.2.126", "198.51.100.126", "198.51.100.1"
 
 
 # ---- kernel.bpf_stats_enabled: on for lossd's runs only, always restored -----------------
@@ -87,22 +86,13 @@ class BpfStatsSysctl:
 
 # ---- topologies ---------------------------------------------------------------------------
 
-class Router(Lab):
+class Router(RouterLab):
     """client c -- r (router) -- server s; the injector on r, interface r0."""
     name, iface, chain, hook = "router", "r0", "FORWARD", "forward"
 
     def __init__(self):
-        super().__init__(pair=False)
-        self.c, self.r, self.s = (self.netns(x) for x in "crs")
-        self.veth(self.c, "c0", self.r, "r0")
-        self.veth(self.r, "r1", self.s, "s0")
-        for ns, ifn, addr in ((self.c, "c0", C_IP + "/25"), (self.r, "r0", R_IP0 + "/25"),
-                              (self.r, "r1", R_IP1 + "/25"), (self.s, "s0", S_IP + "/25")):
-            self.addresses(ns, ifn, addr)
-        self.run(self.c, "ip", "route", "add", "198.51.100.0/25", "via", R_IP0)
-        self.run(self.s, "ip", "route", "add", "192.0.2.0/25", "via", R_IP1)
-        self.run(self.r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        self.tx, self.rx, self.at, self.dst = self.c, self.s, self.r, S_IP
+        super().__init__()
+        self.tx, self.rx, self.at, self.dst = self.c, self.s, self.r, self.S_IP
 
 
 class Veth(Lab):

@@ -48,7 +48,7 @@ import sys
 
 from benchlib import logger
 from lab import config, traffic
-from lab.netns import Lab
+from lab.netns import RouterLab
 from lab.stats import binom_interval
 from lossd_client.units import wilson_interval  # stdlib only; no stubs needed
 
@@ -56,23 +56,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RATES = (0.0, 0.00005, 0.0001, 0.0002, 0.0004, 0.0006, 0.0008)
 TCP_PORT, UDP_PORT, BULK_PORT = 5401, 5402, 5403
 log = logger("seed_router")
-C_IP, R_IP0, R_IP1, S_IP = "192.0.2.1", "192.0.2.126", "198.51.100.126", "198.51.100.1"
-
-
-class Topo(Lab):
-    """Client c, router r, server s: c0 -- r0 (router) r1 -- s0, routed, in a Lab."""
-
-    def __init__(self):
-        super().__init__(pair=False)
-        self.c, self.r, self.s = (self.netns(x) for x in "crs")
-        self.veth(self.c, "c0", self.r, "r0")
-        self.veth(self.r, "r1", self.s, "s0")
-        for ns, ifn, addr in ((self.c, "c0", C_IP + "/25"), (self.r, "r0", R_IP0 + "/25"),
-                              (self.r, "r1", R_IP1 + "/25"), (self.s, "s0", S_IP + "/25")):
-            self.addresses(ns, ifn, addr)
-        self.run(self.c, "ip", "route", "add", "198.51.100.0/25", "via", R_IP0)
-        self.run(self.s, "ip", "route", "add", "192.0.2.0/25", "via", R_IP1)
-        self.run(self.r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+S_IP = RouterLab.S_IP
 
 
 class Dropper:
@@ -153,7 +137,7 @@ def main():
         return 77
     config.set_paths(lossd=a.lossd)
     tools = a.tools.split(",")
-    topo = Topo()
+    topo = RouterLab()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
     tcp = {}   # (tool, rate) -> list of runs

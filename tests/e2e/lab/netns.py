@@ -337,3 +337,21 @@ class Lab:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class RouterLab(Lab):
+    """Client c -- router r -- server s (c0 -- r0 on 192.0.2.0/25, r1 -- s0 on
+    198.51.100.0/25), routed through r: the seed experiments' router path."""
+    C_IP, R_IP0, R_IP1, S_IP = "192.0.2.1", "192.0.2.126", "198.51.100.126", "198.51.100.1"
+
+    def __init__(self):
+        super().__init__(pair=False)
+        self.c, self.r, self.s = (self.netns(x) for x in "crs")
+        self.veth(self.c, "c0", self.r, "r0")
+        self.veth(self.r, "r1", self.s, "s0")
+        for ns, ifn, addr in ((self.c, "c0", self.C_IP + "/25"), (self.r, "r0", self.R_IP0 + "/25"),
+                              (self.r, "r1", self.R_IP1 + "/25"), (self.s, "s0", self.S_IP + "/25")):
+            self.addresses(ns, ifn, addr)
+        self.run(self.c, "ip", "route", "add", "198.51.100.0/25", "via", self.R_IP0)
+        self.run(self.s, "ip", "route", "add", "192.0.2.0/25", "via", self.R_IP1)
+        self.run(self.r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
