@@ -441,16 +441,20 @@ def latency_variant(lab, d, direction, warm, tries):
 
 # ---- 2. batch create / clear -----------------------------------------------------------------
 
+def create_rules(d, req):
+    """One CreateRules: its start and end (monotonic ns), rules created, the errors."""
+    t0 = time.monotonic_ns()
+    resp = d.inj.CreateRules(req, timeout=600)
+    t1 = time.monotonic_ns()
+    return t0, t1, len(resp.rules), [e for e in resp.errors if e]
+
+
 def batches(lab, d, n_batches, n_rules=1000):
     runs = []
     specs = [spec(lab.IF_A, "ingress", BATCH_BASE_PORT + i, 0.01) for i in range(n_rules)]
     req = pb.CreateRulesRequest(specs=specs)
     for i in range(n_batches):
-        t0 = time.monotonic_ns()
-        resp = d.inj.CreateRules(req, timeout=300)
-        t1 = time.monotonic_ns()
-        created = len(resp.rules)
-        errors = [e for e in resp.errors if e]
+        t0, t1, created, errors = create_rules(d, req)
         listed = len(d.inj.ListRules(pb.ListRulesRequest(), timeout=60).rules)
         t2 = time.monotonic_ns()
         cl = d.inj.ClearRules(pb.ClearRulesRequest(), timeout=300)
@@ -493,11 +497,7 @@ def scale(lab, d, n_rules, rounds):
                                      response_deserializer=None)
     runs = []
     for i in range(rounds):
-        t0 = time.monotonic_ns()
-        resp = d.inj.CreateRules(req, timeout=600)
-        t1 = time.monotonic_ns()
-        created = len(resp.rules)
-        errors = [e for e in resp.errors if e]
+        t0, t1, created, errors = create_rules(d, req)
         lists, raws, parse = [], [], []
         listed = 0
         for _ in range(3):
