@@ -433,11 +433,18 @@ class Health:
     lease_remaining_ns: int
     events_lost_kernel: int
     subscribers: int
+    # {"injector": "READY", "observer": "LOADING", ...}: the daemon serves while its parts load
+    components: typing.Dict[str, str] = dataclasses.field(default_factory=dict)
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
     def from_proto(cls, m):
-        return cls(m.serving, m.rules, m.lease_remaining_ns, m.events_lost_kernel, m.subscribers, raw=m)
+        comps = {}
+        for c in getattr(m, "components", ()):
+            comps[c.name] = c.DESCRIPTOR.fields_by_name["state"].enum_type.values_by_number[c.state].name \
+                .replace("COMPONENT_STATE_", "")
+        return cls(m.serving, m.rules, m.lease_remaining_ns, m.events_lost_kernel, m.subscribers,
+                   components=comps, raw=m)
 
 
 @dataclasses.dataclass(frozen=True)
