@@ -63,7 +63,7 @@ class EffectTracker final : public RuleListener {
   void Run();
 
   Injector* inj_;
-  Observer* obs_;
+  Observer* obs_ = nullptr;  // set once (constructor or AttachObserver)
   std::shared_ptr<Subscription> sub_;
   mutable std::mutex mu_;
   std::map<uint32_t, RuleSpec> rules_;  // the live ones
