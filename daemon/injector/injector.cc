@@ -660,11 +660,11 @@ Capabilities Injector::Probe() const {
     c.notes.push_back("tcx/clsact not probed: attachments in use");
     return c;
   }
-  // Pass-only programs, not the injector's (which load on first use). The
-  // clsact one has the injector's egress program name: one left behind by a
-  // crash is a stale lossd filter (no live lease) the next start removes.
-  UniqueFd pass_in = PassProgram(BPF_PROG_TYPE_SCHED_CLS, "lossd_probe", -1 /* TCX_NEXT */);
-  UniqueFd pass_out = PassProgram(BPF_PROG_TYPE_SCHED_CLS, kTcEgressProgName, 0 /* TC_ACT_OK */);
+  // Pass-only programs, not the injector's (which load on first use). A
+  // clsact probe filter left behind by a crash is removed by the next start
+  // (RemoveStaleClsactFilters); a live lossd's rule on lo never is.
+  UniqueFd pass_in = PassProgram(BPF_PROG_TYPE_SCHED_CLS, kProbeProgName, -1 /* TCX_NEXT */);
+  UniqueFd pass_out = PassProgram(BPF_PROG_TYPE_SCHED_CLS, kProbeProgName, 0 /* TC_ACT_OK */);
   if (!pass_in.valid() || !pass_out.valid()) {
     c.notes.push_back(std::string("tcx/clsact not probed: load a probe program: ") + strerror(errno));
     return c;

@@ -27,7 +27,15 @@ void AddComponent(google::protobuf::RepeatedPtrField<v1::Component>* out, const 
 }
 
 void AddComponents(const Components& parts, google::protobuf::RepeatedPtrField<v1::Component>* out) {
-  AddComponent(out, "injector", parts.injector_status());
+  ComponentStatus inj = parts.injector_status();
+  if (const Injector* i = parts.injector()) {  // which hook programs are loaded so far
+    std::string loaded;
+    for (const ProgLoadStats& p : i->LoadedPrograms())
+      loaded += (loaded.empty() ? "" : ", ") + p.name + " (" + std::to_string(p.verified_insns) +
+                " insns verified, " + std::to_string(p.load_ns / 1000000) + " ms)";
+    inj.message += "; loaded: " + (loaded.empty() ? std::string("none yet") : loaded);
+  }
+  AddComponent(out, "injector", inj);
   AddComponent(out, "observer", parts.observer_status());
 }
 }  // namespace
