@@ -14,7 +14,8 @@ Then bench/prog_load (--prog-load): per program verified_insns and load time, ea
 whole vs. maps only vs. one program at a time.
 
     PYTHONPATH=tests/e2e:client/python /usr/bin/python3 bench/startup_bench.py \\
-        --lossd build/daemon/lossd --stubs build/python --prog-load build/bench/prog_load [--rounds 7]
+        --lossd build/daemon/lossd --stubs build/python --prog-load build/bench/prog_load [--rounds 7] \
+        [--old-lossd OLD]   # a third arm: a lossd built from before the change (e.g. commit ec63570)
 
 Prints one JSON document; target: the new start-up's median first_rpc_s below 1 s.
 """
@@ -41,14 +42,16 @@ def spread(xs):
             "n": len(xs)}
 
 
-def one_start(lab, lossd, pb, pbg, grpc, sync, port):
+def one_start(lab, lossd, pb, pbg, grpc, mode, port):
+    """mode: "async" (the new start-up), "sync" (--sync-start), "old" (a lossd from before
+    the change: no --sync-start, no components in GetHealth: all ready at its first RPC)."""
     from lab.lossd import Lossd
     sockdir = lab.tempdir()
     sock = os.path.join(sockdir, "lossd.sock")
-    args = ["--socket", sock] + (["--sync-start"] if sync else [])
+    args = ["--socket", sock] + (["--sync-start"] if mode == "sync" else [])
     t0 = time.monotonic()
     p = Lossd(lab, lab.a, args, lossd=lossd)
-    out = {"mode": "sync" if sync else "async"}
+    out = {"mode": mode}
     ch = None
     health = None
     deadline = t0 + 120
@@ -75,6 +78,8 @@ def one_start(lab, lossd, pb, pbg, grpc, sync, port):
     def until(name):
         while time.monotonic() < deadline:
             h, c = states()
+            if not c:  # an old lossd: everything loaded before it served
+                return time.monotonic() - t0, None
             if c[name].state == pb.COMPONENT_STATE_READY:
                 return time.monotonic() - t0, c[name].ready_after_ns / 1e9
             if c[name].state == pb.COMPONENT_STATE_FAILED:
@@ -105,6 +110,7 @@ def main():
     ap.add_argument("--stubs", required=True)
     ap.add_argument("--prog-load", help="bench/prog_load binary (per-program verifier cost)")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--old-lossd", help="also a lossd built from before the change (a third arm)")
     ap.add_argument("--prog-rounds", type=int, default=3)
     a = ap.parse_args()
     from lab import config
@@ -117,10 +123,11 @@ def main():
     problems = []
     lab = Lab()
     try:
+        arms = [("sync", a.lossd), ("async", a.lossd)] + ([("old", a.old_lossd)] if a.old_lossd else [])
         for r in range(a.rounds):
-            order = (True, False) if r % 2 == 0 else (False, True)
-            for sync in order:
-                res = one_start(lab, os.path.abspath(a.lossd), pb, pbg, grpc, sync, 9600 + r)
+            order = arms if r % 2 == 0 else arms[::-1]
+            for mode, binary in order:
+                res = one_start(lab, os.path.abspath(binary), pb, pbg, grpc, mode, 9600 + r)
                 res["round"] = r
                 log("round %d %s: first rpc %.2fs, injector %.2fs, rule %.2fs, observer %.2fs" % (
                     r, res["mode"], res["first_rpc_s"], res["injector_ready_s"], res["first_rule_s"],
@@ -134,22 +141,25 @@ def main():
     keys = ("first_rpc_s", "injector_ready_s", "first_rule_s", "observer_ready_s",
             "injector_ready_daemon_s", "observer_ready_daemon_s", "sigterm_s")
     summary = {}
-    for mode in ("sync", "async"):
+    for mode in ("sync", "async") + (("old",) if a.old_lossd else ()):
         rs = [x for x in runs if x["mode"] == mode]
         summary[mode] = {k: spread([x[k] for x in rs]) for k in keys}
     ratios = {}
-    for k in ("first_rpc_s", "first_rule_s", "observer_ready_s"):
-        s, n = summary["sync"][k], summary["async"][k]
-        if s and n and n["median"]:
-            ratios[k + "_sync_over_async"] = round(s["median"] / n["median"], 2)
+    for base in ("sync", "old"):
+        for k in ("first_rpc_s", "first_rule_s", "observer_ready_s"):
+            s, n = summary.get(base, {}).get(k), summary["async"][k]
+            if s and n and n["median"]:
+                ratios["%s_%s_over_async" % (k, base)] = round(s["median"] / n["median"], 2)
     async_first = summary["async"]["first_rpc_s"]
     out = {
         "bench": "startup",
         "source": benchlib.git_describe(),
         "lossd": benchlib.binary_id(a.lossd),
+        "old_lossd": benchlib.binary_id(a.old_lossd) if a.old_lossd else None,
         "rounds": a.rounds,
-        "baseline": "--sync-start (every BPF program loaded before serving: the start-up before "
-                    "issue 11), interleaved with the new start-up, order alternating per round",
+        "baseline": "--sync-start (every BPF program loaded before serving, as before issue 11, "
+                    "with the new loaders) and, with --old-lossd, a lossd built from before the change; "
+                    "interleaved with the new start-up, order alternating per round",
         "summary": summary,
         "ratios": ratios,
         "observer_loading_at_first_rpc": [x["observer_loading_at_first_rpc"] for x in runs if x["mode"] == "async"],
