@@ -2,13 +2,16 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 #include <sstream>
 
@@ -104,30 +107,66 @@ int RunDaemon(const DaemonOptions& opts) {
     if (colon != std::string::npos)
       io.limits.protected_ports.push_back(static_cast<uint16_t>(std::atoi(opts.listen.c_str() + colon + 1)));
   }
-  auto inj = Injector::Create(io);
-  if (!inj.ok()) {
-    LOG_ERROR("%s", inj.status().ToString().c_str());
+  Status valid = Injector::CheckOptions(io);
+  if (!valid.ok()) {
+    LOG_ERROR("%s", valid.ToString().c_str());
     return 1;
   }
-  Capabilities caps = (*inj)->Probe();
 
+  // The parts, owned here and destroyed after the server stops (in reverse:
+  // effects, observer, injector — which detaches everything). The loader
+  // thread creates them and publishes each in `parts` when it is ready.
+  Components parts(io.limits, opts.observer);
+  std::unique_ptr<Injector> inj;
   std::unique_ptr<Observer> obs;
-  std::string observer_error = "disabled (--no-observer)";
-  if (opts.observer) {
+  std::unique_ptr<EffectTracker> effects;
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> injector_failed{false};
+  pthread_t main_thread = pthread_self();
+  auto load = [&] {
+    // The injector first: its maps, then (in Create) stale clsact filters and
+    // offloads a dead lossd left, and the lease, all before it is published
+    // (no rule before that).
+    auto i = Injector::Create(io);
+    if (!i.ok()) {
+      LOG_ERROR("%s", i.status().ToString().c_str());
+      parts.InjectorFailed(i.status().message());
+      injector_failed = true;
+      pthread_kill(main_thread, SIGTERM);  // nothing to serve without it: exit 1
+      return;
+    }
+    inj = std::move(*i);
+    if (opts.sync_start) {
+      Status st = inj->LoadAllPrograms();
+      if (!st.ok()) LOG_WARN("%s", st.message().c_str());
+    }
+    Capabilities caps = inj->Probe();
+    effects = std::make_unique<EffectTracker>(inj.get(), nullptr);
+    parts.InjectorReady(inj.get(), caps, effects.get());
+    LOG_INFO("injector ready");
+    if (!opts.observer || stopping) return;
     ObserverOptions oo;
     oo.filters = opts.observer_filters;
-    auto o = Observer::Create(oo);
-    if (o.ok()) {
-      obs = std::move(*o);
-    } else {
-      observer_error = o.status().message();
-      LOG_WARN("TCP observer unavailable: %s", observer_error.c_str());
+    auto o = Observer::Create(oo, &stopping);
+    if (!o.ok()) {
+      if (stopping) return;  // cancelled by SIGTERM
+      LOG_WARN("TCP observer unavailable: %s", o.status().message().c_str());
+      parts.ObserverFailed(o.status().message());
+      return;
     }
+    obs = std::move(*o);
+    effects->AttachObserver(obs.get());
+    parts.ObserverReady(obs.get());
+    LOG_INFO("TCP observer ready");
+  };
+  if (opts.sync_start) {
+    load();
+    if (injector_failed) return 1;
   }
-  EffectTracker effects(inj->get(), obs.get());
-  InjectorService injector_service(inj->get(), &effects);
-  ObserverService observer_service(obs.get(), &effects);
-  SystemService system_service(caps, obs.get(), inj->get(), &observer_service, observer_error);
+
+  InjectorService injector_service(&parts);
+  ObserverService observer_service(&parts);
+  SystemService system_service(&parts, &observer_service);
 
   grpc::ServerBuilder builder;
   if (!opts.socket.empty()) builder.AddListeningPort("unix:" + opts.socket, grpc::InsecureServerCredentials());
@@ -149,16 +188,27 @@ int RunDaemon(const DaemonOptions& opts) {
                                 {"tcp_port", tcp_port}})
                           .c_str());
   std::fflush(stdout);
+  std::thread loader;
+  if (!opts.sync_start) loader = std::thread(load);
 
   int sig = 0;
   sigwait(&sigs, &sig);
-  LOG_INFO("signal %d: finishing streams, detaching", sig);
+  if (injector_failed) {
+    LOG_ERROR("the injector failed to start: exiting");
+  } else {
+    LOG_INFO("signal %d: finishing streams, detaching", sig);
+  }
+  stopping = true;  // a loading observer stops at its next program
   g_streams_stopping = true;  // producers end their streams with OK
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
+  if (loader.joinable()) loader.join();
   if (!opts.socket.empty()) unlink(opts.socket.c_str());
-  // effects, services, observer, then the injector (which detaches everything)
-  return 0;
+  // effects, observer, then the injector (which detaches everything)
+  effects.reset();
+  obs.reset();
+  inj.reset();
+  return injector_failed ? 1 : 0;
 }
 
 }  // namespace lossd

@@ -19,9 +19,14 @@ struct DaemonOptions {
   bool observer = true;
   // Kernel-side observer filters (the daemon observes only these sockets).
   std::vector<ObsFilterSpec> observer_filters;
+  // Load everything (every hook program, the observer) before serving: the
+  // start-up lossd had before it served while loading (benchmarks' baseline).
+  bool sync_start = false;
 };
 
-// Returns the process exit code.
+// Serves at once; the injector and then the observer load on a thread and
+// become available when ready (GetHealth reports each one's state; see
+// docs/architecture.md#start-up). Returns the process exit code.
 int RunDaemon(const DaemonOptions& opts);
 
 }  // namespace lossd

@@ -75,6 +75,9 @@ void AddOptions(CLI::App& app, Flags& f) {
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
   daemon->add_option("--max-ttl", f.max_ttl, "Every rule must expire within this (e.g. 1h); default: no limit");
   daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
+  daemon->add_flag("--sync-start", d.sync_start,
+                   "Load every BPF program before serving (the old start-up; for benchmarks). "
+                   "Default: serve at once, GetHealth reports what is still loading");
 }
 
 // --watch-*: the observer's kernel-side filters (OR).

@@ -1,5 +1,6 @@
 // status: the System service (version, capabilities, health) in one view.
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <memory>
 
@@ -52,6 +53,13 @@ int Status(const Globals& g) {
          health.serving() ? "serving" : "NOT SERVING", health.rules(), health.rules() == 1 ? "" : "s",
          health.subscribers(), health.subscribers() == 1 ? "" : "s", health.events_lost_kernel());
   printf("lease       %s left\n", FormatDuration(health.lease_remaining_ns()).c_str());
+  for (const auto& c : health.components()) {  // the daemon serves while its parts load
+    std::string state = v1::ComponentState_Name(c.state());
+    if (state.rfind("COMPONENT_STATE_", 0) == 0) state = state.substr(16);
+    for (auto& ch : state) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    bool why = c.state() != v1::COMPONENT_STATE_READY && !c.message().empty();
+    printf("%-11s %s%s%s\n", c.name().c_str(), state.c_str(), why ? ": " : "", why ? c.message().c_str() : "");
+  }
   printf("kernel      %s, BTF %s\n", caps.kernel().c_str(), caps.btf() ? "yes" : "no");
   printf("cgroup2     %s\n", caps.cgroup2_mount().empty() ? "not mounted" : caps.cgroup2_mount().c_str());
   printf("limits      %u rules, TTL at most %s\n", caps.max_rules(),

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "lossctl.h"
 #include "lossd/v1/lossd.grpc.pb.h"
@@ -69,15 +70,34 @@ class Connection {
   std::unique_ptr<v1::System::Stub> system_;
 };
 
+// lossd serves while its parts still load (moments after it starts): a call
+// that needs one answers UNAVAILABLE with a message containing "loading".
+bool IsStillLoading(const grpc::Status& status);
+
+// Tells once, on stderr, that `what` waits for lossd to finish loading.
+void SayWaitingForLoad(const std::string& what, const grpc::Status& status,
+                       std::chrono::nanoseconds budget);
+
 // One unary call on `conn` with the --timeout deadline: `call(&context)`
-// returns its grpc::Status; a failure is reported as `what`. Returns kExitOk
-// or the exit code.
+// returns its grpc::Status; a failure is reported as `what`. While lossd
+// says the part the call needs is still loading, the call is repeated every
+// 200 ms, within --timeout in all. Returns kExitOk or the exit code.
 template <typename Call>
 int Unary(Connection* conn, const std::string& what, Call&& call) {
-  grpc::ClientContext ctx;
-  conn->SetDeadline(&ctx);
-  grpc::Status st = call(&ctx);
-  return st.ok() ? kExitOk : conn->Report(st, what);
+  auto give_up = std::chrono::steady_clock::now() + conn->timeout();
+  bool said = false;
+  for (;;) {
+    grpc::ClientContext ctx;
+    conn->SetDeadline(&ctx);
+    grpc::Status st = call(&ctx);
+    if (st.ok()) return kExitOk;
+    constexpr auto kRetry = std::chrono::milliseconds(200);
+    if (!IsStillLoading(st) || std::chrono::steady_clock::now() + kRetry >= give_up)
+      return conn->Report(st, what);
+    if (!said) SayWaitingForLoad(what, st, conn->timeout());
+    said = true;
+    std::this_thread::sleep_for(kRetry);
+  }
 }
 
 // The same on a connection of its own: `call(connection, &context)`.

@@ -5,11 +5,17 @@
 
 namespace lossd {
 
-EffectTracker::EffectTracker(Injector* inj, Observer* obs) : inj_(inj), obs_(obs) {
+EffectTracker::EffectTracker(Injector* inj, Observer* obs) : inj_(inj) {
   for (const RuleInfo& r : inj_->Rules())
     if (!r.expired) rules_[r.id] = r.spec;
   inj_->SetListener(this);
-  if (!obs_) return;
+  if (obs) AttachObserver(obs);
+}
+
+void EffectTracker::AttachObserver(Observer* obs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (obs_ || !obs) return;
+  obs_ = obs;
   sub_ = obs_->hub().Subscribe(1 << 18);
   thread_ = std::thread([this] { Run(); });
 }

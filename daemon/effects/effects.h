@@ -42,6 +42,9 @@ class EffectTracker final : public RuleListener {
   // be null (no observer: nothing is attributed).
   EffectTracker(Injector* inj, Observer* obs);
   ~EffectTracker() override;
+  // The observer, when it comes later than the injector (the daemon loads
+  // it in the background); once, and only if none was given.
+  void AttachObserver(Observer* obs);
 
   void RulePublished(uint32_t id, const RuleSpec& spec) override;
   void RuleRetired(uint32_t id) override;
@@ -51,13 +54,16 @@ class EffectTracker final : public RuleListener {
   RuleEffect Effect(const RuleInfo& rule) const;
   // Rules covering a flow tuple (cached per cookie).
   std::vector<uint32_t> RulesFor(uint64_t cookie, const obs_tuple& t);
-  uint64_t lost() const { return sub_ ? sub_->lost() : 0; }
+  uint64_t lost() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sub_ ? sub_->lost() : 0;
+  }
 
  private:
   void Run();
 
   Injector* inj_;
-  Observer* obs_;
+  Observer* obs_ = nullptr;  // set once (constructor or AttachObserver)
   std::shared_ptr<Subscription> sub_;
   mutable std::mutex mu_;
   std::map<uint32_t, RuleSpec> rules_;  // the live ones

@@ -190,8 +190,9 @@ int RemoveStaleClsactFilters() {
                 .attach_point = BPF_TC_EGRESS);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
     if (bpf_tc_query(&hook, &opts) != 0) continue;
-    if (ProgName(opts.prog_id) != kTcEgressProgName) continue;
-    if (OwnerAlive(opts.prog_id)) continue;  // another lossd, alive: not stale
+    std::string name = ProgName(opts.prog_id);
+    if (name != kTcEgressProgName && name != kProbeProgName) continue;
+    if (name == kTcEgressProgName && OwnerAlive(opts.prog_id)) continue;  // another lossd, alive
     LIBBPF_OPTS(bpf_tc_opts, del, .handle = kTcHandle, .priority = kTcPriority);
     if (bpf_tc_detach(&hook, &del) == 0) {
       LOG_INFO("removed a stale lossd clsact egress filter from %s", i->if_name);

@@ -60,9 +60,14 @@ constexpr uint32_t kTcHandle = 0x1055;
 constexpr uint32_t kTcPriority = 0x10;
 // Program name of the clsact egress program (struct bpf_prog_info.name).
 constexpr const char* kTcEgressProgName = "lossd_tc_out";
+// Program name of the pass-only program Injector::Probe attaches to lo for a
+// moment; one found at start was left by a crash (or is another lossd's
+// probe, ending anyway) and is removed.
+constexpr const char* kProbeProgName = "lossd_probe";
 
 // Removes clsact egress filters a dead lossd left on any interface of this
-// network namespace. Returns how many it removed.
+// network namespace (its egress program with no live lease, or a probe's).
+// Returns how many it removed.
 int RemoveStaleClsactFilters();
 
 

@@ -30,14 +30,73 @@ const char* LossHookName(int hook) {
   return "?";
 }
 
+namespace {
+
+// The hook a rule runs in (hook auto chosen: docs/architecture.md#hook-choice).
+Hook ChooseHook(const RuleSpec& spec) {
+  if (spec.hook != Hook::kAuto) return spec.hook;
+  if (!spec.cgroup.empty()) return Hook::kCgroup;
+  if (spec.dir == Direction::kIngress && !IsVirtualInterface(spec.iface))
+    return Hook::kXdp;  // physical NIC: drop before any skb exists
+  return Hook::kTc;     // veth/virtual: tcx costs nothing measurable there
+}
+
+// The programs (enum loss_hook) a rule on `hook` in direction `dir` runs in.
+std::vector<int> HookKinds(Hook hook, Direction dir) {
+  bool ingress = dir != Direction::kEgress;
+  bool egress = dir != Direction::kIngress;
+  std::vector<int> kinds;
+  switch (hook) {
+    case Hook::kXdp: kinds.push_back(LOSS_HOOK_XDP); break;
+    case Hook::kTc:
+      if (ingress) kinds.push_back(LOSS_HOOK_TC_INGRESS);
+      if (egress) kinds.push_back(LOSS_HOOK_TC_EGRESS);
+      break;
+    case Hook::kCgroup:
+      if (ingress) kinds.push_back(LOSS_HOOK_CGROUP_INGRESS);
+      if (egress) kinds.push_back(LOSS_HOOK_CGROUP_EGRESS);
+      break;
+    case Hook::kAuto: break;
+  }
+  return kinds;
+}
+
+const char* ProgName(int hook) {
+  switch (hook) {
+    case LOSS_HOOK_XDP: return "lossd_xdp";
+    case LOSS_HOOK_TC_INGRESS: return "lossd_tc_in";
+    case LOSS_HOOK_TC_EGRESS: return "lossd_tc_out";
+    case LOSS_HOOK_CGROUP_INGRESS: return "lossd_cg_in";
+    case LOSS_HOOK_CGROUP_EGRESS: return "lossd_cg_out";
+  }
+  return "";
+}
+
+// A pass-only program of `type` named `name` (2 instructions: r0 = ret;
+// exit), for probing attach modes without loading the injector's programs.
+UniqueFd PassProgram(enum bpf_prog_type type, const char* name, int ret) {
+  struct bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, ret},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  return UniqueFd(bpf_prog_load(type, name, "Dual BSD/GPL", insns, 2, nullptr));
+}
+
+}  // namespace
+
 void Injector::SkelDeleter::operator()(loss_bpf* s) const { loss_bpf__destroy(s); }
 
 Injector::Injector(const InjectorOptions& opts) : opts_(opts), guard_(opts.limits.protected_ports) {}
 
-Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts) {
+Status Injector::CheckOptions(const InjectorOptions& opts) {
   // One slot stays free for Replace, which publishes before it withdraws.
   if (opts.limits.max_rules == 0 || opts.limits.max_rules >= LOSS_MAX_RULES)
     return InvalidArgument("max rules must lie between 1 and " + std::to_string(LOSS_MAX_RULES - 1));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts) {
+  LOSSD_RETURN_IF_ERROR(CheckOptions(opts));
   std::unique_ptr<Injector> inj(new Injector(opts));
   LOSSD_RETURN_IF_ERROR(inj->Load());
   int stale = RemoveStaleClsactFilters();
@@ -55,8 +114,9 @@ Status Injector::Load() {
   loss_bpf* skel = loss_bpf__open();
   if (!skel) return Status::FromErrno(errno, "open BPF object");
   skel_.reset(skel);
+  AutoloadNone(skel->obj);  // the maps only; programs load on first use
   int err = loss_bpf__load(skel);
-  if (err) return Status::FromErrno(-err, "load BPF programs (see the libbpf log above)");
+  if (err) return Status::FromErrno(-err, "create the injector's BPF maps (see the libbpf log above)");
   int n = libbpf_num_possible_cpus();
   if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
   ncpus_ = n;
@@ -127,14 +187,56 @@ uint64_t Injector::LeaseRemainingNs() const {
 }
 
 int Injector::ProgFd(int hook) const {
-  switch (hook) {
-    case LOSS_HOOK_XDP: return bpf_program__fd(skel_->progs.lossd_xdp);
-    case LOSS_HOOK_TC_INGRESS: return bpf_program__fd(skel_->progs.lossd_tc_in);
-    case LOSS_HOOK_TC_EGRESS: return bpf_program__fd(skel_->progs.lossd_tc_out);
-    case LOSS_HOOK_CGROUP_INGRESS: return bpf_program__fd(skel_->progs.lossd_cg_in);
-    case LOSS_HOOK_CGROUP_EGRESS: return bpf_program__fd(skel_->progs.lossd_cg_out);
+  Status st = LoadProgram(hook);
+  if (!st.ok()) {
+    LOG_ERROR("%s", st.message().c_str());
+    return -1;
   }
-  return -1;
+  std::lock_guard<std::mutex> lock(prog_mu_);
+  return bpf_program__fd(bpf_object__find_program_by_name(progs_[hook]->obj, ProgName(hook)));
+}
+
+Status Injector::LoadProgram(int hook) const {
+  if (hook < 0 || hook >= LOSS_HOOK_MAX) return Internal("unknown hook " + std::to_string(hook));
+  std::lock_guard<std::mutex> lock(prog_mu_);
+  if (progs_[hook]) return Status::Ok();
+  const char* name = ProgName(hook);
+  uint64_t t0 = MonotonicNs();
+  std::unique_ptr<loss_bpf, SkelDeleter> obj(loss_bpf__open());
+  if (!obj) return Status::FromErrno(errno, std::string("open BPF object for ") + name);
+  LOSSD_RETURN_IF_ERROR(ReuseMapsLoadOnly(obj->obj, skel_->obj, name));
+  int err = loss_bpf__load(obj.get());
+  if (err)
+    return Status::FromErrno(-err, std::string("load the ") + LossHookName(hook) +
+                                       " program (see the libbpf log above)");
+  ProgLoadStats& ps = prog_stats_[hook];
+  ps.name = name;
+  ps.load_ns = MonotonicNs() - t0;
+  FillProgInfo(bpf_program__fd(bpf_object__find_program_by_name(obj->obj, name)), &ps);
+  LOG_INFO("loaded the %s program: %u instructions verified in %.0f ms", LossHookName(hook),
+           ps.verified_insns, ps.load_ns / 1e6);
+  progs_[hook] = std::move(obj);
+  return Status::Ok();
+}
+
+Status Injector::LoadAllPrograms() const {
+  for (int h = 0; h < LOSS_HOOK_MAX; h++) LOSSD_RETURN_IF_ERROR(LoadProgram(h));
+  return Status::Ok();
+}
+
+std::vector<ProgLoadStats> Injector::LoadedPrograms() const {
+  std::lock_guard<std::mutex> lock(prog_mu_);
+  std::vector<ProgLoadStats> out;
+  for (int h = 0; h < LOSS_HOOK_MAX; h++)
+    if (progs_[h]) out.push_back(prog_stats_[h]);
+  return out;
+}
+
+// The programs a rule needs, loaded before the rules' lock is taken: the
+// verifier takes a while, and the lease must not wait for it.
+Status Injector::LoadProgramsFor(const RuleSpec& spec) const {
+  for (int kind : HookKinds(ChooseHook(spec), spec.dir)) LOSSD_RETURN_IF_ERROR(LoadProgram(kind));
+  return Status::Ok();
 }
 
 Status Injector::WriteConfig() {
@@ -237,6 +339,7 @@ Status Injector::Acquire(const AttachKey& key, int ifindex) {
     return Status::Ok();
   }
   Result<std::unique_ptr<Attachment>> a = Status();
+  LOSSD_RETURN_IF_ERROR(LoadProgram(key.kind));  // loaded already, unless by ProgFd's callers
   int fd = ProgFd(key.kind);
   switch (key.kind) {
     case LOSS_HOOK_XDP: a = AttachXdp(fd, ifindex, key.target, opts_.xdp_mode); break;
@@ -289,6 +392,7 @@ Status Injector::Check(const RuleSpec& spec) const {
 
 Result<uint32_t> Injector::Add(const RuleSpec& spec) {
   LOSSD_RETURN_IF_ERROR(Check(spec));
+  LOSSD_RETURN_IF_ERROR(LoadProgramsFor(spec));
   std::lock_guard<std::mutex> lock(mu_);
   if (live_ >= opts_.limits.max_rules)
     return ResourceExhausted("rule limit reached (" + std::to_string(opts_.limits.max_rules) +
@@ -319,16 +423,7 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec) {
     cg = *c;
   }
   bool ingress = spec.dir != Direction::kEgress;
-  bool egress = spec.dir != Direction::kIngress;
-  Hook hook = spec.hook;
-  if (hook == Hook::kAuto) {
-    if (!spec.cgroup.empty())
-      hook = Hook::kCgroup;
-    else if (ingress && !IsVirtualInterface(spec.iface) && spec.dir == Direction::kIngress)
-      hook = Hook::kXdp;  // physical NIC: drop before any skb exists
-    else
-      hook = Hook::kTc;   // veth/virtual: tcx costs nothing measurable there
-  }
+  Hook hook = ChooseHook(spec);
   if (spec.per_segment && ingress && DriverName(spec.iface) == "veth")
     return FailedPrecondition(
         "per-segment loss at a veth's ingress cannot be had there: the sending side builds the "
@@ -345,18 +440,8 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec) {
     keys.push_back(AttachKey{kind, target});
     mask |= uint8_t(1u << kind);
   };
-  switch (hook) {
-    case Hook::kXdp: want(LOSS_HOOK_XDP, spec.iface); break;
-    case Hook::kTc:
-      if (ingress) want(LOSS_HOOK_TC_INGRESS, spec.iface);
-      if (egress) want(LOSS_HOOK_TC_EGRESS, spec.iface);
-      break;
-    case Hook::kCgroup:
-      if (ingress) want(LOSS_HOOK_CGROUP_INGRESS, cg.path);
-      if (egress) want(LOSS_HOOK_CGROUP_EGRESS, cg.path);
-      break;
-    case Hook::kAuto: break;
-  }
+  for (int kind : HookKinds(hook, spec.dir))
+    want(kind, hook == Hook::kCgroup ? cg.path : spec.iface);
 
   if (free_slots_.empty())
     return ResourceExhausted("all " + std::to_string(LOSS_MAX_RULES) + " rule slots are in use");
@@ -476,6 +561,7 @@ Result<RuleInfo> Injector::RemoveLocked(uint32_t id) {
 
 Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
   LOSSD_RETURN_IF_ERROR(Check(spec));
+  LOSSD_RETURN_IF_ERROR(LoadProgramsFor(spec));
   std::lock_guard<std::mutex> lock(mu_);
   if (!rules_.count(id)) return NotFound("no rule with id " + std::to_string(id));
   auto nid = AddLocked(spec);
@@ -574,21 +660,29 @@ Capabilities Injector::Probe() const {
   c.cgroup2 = Cgroup2Mount();
   if (c.cgroup2.empty()) c.notes.push_back("no cgroup v2 mount: cgroup targets unavailable");
 
-  // tcx and clsact: attach the (rule-less, pass-only) programs to loopback
-  // and detach again. Loopback is ifindex 1 in every network namespace.
+  // tcx and clsact: attach pass-only programs to loopback and detach again. Loopback is ifindex 1 in every network namespace.
   const int lo = 1;
   std::lock_guard<std::mutex> lock(mu_);
   if (!attached_.empty()) {
     c.notes.push_back("tcx/clsact not probed: attachments in use");
     return c;
   }
+  // Pass-only programs, not the injector's (which load on first use). A
+  // clsact probe filter left behind by a crash is removed by the next start
+  // (RemoveStaleClsactFilters); a live lossd's rule on lo never is.
+  UniqueFd pass_in = PassProgram(BPF_PROG_TYPE_SCHED_CLS, kProbeProgName, -1 /* TCX_NEXT */);
+  UniqueFd pass_out = PassProgram(BPF_PROG_TYPE_SCHED_CLS, kProbeProgName, 0 /* TC_ACT_OK */);
+  if (!pass_in.valid() || !pass_out.valid()) {
+    c.notes.push_back(std::string("tcx/clsact not probed: load a probe program: ") + strerror(errno));
+    return c;
+  }
   {
-    auto a = AttachTcxIngress(ProgFd(LOSS_HOOK_TC_INGRESS), lo, "lo");
+    auto a = AttachTcxIngress(pass_in.get(), lo, "lo");
     c.tcx = a.ok();
     if (!a.ok()) c.notes.push_back("tcx: " + a.status().message());
   }
   {
-    auto a = AttachClsactEgress(ProgFd(LOSS_HOOK_TC_EGRESS), lo, "lo", &qdiscs_);
+    auto a = AttachClsactEgress(pass_out.get(), lo, "lo", &qdiscs_);
     c.clsact = a.ok();
     if (!a.ok()) c.notes.push_back("clsact: " + a.status().message());
   }

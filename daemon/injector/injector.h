@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/split_load.h"
 #include "common/status.h"
 #include "host/offloads.h"
 #include "injector/anchor_index.h"
@@ -102,9 +103,13 @@ const char* LossHookName(int hook);  // enum loss_hook -> "xdp", "tc_ingress", .
 
 class Injector {
  public:
-  // Loads the BPF programs, removes stale filters and offload changes a dead
-  // previous owner left behind, and starts the lease.
+  // Creates the BPF maps, removes stale filters and offload changes a dead
+  // previous owner left behind, and starts the lease. The hook programs load
+  // on first use, one at a time (a rule that needs one, ProgFd, LoadAllPrograms):
+  // see docs/architecture.md#start-up.
   static Result<std::unique_ptr<Injector>> Create(const InjectorOptions& opts);
+  // What Create refuses in `opts` before touching the kernel.
+  static Status CheckOptions(const InjectorOptions& opts);
   ~Injector();
   Injector(const Injector&) = delete;
   Injector& operator=(const Injector&) = delete;
@@ -144,8 +149,15 @@ class Injector {
   // the lease is off or has run out).
   uint64_t LeaseRemainingNs() const;
 
-  // Program fds, for BPF_PROG_TEST_RUN in tests and benchmarks.
+  // Program fds (loaded here if not yet), for BPF_PROG_TEST_RUN in tests
+  // and benchmarks; -1 if it cannot load (logged).
   int ProgFd(int hook) const;
+  // Loads the program of `hook` (enum loss_hook) unless it is loaded.
+  // Thread-safe; does not hold the rules' lock while the verifier runs.
+  Status LoadProgram(int hook) const;
+  Status LoadAllPrograms() const;
+  // The programs loaded so far, with what each cost to load.
+  std::vector<ProgLoadStats> LoadedPrograms() const;
 
  private:
   struct AttachKey {
@@ -176,6 +188,7 @@ class Injector {
   explicit Injector(const InjectorOptions& opts);
   Status Load();
   Status Check(const RuleSpec& spec) const;  // everything that needs no kernel
+  Status LoadProgramsFor(const RuleSpec& spec) const;  // before taking mu_
   Result<uint32_t> AddLocked(const RuleSpec& spec);
   Status Acquire(const AttachKey& key, int ifindex);
   void Release(const AttachKey& key);
@@ -196,7 +209,12 @@ class Injector {
   struct SkelDeleter {
     void operator()(loss_bpf* s) const;
   };
+  // The maps (no program: loaded with autoload off), and one object per
+  // hook program loaded so far, whose maps are skel_'s.
   std::unique_ptr<loss_bpf, SkelDeleter> skel_;
+  mutable std::mutex prog_mu_;  // after mu_ when both are held
+  mutable std::array<std::unique_ptr<loss_bpf, SkelDeleter>, LOSS_HOOK_MAX> progs_;
+  mutable std::array<ProgLoadStats, LOSS_HOOK_MAX> prog_stats_;
   int ncpus_ = 1;
 
   mutable std::mutex mu_;

@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "host/cgroup.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "observe.skel.h"
 
@@ -50,17 +53,76 @@ uint64_t ObsTotals::RetransSegs() const {
 
 void Observer::SkelDeleter::operator()(observe_bpf* s) const { observe_bpf__destroy(s); }
 
-Result<std::unique_ptr<Observer>> Observer::Create(const ObserverOptions& opts) {
+Result<std::unique_ptr<Observer>> Observer::Create(const ObserverOptions& opts,
+                                                  const std::atomic<bool>* cancel) {
   std::unique_ptr<Observer> o(new Observer());
-  LOSSD_RETURN_IF_ERROR(o->Load(opts));
+  LOSSD_RETURN_IF_ERROR(o->Load(opts, cancel));
   o->thread_ = std::thread([p = o.get()] { p->Run(); });
   return o;
 }
 
-Status Observer::Load(const ObserverOptions& opts) {
-  observe_bpf* skel = observe_bpf__open_and_load();
-  if (!skel) return Status::FromErrno(errno, "load the TCP observer's BPF programs");
+bpf_program* Observer::Program(const char* name) const {
+  for (const auto& [n, p] : progs_)
+    if (n == name) return p;
+  return nullptr;
+}
+
+Result<bpf_program*> Observer::LoadProgram(const char* name) {
+  std::unique_ptr<observe_bpf, SkelDeleter> obj(observe_bpf__open());
+  if (!obj) return Status::FromErrno(errno, std::string("open the observer's BPF object for ") + name);
+  LOSSD_RETURN_IF_ERROR(ReuseMapsLoadOnly(obj->obj, skel_->obj, name));
+  uint64_t t0 = MonotonicNs();
+  int err = observe_bpf__load(obj.get());
+  if (err) return Status::FromErrno(-err, std::string("load ") + name + " (see the libbpf log above)");
+  bpf_program* p = bpf_object__find_program_by_name(obj->obj, name);
+  ProgLoadStats ps;
+  FillProgInfo(bpf_program__fd(p), &ps);
+  LOG_INFO("observer: loaded %s: %u instructions verified in %.0f ms", name, ps.verified_insns,
+           (MonotonicNs() - t0) / 1e6);
+  std::lock_guard<std::mutex> lock(load_mu_);
+  prog_objs_.push_back(std::move(obj));
+  progs_.emplace_back(name, p);
+  return p;
+}
+
+Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* cancel) {
+  // The maps first, then one program at a time (docs/architecture.md#start-up).
+  observe_bpf* skel = observe_bpf__open();
+  if (!skel) return Status::FromErrno(errno, "open the TCP observer's BPF object");
   skel_.reset(skel);
+  AutoloadNone(skel->obj);
+  int err = observe_bpf__load(skel);
+  if (err) return Status::FromErrno(-err, "create the TCP observer's BPF maps");
+  auto cancelled = [&] { return cancel && cancel->load(); };
+  const Status kCancelled(Code::kUnavailable, "cancelled");
+  // Loaded before anything attaches: sockops first (the observer needs it),
+  // the iterator, then the tracepoints (each may fail on its own).
+  const char* names[] = {"obs_sockops", "obs_iter_tcp", "obs_retransmit_synack",
+                         "obs_probe", "obs_cong_state", "obs_set_state"};
+  // Each program verifies on its own, so two threads verify two at once
+  // (these machines have 2 cores); nothing attaches until all are loaded.
+  constexpr size_t kPrograms = sizeof(names) / sizeof(names[0]);
+  std::array<Status, kPrograms> results;
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; !cancelled() && (i = next++) < kPrograms;) {
+      auto p = LoadProgram(names[i]);
+      if (!p.ok()) results[i] = p.status();
+    }
+  };
+  unsigned threads = std::max(1u, std::min(2u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; t++) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (cancelled()) return kCancelled;
+  std::map<std::string, std::string> load_errors;
+  for (size_t i = 0; i < kPrograms; i++) {
+    if (results[i].ok()) continue;
+    if (i == 0) return results[i];  // obs_sockops: the observer needs it
+    load_errors[names[i]] = results[i].message();
+    LOG_WARN("observer: %s", results[i].message().c_str());
+  }
   int n = libbpf_num_possible_cpus();
   if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
   ncpus_ = n;
@@ -83,7 +145,7 @@ Status Observer::Load(const ObserverOptions& opts) {
     if (!root.ok()) {
       so.error = root.status().message();
     } else {
-      bpf_link* l = bpf_program__attach_cgroup(skel->progs.obs_sockops, root->get());
+      bpf_link* l = bpf_program__attach_cgroup(Program("obs_sockops"), root->get());
       if (!l) {
         so.error = std::string("attach sockops to the root cgroup: ") + strerror(errno);
       } else {
@@ -101,8 +163,10 @@ Status Observer::Load(const ObserverOptions& opts) {
   // iterator would no longer mark it preexisting.
   ObsHookStatus it;
   it.name = "iter/tcp";
-  if (opts.pick_up_existing) {
-    BpfLink l(bpf_program__attach_iter(skel->progs.obs_iter_tcp, nullptr));
+  if (opts.pick_up_existing && !Program("obs_iter_tcp")) {
+    it.error = load_errors["obs_iter_tcp"];
+  } else if (opts.pick_up_existing) {
+    BpfLink l(bpf_program__attach_iter(Program("obs_iter_tcp"), nullptr));
     if (!l) {
       it.error = std::string("attach iter/tcp: ") + strerror(errno);
     } else {
@@ -126,18 +190,23 @@ Status Observer::Load(const ObserverOptions& opts) {
   hooks_.push_back(it);
   // Attach each program on its own: report, do not fail, on what is missing.
   struct {
-    bpf_program* prog;
+    const char* prog;
     const char* name;
   } progs[] = {
-      {skel->progs.obs_retransmit_synack, "tp_btf/tcp_retransmit_synack"},
-      {skel->progs.obs_probe, "tp_btf/tcp_probe"},
-      {skel->progs.obs_cong_state, "tp_btf/tcp_cong_state_set"},
-      {skel->progs.obs_set_state, "tp_btf/inet_sock_set_state"},
+      {"obs_retransmit_synack", "tp_btf/tcp_retransmit_synack"},
+      {"obs_probe", "tp_btf/tcp_probe"},
+      {"obs_cong_state", "tp_btf/tcp_cong_state_set"},
+      {"obs_set_state", "tp_btf/inet_sock_set_state"},
   };
   for (const auto& p : progs) {
     ObsHookStatus hs;
     hs.name = p.name;
-    bpf_link* l = bpf_program__attach(p.prog);
+    if (!Program(p.prog)) {
+      hs.error = load_errors[p.prog];
+      hooks_.push_back(hs);
+      continue;
+    }
+    bpf_link* l = bpf_program__attach(Program(p.prog));
     if (!l) {
       hs.error = std::string("attach ") + p.name + ": " + strerror(errno);
       LOG_WARN("observer: %s", hs.error.c_str());
@@ -242,10 +311,8 @@ ObsTotals Observer::Totals() const {
     AddPerCpu(bpf_map__fd(skel_->maps.obs_counters), i, ncpus_, &t.counters[i]);
   t.ring_consumed = consumed_;
   t.hub_published = hub_.published();
-  bpf_program* progs[] = {skel_->progs.obs_retransmit_synack,
-                          skel_->progs.obs_probe, skel_->progs.obs_cong_state,
-                          skel_->progs.obs_set_state};
-  for (bpf_program* p : progs) {
+  for (const auto& [name, p] : progs_) {
+    if (name == "obs_sockops" || name == "obs_iter_tcp") continue;  // as before: the tracepoints
     struct bpf_prog_info info;
     std::memset(&info, 0, sizeof(info));
     uint32_t len = sizeof(info);

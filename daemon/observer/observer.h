@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/bpf_objects.h"
+#include "common/split_load.h"
 #include "common/status.h"
 #include "observe_abi.h"
 #include "observer/hub.h"
@@ -68,7 +69,11 @@ const char* OutcomeName(int outcome); // "sent", "failed", ...
 
 class Observer {
  public:
-  static Result<std::unique_ptr<Observer>> Create(const ObserverOptions& opts);
+  // Creates the maps, loads each program on its own (between programs, a
+  // set *cancel ends the load: Code::kUnavailable "cancelled"), attaches
+  // them in order and starts the ring reader.
+  static Result<std::unique_ptr<Observer>> Create(const ObserverOptions& opts,
+                                                  const std::atomic<bool>* cancel = nullptr);
   ~Observer();
   Observer(const Observer&) = delete;
   Observer& operator=(const Observer&) = delete;
@@ -83,7 +88,10 @@ class Observer {
 
  private:
   Observer() = default;
-  Status Load(const ObserverOptions& opts);
+  Status Load(const ObserverOptions& opts, const std::atomic<bool>* cancel);
+  // Loads program `name` from its own object (maps: skel_'s).
+  Result<bpf_program*> LoadProgram(const char* name);
+  bpf_program* Program(const char* name) const;  // loaded, or null
   void Run();
   static int OnEvent(void* ctx, void* data, size_t size);
   void Flush();  // publishes batch_ (holding ring_mu_)
@@ -93,7 +101,10 @@ class Observer {
   };
   // Destroyed in reverse: the reader thread stops (destructor), then the
   // ring, the links (detached) and the skeleton.
-  std::unique_ptr<observe_bpf, SkelDeleter> skel_;
+  std::unique_ptr<observe_bpf, SkelDeleter> skel_;  // the maps (no program)
+  std::vector<std::unique_ptr<observe_bpf, SkelDeleter>> prog_objs_;  // one per loaded program
+  std::vector<std::pair<std::string, bpf_program*>> progs_;          // name -> its program
+  std::mutex load_mu_;  // the two above, while programs load on two threads
   std::vector<BpfLink> links_;
   std::vector<ObsHookStatus> hooks_;
   std::mutex ring_mu_;  // ring_buffer__poll/consume are not thread-safe

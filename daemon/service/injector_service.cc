@@ -17,12 +17,12 @@ grpc::ServerUnaryReactor* ReplyRule(grpc::CallbackServerContext* ctx, const Resu
 
 }  // namespace
 
-Status InjectorService::Create(const v1::RuleSpec& in, v1::Rule* out) {
+Status InjectorService::Create(Injector* inj, const v1::RuleSpec& in, v1::Rule* out) {
   RuleSpec spec;
   LOSSD_RETURN_IF_ERROR(SpecFromProto(in, &spec));
-  auto id = inj_->Add(spec);
+  auto id = inj->Add(spec);
   if (!id.ok()) return id.status();
-  auto info = inj_->Get(*id);
+  auto info = inj->Get(*id);
   if (!info.ok()) return info.status();
   RuleToProto(*info, out);
   return Status::Ok();
@@ -30,16 +30,20 @@ Status InjectorService::Create(const v1::RuleSpec& in, v1::Rule* out) {
 
 grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContext* ctx,
                                                       const v1::CreateRuleRequest* req, v1::Rule* resp) {
-  return Reply(ctx, Create(req->spec(), resp));
+  auto inj = parts_->NeedInjector();
+  if (!inj.ok()) return Reply(ctx, inj.status());
+  return Reply(ctx, Create(*inj, req->spec(), resp));
 }
 
 grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerContext* ctx,
                                                        const v1::CreateRulesRequest* req,
                                                        v1::CreateRulesResponse* resp) {
+  auto inj = parts_->NeedInjector();
+  if (!inj.ok()) return Reply(ctx, inj.status());
   std::vector<uint32_t> created;
   for (int i = 0; i < req->specs_size(); i++) {
     v1::Rule rule;
-    Status st = Create(req->specs(i), &rule);
+    Status st = Create(*inj, req->specs(i), &rule);
     if (st.ok()) {
       created.push_back(rule.id());
       *resp->add_rules() = rule;
@@ -48,7 +52,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
     }
     Status indexed(st.code(), "specs[" + std::to_string(i) + "]: " + st.message());
     if (req->atomic()) {
-      for (uint32_t id : created) inj_->Remove(id);
+      for (uint32_t id : created) (*inj)->Remove(id);
       resp->Clear();
       return Reply(ctx, indexed);
     }
@@ -59,28 +63,36 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
 
 grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContext* ctx,
                                                       const v1::UpdateRuleRequest* req, v1::Rule* resp) {
+  auto inj = parts_->NeedInjector();
+  if (!inj.ok()) return Reply(ctx, inj.status());
   RuleSpec spec;
   Status st = SpecFromProto(req->spec(), &spec);
-  if (st.ok()) st = inj_->Replace(req->id(), spec);
+  if (st.ok()) st = (*inj)->Replace(req->id(), spec);
   if (!st.ok()) return Reply(ctx, st);
-  return ReplyRule(ctx, inj_->Get(req->id()), resp);
+  return ReplyRule(ctx, (*inj)->Get(req->id()), resp);
 }
 
 grpc::ServerUnaryReactor* InjectorService::DeleteRule(grpc::CallbackServerContext* ctx,
                                                       const v1::DeleteRuleRequest* req,
                                                       v1::DeleteRuleResponse* resp) {
-  return ReplyRule(ctx, inj_->Remove(req->id()), resp->mutable_rule());
+  auto inj = parts_->NeedInjector();
+  if (!inj.ok()) return Reply(ctx, inj.status());
+  return ReplyRule(ctx, (*inj)->Remove(req->id()), resp->mutable_rule());
 }
 
 grpc::ServerUnaryReactor* InjectorService::GetRule(grpc::CallbackServerContext* ctx,
                                                    const v1::GetRuleRequest* req, v1::Rule* resp) {
-  return ReplyRule(ctx, inj_->Get(req->id()), resp);
+  auto inj = parts_->NeedInjector();
+  if (!inj.ok()) return Reply(ctx, inj.status());
+  return ReplyRule(ctx, (*inj)->Get(req->id()), resp);
 }
 
 grpc::ServerUnaryReactor* InjectorService::ListRules(grpc::CallbackServerContext* ctx,
                                                      const v1::ListRulesRequest* req,
                                                      v1::ListRulesResponse* resp) {
-  for (const RuleInfo& info : inj_->Rules()) {
+  auto inj = parts_->NeedInjector();
+  if (!inj.ok()) return Reply(ctx, inj.status());
+  for (const RuleInfo& info : (*inj)->Rules()) {
     bool match = std::all_of(req->labels().begin(), req->labels().end(), [&](const auto& kv) {
       auto it = info.spec.labels.find(kv.first);
       return it != info.spec.labels.end() && it->second == kv.second;
@@ -93,7 +105,9 @@ grpc::ServerUnaryReactor* InjectorService::ListRules(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* InjectorService::ClearRules(grpc::CallbackServerContext* ctx,
                                                       const v1::ClearRulesRequest*,
                                                       v1::ClearRulesResponse* resp) {
-  resp->set_deleted(inj_->Clear());
+  auto inj = parts_->NeedInjector();
+  if (!inj.ok()) return Reply(ctx, inj.status());
+  resp->set_deleted((*inj)->Clear());
   return Reply(ctx, Status::Ok());
 }
 
@@ -101,18 +115,20 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
     grpc::CallbackServerContext*, const v1::WatchRuleCountersRequest* req) {
   std::vector<uint32_t> ids(req->ids().begin(), req->ids().end());
   auto period = StreamPeriod(req->interval_ns(), "interval_ns");
+  auto inj = parts_->NeedInjector();
   return new PumpReactor<v1::RuleCountersUpdate>(
-      [this, ids, period](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
+      [inj, ids, period](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
         if (!period.ok()) return ToGrpc(period.status());
+        if (!inj.ok()) return ToGrpc(inj.status());
         for (uint64_t seq = 1;; seq++) {
           v1::RuleCountersUpdate u;
           u.set_seq(seq);
           u.set_time_unix_ns(UnixNs());
           if (ids.empty()) {
-            for (const RuleInfo& info : inj_->Rules()) RuleToProto(info, u.add_rules());
+            for (const RuleInfo& info : (*inj)->Rules()) RuleToProto(info, u.add_rules());
           } else {
             for (uint32_t id : ids) {
-              auto info = inj_->Get(id);
+              auto info = (*inj)->Get(id);
               if (!info.ok())
                 return grpc::Status(grpc::StatusCode::NOT_FOUND, "rule " + std::to_string(id) + " is gone");
               RuleToProto(*info, u.add_rules());
@@ -127,9 +143,11 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
 grpc::ServerUnaryReactor* InjectorService::GetRuleEffect(grpc::CallbackServerContext* ctx,
                                                          const v1::GetRuleEffectRequest* req,
                                                          v1::RuleEffect* resp) {
-  auto info = inj_->Get(req->id());
+  auto inj = parts_->NeedInjector();
+  if (!inj.ok()) return Reply(ctx, inj.status());
+  auto info = (*inj)->Get(req->id());
   if (!info.ok()) return Reply(ctx, info.status());
-  RuleEffect e = effects_->Effect(*info);
+  RuleEffect e = parts_->effects()->Effect(*info);
   resp->set_id(req->id());
   resp->set_configured_rate(e.configured);
   resp->set_measured_rate(e.measured);

@@ -98,10 +98,6 @@ bool Wanted(const std::vector<Filter>& allow, const std::vector<Filter>& deny, c
   return true;
 }
 
-grpc::Status Unavailable() {
-  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                      "the TCP observer is not running on this daemon (see GetCapabilities)");
-}
 
 // Reports the losses a stream saw since the last report, per source.
 struct GapTracker {
@@ -126,12 +122,13 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
   Status st = ParseFilters(req->allow(), "allow", &allow);
   if (st.ok()) st = ParseFilters(req->deny(), "deny", &deny);
   size_t queue = req->queue() ? req->queue() : 65536;
-  Observer* obs = obs_;
-  EffectTracker* effects = effects_;
+  auto need = parts_->NeedObserver();
+  Observer* obs = need.ok() ? *need : nullptr;
+  EffectTracker* effects = parts_->effects();
   std::atomic<int>* subs = &subscribers_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
-    if (!obs) return Unavailable();
+    if (!obs) return ToGrpc(need.status());
     // Filtered at the hub: this subscriber's gap counts cover only events
     // it would have received.
     auto sub = obs->hub().Subscribe(queue, [=](const ObsEvent& e) {
@@ -180,18 +177,20 @@ grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext
                                                      const v1::ListFlowsRequest* req,
                                                      v1::ListFlowsResponse* resp) {
   auto* r = ctx->DefaultReactor();
-  if (!obs_) {
-    r->Finish(Unavailable());
+  auto need = parts_->NeedObserver();
+  if (!need.ok()) {
+    r->Finish(ToGrpc(need.status()));
     return r;
   }
+  Observer* obs = *need;
   std::vector<Filter> filters;
   Status st = ParseFilters(req->filter(), "filter", &filters);
   if (!st.ok()) {
     r->Finish(ToGrpc(st));
     return r;
   }
-  for (const auto& f : obs_->Flows()) {
-    FlowRules rules(effects_, f.cookie, f.flow.tuple);
+  for (const auto& f : obs->Flows()) {
+    FlowRules rules(parts_->effects(), f.cookie, f.flow.tuple);
     if (Wanted(filters, {}, f.flow.tuple, f.flow.cgroup_id, -1, rules))
       FlowToProto(f.cookie, f.flow, resp->add_flows());
   }
@@ -207,11 +206,12 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   auto period = StreamPeriod(req->interval_ns(), "interval_ns");
   if (st.ok()) st = period.status();
   auto interval = period.ok() ? *period : std::chrono::nanoseconds(0);
-  Observer* obs = obs_;
-  EffectTracker* effects = effects_;
+  auto need = parts_->NeedObserver();
+  Observer* obs = need.ok() ? *need : nullptr;
+  EffectTracker* effects = parts_->effects();
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
-    if (!obs) return Unavailable();
+    if (!obs) return ToGrpc(need.status());
     auto closes = obs->hub().Subscribe(
         65536, [](const ObsEvent& e) { return e.data.ev.kind == OBS_EV_FLOW_CLOSE; });
     auto wanted = [&](uint64_t cookie, const obs_flow& f) {
@@ -256,12 +256,13 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
   using Reactor = PumpReactor<v1::Aggregate>;
   auto period = StreamPeriod(req->window_ns(), "window_ns");
   uint64_t window = period.ok() ? uint64_t(period->count()) : 0;
-  Observer* obs = obs_;
-  EffectTracker* effects = effects_;
+  auto need = parts_->NeedObserver();
+  Observer* obs = need.ok() ? *need : nullptr;
+  EffectTracker* effects = parts_->effects();
   std::atomic<int>* subs = &subscribers_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!period.ok()) return ToGrpc(period.status());
-    if (!obs) return Unavailable();
+    if (!obs) return ToGrpc(need.status());
     auto sub = obs->hub().Subscribe(1 << 18, [](const ObsEvent& e) {
       return e.data.ev.kind == OBS_EV_RETRANSMIT &&
              (e.data.ev.outcome == OBS_SENT || e.data.ev.outcome == OBS_FAILED);

@@ -11,12 +11,13 @@
 #include "injector/injector.h"
 #include "lossd/v1/lossd.grpc.pb.h"
 #include "observer/observer.h"
+#include "service/components.h"
 
 namespace lossd {
 
 class InjectorService final : public v1::Injector::CallbackService {
  public:
-  InjectorService(Injector* inj, EffectTracker* effects) : inj_(inj), effects_(effects) {}
+  explicit InjectorService(const Components* parts) : parts_(parts) {}
 
   grpc::ServerUnaryReactor* CreateRule(grpc::CallbackServerContext*, const v1::CreateRuleRequest*,
                                        v1::Rule*) override;
@@ -39,15 +40,14 @@ class InjectorService final : public v1::Injector::CallbackService {
 
 
  private:
-  Status Create(const v1::RuleSpec& spec, v1::Rule* out);
+  Status Create(Injector* inj, const v1::RuleSpec& spec, v1::Rule* out);
 
-  Injector* inj_;
-  EffectTracker* effects_;
+  const Components* parts_;  // every RPC needs the injector (UNAVAILABLE while it loads)
 };
 
 class ObserverService final : public v1::Observer::CallbackService {
  public:
-  ObserverService(Observer* obs, EffectTracker* effects) : obs_(obs), effects_(effects) {}
+  explicit ObserverService(const Components* parts) : parts_(parts) {}
 
   grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* WatchRetransmits(
       grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest*) override;
@@ -60,17 +60,14 @@ class ObserverService final : public v1::Observer::CallbackService {
   int subscribers() const { return subscribers_; }
 
  private:
-  Observer* obs_;  // null when the observer could not start
-  EffectTracker* effects_;
+  const Components* parts_;  // every RPC needs the observer (UNAVAILABLE while it loads)
   std::atomic<int> subscribers_{0};
 };
 
 class SystemService final : public v1::System::CallbackService {
  public:
-  SystemService(const Capabilities& caps, Observer* obs, const Injector* inj,
-                const ObserverService* observer, std::string observer_error)
-      : caps_(caps), obs_(obs), inj_(inj), observer_(observer),
-        observer_error_(std::move(observer_error)) {}
+  SystemService(const Components* parts, const ObserverService* observer)
+      : parts_(parts), observer_(observer) {}
 
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext*,
                                             const v1::GetCapabilitiesRequest*, v1::Capabilities*) override;
@@ -80,11 +77,8 @@ class SystemService final : public v1::System::CallbackService {
                                        v1::Version*) override;
 
  private:
-  Capabilities caps_;
-  Observer* obs_;
-  const Injector* inj_;
+  const Components* parts_;  // answers while the parts load
   const ObserverService* observer_;
-  std::string observer_error_;
 };
 
 }  // namespace lossd

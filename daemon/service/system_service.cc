@@ -11,37 +11,72 @@ void AddHook(v1::Capabilities* c, const std::string& name, bool ok, const std::s
   h->set_available(ok);
   if (!ok) h->set_reason(why);
 }
+
+void AddComponent(google::protobuf::RepeatedPtrField<v1::Component>* out, const char* name,
+                  const ComponentStatus& s) {
+  v1::Component* c = out->Add();
+  c->set_name(name);
+  switch (s.state) {
+    case ComponentState::kLoading: c->set_state(v1::COMPONENT_STATE_LOADING); break;
+    case ComponentState::kReady: c->set_state(v1::COMPONENT_STATE_READY); break;
+    case ComponentState::kFailed: c->set_state(v1::COMPONENT_STATE_FAILED); break;
+    case ComponentState::kDisabled: c->set_state(v1::COMPONENT_STATE_DISABLED); break;
+  }
+  c->set_message(s.message);
+  c->set_ready_after_ns(s.ready_after_ns);
+}
+
+void AddComponents(const Components& parts, google::protobuf::RepeatedPtrField<v1::Component>* out) {
+  ComponentStatus inj = parts.injector_status();
+  if (const Injector* i = parts.injector()) {  // which hook programs are loaded so far
+    std::string loaded;
+    for (const ProgLoadStats& p : i->LoadedPrograms())
+      loaded += (loaded.empty() ? "" : ", ") + p.name + " (" + std::to_string(p.verified_insns) +
+                " insns verified, " + std::to_string(p.load_ns / 1000000) + " ms)";
+    inj.message += "; loaded: " + (loaded.empty() ? std::string("none yet") : loaded);
+  }
+  AddComponent(out, "injector", inj);
+  AddComponent(out, "observer", parts.observer_status());
+}
 }  // namespace
 
 grpc::ServerUnaryReactor* SystemService::GetCapabilities(grpc::CallbackServerContext* ctx,
                                                          const v1::GetCapabilitiesRequest*,
                                                          v1::Capabilities* resp) {
-  resp->set_kernel(caps_.kernel);
-  resp->set_btf(caps_.btf);
-  std::string notes;
-  for (const auto& n : caps_.notes) notes += (notes.empty() ? "" : "; ") + n;
-  AddHook(resp, "xdp", caps_.xdp, "the kernel refuses XDP programs", false);
-  AddHook(resp, "tcx", caps_.tcx, notes, false);
-  AddHook(resp, "clsact", caps_.clsact, notes, false);
-  AddHook(resp, "cgroup_skb", caps_.cgroup_skb && !caps_.cgroup2.empty(),
-       caps_.cgroup2.empty() ? "no cgroup v2 mount" : "the kernel refuses cgroup_skb programs", false);
-  if (obs_) {
-    for (const auto& h : obs_->hooks()) AddHook(resp, h.name, h.attached, h.error, true);
-  } else {
-    AddHook(resp, "observer", false, observer_error_, true);
+  AddComponents(*parts_, resp->mutable_components());
+  resp->set_max_rules(parts_->limits().max_rules);
+  resp->set_max_ttl_ns(parts_->limits().max_ttl_ns);
+  if (parts_->injector()) {  // its probe ran before it was published
+    Capabilities caps = parts_->caps();
+    resp->set_kernel(caps.kernel);
+    resp->set_btf(caps.btf);
+    std::string notes;
+    for (const auto& n : caps.notes) notes += (notes.empty() ? "" : "; ") + n;
+    AddHook(resp, "xdp", caps.xdp, "the kernel refuses XDP programs", false);
+    AddHook(resp, "tcx", caps.tcx, notes, false);
+    AddHook(resp, "clsact", caps.clsact, notes, false);
+    AddHook(resp, "cgroup_skb", caps.cgroup_skb && !caps.cgroup2.empty(),
+            caps.cgroup2.empty() ? "no cgroup v2 mount" : "the kernel refuses cgroup_skb programs", false);
+    resp->set_cgroup2_mount(caps.cgroup2);
   }
-  resp->set_cgroup2_mount(caps_.cgroup2);
-  resp->set_max_rules(inj_->limits().max_rules);
-  resp->set_max_ttl_ns(inj_->limits().max_ttl_ns);
+  ComponentStatus os = parts_->observer_status();
+  if (Observer* obs = parts_->observer()) {
+    for (const auto& h : obs->hooks()) AddHook(resp, h.name, h.attached, h.error, true);
+  } else if (os.state != ComponentState::kLoading) {
+    AddHook(resp, "observer", false, os.message, true);
+  }
   return Reply(ctx, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* SystemService::GetHealth(grpc::CallbackServerContext* ctx,
                                                    const v1::GetHealthRequest*, v1::Health* resp) {
   resp->set_serving(true);
-  resp->set_rules(static_cast<uint32_t>(inj_->LiveCount()));
-  resp->set_lease_remaining_ns(inj_->LeaseRemainingNs());
-  if (obs_) resp->set_events_lost_kernel(obs_->Totals().counters[OBS_CNT_RING_LOST]);
+  AddComponents(*parts_, resp->mutable_components());
+  if (const Injector* inj = parts_->injector()) {
+    resp->set_rules(static_cast<uint32_t>(inj->LiveCount()));
+    resp->set_lease_remaining_ns(inj->LeaseRemainingNs());
+  }
+  if (Observer* obs = parts_->observer()) resp->set_events_lost_kernel(obs->Totals().counters[OBS_CNT_RING_LOST]);
   resp->set_subscribers(static_cast<uint32_t>(observer_->subscribers()));
   return Reply(ctx, Status::Ok());
 }

@@ -5,6 +5,8 @@ import os
 import re
 import threading
 
+import time
+
 import grpc
 
 from . import spec as _spec
@@ -175,10 +177,38 @@ class Client(_Closing):
         return "Client(%r)" % self.target
 
     def _unary(self, method, request, timeout=None):
-        try:
-            return method(request, timeout=self.timeout if timeout is None else timeout)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self.target) from None
+        """One call; while lossd answers that the part it needs is still loading (right
+        after lossd starts), the call is repeated every 0.2 s within `timeout` in all."""
+        timeout = self.timeout if timeout is None else timeout
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.001, end - time.monotonic())
+            try:
+                return method(request, timeout=left)
+            except grpc.RpcError as e:
+                err = from_rpc_error(e, self.target)
+            if not err.loading or (end is not None and time.monotonic() + 0.2 >= end):
+                raise err from None
+            time.sleep(0.2)
+
+    def wait_ready(self, components=("injector",), timeout=30.0):
+        """Wait until GetHealth reports each of `components` ("injector", "observer") READY;
+        returns the Health. Raises LossdError FAILED_PRECONDITION if one failed or is
+        disabled, DEADLINE_EXCEEDED if still loading after `timeout` s."""
+        end = time.monotonic() + timeout
+        while True:
+            h = self.health(timeout=max(0.5, min(5.0, end - time.monotonic())))
+            states = {c: h.components.get(c, "READY") for c in components}  # an old lossd: READY
+            bad = {c: s for c, s in states.items() if s in ("FAILED", "DISABLED")}
+            if bad:
+                raise LossdError("FAILED_PRECONDITION", "lossd's %s: %s" % (
+                    ", ".join(sorted(bad)), ", ".join(bad[c] for c in sorted(bad))))
+            if all(s == "READY" for s in states.values()):
+                return h
+            if time.monotonic() >= end:
+                raise LossdError("DEADLINE_EXCEEDED", "lossd's parts still loading after %gs: %s"
+                                 % (timeout, states))
+            time.sleep(0.1)
 
     def _stream(self, method, request, convert, timeout=None):
         try:

@@ -446,11 +446,17 @@ class Health:
     lease_remaining_ns: int
     events_lost_kernel: int
     subscribers: int
+    # {"injector": "READY", "observer": "LOADING", ...}: the daemon serves while its parts load
+    components: typing.Dict[str, str] = dataclasses.field(default_factory=dict)
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
     def from_proto(cls, m):
-        return _from_proto(cls, m)
+        comps = {}
+        for c in getattr(m, "components", ()):
+            comps[c.name] = c.DESCRIPTOR.fields_by_name["state"].enum_type.values_by_number[c.state].name \
+                .replace("COMPONENT_STATE_", "")
+        return _from_proto(cls, m, components=comps)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,6 +66,7 @@ class FakeLossd:
         self.keep_effects = False             # True: GetRuleEffect answers for deleted rules
         self.graveyard = {}                   # id -> deleted Rule (for keep_effects)
         self.server = None
+        self.injector_ready_at = 0.0          # time.monotonic() before which CreateRule says "loading"
 
     # ------------------------------------------------------------ plumbing --
 
@@ -172,8 +173,13 @@ class FakeLossd:
             context.abort(grpc.StatusCode.NOT_FOUND, "rule %d: no such rule" % rid)
         return r
 
+    def _loading(self):
+        return time.monotonic() < self.injector_ready_at
+
     def Injector_CreateRule(self, req, context):
         self._record("CreateRule", req)
+        if self._loading():  # as lossd right after it starts
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the injector is still loading (fake; retry)")
         with self.lock:
             self._validate(req.spec, context)
             r = self.pb2.Rule()
@@ -478,8 +484,12 @@ class FakeLossd:
     def System_GetHealth(self, req, context):
         self._record("GetHealth", req)
         with self.lock:
-            return self.pb2.Health(serving=True, rules=len(self.rules), lease_remaining_ns=3 * 10**9,
-                                   subscribers=len(self.subscribers))
+            pb2 = self.pb2
+            state = pb2.COMPONENT_STATE_LOADING if self._loading() else pb2.COMPONENT_STATE_READY
+            return pb2.Health(serving=True, rules=len(self.rules), lease_remaining_ns=3 * 10**9,
+                              subscribers=len(self.subscribers),
+                              components=[pb2.Component(name="injector", state=state, message="fake"),
+                                          pb2.Component(name="observer", state=pb2.COMPONENT_STATE_READY)])
 
     def System_GetVersion(self, req, context):
         self._record("GetVersion", req)

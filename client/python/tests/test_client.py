@@ -35,6 +35,36 @@ class ClientTest(unittest.TestCase):
             time.sleep(0.02)
         self.fail("timed out")
 
+    # ----------------------------------------------------------- start-up --
+
+    def test_add_rule_waits_while_lossd_is_loading(self):
+        # lossd serves before its injector is loaded: UNAVAILABLE "... loading ...", retried.
+        self.fake.injector_ready_at = time.monotonic() + 0.6
+        self.assertEqual(self.c.health().components["injector"], "LOADING")
+        r = self.c.add_rule(iface="eth0", dport=8080, rate="1%")
+        self.assertEqual(r.id, 1)
+        self.assertGreaterEqual(len(self.fake.calls("CreateRule")), 2)  # refused, then retried
+        self.assertEqual(self.c.health().components, {"injector": "READY", "observer": "READY"})
+
+    def test_loading_past_the_timeout_raises_unavailable_loading(self):
+        self.fake.injector_ready_at = time.monotonic() + 30
+        t0 = time.monotonic()
+        with self.assertRaises(LossdError) as cm:
+            self.c.add_rule(iface="eth0", dport=8080, rate="1%", timeout=0.7)
+        self.assertLess(time.monotonic() - t0, 3)
+        self.assertEqual(cm.exception.code, "UNAVAILABLE")
+        self.assertTrue(cm.exception.loading)
+        self.assertIn("wait_ready", cm.exception.hint)
+
+    def test_wait_ready(self):
+        self.fake.injector_ready_at = time.monotonic() + 0.4
+        h = self.c.wait_ready(("injector", "observer"), timeout=5)
+        self.assertEqual(h.components["injector"], "READY")
+        self.fake.injector_ready_at = time.monotonic() + 30
+        with self.assertRaises(LossdError) as cm:
+            self.c.wait_ready(timeout=0.3)
+        self.assertEqual(cm.exception.code, "DEADLINE_EXCEEDED")
+
     # ------------------------------------------------------------- rules --
 
     def test_add_rule_sends_the_spec_and_returns_the_rule(self):

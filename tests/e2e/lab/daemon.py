@@ -49,7 +49,7 @@ class Daemon:
     connect = True
 
     def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
-                 lossd=None):
+                 lossd=None, wait_parts=True):
         self.lab = lab
         self.ns = ns
         self.sockdir = sockdir or lab.tempdir()
@@ -62,18 +62,49 @@ class Daemon:
         self.pid = self.proc.pid
         self.channel = None
         if ready:
-            self.wait_ready(ready_timeout)
+            self.wait_ready(ready_timeout, wait_parts=wait_parts)
 
-    def wait_ready(self, timeout=60):
+    def wait_ready(self, timeout=60, wait_parts=True):
+        """Until the socket serves (the "ready" line) and, with wait_parts, until no part of
+        the daemon is still loading (GetHealth: the injector READY, the observer READY, FAILED
+        or DISABLED): the daemon serves before its BPF programs are loaded."""
         self.ready = self.p.wait_ready(timeout)
-        self.startup_secs = time.monotonic() - self.t0
+        self.socket_secs = time.monotonic() - self.t0
         assert self.ready.get("socket") == self.sock, self.ready
         if self.connect and pbg is not None:
             self.channel = self.new_channel()
             self.inj = pbg.InjectorStub(self.channel)
             self.obs = pbg.ObserverStub(self.channel)
             self.sys = pbg.SystemStub(self.channel)
+        if wait_parts and pbg is not None:
+            self.wait_parts(timeout)
+        self.startup_secs = time.monotonic() - self.t0
         return self.ready
+
+    def components(self, stub=None):
+        """{name: (state name, message)} from GetHealth."""
+        stub = stub or self.sys
+        h = stub.GetHealth(pb.GetHealthRequest(), timeout=10)
+        return {c.name: (pb.ComponentState.Name(c.state), c.message) for c in h.components}
+
+    def wait_parts(self, timeout=60):
+        """Until no component is LOADING; the injector must then be READY."""
+        ch = None
+        stub = self.sys if self.channel is not None else None
+        if stub is None:
+            ch = self.new_channel()
+            stub = pbg.SystemStub(ch)
+        try:
+            parts = wait_until(lambda: (lambda c: c if all(s != "COMPONENT_STATE_LOADING" for s, _ in c.values())
+                                        else None)(self.components(stub)),
+                               timeout, "lossd's parts to load (GetHealth: none LOADING)", step=0.05)
+        finally:
+            if ch is not None:
+                ch.close()
+        assert parts.get("injector", ("",))[0] == "COMPONENT_STATE_READY", \
+            "the injector did not start: %s\nstderr:\n%s" % (parts, self.stderr())
+        self.parts = parts
+        return parts
 
     def stderr(self):
         return self.p.stderr()
