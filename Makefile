@@ -60,7 +60,8 @@ bench: build
 
 # clang-format (.clang-format; bpf/.clang-format for the BPF C) over the tracked sources.
 format:
-	git ls-files '*.c' '*.h' '*.cc' | xargs clang-format -i --style=file
+	git ls-files '*.c' '*.h' '*.cc' | grep -v '\.bpf\.c$$' | xargs clang-format -i --style=file
+	git ls-files '*.bpf.c' | xargs clang-format -i --style=file:bpf/.clang-format
 
 clean:
 	rm -rf $(BUILD) $(CLIENT_BUILD)

@@ -163,8 +163,8 @@ int LoadEmpty(bool tc) {
 }
 
 struct RunResult {
-  double wall_ns;       // wall clock around the syscall / repeat (fractional)
-  uint32_t kernel_ns;   // the kernel's own average (integer ns)
+  double wall_ns;      // wall clock around the syscall / repeat (fractional)
+  uint32_t kernel_ns;  // the kernel's own average (integer ns)
   uint32_t retval;
 };
 
@@ -238,11 +238,11 @@ struct Case {
   std::string name, description;
   std::vector<RuleSpec> rules;  // empty for the baseline and b
   bool injector = true;
-  bool matching = false;        // the last rule is the matching one
-  bool lease = true;            // false: InjectorOptions.lease = 0 (no lease check)
-  bool tc = false;              // tc ingress program (tcx) instead of XDP
-  int base = -1;                // variant: index of the case whose netns and maps it uses
-  std::string obj_path;         // variant: the object whose lossd_xdp it runs
+  bool matching = false;  // the last rule is the matching one
+  bool lease = true;      // false: InjectorOptions.lease = 0 (no lease check)
+  bool tc = false;        // tc ingress program (tcx) instead of XDP
+  int base = -1;          // variant: index of the case whose netns and maps it uses
+  std::string obj_path;   // variant: the object whose lossd_xdp it runs
   struct bpf_object* obj = nullptr;
   // runtime
   int netns_fd = -1;
@@ -279,7 +279,7 @@ void Setup(Case& c, const std::string& state_root) {
   lossd::InjectorOptions o;
   o.state_dir = state_root + "/" + c.name;
   o.limits.max_rules = LOSS_MAX_RULES - 1;  // the data plane's limit, not a daemon's
-  o.limits.protected_ports.clear();          // a namespace of its own: no SSH to protect
+  o.limits.protected_ports.clear();         // a namespace of its own: no SSH to protect
   // Defaults otherwise (3 s lease renewed by the background thread), as lossd runs.
   if (!c.lease) o.lease = std::chrono::milliseconds(0);
   auto inj = Injector::Create(o);
@@ -361,8 +361,10 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> variants;  // name, object
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
-    if (a == "--repeat" && i + 1 < argc) repeat = atoi(argv[++i]);
-    else if (a == "--rounds" && i + 1 < argc) rounds = atoi(argv[++i]);
+    if (a == "--repeat" && i + 1 < argc)
+      repeat = atoi(argv[++i]);
+    else if (a == "--rounds" && i + 1 < argc)
+      rounds = atoi(argv[++i]);
     else if (a == "--variant" && i + 1 < argc && strchr(argv[i + 1], '=')) {
       std::string v = argv[++i];
       variants.emplace_back(v.substr(0, v.find('=')), v.substr(v.find('=') + 1));
@@ -442,7 +444,8 @@ int main(int argc, char** argv) {
     RuleSpec m = PortRule(kDport);
     m.hook = lossd::Hook::kTc;  // in the bucket, rejected by the XDP program's hook check
     add("c_1_bucket_hookmiss",
-        "1 rule on the packet's dport for the tc hook: bucket + scan + rule lookup, rejected at the "
+        "1 rule on the packet's dport for the tc hook: bucket + scan + rule lookup, rejected at "
+        "the "
         "hook check (step)",
         {m}, true, false);
     RuleSpec a = PortRule(kDport);
@@ -560,9 +563,10 @@ int main(int argc, char** argv) {
   out += "  \"loadavg_1m_start_end\": [" + Json(load_start[0]) + ", " + Json(load_end[0]) + "],\n";
   out += "  \"repeat\": " + std::to_string(repeat) + ",\n  \"rounds\": " + std::to_string(rounds) +
          ",\n";
-  out += "  \"unit\": \"ns per packet, the kernel's own BPF_PROG_TEST_RUN average (integer ns; "
-         "excludes time the run loop yields the CPU); wall_median_ns: wall clock around the "
-         "syscall / repeat (includes preemption by other load)\",\n";
+  out +=
+      "  \"unit\": \"ns per packet, the kernel's own BPF_PROG_TEST_RUN average (integer ns; "
+      "excludes time the run loop yields the CPU); wall_median_ns: wall clock around the "
+      "syscall / repeat (includes preemption by other load)\",\n";
   out += "  \"packets\": {\n";
   for (int pi = 0; pi < 2; pi++) {
     out += std::string("    \"") + pkt_names[pi] + "\": {\n";
@@ -571,10 +575,9 @@ int main(int argc, char** argv) {
       double m = Median(c.kernel[pi]);
       out += "      \"" + c.name + "\": {\"median_ns\": " + Json(m) +
              ", \"added_ns\": " + Json(m - (c.tc ? base_tc[pi] : base[pi])) +
-             ", \"wall_median_ns\": " + Json(Median(c.wall[pi])) +
-             ", \"rules\": " + std::to_string(c.base >= 0 ? cases[c.base].rules.size() : c.rules.size()) +
-             ", \"what\": \"" + c.description + "\"" +
-             ", \"setup_s\": " + Json(c.setup_s) +
+             ", \"wall_median_ns\": " + Json(Median(c.wall[pi])) + ", \"rules\": " +
+             std::to_string(c.base >= 0 ? cases[c.base].rules.size() : c.rules.size()) +
+             ", \"what\": \"" + c.description + "\"" + ", \"setup_s\": " + Json(c.setup_s) +
              ", \"rounds_ns\": " + JsonList(c.kernel[pi]) + "}" +
              (k + 1 < cases.size() ? ",\n" : "\n");
     }
@@ -622,29 +625,33 @@ int main(int argc, char** argv) {
   out += "  \"diagnostics\": {\n";
   for (int pi = 0; pi < 2; pi++) {
     auto m = [&](const char* n) { return Median(find(n).kernel[pi]); };
-    out += std::string("    \"") + pkt_names[pi] + "\": {" +
-           "\"host_index_ns\": " + Json(m("c_1_host_nomatch") - m("c_1_nomatch")) +
-           ", \"lease_check_ns\": " + Json(m("d_1_match") - m("d_1_match_nolease")) +
-           ", \"match_path_ns\": " + Json(m("d_1_match_nolease") - m("c_1_nomatch")) +
-           ", \"ttl_check_ns\": " + Json(m("d_1_match_ttl") - m("d_1_match")) +
-           ", \"tc_1_match_added_ns\": " + Json(m("d_1_match_tc") - m("a_empty_tc")) +
-           ", \"step_bucket_scan_rule_lookup_ns\": " +
-           Json(m("c_1_bucket_hookmiss") - m("c_1_nomatch")) +
-           ", \"step_field_checks_ns\": " + Json(m("c_1_bucket_addrmiss") - m("c_1_bucket_hookmiss")) +
-           ", \"step_chosen_rule_counters_decision_ns\": " +
-           Json(m("d_1_match") - m("c_1_bucket_addrmiss")) +
-           ", \"ratio_10k_ports_vs_1_port_rule\": " + Json(m("e_10k_ports") / m("c_1_nomatch")) +
-           ", \"ratio_10k_hosts_vs_1_host_rule\": " +
-           Json(m("e_10k_hosts") / m("c_1_host_nomatch")) +
-           ", \"ratio_10k_mixed_vs_1_host_rule\": " +
-           Json(m("e_10k_nomatch") / m("c_1_host_nomatch")) + "}" + (pi == 0 ? ",\n" : "\n");
+    out +=
+        std::string("    \"") + pkt_names[pi] + "\": {" +
+        "\"host_index_ns\": " + Json(m("c_1_host_nomatch") - m("c_1_nomatch")) +
+        ", \"lease_check_ns\": " + Json(m("d_1_match") - m("d_1_match_nolease")) +
+        ", \"match_path_ns\": " + Json(m("d_1_match_nolease") - m("c_1_nomatch")) +
+        ", \"ttl_check_ns\": " + Json(m("d_1_match_ttl") - m("d_1_match")) +
+        ", \"tc_1_match_added_ns\": " + Json(m("d_1_match_tc") - m("a_empty_tc")) +
+        ", \"step_bucket_scan_rule_lookup_ns\": " +
+        Json(m("c_1_bucket_hookmiss") - m("c_1_nomatch")) +
+        ", \"step_field_checks_ns\": " + Json(m("c_1_bucket_addrmiss") - m("c_1_bucket_hookmiss")) +
+        ", \"step_chosen_rule_counters_decision_ns\": " +
+        Json(m("d_1_match") - m("c_1_bucket_addrmiss")) +
+        ", \"ratio_10k_ports_vs_1_port_rule\": " + Json(m("e_10k_ports") / m("c_1_nomatch")) +
+        ", \"ratio_10k_hosts_vs_1_host_rule\": " + Json(m("e_10k_hosts") / m("c_1_host_nomatch")) +
+        ", \"ratio_10k_mixed_vs_1_host_rule\": " +
+        Json(m("e_10k_nomatch") / m("c_1_host_nomatch")) + "}" + (pi == 0 ? ",\n" : "\n");
   }
   out += "  },\n";
-  out += "  \"diagnostics_legend\": \"host_index_ns: c_1_host_nomatch - c_1_nomatch (the host "
-         "index is consulted once any host-anchored rule exists); lease_check_ns: d_1_match - "
-         "d_1_match_nolease; ttl_check_ns: d_1_match_ttl - d_1_match; match_path_ns: d_1_match_nolease - c_1_nomatch; tc_1_match_added_ns: "
-         "d_1_match_tc - a_empty_tc (per skb at the hook lossd picks on veth); step_*: the matched path in three steps, c_1_bucket_hookmiss - c_1_nomatch, c_1_bucket_addrmiss - c_1_bucket_hookmiss, d_1_match - c_1_bucket_addrmiss; ratios: the same "
-         "kind of rule, 10,000 vs 1\",\n";
+  out +=
+      "  \"diagnostics_legend\": \"host_index_ns: c_1_host_nomatch - c_1_nomatch (the host "
+      "index is consulted once any host-anchored rule exists); lease_check_ns: d_1_match - "
+      "d_1_match_nolease; ttl_check_ns: d_1_match_ttl - d_1_match; match_path_ns: "
+      "d_1_match_nolease - c_1_nomatch; tc_1_match_added_ns: "
+      "d_1_match_tc - a_empty_tc (per skb at the hook lossd picks on veth); step_*: the matched "
+      "path in three steps, c_1_bucket_hookmiss - c_1_nomatch, c_1_bucket_addrmiss - "
+      "c_1_bucket_hookmiss, d_1_match - c_1_bucket_addrmiss; ratios: the same "
+      "kind of rule, 10,000 vs 1\",\n";
   out += std::string("  \"checks_ok\": ") + (problems.empty() ? "true" : "false") + ",\n";
   out += "  \"problems\": \"" + problems + "\"\n}\n";
   fputs(out.c_str(), stdout);
@@ -663,6 +670,7 @@ int main(int argc, char** argv) {
     close(c.netns_fd);
   }
   std::string rm = "rm -rf '" + state_root + "'";
-  if (system(rm.c_str()) != 0) fprintf(stderr, "bpf_cost: could not remove %s\n", state_root.c_str());
+  if (system(rm.c_str()) != 0)
+    fprintf(stderr, "bpf_cost: could not remove %s\n", state_root.c_str());
   return problems.empty() ? 0 : 1;
 }

@@ -60,9 +60,12 @@ struct Series {
   std::string Json() const {
     std::vector<double> v = ms;
     std::sort(v.begin(), v.end());
-    double med = v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
+    double med =
+        v.empty() ? 0
+                  : (v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
     char buf[160];
-    std::snprintf(buf, sizeof(buf), "{\"median_ms\":%.1f,\"min_ms\":%.1f,\"max_ms\":%.1f,\"n\":%zu}", med,
+    std::snprintf(buf, sizeof(buf),
+                  "{\"median_ms\":%.1f,\"min_ms\":%.1f,\"max_ms\":%.1f,\"n\":%zu}", med,
                   v.empty() ? 0 : v.front(), v.empty() ? 0 : v.back(), v.size());
     return buf;
   }
@@ -130,12 +133,14 @@ int main(int argc, char** argv) {
       sum.Add(total);
       bpf_object__close(m);
     }
-    std::printf("%s\"%s\":{\"whole\":%s,\"maps_only\":%s,\"programs_one_by_one\":%s,\"programs\":[", e ? "," : "",
-                elf.name, whole.Json().c_str(), maps.Json().c_str(), sum.Json().c_str());
+    std::printf("%s\"%s\":{\"whole\":%s,\"maps_only\":%s,\"programs_one_by_one\":%s,\"programs\":[",
+                e ? "," : "", elf.name, whole.Json().c_str(), maps.Json().c_str(),
+                sum.Json().c_str());
     for (size_t i = 0; i < names.size(); i++) {
       const auto& s = info[names[i]];
-      std::printf("%s{\"name\":\"%s\",\"verified_insns\":%u,\"xlated_insns\":%u,\"load\":%s}", i ? "," : "",
-                  names[i].c_str(), s.verified_insns, s.xlated_insns, each[names[i]].Json().c_str());
+      std::printf("%s{\"name\":\"%s\",\"verified_insns\":%u,\"xlated_insns\":%u,\"load\":%s}",
+                  i ? "," : "", names[i].c_str(), s.verified_insns, s.xlated_insns,
+                  each[names[i]].Json().c_str());
     }
     std::printf("]}");
   }

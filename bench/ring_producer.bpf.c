@@ -19,11 +19,11 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 struct produce_args {
-	__u32 n;          /* events to submit in this run */
-	__u32 family;     /* AF_INET */
-	__u64 first_id;   /* cookie of the first event; +1 per event */
-	__u64 submitted;  /* out */
-	__u64 lost;       /* out: reservations that failed (also in ring_lost) */
+	__u32 n;	 /* events to submit in this run */
+	__u32 family;	 /* AF_INET */
+	__u64 first_id;	 /* cookie of the first event; +1 per event */
+	__u64 submitted; /* out */
+	__u64 lost;	 /* out: reservations that failed (also in ring_lost) */
 };
 
 __u64 last_wakeup_ns;

@@ -77,7 +77,8 @@ int FindMap(int pid, const char* name) {
 }
 
 int Usage() {
-  std::fprintf(stderr, "usage: ring_producer --pid PID [--rate EVENTS_PER_S] [--seconds S] [--batch N]\n");
+  std::fprintf(stderr,
+               "usage: ring_producer --pid PID [--rate EVENTS_PER_S] [--seconds S] [--batch N]\n");
   return 2;
 }
 
@@ -89,19 +90,25 @@ int main(int argc, char** argv) {
   uint32_t batch = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--pid") pid = std::atoi(argv[i + 1]);
-    else if (a == "--rate") rate = std::atof(argv[i + 1]);
-    else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
-    else if (a == "--batch") batch = static_cast<uint32_t>(std::atoi(argv[i + 1]));
-    else return Usage();
+    if (a == "--pid")
+      pid = std::atoi(argv[i + 1]);
+    else if (a == "--rate")
+      rate = std::atof(argv[i + 1]);
+    else if (a == "--seconds")
+      seconds = std::atof(argv[i + 1]);
+    else if (a == "--batch")
+      batch = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    else
+      return Usage();
   }
   if (pid <= 0 || seconds <= 0 || batch == 0 || rate < 0) return Usage();
 
   lossd::UniqueFd ring(FindMap(pid, "obs_ring"));
   lossd::UniqueFd counters(FindMap(pid, "obs_counters"));
   if (!ring.valid() || !counters.valid()) {
-    std::fprintf(stderr, "ring_producer: process %d holds no observer ring (is it lossd with the observer?)\n",
-                 pid);
+    std::fprintf(
+        stderr,
+        "ring_producer: process %d holds no observer ring (is it lossd with the observer?)\n", pid);
     return 1;
   }
   ring_producer_bpf* skel = ring_producer_bpf__open();
@@ -121,7 +128,8 @@ int main(int argc, char** argv) {
   uint64_t submitted = 0, lost = 0, runs = 0;
   double start = Now(), end = start + seconds, now = start;
   while ((now = Now()) < end) {
-    uint64_t due = rate > 0 ? static_cast<uint64_t>(rate * (now - start)) : submitted + lost + batch;
+    uint64_t due =
+        rate > 0 ? static_cast<uint64_t>(rate * (now - start)) : submitted + lost + batch;
     if (submitted + lost >= due) {
       usleep(50);
       continue;
@@ -142,10 +150,11 @@ int main(int argc, char** argv) {
     runs++;
   }
   double secs = Now() - start;
-  std::printf("{\"submitted\":%llu,\"lost\":%llu,\"seconds\":%.4f,\"rate_target\":%.0f,"
-              "\"rate_achieved\":%.0f,\"runs\":%llu,\"batch\":%u}\n",
-              (unsigned long long)submitted, (unsigned long long)lost, secs, rate,
-              (submitted + lost) / secs, (unsigned long long)runs, batch);
+  std::printf(
+      "{\"submitted\":%llu,\"lost\":%llu,\"seconds\":%.4f,\"rate_target\":%.0f,"
+      "\"rate_achieved\":%.0f,\"runs\":%llu,\"batch\":%u}\n",
+      (unsigned long long)submitted, (unsigned long long)lost, secs, rate,
+      (submitted + lost) / secs, (unsigned long long)runs, batch);
   ring_producer_bpf__destroy(skel);
   return 0;
 }

@@ -121,13 +121,12 @@ static __always_inline __u64 loss_rank_body(__u32 slot, const struct pkt *p)
 	if (r->flags & LOSS_RULE_HAS_PORTS) {
 		if (!p->has_ports)
 			return 0;
-		if (p->sport < m->sport_lo || p->sport > m->sport_hi ||
-		    p->dport < m->dport_lo || p->dport > m->dport_hi)
+		if (p->sport < m->sport_lo || p->sport > m->sport_hi || p->dport < m->dport_lo ||
+		    p->dport > m->dport_hi)
 			return 0;
 	}
-	if (m->tcp_flags_mask &&
-	    (p->l4proto != PROTO_TCP || !p->has_ports ||
-	     (p->tcp_flags & m->tcp_flags_mask) != m->tcp_flags_value))
+	if (m->tcp_flags_mask && (p->l4proto != PROTO_TCP || !p->has_ports ||
+				  (p->tcp_flags & m->tcp_flags_mask) != m->tcp_flags_value))
 		return 0;
 	if (m->payload == LOSS_PAYLOAD_ONLY && (!p->has_ports || !p->has_payload))
 		return 0;
@@ -317,8 +316,8 @@ static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct 
  * Returns 1 to drop. hook and is_skb are compile-time constants in each
  * program, so the helpers one context type lacks are never emitted for it.
  */
-static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3proto,
-				       struct pkt *p, void *base, const int hook, const int is_skb)
+static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3proto, struct pkt *p,
+				       void *base, const int hook, const int is_skb)
 {
 	__u32 hk = hook;
 	p->hook = hook;
@@ -399,7 +398,7 @@ SEC("xdp")
 int lossd_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
-	struct cursor c = { .pos = data, .end = (void *)(long)ctx->data_end };
+	struct cursor c = {.pos = data, .end = (void *)(long)ctx->data_end};
 	struct pkt p = {
 		.dir = LOSS_DIR_INGRESS,
 		.ifindex = ctx->ingress_ifindex,
@@ -415,7 +414,7 @@ int lossd_xdp(struct xdp_md *ctx)
 static __always_inline int skb_run(struct __sk_buff *skb, const int hook, __u8 dir, const bool l2)
 {
 	void *data = (void *)(long)skb->data;
-	struct cursor c = { .pos = data, .end = (void *)(long)skb->data_end };
+	struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
 	struct pkt p = {
 		.dir = dir,
 		.ifindex = skb->ifindex,
@@ -430,7 +429,8 @@ static __always_inline int skb_run(struct __sk_buff *skb, const int hook, __u8 d
 SEC("tc")
 int lossd_tc_in(struct __sk_buff *skb)
 {
-	return skb_run(skb, LOSS_HOOK_TC_INGRESS, LOSS_DIR_INGRESS, true) ? TC_ACT_SHOT : TC_ACT_UNSPEC;
+	return skb_run(skb, LOSS_HOOK_TC_INGRESS, LOSS_DIR_INGRESS, true) ? TC_ACT_SHOT
+									  : TC_ACT_UNSPEC;
 }
 
 /*
@@ -441,7 +441,8 @@ int lossd_tc_in(struct __sk_buff *skb)
 SEC("tc")
 int lossd_tc_out(struct __sk_buff *skb)
 {
-	return skb_run(skb, LOSS_HOOK_TC_EGRESS, LOSS_DIR_EGRESS, true) ? TC_ACT_STOLEN : TC_ACT_UNSPEC;
+	return skb_run(skb, LOSS_HOOK_TC_EGRESS, LOSS_DIR_EGRESS, true) ? TC_ACT_STOLEN
+									: TC_ACT_UNSPEC;
 }
 
 SEC("cgroup_skb/ingress")

@@ -20,10 +20,10 @@
 #define LOSS_STATIC_ASSERT _Static_assert
 #endif
 
-#define LOSS_MAX_RULES 16384     /* rule slots (array map size) */
-#define LOSS_BUCKET_SLOTS 16     /* rules anchored on one port/host */
-#define LOSS_SCAN_MAX 64         /* rules with no port/host anchor */
-#define LOSS_FLOW_STATES 65536   /* per-rule per-flow model state (LRU) */
+#define LOSS_MAX_RULES 16384   /* rule slots (array map size) */
+#define LOSS_BUCKET_SLOTS 16   /* rules anchored on one port/host */
+#define LOSS_SCAN_MAX 64       /* rules with no port/host anchor */
+#define LOSS_FLOW_STATES 65536 /* per-rule per-flow model state (LRU) */
 
 /* Where a program runs. Index into the per-hook counters. */
 enum loss_hook {
@@ -41,21 +41,21 @@ enum loss_hook {
 
 /* loss_match.payload */
 #define LOSS_PAYLOAD_ANY 0
-#define LOSS_PAYLOAD_ONLY 1      /* only TCP/UDP packets carrying payload */
-#define LOSS_PAYLOAD_NONE 2      /* only packets without L4 payload (pure ACK, SYN, ...) */
+#define LOSS_PAYLOAD_ONLY 1 /* only TCP/UDP packets carrying payload */
+#define LOSS_PAYLOAD_NONE 2 /* only packets without L4 payload (pure ACK, SYN, ...) */
 
 /* Loss models (loss_rule.model). */
 enum loss_model {
-	LOSS_MODEL_BERNOULLI = 0,   /* drop with probability p per packet */
-	LOSS_MODEL_GE = 1,          /* Gilbert-Elliott, netem gemodel p r 1-h 1-k */
-	LOSS_MODEL_NTH = 2,         /* drop every n-th packet of each flow */
-	LOSS_MODEL_FIRST = 3,       /* drop the first k packets of each flow */
+	LOSS_MODEL_BERNOULLI = 0, /* drop with probability p per packet */
+	LOSS_MODEL_GE = 1,	  /* Gilbert-Elliott, netem gemodel p r 1-h 1-k */
+	LOSS_MODEL_NTH = 2,	  /* drop every n-th packet of each flow */
+	LOSS_MODEL_FIRST = 3,	  /* drop the first k packets of each flow */
 };
 
 /* loss_rule.flags */
-#define LOSS_RULE_ACTIVE 0x1     /* slot holds a live rule */
-#define LOSS_RULE_SEEDED 0x2     /* per-flow PRNG seeded from loss_rule.seed */
-#define LOSS_RULE_HAS_PORTS 0x4  /* rule needs L4 ports (never matches fragments) */
+#define LOSS_RULE_ACTIVE 0x1	/* slot holds a live rule */
+#define LOSS_RULE_SEEDED 0x2	/* per-flow PRNG seeded from loss_rule.seed */
+#define LOSS_RULE_HAS_PORTS 0x4 /* rule needs L4 ports (never matches fragments) */
 
 /*
  * Probabilities are fixed-point over 2^32: a packet is dropped when a
@@ -70,40 +70,41 @@ enum loss_model {
  * prefix. A zero mask matches everything.
  */
 struct loss_match {
-	__u32 src_addr[4];    /* network byte order */
-	__u32 src_mask[4];    /* network byte order */
-	__u32 dst_addr[4];    /* network byte order */
-	__u32 dst_mask[4];    /* network byte order */
-	__u16 sport_lo;       /* host byte order, inclusive; 0..65535 = any */
+	__u32 src_addr[4]; /* network byte order */
+	__u32 src_mask[4]; /* network byte order */
+	__u32 dst_addr[4]; /* network byte order */
+	__u32 dst_mask[4]; /* network byte order */
+	__u16 sport_lo;	   /* host byte order, inclusive; 0..65535 = any */
 	__u16 sport_hi;
-	__u16 dport_lo;       /* host byte order, inclusive */
+	__u16 dport_lo; /* host byte order, inclusive */
 	__u16 dport_hi;
-	__u8 family;          /* 0 any, 4 IPv4, 6 IPv6 */
-	__u8 l4proto;         /* 0 any, else IPPROTO_* (ICMPv6 = 58) */
-	__u8 tcp_flags_mask;  /* match (flags & mask) == value; FIN=0x01 SYN=0x02 RST=0x04 PSH=0x08 ACK=0x10 */
+	__u8 family;	     /* 0 any, 4 IPv4, 6 IPv6 */
+	__u8 l4proto;	     /* 0 any, else IPPROTO_* (ICMPv6 = 58) */
+	__u8 tcp_flags_mask; /* match (flags & mask) == value; FIN=0x01 SYN=0x02 RST=0x04 PSH=0x08
+				ACK=0x10 */
 	__u8 tcp_flags_value;
-	__u8 dir_mask;        /* LOSS_DIR_*; 0 = both */
-	__u8 payload;         /* LOSS_PAYLOAD_* */
-	__u8 cgroup_level;    /* ancestor level of cgroup_id (cgroup/tc hooks) */
-	__u8 hook_mask;       /* 1 << enum loss_hook the rule runs in; 0 = all */
-	__u32 ifindex;        /* 0 any */
-	__u64 cgroup_id;      /* 0 any; cgroup v2 id */
+	__u8 dir_mask;	   /* LOSS_DIR_*; 0 = both */
+	__u8 payload;	   /* LOSS_PAYLOAD_* */
+	__u8 cgroup_level; /* ancestor level of cgroup_id (cgroup/tc hooks) */
+	__u8 hook_mask;	   /* 1 << enum loss_hook the rule runs in; 0 = all */
+	__u32 ifindex;	   /* 0 any */
+	__u64 cgroup_id;   /* 0 any; cgroup v2 id */
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_match) == 96, "loss_match layout");
 
 struct loss_rule {
 	struct loss_match m;
-	__u32 priority;       /* higher wins */
-	__u32 model;          /* enum loss_model */
-	__u64 p;              /* Bernoulli: drop threshold; GE: good->bad threshold */
-	__u64 r;              /* GE: bad->good threshold */
-	__u64 bad_loss;       /* GE: loss threshold in bad state (1-h) */
-	__u64 good_loss;      /* GE: loss threshold in good state (1-k) */
-	__u32 n;              /* NTH: period; FIRST: k */
-	__u32 flags;          /* LOSS_RULE_* */
-	__u64 seed;           /* LOSS_RULE_SEEDED */
-	__u64 expires_ns;     /* CLOCK_MONOTONIC (bpf_ktime_get_ns); 0 = never */
-	__u32 generation;     /* bumped on every (re)use of the slot */
+	__u32 priority;	  /* higher wins */
+	__u32 model;	  /* enum loss_model */
+	__u64 p;	  /* Bernoulli: drop threshold; GE: good->bad threshold */
+	__u64 r;	  /* GE: bad->good threshold */
+	__u64 bad_loss;	  /* GE: loss threshold in bad state (1-h) */
+	__u64 good_loss;  /* GE: loss threshold in good state (1-k) */
+	__u32 n;	  /* NTH: period; FIRST: k */
+	__u32 flags;	  /* LOSS_RULE_* */
+	__u64 seed;	  /* LOSS_RULE_SEEDED */
+	__u64 expires_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns); 0 = never */
+	__u32 generation; /* bumped on every (re)use of the slot */
 	__u32 _pad1;
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 168, "loss_rule layout");
@@ -127,9 +128,9 @@ LOSS_STATIC_ASSERT(sizeof(struct loss_bucket) == 68, "loss_bucket layout");
 #define LOSS_ANCHOR_DHOST 0
 #define LOSS_ANCHOR_SHOST 1
 struct loss_host_key {
-	__u32 kind;           /* LOSS_ANCHOR_DHOST / SHOST */
-	__u32 family;         /* 4 or 6 */
-	__u32 addr[4];        /* network byte order */
+	__u32 kind;    /* LOSS_ANCHOR_DHOST / SHOST */
+	__u32 family;  /* 4 or 6 */
+	__u32 addr[4]; /* network byte order */
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_host_key) == 24, "loss_host_key layout");
 
@@ -145,7 +146,8 @@ LOSS_STATIC_ASSERT(sizeof(struct loss_host_key) == 24, "loss_host_key layout");
 /* The pre-filter's hash of an address (the same in BPF and user space). */
 static inline __u32 loss_addr_hash(const __u32 *addr)
 {
-	__u32 h = (addr[0] ^ (addr[1] * 0x85ebca6bU) ^ (addr[2] * 0xc2b2ae35U) ^ (addr[3] * 0x27d4eb2fU));
+	__u32 h = (addr[0] ^ (addr[1] * 0x85ebca6bU) ^ (addr[2] * 0xc2b2ae35U) ^
+		   (addr[3] * 0x27d4eb2fU));
 	h *= 0x9E3779B1U;
 	return h >> 12; /* 20 bits */
 }
@@ -155,7 +157,7 @@ struct loss_config {
 	__u64 lease_until_ns; /* bpf_ktime_get_ns; 0 = no lease. Past it, nothing is dropped. */
 	__u32 n_port_rules;   /* rules anchored in the port index (skip it when 0) */
 	__u32 n_dhost_rules;  /* rules anchored on a destination host */
-	__u32 n_scan;         /* valid entries of scan[] */
+	__u32 n_scan;	      /* valid entries of scan[] */
 	__u32 n_shost_rules;  /* rules anchored on a source host */
 	__u32 scan[LOSS_SCAN_MAX]; /* unanchored rule slots, sorted like a bucket */
 };
@@ -163,8 +165,8 @@ LOSS_STATIC_ASSERT(sizeof(struct loss_config) == 280, "loss_config layout");
 
 /* Per-rule counters (per-CPU; the reader sums). */
 struct loss_rule_stats {
-	__u64 matched_pkts;   /* skbs / frames */
-	__u64 matched_segs;   /* wire segments (gso_segs) */
+	__u64 matched_pkts; /* skbs / frames */
+	__u64 matched_segs; /* wire segments (gso_segs) */
 	__u64 matched_bytes;
 	__u64 dropped_pkts;
 	__u64 dropped_segs;
@@ -174,12 +176,12 @@ LOSS_STATIC_ASSERT(sizeof(struct loss_rule_stats) == 48, "loss_rule_stats layout
 
 /* Per-hook counters (per-CPU). */
 struct loss_hook_stats {
-	__u64 seen;           /* every packet the hook ran on */
-	__u64 passed;         /* passed (no match, not dropped, or not IP) */
+	__u64 seen;   /* every packet the hook ran on */
+	__u64 passed; /* passed (no match, not dropped, or not IP) */
 	__u64 dropped;
-	__u64 unparsable;     /* truncated/malformed/non-linear: passed */
-	__u64 always_pass;    /* ARP and IPv6 neighbour discovery */
-	__u64 lease_expired;  /* matched a dropping rule after the lease ran out */
+	__u64 unparsable;    /* truncated/malformed/non-linear: passed */
+	__u64 always_pass;   /* ARP and IPv6 neighbour discovery */
+	__u64 lease_expired; /* matched a dropping rule after the lease ran out */
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_hook_stats) == 48, "loss_hook_stats layout");
 
@@ -187,9 +189,9 @@ LOSS_STATIC_ASSERT(sizeof(struct loss_hook_stats) == 48, "loss_hook_stats layout
 struct loss_flow_key {
 	__u32 slot;
 	__u32 generation;
-	__u32 saddr[4];       /* network byte order */
-	__u32 daddr[4];       /* network byte order */
-	__u16 sport;          /* host byte order */
+	__u32 saddr[4]; /* network byte order */
+	__u32 daddr[4]; /* network byte order */
+	__u16 sport;	/* host byte order */
 	__u16 dport;
 	__u8 l4proto;
 	__u8 family;
@@ -198,9 +200,9 @@ struct loss_flow_key {
 LOSS_STATIC_ASSERT(sizeof(struct loss_flow_key) == 48, "loss_flow_key layout");
 
 struct loss_flow_state {
-	__u64 prng;           /* xorshift64* state (seeded rules) */
-	__u64 count;          /* packets of this flow seen by the rule */
-	__u32 bad;            /* GE: 1 while in the bad state */
+	__u64 prng;  /* xorshift64* state (seeded rules) */
+	__u64 count; /* packets of this flow seen by the rule */
+	__u32 bad;   /* GE: 1 while in the bad state */
 	__u32 _pad;
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_flow_state) == 24, "loss_flow_state layout");

@@ -42,8 +42,8 @@ enum obs_rtx_type {
  * before counting (EBUSY, EAGAIN, ENOMEM) do not reach the callback.
  */
 enum obs_outcome {
-	OBS_SENT = 0,        /* err == 0 */
-	OBS_FAILED = 1,      /* err != 0: also in TCPRetransFail */
+	OBS_SENT = 0,	/* err == 0 */
+	OBS_FAILED = 1, /* err != 0: also in TCPRetransFail */
 	OBS_OUTCOME_MAX = 2,
 };
 
@@ -57,12 +57,12 @@ OBS_STATIC_ASSERT(sizeof(struct obs_total) == 16, "obs_total layout");
 
 /* Per-CPU observer self-counters, index into an array. */
 enum obs_counter {
-	OBS_CNT_RING_LOST = 0,      /* events that could not be reserved in the ring */
-	OBS_CNT_FILTERED = 1,       /* events filtered out in the kernel */
+	OBS_CNT_RING_LOST = 0, /* events that could not be reserved in the ring */
+	OBS_CNT_FILTERED = 1,  /* events filtered out in the kernel */
 	OBS_CNT_FLOWS_OPENED = 2,
 	OBS_CNT_FLOWS_CLOSED = 3,
 	OBS_CNT_FLOW_TABLE_FULL = 4,
-	OBS_CNT_ARM_FAILED = 5,     /* sockets whose retransmission callback could not be armed */
+	OBS_CNT_ARM_FAILED = 5,	    /* sockets whose retransmission callback could not be armed */
 	OBS_CNT_ARMED_EXISTING = 6, /* pre-existing sockets armed by the iterator */
 	OBS_CNT_MAX = 7,
 };
@@ -77,81 +77,81 @@ enum obs_event_kind {
 };
 
 struct obs_tuple {
-	__u32 saddr[4];       /* local address, network byte order (IPv4 in [0]) */
-	__u32 daddr[4];       /* remote address */
-	__u16 sport;          /* local port, host byte order */
-	__u16 dport;          /* remote port, host byte order */
-	__u16 family;         /* AF_INET / AF_INET6 */
+	__u32 saddr[4]; /* local address, network byte order (IPv4 in [0]) */
+	__u32 daddr[4]; /* remote address */
+	__u16 sport;	/* local port, host byte order */
+	__u16 dport;	/* remote port, host byte order */
+	__u16 family;	/* AF_INET / AF_INET6 */
 	__u16 _pad;
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_tuple) == 40, "obs_tuple layout");
 
 /* Socket state read from tcp_sock at the event. */
 struct obs_sock_state {
-	__u32 snd_cwnd;       /* segments */
-	__u32 snd_ssthresh;   /* segments; 0x7fffffff = infinite */
-	__u32 srtt_us;        /* smoothed RTT, us */
-	__u32 rttvar_us;      /* mdev, us (tcpi_rttvar) */
-	__u32 mss;            /* mss_cache */
+	__u32 snd_cwnd;	    /* segments */
+	__u32 snd_ssthresh; /* segments; 0x7fffffff = infinite */
+	__u32 srtt_us;	    /* smoothed RTT, us */
+	__u32 rttvar_us;    /* mdev, us (tcpi_rttvar) */
+	__u32 mss;	    /* mss_cache */
 	__u32 packets_out;
 	__u32 retrans_out;
 	__u32 lost_out;
 	__u32 sacked_out;
-	__u32 in_flight;      /* packets_out - sacked_out - lost_out + retrans_out */
-	__u32 snd_wnd;        /* bytes */
-	__u32 rcv_wnd;        /* bytes */
-	__u32 total_retrans;  /* segments, this socket's life */
-	__u8 ca_state;        /* TCP_CA_Open .. TCP_CA_Loss */
-	__u8 backoff;         /* icsk_backoff */
-	__u8 retransmits;     /* icsk_retransmits */
-	__u8 tcp_state;       /* TCP_ESTABLISHED ... */
+	__u32 in_flight;     /* packets_out - sacked_out - lost_out + retrans_out */
+	__u32 snd_wnd;	     /* bytes */
+	__u32 rcv_wnd;	     /* bytes */
+	__u32 total_retrans; /* segments, this socket's life */
+	__u8 ca_state;	     /* TCP_CA_Open .. TCP_CA_Loss */
+	__u8 backoff;	     /* icsk_backoff */
+	__u8 retransmits;    /* icsk_retransmits */
+	__u8 tcp_state;	     /* TCP_ESTABLISHED ... */
 	__u64 bytes_acked;
 	__u64 bytes_sent;
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_sock_state) == 72, "obs_sock_state layout");
 
 struct obs_event {
-	__u32 kind;           /* obs_event_kind */
+	__u32 kind; /* obs_event_kind */
 	__u32 cpu;
 	__u64 time_ns;
-	__u64 cookie;         /* socket cookie */
-	__u64 cgroup_id;      /* cgroup v2 id of the socket */
+	__u64 cookie;	 /* socket cookie */
+	__u64 cgroup_id; /* cgroup v2 id of the socket */
 	struct obs_tuple tuple;
 	/* OBS_EV_RETRANSMIT */
-	__u32 type;           /* obs_rtx_type */
-	__u32 outcome;        /* obs_outcome */
+	__u32 type;    /* obs_rtx_type */
+	__u32 outcome; /* obs_outcome */
 	__s32 err;
-	__u32 segs;           /* tcp_skb_pcount of the resent skb */
-	__u32 seq;            /* first sequence number resent */
+	__u32 segs; /* tcp_skb_pcount of the resent skb */
+	__u32 seq;  /* first sequence number resent */
 	__u32 _pad;
 	struct obs_sock_state st;
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_event) == 168, "obs_event layout");
 
 /* Per-flow aggregate, kept in the kernel (never one event per ACK). */
-#define OBS_CA_STATES 5       /* Open, Disorder, CWR, Recovery, Loss */
+#define OBS_CA_STATES 5 /* Open, Disorder, CWR, Recovery, Loss */
 struct obs_flow {
 	struct obs_tuple tuple;
 	__u64 cgroup_id;
-	__u64 opened_ns;      /* when seen established (or first seen) */
-	__u64 updated_ns;     /* last tcp_probe / event */
+	__u64 opened_ns;  /* when seen established (or first seen) */
+	__u64 updated_ns; /* last tcp_probe / event */
 	__u32 cwnd, cwnd_min, cwnd_max;
 	__u32 srtt_us, srtt_min_us, srtt_max_us;
 	__u64 bytes_acked;
 	__u64 bytes_sent;
-	__u64 rtx_segs[OBS_RTX_MAX];   /* sent retransmissions by type (segments) */
+	__u64 rtx_segs[OBS_RTX_MAX]; /* sent retransmissions by type (segments) */
 	__u64 ca_time_ns[OBS_CA_STATES];
-	__u64 ca_since_ns;    /* when the current congestion state began */
+	__u64 ca_since_ns; /* when the current congestion state began */
 	__u32 ca_state;
 	__u32 max_backoff;
-	__u32 preexisting;    /* 1 if picked up by the iterator */
+	__u32 preexisting; /* 1 if picked up by the iterator */
 	__u32 _pad;
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 232, "obs_flow layout");
 
 /* The closing summary of a flow travels as an event followed by its flow. */
 struct obs_close_event {
-	struct obs_event ev;  /* kind OBS_EV_FLOW_CLOSE; st = last state */
+	struct obs_event ev; /* kind OBS_EV_FLOW_CLOSE; st = last state */
 	struct obs_flow flow;
 	__u64 closed_ns;
 };
@@ -163,18 +163,18 @@ OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 408, "obs_close_event layout
  */
 #define OBS_MAX_FILTERS 16
 struct obs_filter {
-	__u32 addr[4];        /* remote or local address (either matches), pre-masked */
+	__u32 addr[4]; /* remote or local address (either matches), pre-masked */
 	__u32 mask[4];
-	__u16 port_lo;        /* local or remote port (either matches) */
+	__u16 port_lo; /* local or remote port (either matches) */
 	__u16 port_hi;
-	__u16 family;         /* 0 any */
+	__u16 family; /* 0 any */
 	__u16 _pad;
-	__u64 cgroup_id;      /* 0 any */
+	__u64 cgroup_id; /* 0 any */
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_filter) == 48, "obs_filter layout");
 
 struct obs_config {
-	__u64 netns_ino;      /* only sockets of this network namespace; 0 = all */
+	__u64 netns_ino; /* only sockets of this network namespace; 0 = all */
 	__u32 n_filters;
 	__u32 _pad;
 	struct obs_filter filters[OBS_MAX_FILTERS];

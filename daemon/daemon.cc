@@ -11,14 +11,14 @@
 
 #include <atomic>
 #include <cstdio>
-#include <thread>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/json.h"
 #include "common/log.h"
-#include "injector/attach.h"
 #include "effects/effects.h"
+#include "injector/attach.h"
 #include "service/services.h"
 #include "service/stream.h"
 
@@ -59,8 +59,10 @@ int RunDaemon(const DaemonOptions& opts) {
     if (!opts.tls_cert.empty() || !opts.tls_key.empty()) {
       grpc::SslServerCredentialsOptions ssl;
       grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-      if (!ReadFile(opts.tls_key, &pair.private_key) || !ReadFile(opts.tls_cert, &pair.cert_chain)) {
-        LOG_ERROR("cannot read --tls-cert %s / --tls-key %s", opts.tls_cert.c_str(), opts.tls_key.c_str());
+      if (!ReadFile(opts.tls_key, &pair.private_key) ||
+          !ReadFile(opts.tls_cert, &pair.cert_chain)) {
+        LOG_ERROR("cannot read --tls-cert %s / --tls-key %s", opts.tls_cert.c_str(),
+                  opts.tls_key.c_str());
         return 2;
       }
       ssl.pem_key_cert_pairs.push_back(pair);
@@ -75,8 +77,10 @@ int RunDaemon(const DaemonOptions& opts) {
     } else if (IsLoopback(opts.listen) || opts.insecure_tcp) {
       tcp_creds = grpc::InsecureServerCredentials();
     } else {
-      LOG_ERROR("refusing plaintext gRPC on %s: give --tls-cert and --tls-key, listen on loopback, "
-                "or force it with --insecure-tcp", opts.listen.c_str());
+      LOG_ERROR(
+          "refusing plaintext gRPC on %s: give --tls-cert and --tls-key, listen on loopback, "
+          "or force it with --insecure-tcp",
+          opts.listen.c_str());
       return 2;
     }
   }
@@ -105,7 +109,8 @@ int RunDaemon(const DaemonOptions& opts) {
   if (!opts.listen.empty()) {  // the control port is as protected as SSH
     auto colon = opts.listen.rfind(':');
     if (colon != std::string::npos)
-      io.limits.protected_ports.push_back(static_cast<uint16_t>(std::atoi(opts.listen.c_str() + colon + 1)));
+      io.limits.protected_ports.push_back(
+          static_cast<uint16_t>(std::atoi(opts.listen.c_str() + colon + 1)));
   }
   Status valid = Injector::CheckOptions(io);
   if (!valid.ok()) {
@@ -169,7 +174,8 @@ int RunDaemon(const DaemonOptions& opts) {
   SystemService system_service(&parts, &observer_service);
 
   grpc::ServerBuilder builder;
-  if (!opts.socket.empty()) builder.AddListeningPort("unix:" + opts.socket, grpc::InsecureServerCredentials());
+  if (!opts.socket.empty())
+    builder.AddListeningPort("unix:" + opts.socket, grpc::InsecureServerCredentials());
   int tcp_port = 0;
   if (!opts.listen.empty()) builder.AddListeningPort(opts.listen, tcp_creds, &tcp_port);
   builder.RegisterService(&injector_service);
@@ -184,9 +190,11 @@ int RunDaemon(const DaemonOptions& opts) {
   if (!opts.socket.empty()) chmod(opts.socket.c_str(), 0660);
   LOG_INFO("serving lossd.v1 on %s%s%s", opts.socket.empty() ? "" : ("unix:" + opts.socket).c_str(),
            opts.listen.empty() ? "" : " and ", opts.listen.c_str());
-  std::printf("%s\n", JsonLine({{"event", "ready"}, {"pid", getpid()}, {"socket", opts.socket},
-                                {"tcp_port", tcp_port}})
-                          .c_str());
+  std::printf(
+      "%s\n",
+      JsonLine(
+          {{"event", "ready"}, {"pid", getpid()}, {"socket", opts.socket}, {"tcp_port", tcp_port}})
+          .c_str());
   std::fflush(stdout);
   std::thread loader;
   if (!opts.sync_start) loader = std::thread(load);
@@ -198,7 +206,7 @@ int RunDaemon(const DaemonOptions& opts) {
   } else {
     LOG_INFO("signal %d: finishing streams, detaching", sig);
   }
-  stopping = true;  // a loading observer stops at its next program
+  stopping = true;            // a loading observer stops at its next program
   g_streams_stopping = true;  // producers end their streams with OK
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();

@@ -12,10 +12,10 @@ namespace lossd {
 
 struct DaemonOptions {
   std::string socket = "/run/lossd/lossd.sock";  // "" = no Unix socket
-  std::string listen;          // host:port for TCP ("" = none)
+  std::string listen;                            // host:port for TCP ("" = none)
   std::string tls_cert, tls_key, tls_client_ca;
-  bool insecure_tcp = false;   // plaintext TCP on a non-loopback address
-  InjectorOptions injector;  // with the limits of clients' rules
+  bool insecure_tcp = false;  // plaintext TCP on a non-loopback address
+  InjectorOptions injector;   // with the limits of clients' rules
   bool observer = true;
   // Kernel-side observer filters (the daemon observes only these sockets).
   std::vector<ObsFilterSpec> observer_filters;

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "common/log.h"
+#include "daemon.h"
 #include "oneshot.h"
 #include "rules/flags.h"
-#include "daemon.h"
 
 namespace lossd {
 namespace {
@@ -39,7 +39,9 @@ struct Flags {
   uint32_t max_rules = 10000;
 };
 
-bool HasRule(const Flags& f) { return !f.rule.iface.empty() || !f.rule.cgroup.empty(); }
+bool HasRule(const Flags& f) {
+  return !f.rule.iface.empty() || !f.rule.cgroup.empty();
+}
 
 int Usage(const std::string& message) {
   fprintf(stderr, "lossd: %s\n", message.c_str());
@@ -50,30 +52,41 @@ void AddOptions(CLI::App& app, Flags& f) {
   AddRuleOptions(&app, &f.rule);
   app.add_option("--interval", f.interval, "Counter report interval");
   app.add_option("--duration", f.duration, "Stop after this long (default: until signalled)");
-  app.add_option("--lease", f.lease, "Drop nothing once this long passes without lossd renewing (200ms..60s)");
+  app.add_option("--lease", f.lease,
+                 "Drop nothing once this long passes without lossd renewing (200ms..60s)");
   app.add_option("--xdp-mode", f.xdp_mode, "auto | native | generic");
   app.add_option("--state-dir", f.state_dir, "Crash-recovery state");
   app.add_flag("--json", f.json, "JSON lines on stdout");
   app.add_flag("--observe", f.observe, "Run the TCP observer (totals at exit; implies --json)");
-  app.add_flag("--events", f.events, "Print every retransmission and flow close (implies --observe)");
-  app.add_option("--watch-port", f.watch_ports, "Observe only sockets with this local/remote port (range); repeatable, OR; filters in the kernel (also in daemon mode)");
-  app.add_option("--watch-addr", f.watch_addrs, "Observe only sockets with this local/remote address (CIDR); repeatable, OR");
-  app.add_option("--watch-cgroup", f.watch_cgroups, "Observe only sockets of this cgroup id; repeatable, OR");
+  app.add_flag("--events", f.events,
+               "Print every retransmission and flow close (implies --observe)");
+  app.add_option("--watch-port", f.watch_ports,
+                 "Observe only sockets with this local/remote port (range); repeatable, OR; "
+                 "filters in the kernel (also in daemon mode)");
+  app.add_option("--watch-addr", f.watch_addrs,
+                 "Observe only sockets with this local/remote address (CIDR); repeatable, OR");
+  app.add_option("--watch-cgroup", f.watch_cgroups,
+                 "Observe only sockets of this cgroup id; repeatable, OR");
   app.add_option("--log-level", f.log_level, "debug | info | warn | error");
   app.add_option("--protect-port", f.protect_ports,
                  "A TCP port no lossy rule may cut without force, beside 22, the control port and "
                  "every port sshd listens on; repeatable");
-  app.add_flag("--force", f.force, "Let the rule on the command line past host protection (logged)");
+  app.add_flag("--force", f.force,
+               "Let the rule on the command line past host protection (logged)");
   DaemonOptions& d = f.daemon;
-  auto* daemon = app.add_option_group("daemon", "Serving the gRPC API (when no rule or --observe is given)");
+  auto* daemon =
+      app.add_option_group("daemon", "Serving the gRPC API (when no rule or --observe is given)");
   daemon->add_option("--socket", d.socket, "Unix socket (mode 0660); empty: none");
   daemon->add_option("--listen", d.listen, "Also listen on TCP host:port (TLS unless loopback)");
   daemon->add_option("--tls-cert", d.tls_cert, "Server certificate (PEM)");
   daemon->add_option("--tls-key", d.tls_key, "Server key (PEM)");
-  daemon->add_option("--tls-client-ca", d.tls_client_ca, "Require client certificates from this CA (mutual TLS)");
-  daemon->add_flag("--insecure-tcp", d.insecure_tcp, "Allow plaintext TCP on a non-loopback address");
+  daemon->add_option("--tls-client-ca", d.tls_client_ca,
+                     "Require client certificates from this CA (mutual TLS)");
+  daemon->add_flag("--insecure-tcp", d.insecure_tcp,
+                   "Allow plaintext TCP on a non-loopback address");
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
-  daemon->add_option("--max-ttl", f.max_ttl, "Every rule must expire within this (e.g. 1h); default: no limit");
+  daemon->add_option("--max-ttl", f.max_ttl,
+                     "Every rule must expire within this (e.g. 1h); default: no limit");
   daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
   daemon->add_flag("--sync-start", d.sync_start,
                    "Load every BPF program before serving (the old start-up; for benchmarks). "
@@ -97,7 +110,8 @@ Status WatchFilters(const Flags& f, std::vector<ObsFilterSpec>* out) {
 }
 
 // A duration flag; `positive`: 0 is refused.
-Status DurationFlag(const char* flag, const std::string& text, bool positive, std::chrono::nanoseconds* out) {
+Status DurationFlag(const char* flag, const std::string& text, bool positive,
+                    std::chrono::nanoseconds* out) {
   auto d = ParseDuration(text);
   if (!d.ok()) return InvalidArgument(std::string(flag) + ": " + d.status().message());
   if (positive && d->count() <= 0) return InvalidArgument(std::string(flag) + " must be > 0");
@@ -120,9 +134,12 @@ Status InjectorFlags(const Flags& f, InjectorOptions* opts) {
     opts->limits.protected_ports.push_back(p->lo);
   }
   opts->state_dir = f.state_dir;
-  if (f.xdp_mode == "native") opts->xdp_mode = XdpMode::kNative;
-  else if (f.xdp_mode == "generic") opts->xdp_mode = XdpMode::kGeneric;
-  else if (f.xdp_mode != "auto") return InvalidArgument("--xdp-mode must be auto, native or generic");
+  if (f.xdp_mode == "native")
+    opts->xdp_mode = XdpMode::kNative;
+  else if (f.xdp_mode == "generic")
+    opts->xdp_mode = XdpMode::kGeneric;
+  else if (f.xdp_mode != "auto")
+    return InvalidArgument("--xdp-mode must be auto, native or generic");
   return Status::Ok();
 }
 
@@ -137,7 +154,8 @@ int Main(int argc, char** argv) {
   }
 
   LogLevel level;
-  if (!ParseLogLevel(f.log_level.c_str(), &level)) return Usage("--log-level must be debug, info, warn or error");
+  if (!ParseLogLevel(f.log_level.c_str(), &level))
+    return Usage("--log-level must be debug, info, warn or error");
   SetLogLevel(level);
   RouteLibbpfLogs();
   if (f.events) f.observe = true;
@@ -147,7 +165,8 @@ int Main(int argc, char** argv) {
   OneShotOptions o;
   Status st = WatchFilters(f, &filters);
   if (st.ok()) st = InjectorFlags(f, &injector);
-  if (st.ok() && !f.duration.empty()) st = DurationFlag("--duration", f.duration, false, &o.duration);
+  if (st.ok() && !f.duration.empty())
+    st = DurationFlag("--duration", f.duration, false, &o.duration);
   if (st.ok()) st = DurationFlag("--interval", f.interval, true, &o.interval);
 
   if (!HasRule(f) && !f.observe) {
@@ -184,4 +203,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace lossd
 
-int main(int argc, char** argv) { return lossd::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return lossd::Main(argc, argv);
+}

@@ -26,19 +26,25 @@ double Now() {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-void Print(const Json& j) { printf("%s\n", JsonLine(j).c_str()); }
+void Print(const Json& j) {
+  printf("%s\n", JsonLine(j).c_str());
+}
 
 // final_counters: the counters Remove() returned (the rule is gone by then).
 void Report(const Injector& inj, uint32_t id, bool json, bool final,
             const RuleCounters* final_counters = nullptr) {
-  Result<RuleCounters> c = final_counters ? Result<RuleCounters>(*final_counters) : inj.Counters(id);
+  Result<RuleCounters> c =
+      final_counters ? Result<RuleCounters>(*final_counters) : inj.Counters(id);
   if (json) {
     Json hooks = Json::object();
     for (int i = 0; i < LOSS_HOOK_MAX; i++) {
       HookCounters h = inj.HookTotals(i);
-      hooks[LossHookName(i)] = {{"seen", h.seen},       {"passed", h.passed},
-                                {"dropped", h.dropped}, {"unparsable", h.unparsable},
-                                {"always_pass", h.always_pass}, {"lease_expired", h.lease_expired}};
+      hooks[LossHookName(i)] = {{"seen", h.seen},
+                                {"passed", h.passed},
+                                {"dropped", h.dropped},
+                                {"unparsable", h.unparsable},
+                                {"always_pass", h.always_pass},
+                                {"lease_expired", h.lease_expired}};
     }
     Json j = {{"event", final ? "final" : "counters"},
               {"time", std::round(Now() * 1000) / 1000},  // ms, as before
@@ -57,9 +63,10 @@ void Report(const Injector& inj, uint32_t id, bool json, bool final,
     Print(j);
   } else if (c.ok()) {
     double rate = c->matched_segs ? 100.0 * c->dropped_segs / c->matched_segs : 0;
-    printf("rule %u: matched %" PRIu64 " pkts / %" PRIu64 " segs, dropped %" PRIu64 " pkts / %" PRIu64
-           " segs (%.4f%% of segments)\n",
-           id, c->matched_pkts, c->matched_segs, c->dropped_pkts, c->dropped_segs, rate);
+    printf(
+        "rule %u: matched %llu pkts / %llu segs, dropped %llu pkts / %llu segs (%.4f%% of "
+        "segments)\n",
+        id, c->matched_pkts, c->matched_segs, c->dropped_pkts, c->dropped_segs, rate);
   } else {
     printf("rule %u: %s\n", id, c.status().message().c_str());
   }
@@ -91,7 +98,8 @@ class ObserverRun {
     obs_->Drain();
     StopPrinter();
     Print(TotalsJson(obs_->Totals(), obs_->hooks()));
-    if (sub_) Print({{"event", "subscriber"}, {"delivered", sub_->delivered()}, {"lost", sub_->lost()}});
+    if (sub_)
+      Print({{"event", "subscriber"}, {"delivered", sub_->delivered()}, {"lost", sub_->lost()}});
     for (const auto& fl : obs_->Flows()) Print({{"event", "flow"}, {"flow", FlowJson(fl)}});
   }
 
@@ -101,8 +109,10 @@ class ObserverRun {
   void PrintEvents() {
     for (;;) {
       auto e = sub_->Next(std::chrono::milliseconds(100));
-      if (e) Print(EventJson(*e));
-      else if (!printing_) break;
+      if (e)
+        Print(EventJson(*e));
+      else if (!printing_)
+        break;
     }
     fflush(stdout);
   }
@@ -188,8 +198,10 @@ int RunOneShot(const OneShotOptions& o) {
     auto info = (*inj)->Get(id);
     std::string hooks;
     for (const auto& h : info->hooks) hooks += (hooks.empty() ? "" : ", ") + h;
-    if (o.json) Print({{"event", "ready"}, {"rule", id}, {"pid", getpid()}, {"hooks", hooks}});
-    else printf("rule %u active: %s\n", id, hooks.c_str());
+    if (o.json)
+      Print({{"event", "ready"}, {"rule", id}, {"pid", getpid()}, {"hooks", hooks}});
+    else
+      printf("rule %u active: %s\n", id, hooks.c_str());
   } else if (o.json) {  // --observe alone
     Print({{"event", "ready"}, {"pid", getpid()}});
   }

@@ -31,30 +31,30 @@
 #define ICMPV6_ND_LAST 137
 
 enum parse_result {
-	PARSE_OK = 0,       /* IP packet, fields filled in */
-	PARSE_NOT_IP = 1,   /* some other ethertype: pass, not an error */
-	PARSE_ALWAYS = 2,   /* ARP / IPv6 ND: always pass */
-	PARSE_BAD = 3,      /* truncated or malformed: pass and count */
+	PARSE_OK = 0,		  /* IP packet, fields filled in */
+	PARSE_NOT_IP = 1,	  /* some other ethertype: pass, not an error */
+	PARSE_ALWAYS = 2,	  /* ARP / IPv6 ND: always pass */
+	PARSE_BAD = 3,		  /* truncated or malformed: pass and count */
 	PARSE_LATER_FRAGMENT = 4, /* internal: IP fragment without L4 header */
 };
 
 /* What the matcher needs to know about one packet. */
 struct pkt {
-	__u32 saddr[4];      /* network byte order */
+	__u32 saddr[4]; /* network byte order */
 	__u32 daddr[4];
-	__u16 sport;         /* host byte order */
+	__u16 sport; /* host byte order */
 	__u16 dport;
-	__u8 family;         /* 4 or 6 */
+	__u8 family; /* 4 or 6 */
 	__u8 l4proto;
-	__u8 has_ports;      /* TCP/UDP header present (not a later fragment) */
+	__u8 has_ports; /* TCP/UDP header present (not a later fragment) */
 	__u8 tcp_flags;
 	__u8 has_payload;
-	__u8 dir;            /* LOSS_DIR_* */
-	__u8 hook;           /* enum loss_hook */
+	__u8 dir;  /* LOSS_DIR_* */
+	__u8 hook; /* enum loss_hook */
 	__u8 _pad;
 	__u32 ifindex;
-	__u32 len;           /* bytes */
-	__u32 segs;          /* wire segments (gso_segs, at least 1) */
+	__u32 len;  /* bytes */
+	__u32 segs; /* wire segments (gso_segs, at least 1) */
 };
 
 struct cursor {
@@ -62,14 +62,15 @@ struct cursor {
 	void *end;
 };
 
-#define CURSOR_TAKE(c, type) ({                                   \
-	type *__h = (type *)(c)->pos;                                 \
-	if ((void *)(__h + 1) > (c)->end)                             \
-		__h = NULL;                                           \
-	else                                                          \
-		(c)->pos = (void *)(__h + 1);                         \
-	__h;                                                          \
-})
+#define CURSOR_TAKE(c, type)                                                                       \
+	({                                                                                         \
+		type *__h = (type *)(c)->pos;                                                      \
+		if ((void *)(__h + 1) > (c)->end)                                                  \
+			__h = NULL;                                                                \
+		else                                                                               \
+			(c)->pos = (void *)(__h + 1);                                              \
+		__h;                                                                               \
+	})
 
 struct vlan_hdr_ {
 	__be16 tci;

@@ -11,9 +11,9 @@
 #include "connect.h"
 #include "filter_flags.h"
 #include "format.h"
-#include "rules/rule.h"
 #include "interrupt.h"
 #include "rule_flags.h"
+#include "rules/rule.h"
 
 namespace lossctl {
 namespace {
@@ -31,11 +31,14 @@ uint64_t NowMonoNs() {
 std::string EventTime(uint64_t mono_ns, bool same_host) {
   if (same_host) return FormatMonoTime(mono_ns);
   char buf[40];
-  snprintf(buf, sizeof(buf), "%" PRIu64 ".%06" PRIu64, mono_ns / 1000000000, mono_ns / 1000 % 1000000);
+  snprintf(buf, sizeof(buf), "%" PRIu64 ".%06" PRIu64, mono_ns / 1000000000,
+           mono_ns / 1000 % 1000000);
   return buf;
 }
 
-std::string Srtt(uint32_t us) { return FormatDuration(static_cast<uint64_t>(us) * 1000); }
+std::string Srtt(uint32_t us) {
+  return FormatDuration(static_cast<uint64_t>(us) * 1000);
+}
 
 std::string EventLine(const v1::RetransmitEvent& e, bool same_host) {
   const v1::SocketState& s = e.state();
@@ -47,7 +50,8 @@ std::string EventLine(const v1::RetransmitEvent& e, bool same_host) {
   std::string line = head;
   line += " segs " + std::to_string(e.segments()) + " seq " + std::to_string(e.seq());
   line += " cwnd " + std::to_string(s.cwnd());
-  line += " ssthresh " + (s.ssthresh() >= kInfiniteSsthresh ? std::string("-") : std::to_string(s.ssthresh()));
+  line += " ssthresh " +
+          (s.ssthresh() >= kInfiniteSsthresh ? std::string("-") : std::to_string(s.ssthresh()));
   line += " srtt " + Srtt(s.srtt_us());
   line += " inflight " + std::to_string(s.in_flight());
   line += " ca " + CaStateName(s.ca_state());
@@ -164,20 +168,24 @@ int Watch(const Globals& g, const WatchFlags& f) {
     return c.observer().WatchRetransmits(ctx, req);
   };
   return Stream(g, "watch", start, [&](const v1::RetransmitStreamBatch& b) {
-                      for (const v1::RetransmitStreamMessage& m : b.items()) {
-                        std::string line;
-                        if (g.json()) line = ToJson(m);
-                        else if (m.has_event()) line = EventLine(m.event(), same_host);
-                        else if (m.has_gap()) line = GapLine(m.gap());
-                        else continue;
-                        if (!PrintLine(line, false)) return false;  // stdout closed
-                        if (m.has_event() && count && ++events >= count) {
-                          fflush(stdout);
-                          return false;
-                        }
-                      }
-                      return fflush(stdout) == 0;  // once per batch
-                    });
+    for (const v1::RetransmitStreamMessage& m : b.items()) {
+      std::string line;
+      if (g.json())
+        line = ToJson(m);
+      else if (m.has_event())
+        line = EventLine(m.event(), same_host);
+      else if (m.has_gap())
+        line = GapLine(m.gap());
+      else
+        continue;
+      if (!PrintLine(line, false)) return false;  // stdout closed
+      if (m.has_event() && count && ++events >= count) {
+        fflush(stdout);
+        return false;
+      }
+    }
+    return fflush(stdout) == 0;  // once per batch
+  });
 }
 
 // ---------------------------------------------------------------- flows --
@@ -216,7 +224,8 @@ int Flows(const Globals& g, const FilterFlags& f) {
       by_type += (by_type.empty() ? "" : ",") + kv.first + ":" + std::to_string(kv.second);
     }
     std::string age = "-";
-    if (fl.closed()) age = FormatDuration(fl.duration_ns());
+    if (fl.closed())
+      age = FormatDuration(fl.duration_ns());
     else if (conn->same_host() && fl.opened_mono_ns() && fl.opened_mono_ns() <= now)
       age = (fl.preexisting() ? ">" : "") + FormatDuration(now - fl.opened_mono_ns());
     t.AddRow({FormatEndpoint(fl.tuple().local_addr(), fl.tuple().local_port()),
@@ -275,10 +284,12 @@ std::string AggregateRow(const v1::Aggregate& a, bool millis) {
   for (const auto& gap : a.gaps()) lost += gap.count();
   snprintf(buf, sizeof(buf), " %7" PRIu64 "  ", lost);
   line += buf;
-  std::map<uint32_t, uint64_t> by_rule(a.retransmits_by_rule().begin(), a.retransmits_by_rule().end());
+  std::map<uint32_t, uint64_t> by_rule(a.retransmits_by_rule().begin(),
+                                       a.retransmits_by_rule().end());
   std::string rules;
   for (const auto& kv : by_rule)
-    rules += (rules.empty() ? "" : " ") + std::to_string(kv.first) + ":" + std::to_string(kv.second);
+    rules +=
+        (rules.empty() ? "" : " ") + std::to_string(kv.first) + ":" + std::to_string(kv.second);
   return line + (rules.empty() ? "-" : rules);
 }
 
@@ -287,7 +298,9 @@ int StatsAggregates(const Globals& g, uint64_t interval_ns, uint64_t count) {
   req.set_window_ns(interval_ns);
   uint64_t seen = 0;
   bool header = false;
-  auto start = [&](Connection& c, grpc::ClientContext* ctx) { return c.observer().WatchAggregates(ctx, req); };
+  auto start = [&](Connection& c, grpc::ClientContext* ctx) {
+    return c.observer().WatchAggregates(ctx, req);
+  };
   return Stream(g, "stats", start, [&](const v1::Aggregate& a) {
     if (g.json()) return JsonUntilCount(a, count, &seen);
     bool millis = interval_ns < 1000000000;
@@ -312,15 +325,19 @@ int StatsRules(const Globals& g, const std::vector<uint32_t>& ids, uint64_t inte
   std::map<uint32_t, v1::RuleCounters> prev;
   uint64_t prev_time = 0, seen = 0;
   bool header = false;
-  auto start = [&](Connection& c, grpc::ClientContext* ctx) { return c.injector().WatchRuleCounters(ctx, req); };
+  auto start = [&](Connection& c, grpc::ClientContext* ctx) {
+    return c.injector().WatchRuleCounters(ctx, req);
+  };
   return Stream(g, "stats", start, [&](const v1::RuleCountersUpdate& u) {
     if (g.json()) return JsonUntilCount(u, count, &seen);
     if (!header) {
-      if (!PrintLine("    TIME   RULE    STATE  MATCHED/s  DROPPED/s     DROP%    DROPPED  TRAFFIC/s"))
+      if (!PrintLine(
+              "    TIME   RULE    STATE  MATCHED/s  DROPPED/s     DROP%    DROPPED  TRAFFIC/s"))
         return false;
       header = true;
     }
-    double secs = prev_time && u.time_unix_ns() > prev_time ? (u.time_unix_ns() - prev_time) / 1e9 : 0;
+    double secs =
+        prev_time && u.time_unix_ns() > prev_time ? (u.time_unix_ns() - prev_time) / 1e9 : 0;
     std::map<uint32_t, v1::RuleCounters> next;
     for (const auto& r : u.rules()) {
       const auto& c = r.counters();
@@ -329,8 +346,7 @@ int StatsRules(const Globals& g, const std::vector<uint32_t>& ids, uint64_t inte
       std::string matched = "-", dropped = "-", share = "-", traffic = "-";
       // A rule seen for the first time, or whose counters restarted
       // (UpdateRule), has no rate yet.
-      if (it != prev.end() && secs > 0 &&
-          c.matched_segments() >= it->second.matched_segments() &&
+      if (it != prev.end() && secs > 0 && c.matched_segments() >= it->second.matched_segments() &&
           c.dropped_segments() >= it->second.dropped_segments() &&
           c.matched_bytes() >= it->second.matched_bytes()) {
         uint64_t dm = c.matched_segments() - it->second.matched_segments();
@@ -383,20 +399,31 @@ void AddObserveCommands(CLI::App* app, const Globals* g, Run* run) {
   CLI::App* watch = app->add_subcommand(
       "watch", "Print TCP retransmissions as they happen, one line each (Ctrl-C ends)");
   AddAllowFilterFlags(watch, &wf->filter);
-  watch->add_option("--type", wf->filter.types,
-                    "fast | rto | loss | tlp | syn | synack | probe0 | unknown (repeatable or a,b)")
+  watch
+      ->add_option("--type", wf->filter.types,
+                   "fast | rto | loss | tlp | syn | synack | probe0 | unknown (repeatable or a,b)")
       ->allow_extra_args(false);
-  watch->add_option("--deny-addr", wf->filter.deny_addrs, "Leave out this address/CIDR (repeatable)")
+  watch
+      ->add_option("--deny-addr", wf->filter.deny_addrs, "Leave out this address/CIDR (repeatable)")
       ->allow_extra_args(false);
-  watch->add_option("--deny-port", wf->filter.deny_ports, "Leave out this port or LO-HI (repeatable)")
+  watch
+      ->add_option("--deny-port", wf->filter.deny_ports,
+                   "Leave out this port or LO-HI (repeatable)")
       ->allow_extra_args(false);
-  watch->add_option("--deny-cgroup", wf->filter.deny_cgroups, "Leave out this cgroup id (repeatable)")
+  watch
+      ->add_option("--deny-cgroup", wf->filter.deny_cgroups,
+                   "Leave out this cgroup id (repeatable)")
       ->allow_extra_args(false);
-  watch->add_option("--deny-type", wf->filter.deny_types, "Leave out these types (repeatable or a,b)")
+  watch
+      ->add_option("--deny-type", wf->filter.deny_types,
+                   "Leave out these types (repeatable or a,b)")
       ->allow_extra_args(false);
-  watch->add_option("--deny-rule", wf->filter.deny_rules, "Leave out flows of this rule (repeatable)")
+  watch
+      ->add_option("--deny-rule", wf->filter.deny_rules,
+                   "Leave out flows of this rule (repeatable)")
       ->allow_extra_args(false);
-  watch->add_option("--queue", wf->queue, "This client's queue in lossd, in events (default 65536)");
+  watch->add_option("--queue", wf->queue,
+                    "This client's queue in lossd, in events (default 65536)");
   watch->add_option("--count", wf->count, "Stop after this many events");
   watch->callback([g, wf, run] { *run = [g, wf] { return Watch(*g, *wf); }; });
 
@@ -409,11 +436,13 @@ void AddObserveCommands(CLI::App* app, const Globals* g, Run* run) {
   // stats
   auto sf = std::make_shared<StatsFlags>();
   CLI::App* stats = app->add_subcommand(
-      "stats", "Retransmitted segments by type per interval; with --rules, rule counters per second");
+      "stats",
+      "Retransmitted segments by type per interval; with --rules, rule counters per second");
   stats->add_option("--interval", sf->interval, "Window, e.g. 1s, 500ms (at least 100ms)")
       ->capture_default_str();
   stats->add_flag("--rules", sf->rules, "Every rule's matched/dropped segments per second");
-  stats->add_option("--rule", sf->rule_ids, "Only this rule's counters (repeatable; implies --rules)");
+  stats->add_option("--rule", sf->rule_ids,
+                    "Only this rule's counters (repeatable; implies --rules)");
   stats->add_option("--count", sf->count, "Stop after this many intervals");
   stats->callback([g, sf, run] { *run = [g, sf] { return Stats(*g, *sf); }; });
 }

@@ -51,16 +51,17 @@ std::string Where(const v1::RuleSpec& s) {
 
 void PrintRuleLine(const v1::Rule& r, const char* verb) {
   const v1::RuleSpec& s = r.spec();
-  std::string ttl = s.ttl_ns() ? ", ttl " + FormatDuration(s.ttl_ns()) + " (expires " +
-                                     ExpiresText(r) + ")"
-                               : "";
+  std::string ttl =
+      s.ttl_ns() ? ", ttl " + FormatDuration(s.ttl_ns()) + " (expires " + ExpiresText(r) + ")" : "";
   printf("rule %u %s: %s, %s, loss %s%s\n", r.id(), verb, Where(s).c_str(),
          MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(), ttl.c_str());
   for (const auto& a : r.attachments()) printf("  attached: %s\n", a.c_str());
   if (r.state() == v1::RULE_STATE_FAILED) printf("  FAILED: %s\n", r.reason().c_str());
 }
 
-void KeyValue(const char* key, const std::string& value) { printf("  %-12s %s\n", key, value.c_str()); }
+void KeyValue(const char* key, const std::string& value) {
+  printf("  %-12s %s\n", key, value.c_str());
+}
 
 void PrintRuleDetail(const v1::Rule& r) {
   const v1::RuleSpec& s = r.spec();
@@ -71,9 +72,11 @@ void PrintRuleDetail(const v1::Rule& r) {
   KeyValue("match", MatchSummary(s.match()));
   KeyValue("loss", LossSummary(s.loss()));
   KeyValue("priority", std::to_string(s.priority()));
-  KeyValue("ttl", s.ttl_ns() ? FormatDuration(s.ttl_ns()) + ", expires " + ExpiresText(r) +
-                                   (r.expires_unix_ns() ? " (" + FormatUnixTime(r.expires_unix_ns()) + ")" : "")
-                             : "none (until deleted)");
+  KeyValue("ttl",
+           s.ttl_ns()
+               ? FormatDuration(s.ttl_ns()) + ", expires " + ExpiresText(r) +
+                     (r.expires_unix_ns() ? " (" + FormatUnixTime(r.expires_unix_ns()) + ")" : "")
+               : "none (until deleted)");
   std::string opts;
   if (s.per_segment()) opts += "per-segment ";
   if (s.force()) opts += "force ";
@@ -147,9 +150,12 @@ int AddOne(const Globals& g, const AddFlags& f) {
         return c.injector().CreateRule(ctx, req, &rule);
       }))
     return rc;
-  if (g.json()) PrintLine(ToJson(rule));
-  else if (f.quiet) printf("%u\n", rule.id());
-  else PrintRuleLine(rule, "added");
+  if (g.json())
+    PrintLine(ToJson(rule));
+  else if (f.quiet)
+    printf("%u\n", rule.id());
+  else
+    PrintRuleLine(rule, "added");
   if (rule.state() == v1::RULE_STATE_FAILED)
     return Fail(kExitError, "rule " + std::to_string(rule.id()) + " failed: " + rule.reason());
   return kExitOk;
@@ -170,7 +176,8 @@ int AddBatch(const Globals& g, const AddFlags& f) {
   if (int rc = CallOnce(g, "rule add --file", [&](Connection& c, grpc::ClientContext* ctx) {
         grpc::Status st = c.injector().CreateRules(ctx, req, &resp);
         // --atomic: the first refused spec's status, "specs[i]: ..."
-        return st.ok() ? st : grpc::Status(st.error_code(), LocateSpecError(st.error_message(), where));
+        return st.ok() ? st
+                       : grpc::Status(st.error_code(), LocateSpecError(st.error_message(), where));
       }))
     return rc;
 
@@ -191,8 +198,7 @@ int AddBatch(const Globals& g, const AddFlags& f) {
   }
   if (failed) {
     return Fail(kExitInvalid, std::to_string(failed) + " of " + std::to_string(req.specs_size()) +
-                                  " rules refused" +
-                                  (f.atomic ? " (--atomic: none created)" : ""));
+                                  " rules refused" + (f.atomic ? " (--atomic: none created)" : ""));
   }
   return kExitOk;
 }
@@ -210,9 +216,12 @@ int List(const Globals& g, const std::vector<std::string>& labels) {
         return c.injector().ListRules(ctx, req, &resp);
       }))
     return rc;
-  if (g.json()) PrintLine(ToJson(resp));
-  else if (resp.rules().empty()) printf("no rules\n");
-  else PrintRuleTable(resp.rules());
+  if (g.json())
+    PrintLine(ToJson(resp));
+  else if (resp.rules().empty())
+    printf("no rules\n");
+  else
+    PrintRuleTable(resp.rules());
   return kExitOk;
 }
 
@@ -222,20 +231,24 @@ int CallForRule(const Globals& g, const std::string& what, const std::string& id
   uint32_t id;
   std::string error;
   if (!ParseRuleId(id_text, &id, &error)) return UsageError(error);
-  return CallOnce(g, what + " " + id_text,
-                  [&](Connection& c, grpc::ClientContext* ctx) { return call(c.injector(), ctx, id); });
+  return CallOnce(g, what + " " + id_text, [&](Connection& c, grpc::ClientContext* ctx) {
+    return call(c.injector(), ctx, id);
+  });
 }
 
 int Get(const Globals& g, const std::string& id_text) {
   v1::Rule rule;
-  if (int rc = CallForRule(g, "rule get", id_text, [&](v1::Injector::Stub& s, grpc::ClientContext* ctx, uint32_t id) {
-        v1::GetRuleRequest req;
-        req.set_id(id);
-        return s.GetRule(ctx, req, &rule);
-      }))
+  if (int rc = CallForRule(g, "rule get", id_text,
+                           [&](v1::Injector::Stub& s, grpc::ClientContext* ctx, uint32_t id) {
+                             v1::GetRuleRequest req;
+                             req.set_id(id);
+                             return s.GetRule(ctx, req, &rule);
+                           }))
     return rc;
-  if (g.json()) PrintLine(ToJson(rule));
-  else PrintRuleDetail(rule);
+  if (g.json())
+    PrintLine(ToJson(rule));
+  else
+    PrintRuleDetail(rule);
   return kExitOk;
 }
 
@@ -282,18 +295,21 @@ int Clear(const Globals& g) {
         return c.injector().ClearRules(ctx, v1::ClearRulesRequest(), &resp);
       }))
     return rc;
-  if (g.json()) PrintLine(ToJson(resp));
-  else printf("%u rule%s removed\n", resp.deleted(), resp.deleted() == 1 ? "" : "s");
+  if (g.json())
+    PrintLine(ToJson(resp));
+  else
+    printf("%u rule%s removed\n", resp.deleted(), resp.deleted() == 1 ? "" : "s");
   return kExitOk;
 }
 
 int Effect(const Globals& g, const std::string& id_text) {
   v1::RuleEffect e;
-  if (int rc = CallForRule(g, "rule effect", id_text, [&](v1::Injector::Stub& s, grpc::ClientContext* ctx, uint32_t id) {
-        v1::GetRuleEffectRequest req;
-        req.set_id(id);
-        return s.GetRuleEffect(ctx, req, &e);
-      }))
+  if (int rc = CallForRule(g, "rule effect", id_text,
+                           [&](v1::Injector::Stub& s, grpc::ClientContext* ctx, uint32_t id) {
+                             v1::GetRuleEffectRequest req;
+                             req.set_id(id);
+                             return s.GetRuleEffect(ctx, req, &e);
+                           }))
     return rc;
   if (g.json()) {
     PrintLine(ToJson(e));
@@ -386,7 +402,8 @@ void AddRuleCommands(CLI::App* app, const Globals* g, Run* run) {
   // effect
   auto eff_id = std::make_shared<std::string>();
   CLI::App* effect = rule->add_subcommand(
-      "effect", "A rule's drops beside the retransmissions they caused; measured vs configured rate");
+      "effect",
+      "A rule's drops beside the retransmissions they caused; measured vs configured rate");
   effect->add_option("ID", *eff_id, "Rule id")->required();
   effect->callback([g, eff_id, run] { *run = [g, eff_id] { return Effect(*g, *eff_id); }; });
 }

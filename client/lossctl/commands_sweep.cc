@@ -43,12 +43,14 @@ int Sweep(const Globals& g, const std::vector<std::string>& rest) {
   const char* dir = getenv("LOSSCTL_PYTHON_DIR");
   std::string pydir = dir && *dir ? dir : LOSSCTL_PYTHON_DIR;
   if (pydir.empty() || access((pydir + "/lossd_client/sweep.py").c_str(), R_OK) != 0)
-    return Fail(kExitError, "sweep: the Python package lossd_client is not at '" + pydir +
-                                "': set LOSSCTL_PYTHON_DIR to the directory holding it (client/python)");
+    return Fail(kExitError,
+                "sweep: the Python package lossd_client is not at '" + pydir +
+                    "': set LOSSCTL_PYTHON_DIR to the directory holding it (client/python)");
   std::string pypath = pydir;
   if (const char* old = getenv("PYTHONPATH"); old && *old) pypath += std::string(":") + old;
   setenv("PYTHONPATH", pypath.c_str(), 1);
-  if (!getenv("LOSSD_PYTHON_STUBS") && *LOSSCTL_STUBS_DIR) setenv("LOSSD_PYTHON_STUBS", LOSSCTL_STUBS_DIR, 1);
+  if (!getenv("LOSSD_PYTHON_STUBS") && *LOSSCTL_STUBS_DIR)
+    setenv("LOSSD_PYTHON_STUBS", LOSSCTL_STUBS_DIR, 1);
 
   std::vector<std::string> args = {kPython, "-m", "lossd_client.sweep"};
   bool help = false;
@@ -68,8 +70,8 @@ int Sweep(const Globals& g, const std::vector<std::string>& rest) {
 void AddSweepCommands(CLI::App* app, const Globals* g, Run* run) {
   CLI::App* sweep = app->add_subcommand(
       "sweep", "Step one service through loss rates; table, CSV/JSON and plots (sweep --help)");
-  sweep->prefix_command();  // everything after `sweep` is the sweep's
-  sweep->set_help_flag();   // ... --help included
+  sweep->prefix_command();    // everything after `sweep` is the sweep's
+  sweep->set_help_flag();     // ... --help included
   sweep->fallthrough(false);  // lossctl options go before `sweep`
   sweep->callback([g, run, sweep] {
     std::vector<std::string> rest = sweep->remaining();

@@ -11,14 +11,15 @@
 namespace lossctl {
 namespace {
 
-void Hooks(const char* title, const google::protobuf::RepeatedPtrField<v1::HookAvailability>& hooks) {
+void Hooks(const char* title,
+           const google::protobuf::RepeatedPtrField<v1::HookAvailability>& hooks) {
   printf("%s\n", title);
   if (hooks.empty()) printf("  (none reported)\n");
   size_t width = 0;
   for (const auto& h : hooks) width = std::max(width, h.name().size());
   for (const auto& h : hooks) {
-    printf("  %-*s  %s%s%s\n", static_cast<int>(width), h.name().c_str(), h.available() ? "yes" : "no",
-           h.reason().empty() ? "" : ": ", h.reason().c_str());
+    printf("  %-*s  %s%s%s\n", static_cast<int>(width), h.name().c_str(),
+           h.available() ? "yes" : "no", h.reason().empty() ? "" : ": ", h.reason().c_str());
   }
 }
 
@@ -43,25 +44,30 @@ int Status(const Globals& g) {
     return rc;
   int rc = health.serving() ? kExitOk : kExitError;
   if (g.json()) {
-    PrintLine(JsonLine({{"version", JsonOf(version)}, {"capabilities", JsonOf(caps)}, {"health", JsonOf(health)}}));
+    PrintLine(JsonLine({{"version", JsonOf(version)},
+                        {"capabilities", JsonOf(caps)},
+                        {"health", JsonOf(health)}}));
     return rc;
   }
   const Endpoint& ep = conn->endpoint();
   printf("lossd %s (%s) at %s\n", version.version().c_str(), version.api().c_str(),
          ep.unix_socket ? ("unix:" + ep.socket_path).c_str() : ep.target.c_str());
   printf("health      %s, %u rule%s, %u subscriber%s, %" PRIu64 " events lost in the kernel\n",
-         health.serving() ? "serving" : "NOT SERVING", health.rules(), health.rules() == 1 ? "" : "s",
-         health.subscribers(), health.subscribers() == 1 ? "" : "s", health.events_lost_kernel());
+         health.serving() ? "serving" : "NOT SERVING", health.rules(),
+         health.rules() == 1 ? "" : "s", health.subscribers(), health.subscribers() == 1 ? "" : "s",
+         health.events_lost_kernel());
   printf("lease       %s left\n", FormatDuration(health.lease_remaining_ns()).c_str());
   for (const auto& c : health.components()) {  // the daemon serves while its parts load
     std::string state = v1::ComponentState_Name(c.state());
     if (state.rfind("COMPONENT_STATE_", 0) == 0) state = state.substr(16);
     for (auto& ch : state) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     bool why = c.state() != v1::COMPONENT_STATE_READY && !c.message().empty();
-    printf("%-11s %s%s%s\n", c.name().c_str(), state.c_str(), why ? ": " : "", why ? c.message().c_str() : "");
+    printf("%-11s %s%s%s\n", c.name().c_str(), state.c_str(), why ? ": " : "",
+           why ? c.message().c_str() : "");
   }
   printf("kernel      %s, BTF %s\n", caps.kernel().c_str(), caps.btf() ? "yes" : "no");
-  printf("cgroup2     %s\n", caps.cgroup2_mount().empty() ? "not mounted" : caps.cgroup2_mount().c_str());
+  printf("cgroup2     %s\n",
+         caps.cgroup2_mount().empty() ? "not mounted" : caps.cgroup2_mount().c_str());
   printf("limits      %u rules, TTL at most %s\n", caps.max_rules(),
          caps.max_ttl_ns() ? FormatDuration(caps.max_ttl_ns()).c_str() : "unbounded");
   Hooks("injector hooks", caps.injector_hooks());

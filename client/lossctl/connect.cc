@@ -63,8 +63,8 @@ bool ParseEndpoint(const std::string& addr, Endpoint* out, std::string* error) {
     bool bracketed = addr[0] == '[';
     if (colon == std::string::npos || colon + 1 == addr.size() ||
         (bracketed && addr[colon - 1] != ']') || (!bracketed && addr.find(':') != colon)) {
-      *error = "--addr: invalid address '" + addr +
-               "': expected unix:PATH, host:port or [IPv6]:port";
+      *error =
+          "--addr: invalid address '" + addr + "': expected unix:PATH, host:port or [IPv6]:port";
       return false;
     }
     for (size_t i = colon + 1; i < addr.size(); i++) {
@@ -130,10 +130,13 @@ int Connection::Open(const Globals& g, std::unique_ptr<Connection>* out) {
   if (g.tls_cert.empty() != g.tls_key.empty())
     return UsageError("--tls-cert and --tls-key go together (mTLS): give both or neither");
   if (!g.tls_server_name.empty() && !c->tls_)
-    return UsageError("--tls-server-name needs TLS: give --tls-ca (and --tls-cert/--tls-key for mTLS)");
+    return UsageError(
+        "--tls-server-name needs TLS: give --tls-ca (and --tls-cert/--tls-key for mTLS)");
   if (c->tls_ && c->endpoint_.unix_socket)
-    return UsageError("--tls-ca/--tls-cert/--tls-key apply to a TCP endpoint (--addr host:port), "
-                      "not to the Unix socket " + c->endpoint_.socket_path);
+    return UsageError(
+        "--tls-ca/--tls-cert/--tls-key apply to a TCP endpoint (--addr host:port), "
+        "not to the Unix socket " +
+        c->endpoint_.socket_path);
 
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (c->tls_) {
@@ -164,7 +167,8 @@ bool IsStillLoading(const grpc::Status& st) {
          st.error_message().find("loading") != std::string::npos;
 }
 
-void SayWaitingForLoad(const std::string& what, const grpc::Status& st, std::chrono::nanoseconds budget) {
+void SayWaitingForLoad(const std::string& what, const grpc::Status& st,
+                       std::chrono::nanoseconds budget) {
   fprintf(stderr, "lossctl: %s: lossd is starting (%s); waiting for it, up to %s (--timeout)\n",
           what.c_str(), st.error_message().c_str(), Seconds(budget).c_str());
 }
@@ -199,12 +203,16 @@ int Connection::ReportUnreachable(const std::string& what, const std::string& de
     } else if (!S_ISSOCK(st.st_mode)) {
       fprintf(stderr, "lossctl: %s is not a socket (--addr names lossd's socket)\n", path.c_str());
     } else if (access(path.c_str(), R_OK | W_OK) != 0 && errno == EACCES) {
-      fprintf(stderr, "lossctl: no permission to use the socket %s: run as root or as a member "
-              "of the socket's group\n", path.c_str());
+      fprintf(stderr,
+              "lossctl: no permission to use the socket %s: run as root or as a member "
+              "of the socket's group\n",
+              path.c_str());
       return kExitDenied;
     } else {
-      fprintf(stderr, "lossctl: is lossd running? socket %s exists but nobody answers "
-              "(a stale socket of a stopped lossd?)\n", path.c_str());
+      fprintf(stderr,
+              "lossctl: is lossd running? socket %s exists but nobody answers "
+              "(a stale socket of a stopped lossd?)\n",
+              path.c_str());
     }
   } else {
     fprintf(stderr, "lossctl: is lossd running and listening on %s?%s\n", endpoint_.target.c_str(),
@@ -227,9 +235,10 @@ int Connection::Report(const grpc::Status& st, const std::string& what) {
       return ReportUnreachable(what, msg);
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       if (channel_->GetState(false) != GRPC_CHANNEL_READY)
-        return ReportUnreachable(what, "no connection within " + Seconds(timeout_) + " (--timeout)");
-      return Fail(kExitError, what + ": lossd did not answer within " + Seconds(timeout_) +
-                                  " (--timeout)");
+        return ReportUnreachable(what,
+                                 "no connection within " + Seconds(timeout_) + " (--timeout)");
+      return Fail(kExitError,
+                  what + ": lossd did not answer within " + Seconds(timeout_) + " (--timeout)");
     case grpc::StatusCode::UNIMPLEMENTED:
       // An HTTP server that is not gRPC (or a proxy) answers "404".
       if (msg.find("Received http2 header with status") != std::string::npos)
@@ -244,8 +253,8 @@ int Connection::Report(const grpc::Status& st, const std::string& what) {
       // The daemon's message says which field and why.
       return Fail(ExitCodeFor(code), what + ": " + (msg.empty() ? StatusCodeName(code) : msg));
     default:
-      return Fail(ExitCodeFor(code), what + ": " + StatusCodeName(code) +
-                                         (msg.empty() ? "" : ": " + msg));
+      return Fail(ExitCodeFor(code),
+                  what + ": " + StatusCodeName(code) + (msg.empty() ? "" : ": " + msg));
   }
 }
 

@@ -18,7 +18,7 @@ namespace lossctl {
 namespace v1 = ::lossd::v1;
 
 struct Endpoint {
-  std::string target;       // what gRPC dials: "unix:/run/lossd/lossd.sock", "host:port"
+  std::string target;  // what gRPC dials: "unix:/run/lossd/lossd.sock", "host:port"
   bool unix_socket = false;
   std::string socket_path;  // for unix_socket
 };

@@ -3,8 +3,8 @@
 #include <functional>
 
 #include "format.h"
-#include "rules/rule.h"
 #include "rule_flags.h"
+#include "rules/rule.h"
 
 namespace lossctl {
 namespace {

@@ -229,7 +229,8 @@ std::string MatchSummary(const v1::Match& m) {
   if (!sport.empty()) parts.push_back("sport " + sport);
   if (!dport.empty()) parts.push_back("dport " + dport);
   if (!m.tcp_flags().empty()) parts.push_back("flags " + m.tcp_flags());
-  if (m.payload() != v1::PAYLOAD_ANY) parts.push_back(std::string("payload ") + PayloadName(m.payload()));
+  if (m.payload() != v1::PAYLOAD_ANY)
+    parts.push_back(std::string("payload ") + PayloadName(m.payload()));
   if (parts.empty()) return "any";
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : " ") + p;
@@ -309,7 +310,8 @@ std::string ToJson(const google::protobuf::Message& m) {
 
 lossd::Json JsonOf(const google::protobuf::Message& m) {
   lossd::Json j = lossd::Json::parse(ToJson(m), nullptr, /*allow_exceptions=*/false);
-  return j.is_discarded() ? lossd::Json{{"error", "cannot render " + m.GetTypeName() + " as JSON"}} : j;
+  return j.is_discarded() ? lossd::Json{{"error", "cannot render " + m.GetTypeName() + " as JSON"}}
+                          : j;
 }
 
 bool PrintLine(const std::string& line, bool flush) {

@@ -37,7 +37,9 @@ SignalWatcher::~SignalWatcher() {
   thread_.join();
 }
 
-SignalWatcher* SignalWatcher::Get() { return g_watcher.load(); }
+SignalWatcher* SignalWatcher::Get() {
+  return g_watcher.load();
+}
 
 void SignalWatcher::Register(grpc::ClientContext* ctx) {
   std::lock_guard<std::mutex> lock(mu_);

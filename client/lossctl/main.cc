@@ -24,8 +24,9 @@ namespace {
 int Main(int argc, char** argv) {
   Globals g;
   Run run;
-  CLI::App app{"lossctl: control lossd, the eBPF packet-loss injector, and watch what TCP does "
-               "about the loss"};
+  CLI::App app{
+      "lossctl: control lossd, the eBPF packet-loss injector, and watch what TCP does "
+      "about the loss"};
   app.name("lossctl");
   app.fallthrough();  // global options also after the command
   app.footer(std::string("Values: rates as 1%, 0.005% or 0.01; durations as 500ms, 30s, 5m, 1h; "
@@ -37,10 +38,12 @@ int Main(int argc, char** argv) {
                  "filter, write --server or put it before the command)")
       ->envname("LOSSD_ADDR")
       ->capture_default_str();
-  app.add_option("--tls-ca", g.tls_ca, "TLS to a TCP endpoint: CA certificate (PEM) to verify lossd");
+  app.add_option("--tls-ca", g.tls_ca,
+                 "TLS to a TCP endpoint: CA certificate (PEM) to verify lossd");
   app.add_option("--tls-cert", g.tls_cert, "mTLS: this client's certificate (PEM)");
   app.add_option("--tls-key", g.tls_key, "mTLS: this client's private key (PEM)");
-  app.add_option("--tls-server-name", g.tls_server_name, "TLS: the name lossd's certificate carries");
+  app.add_option("--tls-server-name", g.tls_server_name,
+                 "TLS: the name lossd's certificate carries");
   app.add_option("--timeout", g.timeout, "Deadline of each request; for streams, of connecting")
       ->capture_default_str();
 #ifdef LOSSCTL_VERSION
@@ -82,7 +85,7 @@ void DropGrpcLog(gpr_log_func_args*) {}
 int main(int argc, char** argv) {
   // lossctl reports failures itself; GRPC_VERBOSITY=debug shows gRPC's log.
   if (!getenv("GRPC_VERBOSITY")) gpr_set_log_function(DropGrpcLog);
-  signal(SIGPIPE, SIG_IGN);  // a closed stdout ends a stream cleanly (EPIPE)
+  signal(SIGPIPE, SIG_IGN);        // a closed stdout ends a stream cleanly (EPIPE)
   lossctl::SignalWatcher signals;  // first: its signal mask reaches every thread
   return lossctl::Main(argc, argv);
 }

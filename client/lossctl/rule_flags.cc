@@ -13,7 +13,9 @@
 namespace lossctl {
 namespace {
 
-std::string Trim(const std::string& s) { return lossd::TrimSpace(s); }
+std::string Trim(const std::string& s) {
+  return lossd::TrimSpace(s);
+}
 
 }  // namespace
 
@@ -40,7 +42,8 @@ bool ParseLabels(const std::vector<std::string>& items, const std::string& flag,
     std::string value = item.substr(eq + 1);
     auto it = labels->find(key);
     if (it != labels->end() && it->second != value) {
-      *error = flag + ": label '" + key + "' given twice ('" + it->second + "' and '" + value + "')";
+      *error =
+          flag + ": label '" + key + "' given twice ('" + it->second + "' and '" + value + "')";
       return false;
     }
     (*labels)[key] = value;
@@ -90,28 +93,39 @@ bool ScalarText(const std::string& key, const google::protobuf::Value& v, std::s
         ss << d;
         *out = ss.str();
       } else {
-        *error = key + ": " + std::to_string(d) +
-                 " is too large for a JSON number: give it as a string";
+        *error =
+            key + ": " + std::to_string(d) + " is too large for a JSON number: give it as a string";
         return false;
       }
       return true;
     }
-    default:
-      *error = key + ": expected a string or a number";
-      return false;
+    default: *error = key + ": expected a string or a number"; return false;
   }
 }
 
 bool ObjectToFlags(const google::protobuf::Struct& obj, RuleFlags* f, std::string* error) {
-  std::map<std::string, std::string*> strings = {
-      {"iface", &f->iface},       {"interface", &f->iface},  {"cgroup", &f->cgroup},
-      {"hook", &f->hook},         {"dir", &f->dir},          {"direction", &f->dir},
-      {"src", &f->src},           {"dst", &f->dst},          {"sport", &f->sport},
-      {"dport", &f->dport},       {"proto", &f->proto},      {"protocol", &f->proto},
-      {"family", &f->family},     {"tcp_flags", &f->tcp_flags}, {"payload", &f->payload},
-      {"rate", &f->rate},         {"ge", &f->ge},            {"every", &f->every},
-      {"first", &f->first},       {"seed", &f->seed},        {"priority", &f->priority},
-      {"ttl", &f->ttl}};
+  std::map<std::string, std::string*> strings = {{"iface", &f->iface},
+                                                 {"interface", &f->iface},
+                                                 {"cgroup", &f->cgroup},
+                                                 {"hook", &f->hook},
+                                                 {"dir", &f->dir},
+                                                 {"direction", &f->dir},
+                                                 {"src", &f->src},
+                                                 {"dst", &f->dst},
+                                                 {"sport", &f->sport},
+                                                 {"dport", &f->dport},
+                                                 {"proto", &f->proto},
+                                                 {"protocol", &f->proto},
+                                                 {"family", &f->family},
+                                                 {"tcp_flags", &f->tcp_flags},
+                                                 {"payload", &f->payload},
+                                                 {"rate", &f->rate},
+                                                 {"ge", &f->ge},
+                                                 {"every", &f->every},
+                                                 {"first", &f->first},
+                                                 {"seed", &f->seed},
+                                                 {"priority", &f->priority},
+                                                 {"ttl", &f->ttl}};
   std::map<std::string, bool*> bools = {{"per_segment", &f->per_segment}, {"force", &f->force}};
   // A rule's own loss model replaces the command line's.
   static const char* kModels[] = {"rate", "ge", "every", "first"};
@@ -218,7 +232,8 @@ bool ParseRulesJson(const std::string& text, const std::string& source, const Ru
       if (whole.kind_case() == google::protobuf::Value::kListValue) {
         int i = 0;
         for (const auto& item : whole.list_value().values()) {
-          if (!OneRule(item, source + ": rule " + std::to_string(++i), defaults, out, places, error))
+          if (!OneRule(item, source + ": rule " + std::to_string(++i), defaults, out, places,
+                       error))
             return false;
         }
         if (out->empty()) {
@@ -262,7 +277,8 @@ std::string LocateSpecError(const std::string& message, const std::vector<std::s
   if (close == std::string::npos) return message;
   uint64_t i;
   std::string ignored;
-  if (!ParseUint(message.substr(6, close - 6), 0, UINT32_MAX, "", &i, &ignored) || i >= where.size())
+  if (!ParseUint(message.substr(6, close - 6), 0, UINT32_MAX, "", &i, &ignored) ||
+      i >= where.size())
     return message;
   return where[i] + ": " + message.substr(close + 3);
 }

@@ -13,7 +13,11 @@ inline uint64_t ClockNs(clockid_t clock) {
   clock_gettime(clock, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
-inline uint64_t MonotonicNs() { return ClockNs(CLOCK_MONOTONIC); }
-inline uint64_t UnixNs() { return ClockNs(CLOCK_REALTIME); }
+inline uint64_t MonotonicNs() {
+  return ClockNs(CLOCK_MONOTONIC);
+}
+inline uint64_t UnixNs() {
+  return ClockNs(CLOCK_REALTIME);
+}
 
 }  // namespace lossd

@@ -51,8 +51,12 @@ int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list ap) {
 
 }  // namespace
 
-void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
-LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
+void SetLogLevel(LogLevel level) {
+  g_level = static_cast<int>(level);
+}
+LogLevel GetLogLevel() {
+  return static_cast<LogLevel>(g_level.load());
+}
 
 bool ParseLogLevel(const char* text, LogLevel* level) {
   for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
@@ -71,6 +75,8 @@ void Log(LogLevel level, const char* fmt, ...) {
   va_end(ap);
 }
 
-void RouteLibbpfLogs() { libbpf_set_print(LibbpfPrint); }
+void RouteLibbpfLogs() {
+  libbpf_set_print(LibbpfPrint);
+}
 
 }  // namespace lossd

@@ -49,21 +49,27 @@ inline std::string Shown(const std::string& input) {
   return input.size() <= 64 ? input : input.substr(0, 61) + "...";
 }
 
-inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
-inline Status NotFound(std::string m) { return Status(Code::kNotFound, std::move(m)); }
+inline Status InvalidArgument(std::string m) {
+  return Status(Code::kInvalidArgument, std::move(m));
+}
+inline Status NotFound(std::string m) {
+  return Status(Code::kNotFound, std::move(m));
+}
 inline Status FailedPrecondition(std::string m) {
   return Status(Code::kFailedPrecondition, std::move(m));
 }
 inline Status ResourceExhausted(std::string m) {
   return Status(Code::kResourceExhausted, std::move(m));
 }
-inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
+inline Status Internal(std::string m) {
+  return Status(Code::kInternal, std::move(m));
+}
 
 // A value or the Status saying why there is none.
 template <typename T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
@@ -81,8 +87,8 @@ class Result {
 
 }  // namespace lossd
 
-#define LOSSD_RETURN_IF_ERROR(expr)       \
-  do {                                    \
-    ::lossd::Status _st = (expr);         \
-    if (!_st.ok()) return _st;            \
+#define LOSSD_RETURN_IF_ERROR(expr) \
+  do {                              \
+    ::lossd::Status _st = (expr);   \
+    if (!_st.ok()) return _st;      \
   } while (0)

@@ -54,7 +54,8 @@ RuleEffect EffectTracker::Effect(const RuleInfo& rule) const {
   // The interval comes from skbs: each skb is dropped with the configured
   // probability, whole, so its segments are not independent trials.
   WilsonInterval(c.dropped_pkts, c.matched_pkts, &e.ci_low, &e.ci_high);
-  e.configured_within_ci = e.configured >= 0 && e.ci_low <= e.configured && e.configured <= e.ci_high;
+  e.configured_within_ci =
+      e.configured >= 0 && e.ci_low <= e.configured && e.configured <= e.ci_high;
   e.caused = Totals(rule.id);
   return e;
 }

@@ -24,16 +24,16 @@ namespace lossd {
 
 struct RuleEffectTotals {
   std::array<uint64_t, OBS_RTX_MAX> segs{};  // sent or failed after counting
-  std::set<uint64_t> flows;                   // socket cookies
+  std::set<uint64_t> flows;                  // socket cookies
 };
 
 // A rule's drops held against its configured rate, and what they caused.
 struct RuleEffect {
-  double configured = 0;      // the model's mean rate; -1: none (first-k)
-  double measured = 0;        // dropped / matched segments
+  double configured = 0;           // the model's mean rate; -1: none (first-k)
+  double measured = 0;             // dropped / matched segments
   double ci_low = 0, ci_high = 1;  // 99.9 % interval of the per-skb drop rate
   bool configured_within_ci = false;
-  RuleEffectTotals caused;    // retransmissions on the flows it matched
+  RuleEffectTotals caused;  // retransmissions on the flows it matched
 };
 
 class EffectTracker final : public RuleListener {

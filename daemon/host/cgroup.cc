@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cerrno>
+#include <climits>
 #include <fstream>
 
 namespace lossd {
@@ -38,7 +38,8 @@ Result<UniqueFd> OpenCgroup2Root() {
   int e = errno;
   umount2(dir, MNT_DETACH);
   rmdir(dir);
-  if (!fd.valid()) return Status::FromErrno(e, "open the cgroup v2 root mounted on " + std::string(dir));
+  if (!fd.valid())
+    return Status::FromErrno(e, "open the cgroup v2 root mounted on " + std::string(dir));
   return fd;
 }
 

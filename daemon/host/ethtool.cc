@@ -22,7 +22,8 @@ Status Ioctl(const std::string& ifname, void* data) {
   struct ifreq ifr = {};
   std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
   ifr.ifr_data = static_cast<char*>(data);
-  if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0) return Status::FromErrno(errno, "ethtool on " + ifname);
+  if (ioctl(sock.get(), SIOCETHTOOL, &ifr) != 0)
+    return Status::FromErrno(errno, "ethtool on " + ifname);
   return Status::Ok();
 }
 

@@ -10,7 +10,8 @@ Result<int> IfIndex(const std::string& ifname) {
   if (ifname.empty() || ifname.size() >= IFNAMSIZ)
     return InvalidArgument("invalid interface name '" + Shown(ifname) + "'");
   unsigned idx = if_nametoindex(ifname.c_str());
-  if (!idx) return NotFound("interface '" + Shown(ifname) + "' not found in this network namespace");
+  if (!idx)
+    return NotFound("interface '" + Shown(ifname) + "' not found in this network namespace");
   return static_cast<int>(idx);
 }
 

@@ -28,7 +28,8 @@ Status GetOffloads(const std::string& ifname, Offloads* o) {
 Status SetOffloads(const std::string& ifname, Offloads o) {
   Offloads cur;
   LOSSD_RETURN_IF_ERROR(GetOffloads(ifname, &cur));
-  if (cur.gso_max_segs != o.gso_max_segs) LOSSD_RETURN_IF_ERROR(SetGsoMaxSegs(ifname, o.gso_max_segs));
+  if (cur.gso_max_segs != o.gso_max_segs)
+    LOSSD_RETURN_IF_ERROR(SetGsoMaxSegs(ifname, o.gso_max_segs));
   if (cur.gro != o.gro) LOSSD_RETURN_IF_ERROR(EthtoolValue(ifname, ETHTOOL_SGRO, &o.gro));
   return Status::Ok();
 }
@@ -67,7 +68,8 @@ Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& i
   g->gso_max_segs_ = saved.gso_max_segs;
   // Record before changing, so a crash in between is recoverable.
   auto lines = ReadLines(state_file);
-  lines.push_back(ifname + " " + std::to_string(saved.gro) + " " + std::to_string(saved.gso_max_segs));
+  lines.push_back(ifname + " " + std::to_string(saved.gro) + " " +
+                  std::to_string(saved.gso_max_segs));
   WriteLines(state_file, lines);
   Offloads one;
   one.gro = 0;

@@ -71,7 +71,8 @@ Processes ProcessesNamed(const std::string& comm) {
         std::string link = dir + "/fd/" + f->d_name;
         ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
         unsigned long long inode;
-        if (n > 0 && std::sscanf(target, "socket:[%llu]", &inode) == 1) out.socket_inodes.push_back(inode);
+        if (n > 0 && std::sscanf(target, "socket:[%llu]", &inode) == 1)
+          out.socket_inodes.push_back(inode);
       }
       closedir(fds);
     }

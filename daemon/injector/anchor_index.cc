@@ -5,7 +5,8 @@
 namespace lossd {
 
 Result<std::vector<AnchorKey>> AnchorIndex::Insert(uint32_t slot, const RuleSpec& spec) {
-  if (placed_.count(slot)) return Internal("anchor index: slot " + std::to_string(slot) + " in use");
+  if (placed_.count(slot))
+    return Internal("anchor index: slot " + std::to_string(slot) + " in use");
 
   // Options in order of preference; the first whose lists all have room wins.
   std::vector<std::vector<AnchorKey>> options;
@@ -52,10 +53,11 @@ Result<std::vector<AnchorKey>> AnchorIndex::Insert(uint32_t slot, const RuleSpec
     placed_[slot] = keys;
     return keys;
   }
-  return ResourceExhausted(
-      "no room for the rule: its port/host lists hold " + std::to_string(LOSS_BUCKET_SLOTS) +
-      " rules each and the list of rules without a port or host holds " +
-      std::to_string(LOSS_SCAN_MAX) + "; narrow the rule (a port or a host address) or remove others");
+  return ResourceExhausted("no room for the rule: its port/host lists hold " +
+                           std::to_string(LOSS_BUCKET_SLOTS) +
+                           " rules each and the list of rules without a port or host holds " +
+                           std::to_string(LOSS_SCAN_MAX) +
+                           "; narrow the rule (a port or a host address) or remove others");
 }
 
 std::vector<AnchorKey> AnchorIndex::Remove(uint32_t slot) {

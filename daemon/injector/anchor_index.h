@@ -19,16 +19,14 @@ namespace lossd {
 struct AnchorKey {
   enum Kind { kDport = LOSS_ANCHOR_DPORT, kSport = LOSS_ANCHOR_SPORT, kDhost, kShost, kScan };
   Kind kind = kScan;
-  uint16_t port = 0;                 // kDport / kSport
-  int family = 0;                    // kDhost / kShost
-  std::array<uint8_t, 16> addr{};    // kDhost / kShost, network byte order
+  uint16_t port = 0;               // kDport / kSport
+  int family = 0;                  // kDhost / kShost
+  std::array<uint8_t, 16> addr{};  // kDhost / kShost, network byte order
 
   bool operator<(const AnchorKey& o) const {
     return std::tie(kind, port, family, addr) < std::tie(o.kind, o.port, o.family, o.addr);
   }
-  bool operator==(const AnchorKey& o) const {
-    return !(*this < o) && !(o < *this);
-  }
+  bool operator==(const AnchorKey& o) const { return !(*this < o) && !(o < *this); }
 };
 
 // A candidate list entry; lists are kept sorted best first.

@@ -41,7 +41,8 @@ Result<std::unique_ptr<Attachment>> Link(int prog_fd, int target, int type, uint
 
 class ClsactAttachment : public Attachment {
  public:
-  ClsactAttachment(int ifindex, std::string ifname) : ifindex_(ifindex), ifname_(std::move(ifname)) {}
+  ClsactAttachment(int ifindex, std::string ifname)
+      : ifindex_(ifindex), ifname_(std::move(ifname)) {}
   ~ClsactAttachment() override {
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
@@ -88,7 +89,8 @@ bool OwnerAlive(uint32_t prog_id) {
       struct bpf_map_info minfo;
       std::memset(&minfo, 0, sizeof(minfo));
       uint32_t mlen = sizeof(minfo);
-      if (bpf_obj_get_info_by_fd(mfd, &minfo, &mlen) == 0 && std::string(minfo.name) == "loss_cfg") {
+      if (bpf_obj_get_info_by_fd(mfd, &minfo, &mlen) == 0 &&
+          std::string(minfo.name) == "loss_cfg") {
         struct loss_config cfg;
         uint32_t zero = 0;
         if (bpf_map_lookup_elem(mfd, &zero, &cfg) == 0) {
@@ -137,19 +139,20 @@ Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
       if (name != kTcEgressProgName)
         return Status(Code::kAlreadyExists, "clsact egress on " + ifname + ": handle " +
                                                 std::to_string(kTcHandle) + " prio " +
-                                                std::to_string(kTcPriority) + " is taken by program '" +
-                                                name + "'");
+                                                std::to_string(kTcPriority) +
+                                                " is taken by program '" + name + "'");
       if (OwnerAlive(q.prog_id))
         return Status(Code::kAlreadyExists,
-                      "clsact egress on " + ifname + " is held by another running lossd in this "
-                      "network namespace: one lossd per namespace owns egress rules");
+                      "clsact egress on " + ifname +
+                          " is held by another running lossd in this "
+                          "network namespace: one lossd per namespace owns egress rules");
     }
   }
   int err = bpf_tc_hook_create(&hook);
   if (err && err != -EEXIST) return Status::FromErrno(-err, "create clsact qdisc on " + ifname);
   if (err == 0) created->Add(ifindex, ifname);
-  LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE,
-              .handle = kTcHandle, .priority = kTcPriority);
+  LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE, .handle = kTcHandle,
+              .priority = kTcPriority);
   err = bpf_tc_attach(&hook, &opts);
   if (err) {
     return Status::FromErrno(-err, "attach clsact egress filter to " + ifname);

@@ -70,5 +70,4 @@ constexpr const char* kProbeProgName = "lossd_probe";
 // Returns how many it removed.
 int RemoveStaleClsactFilters();
 
-
 }  // namespace lossd

@@ -38,7 +38,10 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
   m.sport_hi = s.sport.hi;
   m.dport_lo = s.dport.lo;
   m.dport_hi = s.dport.hi;
-  m.family = static_cast<__u8>(s.family ? s.family : s.src ? s.src->family : s.dst ? s.dst->family : 0);
+  m.family = static_cast<__u8>(s.family ? s.family
+                               : s.src  ? s.src->family
+                               : s.dst  ? s.dst->family
+                                        : 0);
   m.l4proto = static_cast<__u8>(s.l4proto);
   m.tcp_flags_mask = s.tcp_flags_mask;
   m.tcp_flags_value = s.tcp_flags_value;

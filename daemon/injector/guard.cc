@@ -12,7 +12,9 @@
 namespace lossd {
 namespace {
 
-bool In(const PortRange& r, uint16_t port) { return r.lo <= port && port <= r.hi; }
+bool In(const PortRange& r, uint16_t port) {
+  return r.lo <= port && port <= r.hi;
+}
 
 // Whether a rule reaches the traffic of a listener on `port` from peers it
 // does not name: ingress packets to the port, or egress packets from it.
@@ -41,7 +43,8 @@ void HostGuard::Refresh(std::vector<TcpSock>* socks) {
   if (socks->empty()) *socks = TcpSockets();
   ports_ = configured_;
   for (const TcpSock& s : *socks)
-    if (s.state == 10 && std::count(sshd_.socket_inodes.begin(), sshd_.socket_inodes.end(), s.inode))
+    if (s.state == 10 &&
+        std::count(sshd_.socket_inodes.begin(), sshd_.socket_inodes.end(), s.inode))
       ports_.push_back(s.t.sport);
 }
 
@@ -71,9 +74,8 @@ Status HostGuard::Check(const RuleSpec& spec, const std::string& cgroup_path,
   }
   // Reading the sockets walks the kernel's whole TCP hash: only for rules
   // whose ports admit a protected one.
-  bool admits = std::any_of(ports_.begin(), ports_.end(), [&](uint16_t p) {
-    return In(spec.sport, p) || In(spec.dport, p);
-  });
+  bool admits = std::any_of(ports_.begin(), ports_.end(),
+                            [&](uint16_t p) { return In(spec.sport, p) || In(spec.dport, p); });
   if (!admits) return Status::Ok();
   if (socks.empty()) socks = TcpSockets();
   for (const TcpSock& s : socks) {
@@ -83,7 +85,8 @@ Status HostGuard::Check(const RuleSpec& spec, const std::string& cgroup_path,
         return refuse("would drop packets of a live connection on protected port " +
                       std::to_string(port));
       if (s.state == 10 && s.t.sport == port && CoversListener(spec, port))
-        return refuse("would drop traffic of the listener on protected port " + std::to_string(port));
+        return refuse("would drop traffic of the listener on protected port " +
+                      std::to_string(port));
     }
   }
   return Status::Ok();

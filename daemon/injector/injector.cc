@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include <algorithm>
-#include <deque>
 #include <cstring>
+#include <deque>
 
 #include "common/bpf_objects.h"
 #include "common/clock.h"
@@ -84,14 +84,18 @@ UniqueFd PassProgram(enum bpf_prog_type type, const char* name, int ret) {
 
 }  // namespace
 
-void Injector::SkelDeleter::operator()(loss_bpf* s) const { loss_bpf__destroy(s); }
+void Injector::SkelDeleter::operator()(loss_bpf* s) const {
+  loss_bpf__destroy(s);
+}
 
-Injector::Injector(const InjectorOptions& opts) : opts_(opts), guard_(opts.limits.protected_ports) {}
+Injector::Injector(const InjectorOptions& opts)
+    : opts_(opts), guard_(opts.limits.protected_ports) {}
 
 Status Injector::CheckOptions(const InjectorOptions& opts) {
   // One slot stays free for Replace, which publishes before it withdraws.
   if (opts.limits.max_rules == 0 || opts.limits.max_rules >= LOSS_MAX_RULES)
-    return InvalidArgument("max rules must lie between 1 and " + std::to_string(LOSS_MAX_RULES - 1));
+    return InvalidArgument("max rules must lie between 1 and " +
+                           std::to_string(LOSS_MAX_RULES - 1));
   return Status::Ok();
 }
 
@@ -116,7 +120,8 @@ Status Injector::Load() {
   skel_.reset(skel);
   AutoloadNone(skel->obj);  // the maps only; programs load on first use
   int err = loss_bpf__load(skel);
-  if (err) return Status::FromErrno(-err, "create the injector's BPF maps (see the libbpf log above)");
+  if (err)
+    return Status::FromErrno(-err, "create the injector's BPF maps (see the libbpf log above)");
   int n = libbpf_num_possible_cpus();
   if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
   ncpus_ = n;
@@ -173,9 +178,8 @@ void Injector::Tick() {
     if (listener_) listener_->RuleForgotten(expired_.front());
     expired_.pop_front();
   }
-  cfg_.lease_until_ns = opts_.lease.count() > 0
-                            ? now + uint64_t(opts_.lease.count()) * 1000000ull
-                            : 0;
+  cfg_.lease_until_ns =
+      opts_.lease.count() > 0 ? now + uint64_t(opts_.lease.count()) * 1000000ull : 0;
   Status st = WriteConfig();
   if (!st.ok()) LOG_ERROR("renew lease: %s", st.message().c_str());
 }
@@ -277,9 +281,12 @@ Status Injector::BloomRef(uint32_t kind, const uint32_t* addr, int delta) {
   if (n == 0) bloom_refs_.erase(ref);
   if ((before == 0) == (n == 0)) return Status::Ok();
   uint32_t word = kind * LOSS_BLOOM_WORDS + bit / 64;
-  if (n) bloom_words_[word] |= 1ULL << (bit % 64);
-  else bloom_words_[word] &= ~(1ULL << (bit % 64));
-  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_host_bloom), &word, &bloom_words_[word], BPF_ANY))
+  if (n)
+    bloom_words_[word] |= 1ULL << (bit % 64);
+  else
+    bloom_words_[word] &= ~(1ULL << (bit % 64));
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_host_bloom), &word, &bloom_words_[word],
+                          BPF_ANY))
     return Status::FromErrno(errno, "write host pre-filter");
   return Status::Ok();
 }
@@ -312,7 +319,8 @@ Status Injector::WriteLists(const std::vector<AnchorKey>& keys) {
         bool present = b.n > 0, was = hosts_present_.count(k) > 0;
         if (present && !was) {
           // Publish the bucket, then open the pre-filter for it.
-          if (bpf_map_update_elem(fd, &hk, &b, BPF_ANY)) return Status::FromErrno(errno, "write host index");
+          if (bpf_map_update_elem(fd, &hk, &b, BPF_ANY))
+            return Status::FromErrno(errno, "write host index");
           hosts_present_.insert(k);
           LOSSD_RETURN_IF_ERROR(BloomRef(hk.kind, hk.addr, +1));
         } else if (!present && was) {
@@ -325,8 +333,7 @@ Status Injector::WriteLists(const std::vector<AnchorKey>& keys) {
         }
         break;
       }
-      case AnchorKey::kScan:
-        break;
+      case AnchorKey::kScan: break;
     }
   }
   return WriteConfig();
@@ -401,14 +408,14 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
   if (!id.ok()) return id;
   Rule& r = rules_[*id];
   r.info.created_unix_ns = UnixNs();
-  if (spec.ttl.count() > 0) r.info.expires_unix_ns = r.info.created_unix_ns + uint64_t(spec.ttl.count());
+  if (spec.ttl.count() > 0)
+    r.info.expires_unix_ns = r.info.created_unix_ns + uint64_t(spec.ttl.count());
   if (listener_) listener_->RulePublished(*id, r.info.spec);
   return id;
 }
 
 // Resolves, attaches and publishes; the caller holds mu_ and has checked.
 Result<uint32_t> Injector::AddLocked(const RuleSpec& spec) {
-
   // Resolve the target.
   int ifindex = 0;
   if (!spec.iface.empty()) {
@@ -484,7 +491,8 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec) {
 
   uint64_t expires = spec.ttl.count() > 0 ? MonotonicNs() + uint64_t(spec.ttl.count()) : 0;
   uint32_t gen = ++generation_[slot];
-  struct loss_rule enc = Encode(spec, static_cast<uint32_t>(ifindex), cg.id, cg.level, expires, gen);
+  struct loss_rule enc =
+      Encode(spec, static_cast<uint32_t>(ifindex), cg.id, cg.level, expires, gen);
   enc.m.hook_mask = mask;
   st = ResetCounters(slot);
   if (st.ok()) st = WriteRule(slot, enc);
@@ -627,8 +635,10 @@ Result<RuleInfo> Injector::Get(uint32_t id) const {
 
 Result<RuleCounters> Injector::ReadCounters(uint32_t slot) const {
   RuleCounters c;
-  Status st = AddPerCpu<loss_rule_stats>(bpf_map__fd(skel_->maps.loss_rule_stats), slot, ncpus_, &c);
-  if (!st.ok()) return Status(st.code(), "counters of slot " + std::to_string(slot) + ": " + st.message());
+  Status st =
+      AddPerCpu<loss_rule_stats>(bpf_map__fd(skel_->maps.loss_rule_stats), slot, ncpus_, &c);
+  if (!st.ok())
+    return Status(st.code(), "counters of slot " + std::to_string(slot) + ": " + st.message());
   return c;
 }
 
@@ -660,7 +670,8 @@ Capabilities Injector::Probe() const {
   c.cgroup2 = Cgroup2Mount();
   if (c.cgroup2.empty()) c.notes.push_back("no cgroup v2 mount: cgroup targets unavailable");
 
-  // tcx and clsact: attach pass-only programs to loopback and detach again. Loopback is ifindex 1 in every network namespace.
+  // tcx and clsact: attach pass-only programs to loopback and detach again. Loopback is ifindex 1
+  // in every network namespace.
   const int lo = 1;
   std::lock_guard<std::mutex> lock(mu_);
   if (!attached_.empty()) {
@@ -673,7 +684,8 @@ Capabilities Injector::Probe() const {
   UniqueFd pass_in = PassProgram(BPF_PROG_TYPE_SCHED_CLS, kProbeProgName, -1 /* TCX_NEXT */);
   UniqueFd pass_out = PassProgram(BPF_PROG_TYPE_SCHED_CLS, kProbeProgName, 0 /* TC_ACT_OK */);
   if (!pass_in.valid() || !pass_out.valid()) {
-    c.notes.push_back(std::string("tcx/clsact not probed: load a probe program: ") + strerror(errno));
+    c.notes.push_back(std::string("tcx/clsact not probed: load a probe program: ") +
+                      strerror(errno));
     return c;
   }
   {

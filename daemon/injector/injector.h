@@ -10,12 +10,12 @@
 #include <array>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -67,8 +67,8 @@ struct RuleInfo {
   std::vector<std::string> hooks;  // descriptions of the attachments it uses
   bool expired = false;
   uint64_t created_unix_ns = 0;
-  uint64_t expires_unix_ns = 0;    // 0: never
-  RuleCounters counters;           // live, or final once expired
+  uint64_t expires_unix_ns = 0;  // 0: never
+  RuleCounters counters;         // live, or final once expired
 };
 
 struct HookCounters : loss_hook_stats {
@@ -93,9 +93,9 @@ struct Capabilities {
   std::string kernel;
   bool btf = false;
   bool xdp = false, tc = false, cgroup_skb = false;
-  bool tcx = false;        // tcx links (tc ingress without netlink)
-  bool clsact = false;     // netlink clsact (egress with STOLEN)
-  std::string cgroup2;     // mount point, "" if none
+  bool tcx = false;     // tcx links (tc ingress without netlink)
+  bool clsact = false;  // netlink clsact (egress with STOLEN)
+  std::string cgroup2;  // mount point, "" if none
   std::vector<std::string> notes;
 };
 
@@ -176,18 +176,18 @@ class Injector {
     int refs = 0;
   };
   struct Rule {
-    RuleInfo info;                 // info.counters: the final ones, once retired
+    RuleInfo info;  // info.counters: the final ones, once retired
     uint32_t slot = 0;
     std::vector<AttachKey> attach;
     std::string offload_iface;
-    uint64_t expires_ns = 0;       // CLOCK_MONOTONIC, the data plane's clock
-    bool live = false;             // holds a slot; false once expired
+    uint64_t expires_ns = 0;  // CLOCK_MONOTONIC, the data plane's clock
+    bool live = false;        // holds a slot; false once expired
   };
   static constexpr size_t kExpiredKept = 1024;
 
   explicit Injector(const InjectorOptions& opts);
   Status Load();
-  Status Check(const RuleSpec& spec) const;  // everything that needs no kernel
+  Status Check(const RuleSpec& spec) const;            // everything that needs no kernel
   Status LoadProgramsFor(const RuleSpec& spec) const;  // before taking mu_
   Result<uint32_t> AddLocked(const RuleSpec& spec);
   Status Acquire(const AttachKey& key, int ifindex);

@@ -13,8 +13,12 @@ std::string Addr(uint16_t family, const uint32_t* a) {
   return buf;
 }
 
-uint64_t U(uint64_t v) { return v; }
-uint32_t U32(uint32_t v) { return v; }
+uint64_t U(uint64_t v) {
+  return v;
+}
+uint32_t U32(uint32_t v) {
+  return v;
+}
 
 // "saddr", "sport", "daddr", "dport" into `j`.
 void AddTuple(const obs_tuple& t, Json* j) {
@@ -112,11 +116,13 @@ Json TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hooks) {
   for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
     Json outs = Json::object();
     for (int o = 0; o < OBS_OUTCOME_MAX; o++)
-      outs[OutcomeName(o)] = {{"events", U(t.by_type[ty][o].events)}, {"segs", U(t.by_type[ty][o].segs)}};
+      outs[OutcomeName(o)] = {{"events", U(t.by_type[ty][o].events)},
+                              {"segs", U(t.by_type[ty][o].segs)}};
     types[RtxTypeName(ty)] = std::move(outs);
   }
   Json hs = Json::array();
-  for (const auto& h : hooks) hs.push_back({{"name", h.name}, {"attached", h.attached}, {"error", h.error}});
+  for (const auto& h : hooks)
+    hs.push_back({{"name", h.name}, {"attached", h.attached}, {"error", h.error}});
   return {{"event", "observer_totals"},
           {"retrans_segs", U(t.RetransSegs())},
           {"types", std::move(types)},

@@ -10,8 +10,8 @@
 
 namespace lossd {
 
-Json EventJson(const ObsEvent& e);    // {"event":"retransmit"|"flow_close",...}
-Json FlowJson(const ObsFlow& f);      // {"cookie":...,"saddr":...,...}
+Json EventJson(const ObsEvent& e);  // {"event":"retransmit"|"flow_close",...}
+Json FlowJson(const ObsFlow& f);    // {"cookie":...,"saddr":...,...}
 Json TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hooks);  // observer_totals
 
 }  // namespace lossd

@@ -19,8 +19,8 @@
 namespace lossd {
 
 struct ObsEvent {
-  uint64_t seq = 0;               // hub sequence number, from 1, no gaps at the hub
-  struct obs_close_event data{};  // data.ev.kind says which part is valid
+  uint64_t seq = 0;                // hub sequence number, from 1, no gaps at the hub
+  struct obs_close_event data {};  // data.ev.kind says which part is valid
 };
 
 // Which events a subscriber wants; the hub offers it only those, so its

@@ -11,16 +11,13 @@
 #include <map>
 #include <mutex>
 
-#include "host/cgroup.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "host/cgroup.h"
 #include "observe.skel.h"
 
 namespace lossd {
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 const char* RtxTypeName(int type) {
   switch (type) {
@@ -51,10 +48,12 @@ uint64_t ObsTotals::RetransSegs() const {
   return segs;
 }
 
-void Observer::SkelDeleter::operator()(observe_bpf* s) const { observe_bpf__destroy(s); }
+void Observer::SkelDeleter::operator()(observe_bpf* s) const {
+  observe_bpf__destroy(s);
+}
 
 Result<std::unique_ptr<Observer>> Observer::Create(const ObserverOptions& opts,
-                                                  const std::atomic<bool>* cancel) {
+                                                   const std::atomic<bool>* cancel) {
   std::unique_ptr<Observer> o(new Observer());
   LOSSD_RETURN_IF_ERROR(o->Load(opts, cancel));
   o->thread_ = std::thread([p = o.get()] { p->Run(); });
@@ -69,11 +68,13 @@ bpf_program* Observer::Program(const char* name) const {
 
 Result<bpf_program*> Observer::LoadProgram(const char* name) {
   std::unique_ptr<observe_bpf, SkelDeleter> obj(observe_bpf__open());
-  if (!obj) return Status::FromErrno(errno, std::string("open the observer's BPF object for ") + name);
+  if (!obj)
+    return Status::FromErrno(errno, std::string("open the observer's BPF object for ") + name);
   LOSSD_RETURN_IF_ERROR(ReuseMapsLoadOnly(obj->obj, skel_->obj, name));
   uint64_t t0 = MonotonicNs();
   int err = observe_bpf__load(obj.get());
-  if (err) return Status::FromErrno(-err, std::string("load ") + name + " (see the libbpf log above)");
+  if (err)
+    return Status::FromErrno(-err, std::string("load ") + name + " (see the libbpf log above)");
   bpf_program* p = bpf_object__find_program_by_name(obj->obj, name);
   ProgLoadStats ps;
   FillProgInfo(bpf_program__fd(p), &ps);
@@ -97,8 +98,8 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
   const Status kCancelled(Code::kUnavailable, "cancelled");
   // Loaded before anything attaches: sockops first (the observer needs it),
   // the iterator, then the tracepoints (each may fail on its own).
-  const char* names[] = {"obs_sockops", "obs_iter_tcp", "obs_retransmit_synack",
-                         "obs_probe", "obs_cong_state", "obs_set_state"};
+  const char* names[] = {"obs_sockops", "obs_iter_tcp",   "obs_retransmit_synack",
+                         "obs_probe",   "obs_cong_state", "obs_set_state"};
   // Each program verifies on its own, so two threads verify two at once
   // (these machines have 2 cores); nothing attaches until all are loaded.
   constexpr size_t kPrograms = sizeof(names) / sizeof(names[0]);
@@ -130,7 +131,8 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
   cfg_.netns_ino = opts.netns_ino;
   if (!cfg_.netns_ino) {
     struct stat st;
-    if (stat("/proc/self/ns/net", &st) != 0) return Status::FromErrno(errno, "stat /proc/self/ns/net");
+    if (stat("/proc/self/ns/net", &st) != 0)
+      return Status::FromErrno(errno, "stat /proc/self/ns/net");
     cfg_.netns_ino = st.st_ino;
   }
   LOSSD_RETURN_IF_ERROR(SetFilters(opts.filters));
@@ -217,7 +219,8 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
     hooks_.push_back(hs);
   }
 
-  ring_.reset(ring_buffer__new(bpf_map__fd(skel->maps.obs_ring), &Observer::OnEvent, this, nullptr));
+  ring_.reset(
+      ring_buffer__new(bpf_map__fd(skel->maps.obs_ring), &Observer::OnEvent, this, nullptr));
   if (!ring_) return Status::FromErrno(errno, "open the observer's ring buffer");
   return Status::Ok();
 }

@@ -29,7 +29,7 @@ struct ObsFilterSpec {
   std::optional<Cidr> addr;  // local or remote address
   PortRange ports;           // local or remote port
   uint64_t cgroup_id = 0;
-  int family = 0;            // 0 any, 4, 6
+  int family = 0;  // 0 any, 4, 6
 };
 
 struct ObserverOptions {
@@ -50,9 +50,9 @@ struct ObsTotals {
   // [type][outcome]
   std::array<std::array<obs_total, OBS_OUTCOME_MAX>, OBS_RTX_MAX> by_type{};
   std::array<uint64_t, OBS_CNT_MAX> counters{};
-  uint64_t ring_consumed = 0;    // events read from the ring
+  uint64_t ring_consumed = 0;  // events read from the ring
   uint64_t hub_published = 0;
-  uint64_t recursion_misses = 0; // program runs the kernel skipped (all programs)
+  uint64_t recursion_misses = 0;  // program runs the kernel skipped (all programs)
 
   // Exactly TcpRetransSegs: segments the kernel counted (sent + failed
   // after counting) plus one per SYN-ACK retransmission.
@@ -64,8 +64,8 @@ struct ObsFlow {
   obs_flow flow{};
 };
 
-const char* RtxTypeName(int type);    // "fast", "rto", ...
-const char* OutcomeName(int outcome); // "sent", "failed", ...
+const char* RtxTypeName(int type);     // "fast", "rto", ...
+const char* OutcomeName(int outcome);  // "sent", "failed", ...
 
 class Observer {
  public:
@@ -101,15 +101,15 @@ class Observer {
   };
   // Destroyed in reverse: the reader thread stops (destructor), then the
   // ring, the links (detached) and the skeleton.
-  std::unique_ptr<observe_bpf, SkelDeleter> skel_;  // the maps (no program)
+  std::unique_ptr<observe_bpf, SkelDeleter> skel_;                    // the maps (no program)
   std::vector<std::unique_ptr<observe_bpf, SkelDeleter>> prog_objs_;  // one per loaded program
-  std::vector<std::pair<std::string, bpf_program*>> progs_;          // name -> its program
+  std::vector<std::pair<std::string, bpf_program*>> progs_;           // name -> its program
   std::mutex load_mu_;  // the two above, while programs load on two threads
   std::vector<BpfLink> links_;
   std::vector<ObsHookStatus> hooks_;
   std::mutex ring_mu_;  // ring_buffer__poll/consume are not thread-safe
   RingBuffer ring_;
-  struct obs_config cfg_{};
+  struct obs_config cfg_ {};
   Hub hub_;
   std::atomic<uint64_t> consumed_{0};
   std::vector<ObsEvent> batch_;  // read from the ring, not yet published (ring_mu_)

@@ -25,7 +25,8 @@ Status Ports(const std::string& name, const std::string& text, PortRange* out) {
   if (text.empty()) return Status::Ok();
   LOSSD_RETURN_IF_ERROR(Set(name, ParsePortRange(text), out));
   if (out->hi == 0)
-    return InvalidArgument(name + ": port 0 cannot be matched (the API reads port 0 as any port): omit " +
+    return InvalidArgument(name +
+                           ": port 0 cannot be matched (the API reads port 0 as any port): omit " +
                            name + " to match any port");
   return Status::Ok();
 }
@@ -54,7 +55,8 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
   r.cgroup = f.cgroup;
   LOSSD_RETURN_IF_ERROR(Set(name("hook"), ParseHook(f.hook), &r.hook));
   LOSSD_RETURN_IF_ERROR(Set(name("dir"), ParseDirection(f.dir), &r.dir));
-  for (auto [flag, text, out] : {std::make_tuple("src", &f.src, &r.src), std::make_tuple("dst", &f.dst, &r.dst)}) {
+  for (auto [flag, text, out] :
+       {std::make_tuple("src", &f.src, &r.src), std::make_tuple("dst", &f.dst, &r.dst)}) {
     if (text->empty()) continue;
     Cidr c;
     LOSSD_RETURN_IF_ERROR(Set(name(flag), ParseCidr(*text), &c));
@@ -71,10 +73,11 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
   LOSSD_RETURN_IF_ERROR(Set(name("payload"), ParsePayload(f.payload), &r.payload));
 
   int models = !f.rate.empty() + !f.ge.empty() + !f.every.empty() + !f.first.empty();
-  std::string model_flags = name("rate") + ", " + name("ge") + ", " + name("every") + " or " +
-                            name("first");
+  std::string model_flags =
+      name("rate") + ", " + name("ge") + ", " + name("every") + " or " + name("first");
   if (models == 0) return InvalidArgument("a loss model is needed: give " + model_flags);
-  if (models > 1) return InvalidArgument("one loss model per rule: give only one of " + model_flags);
+  if (models > 1)
+    return InvalidArgument("one loss model per rule: give only one of " + model_flags);
   if (!f.rate.empty()) {
     r.model.kind = LossModel::Kind::kBernoulli;
     LOSSD_RETURN_IF_ERROR(Set(name("rate"), ParseRate(f.rate), &r.model.p));
@@ -82,7 +85,8 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
     LOSSD_RETURN_IF_ERROR(Set(name("ge"), ParseGilbertElliott(f.ge), &r.model));
   } else {
     bool every = !f.every.empty();
-    auto n = ParseWholeNumber(every ? f.every : f.first, 1, UINT32_MAX, name(every ? "every" : "first"));
+    auto n =
+        ParseWholeNumber(every ? f.every : f.first, 1, UINT32_MAX, name(every ? "every" : "first"));
     if (!n.ok()) return n.status();
     r.model.kind = every ? LossModel::Kind::kEveryNth : LossModel::Kind::kFirstK;
     r.model.n = static_cast<uint32_t>(*n);
@@ -103,7 +107,8 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
   Status st = Validate(r);
   if (!st.ok()) {
     if (r.iface.empty() && r.cgroup.empty())
-      return Status(st.code(), st.message() + " (" + name("iface") + " and/or " + name("cgroup") + ")");
+      return Status(st.code(),
+                    st.message() + " (" + name("iface") + " and/or " + name("cgroup") + ")");
     return st;
   }
   return r;
@@ -122,13 +127,16 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
   app->add_option("--family", f->family, "4 (ipv4, inet) | 6 (ipv6, inet6) | any (default)");
   app->add_option("--tcp-flags", f->tcp_flags, "Flags set, ! for clear, e.g. syn,!ack");
   app->add_option("--payload", f->payload, "any (default) | only | none");
-  app->add_option("--rate", f->rate, "Loss model: Bernoulli rate per segment, e.g. 1%, 0.005%, 50ppm or 0.01");
-  app->add_option("--ge", f->ge, "Loss model: Gilbert-Elliott p,r,1-h,1-k (netem gemodel), e.g. 1%,20%");
+  app->add_option("--rate", f->rate,
+                  "Loss model: Bernoulli rate per segment, e.g. 1%, 0.005%, 50ppm or 0.01");
+  app->add_option("--ge", f->ge,
+                  "Loss model: Gilbert-Elliott p,r,1-h,1-k (netem gemodel), e.g. 1%,20%");
   app->add_option("--every", f->every, "Loss model: drop every N-th packet of each flow");
   app->add_option("--first", f->first, "Loss model: drop the first K packets of each flow");
   app->add_option("--seed", f->seed, "Same seed, same packets: same drops (per flow)");
   app->add_option("--priority", f->priority, "Highest wins among overlapping rules (0-1000000)");
-  app->add_option("--ttl", f->ttl, "Lifetime, e.g. 30s, 5m, 2m30s, 1d (enforced in BPF; default: none)");
+  app->add_option("--ttl", f->ttl,
+                  "Lifetime, e.g. 30s, 5m, 2m30s, 1d (enforced in BPF; default: none)");
   app->add_flag("--per-segment", f->per_segment,
                 "Exact per-segment loss: GSO/GRO off on the interface while the rule lives");
 }

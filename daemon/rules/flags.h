@@ -19,8 +19,8 @@ namespace lossd {
 
 // Every value as typed; empty = not given (the default).
 struct RuleFlags {
-  std::string iface, cgroup, hook, dir, src, dst, sport, dport, proto, family, tcp_flags,
-      payload, rate, ge, every, first, seed, priority, ttl;
+  std::string iface, cgroup, hook, dir, src, dst, sport, dport, proto, family, tcp_flags, payload,
+      rate, ge, every, first, seed, priority, ttl;
   bool per_segment = false;
 };
 

@@ -9,7 +9,9 @@ namespace lossd {
 namespace {
 
 // Does [lo, hi] of the rule contain port?
-bool PortIn(const PortRange& r, uint16_t port) { return port >= r.lo && port <= r.hi; }
+bool PortIn(const PortRange& r, uint16_t port) {
+  return port >= r.lo && port <= r.hi;
+}
 
 bool AddrIn(const std::optional<Cidr>& c, uint16_t family, const uint32_t* a) {
   return !c || AddrInCidr(*c, family, a);

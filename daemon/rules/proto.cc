@@ -65,7 +65,8 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
     return InvalidArgument("match.family: must be 0 (any), 4 or 6");
   s.family = static_cast<int>(m.family());
   if (!m.tcp_flags().empty())
-    LOSSD_RETURN_IF_ERROR(Field("match.tcp_flags", ParseTcpFlags(m.tcp_flags(), &s.tcp_flags_mask, &s.tcp_flags_value)));
+    LOSSD_RETURN_IF_ERROR(Field(
+        "match.tcp_flags", ParseTcpFlags(m.tcp_flags(), &s.tcp_flags_mask, &s.tcp_flags_value)));
   switch (m.payload()) {
     case v1::PAYLOAD_ANY: s.payload = LOSS_PAYLOAD_ANY; break;
     case v1::PAYLOAD_ONLY: s.payload = LOSS_PAYLOAD_ONLY; break;
@@ -102,11 +103,13 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
       s.model.n = lm.first_k();
       break;
     case v1::LossModel::MODEL_NOT_SET:
-      return InvalidArgument("loss: give a model (bernoulli, gilbert_elliott, every_nth or first_k)");
+      return InvalidArgument(
+          "loss: give a model (bernoulli, gilbert_elliott, every_nth or first_k)");
   }
   if (lm.has_seed()) s.seed = lm.seed();
   s.priority = in.priority();
-  s.ttl = std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(in.ttl_ns(), INT64_MAX)));
+  s.ttl =
+      std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(in.ttl_ns(), INT64_MAX)));
   s.per_segment = in.per_segment();
   for (const auto& [k, v] : in.labels()) s.labels[k] = v;
   s.force = in.force();
@@ -117,8 +120,8 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
 void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
   out->set_interface(s.iface);
   out->set_cgroup(s.cgroup);
-  out->set_hook(s.hook == Hook::kXdp ? v1::HOOK_XDP
-                : s.hook == Hook::kTc ? v1::HOOK_TC
+  out->set_hook(s.hook == Hook::kXdp      ? v1::HOOK_XDP
+                : s.hook == Hook::kTc     ? v1::HOOK_TC
                 : s.hook == Hook::kCgroup ? v1::HOOK_CGROUP
                                           : v1::HOOK_AUTO);
   out->set_direction(s.dir == Direction::kEgress ? v1::DIRECTION_EGRESS
@@ -138,7 +141,7 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
   m->set_protocol(ProtocolName(s.l4proto));
   m->set_family(static_cast<uint32_t>(s.family));
   if (s.tcp_flags_mask) m->set_tcp_flags(TcpFlagsText(s.tcp_flags_mask, s.tcp_flags_value));
-  m->set_payload(s.payload == LOSS_PAYLOAD_ONLY ? v1::PAYLOAD_ONLY
+  m->set_payload(s.payload == LOSS_PAYLOAD_ONLY   ? v1::PAYLOAD_ONLY
                  : s.payload == LOSS_PAYLOAD_NONE ? v1::PAYLOAD_NONE
                                                   : v1::PAYLOAD_ANY);
   v1::LossModel* lm = out->mutable_loss();

@@ -23,7 +23,9 @@ std::string TrimSpace(const std::string& s) {
 
 namespace {
 
-std::string Trim(const std::string& s) { return TrimSpace(s); }
+std::string Trim(const std::string& s) {
+  return TrimSpace(s);
+}
 
 std::string Lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -56,7 +58,9 @@ bool ReadDecimal(const std::string& s, size_t* pos, bool allow_sign, Decimal* ou
   size_t i = *pos;
   Decimal d;
   if (allow_sign && i < s.size() && (s[i] == '+' || s[i] == '-')) d.negative = s[i++] == '-';
-  auto digit = [&](size_t k) { return k < s.size() && std::isdigit(static_cast<unsigned char>(s[k])); };
+  auto digit = [&](size_t k) {
+    return k < s.size() && std::isdigit(static_cast<unsigned char>(s[k]));
+  };
   while (digit(i)) d.digits.push_back(s[i++]);
   if (i < s.size() && s[i] == '.') {
     i++;
@@ -129,8 +133,8 @@ bool ScaleExact(const Decimal& d, int pow10, uint64_t mult, uint64_t cap, uint64
   }
   whole += carry;
   if (!frac.empty()) {
-    bool above_half = frac[0] > '5' ||
-                      (frac[0] == '5' && frac.find_first_not_of('0', 1) != std::string::npos);
+    bool above_half =
+        frac[0] > '5' || (frac[0] == '5' && frac.find_first_not_of('0', 1) != std::string::npos);
     bool half = frac[0] == '5' && frac.find_first_not_of('0', 1) == std::string::npos;
     if (above_half || (half && (whole & 1))) whole += 1;
   }
@@ -219,7 +223,8 @@ Result<PortRange> ParsePortRange(const std::string& text) {
     hi = lo;
   } else if (!ParseUint(Trim(s.substr(0, dash)), 65535, &lo) ||
              !ParseUint(Trim(s.substr(dash + 1)), 65535, &hi)) {
-    return InvalidArgument("invalid port range '" + Shown(text) + "': expected LO-HI within 0-65535");
+    return InvalidArgument("invalid port range '" + Shown(text) +
+                           "': expected LO-HI within 0-65535");
   }
   if (lo > hi)
     return InvalidArgument("invalid port range '" + Shown(text) + "': low end above high end");
@@ -240,7 +245,8 @@ Result<double> ParseRate(const std::string& text) {
   }
   Decimal d;
   if (text.size() > kMaxInputLength || !WholeDecimal(s, true, &d))
-    return InvalidArgument("invalid rate '" + Shown(text) + "': expected e.g. 1%, 0.005%, 50ppm or 0.01");
+    return InvalidArgument("invalid rate '" + Shown(text) +
+                           "': expected e.g. 1%, 0.005%, 50ppm or 0.01");
   double v = ToDouble(d, shift);
   if (d.negative && v == 0) v = 0;  // "-0%"
   if (!(v >= 0 && v <= 1))
@@ -257,7 +263,8 @@ Result<int> ParseProtocol(const std::string& text) {
   if (s == "any" || s == "all" || s.empty()) return 0;
   uint64_t v;
   if (ParseUint(s, 255, &v)) return static_cast<int>(v);
-  return InvalidArgument("invalid protocol '" + Shown(text) + "': expected tcp, udp, icmp, icmpv6, any or 0-255");
+  return InvalidArgument("invalid protocol '" + Shown(text) +
+                         "': expected tcp, udp, icmp, icmpv6, any or 0-255");
 }
 
 const char* const kTcpFlagNames[8] = {"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"};
@@ -277,7 +284,9 @@ Status ParseTcpFlags(const std::string& text, uint8_t* mask, uint8_t* value) {
   *mask = *value = 0;
   if (text.size() > kMaxInputLength) return InvalidArgument("TCP flag list too long");
   std::string s = Lower(text);
-  auto sep = [](char c) { return c == ',' || c == '|' || c == '+' || std::isspace(static_cast<unsigned char>(c)); };
+  auto sep = [](char c) {
+    return c == ',' || c == '|' || c == '+' || std::isspace(static_cast<unsigned char>(c));
+  };
   size_t i = 0;
   while (i < s.size()) {
     if (sep(s[i])) {
@@ -296,9 +305,11 @@ Status ParseTcpFlags(const std::string& text, uint8_t* mask, uint8_t* value) {
     for (int k = 0; k < 8; k++)
       if (tok == kTcpFlagNames[k]) bit = static_cast<uint8_t>(1 << k);
     if (!bit)
-      return InvalidArgument("invalid TCP flag '" + Shown(tok) + "' in '" + text +
-                             "': expected fin, syn, rst, psh, ack, urg, ece, cwr, optionally with '!'");
-    if (*mask & bit) return InvalidArgument("TCP flag '" + Shown(tok) + "' given twice in '" + Shown(text) + "'");
+      return InvalidArgument(
+          "invalid TCP flag '" + Shown(tok) + "' in '" + text +
+          "': expected fin, syn, rst, psh, ack, urg, ece, cwr, optionally with '!'");
+    if (*mask & bit)
+      return InvalidArgument("TCP flag '" + Shown(tok) + "' given twice in '" + Shown(text) + "'");
     *mask |= bit;
     if (!negate) *value |= bit;
   }
@@ -312,11 +323,19 @@ Result<std::chrono::nanoseconds> ParseDuration(const std::string& text) {
     int pow10;
     uint64_t mult;
   };
-  static const Unit kUnits[] = {  // in the order units.py tries them: "ms" before "m", "min" before "m"
-      {"ns", 0, 1},          {"us", 3, 1},         {"\xc2\xb5s", 3, 1} /* µs */,
-      {"\xce\xbcs", 3, 1} /* μs */, {"ms", 6, 1},  {"sec", 9, 1},
-      {"min", 9, 60},        {"s", 9, 1},          {"m", 9, 60},
-      {"h", 9, 3600},        {"d", 9, 86400}};
+  static const Unit kUnits[] = {
+      // in the order units.py tries them: "ms" before "m", "min" before "m"
+      {"ns", 0, 1},
+      {"us", 3, 1},
+      {"\xc2\xb5s", 3, 1} /* µs */,
+      {"\xce\xbcs", 3, 1} /* μs */,
+      {"ms", 6, 1},
+      {"sec", 9, 1},
+      {"min", 9, 60},
+      {"s", 9, 1},
+      {"m", 9, 60},
+      {"h", 9, 3600},
+      {"d", 9, 86400}};
   const uint64_t cap = static_cast<uint64_t>(kMaxDurationSeconds) * 1000000000ull;
   auto invalid = [&](const std::string& why) {
     return InvalidArgument("invalid duration '" + Shown(text) + "': " + why);
@@ -367,7 +386,8 @@ Result<LossModel> ParseGilbertElliott(const std::string& text) {
   for (size_t i = 0; i < parts.size(); i++) {
     auto r = ParseRate(parts[i]);
     if (!r.ok())
-      return InvalidArgument("invalid Gilbert-Elliott model '" + Shown(text) + "': " + r.status().message());
+      return InvalidArgument("invalid Gilbert-Elliott model '" + Shown(text) +
+                             "': " + r.status().message());
     v[i] = *r;
   }
   LossModel m;
@@ -383,22 +403,25 @@ namespace {
 
 // An enumeration's value by name: any case, the lossd.v1 prefix optional.
 template <typename T, size_t N>
-Result<T> Choose(const std::string& text, const char* what, const char* prefix, const char* expected,
-                 const std::pair<const char*, T> (&table)[N]) {
+Result<T> Choose(const std::string& text, const char* what, const char* prefix,
+                 const char* expected, const std::pair<const char*, T> (&table)[N]) {
   std::string s = Lower(Trim(text.substr(0, kMaxInputLength + 1)));
   std::string p = Lower(prefix);
   if (s.compare(0, p.size(), p) == 0 && s.size() > p.size()) s = s.substr(p.size());
   for (const auto& kv : table)
     if (s == kv.first) return kv.second;
-  return InvalidArgument(std::string("invalid ") + what + " '" + Shown(text) + "': expected " + expected);
+  return InvalidArgument(std::string("invalid ") + what + " '" + Shown(text) + "': expected " +
+                         expected);
 }
 
 }  // namespace
 
 Result<Hook> ParseHook(const std::string& text) {
-  static const std::pair<const char*, Hook> kTable[] = {
-      {"", Hook::kAuto}, {"auto", Hook::kAuto}, {"xdp", Hook::kXdp}, {"tc", Hook::kTc},
-      {"cgroup", Hook::kCgroup}};
+  static const std::pair<const char*, Hook> kTable[] = {{"", Hook::kAuto},
+                                                        {"auto", Hook::kAuto},
+                                                        {"xdp", Hook::kXdp},
+                                                        {"tc", Hook::kTc},
+                                                        {"cgroup", Hook::kCgroup}};
   return Choose(text, "hook", "HOOK_", "auto, xdp, tc or cgroup", kTable);
 }
 
@@ -410,16 +433,17 @@ Result<Direction> ParseDirection(const std::string& text) {
 }
 
 Result<int> ParsePayload(const std::string& text) {
-  static const std::pair<const char*, int> kTable[] = {
-      {"", LOSS_PAYLOAD_ANY}, {"any", LOSS_PAYLOAD_ANY}, {"only", LOSS_PAYLOAD_ONLY},
-      {"none", LOSS_PAYLOAD_NONE}};
+  static const std::pair<const char*, int> kTable[] = {{"", LOSS_PAYLOAD_ANY},
+                                                       {"any", LOSS_PAYLOAD_ANY},
+                                                       {"only", LOSS_PAYLOAD_ONLY},
+                                                       {"none", LOSS_PAYLOAD_NONE}};
   return Choose(text, "payload", "PAYLOAD_", "any, only or none", kTable);
 }
 
 Result<int> ParseFamily(const std::string& text) {
-  static const std::pair<const char*, int> kTable[] = {
-      {"", 0},     {"any", 0},  {"0", 0},     {"4", 4},     {"ipv4", 4},
-      {"inet", 4}, {"6", 6},    {"ipv6", 6},  {"inet6", 6}};
+  static const std::pair<const char*, int> kTable[] = {{"", 0},  {"any", 0},  {"0", 0},
+                                                       {"4", 4}, {"ipv4", 4}, {"inet", 4},
+                                                       {"6", 6}, {"ipv6", 6}, {"inet6", 6}};
   return Choose(text, "family", "", "4, 6 or any", kTable);
 }
 
@@ -471,7 +495,8 @@ Status Validate(const RuleSpec& s) {
   if (s.hook == Hook::kXdp && s.dir != Direction::kIngress)
     return InvalidArgument("XDP sees ingress only: use --hook tc (or auto) for egress");
   if (s.hook == Hook::kXdp && !s.cgroup.empty())
-    return InvalidArgument("XDP runs before any socket exists: a cgroup match needs hook tc or cgroup");
+    return InvalidArgument(
+        "XDP runs before any socket exists: a cgroup match needs hook tc or cgroup");
   if (s.per_segment && s.iface.empty())
     return InvalidArgument("per-segment loss changes an interface's offloads: name the interface");
 
@@ -497,7 +522,8 @@ Status Validate(const RuleSpec& s) {
     return InvalidArgument("TCP flags need protocol tcp");
   if ((s.tcp_flags_value & ~s.tcp_flags_mask) != 0)
     return InvalidArgument("TCP flag value has bits outside its mask");
-  if (s.payload != LOSS_PAYLOAD_ANY && s.payload != LOSS_PAYLOAD_ONLY && s.payload != LOSS_PAYLOAD_NONE)
+  if (s.payload != LOSS_PAYLOAD_ANY && s.payload != LOSS_PAYLOAD_ONLY &&
+      s.payload != LOSS_PAYLOAD_NONE)
     return InvalidArgument("payload must be any, only or none");
   if (s.payload != LOSS_PAYLOAD_ANY && s.l4proto != 0 && s.l4proto != IPPROTO_TCP &&
       s.l4proto != IPPROTO_UDP)

@@ -24,9 +24,9 @@ enum class Hook { kAuto, kXdp, kTc, kCgroup };
 enum class Direction { kIngress, kEgress, kBoth };
 
 struct Cidr {
-  int family = 0;                     // 4 or 6
-  std::array<uint8_t, 16> addr{};     // network byte order; IPv4 in [0..3]
-  int prefix = 0;                     // bits
+  int family = 0;                  // 4 or 6
+  std::array<uint8_t, 16> addr{};  // network byte order; IPv4 in [0..3]
+  int prefix = 0;                  // bits
   bool IsHost() const { return prefix == (family == 4 ? 32 : 128); }
   std::string ToString() const;
 };
@@ -66,7 +66,7 @@ struct RuleSpec {
   std::optional<uint64_t> seed;
   uint32_t priority = 0;
   std::chrono::nanoseconds ttl{0};  // 0 = no expiry
-  bool per_segment = false;  // make each skb one wire segment on the interface
+  bool per_segment = false;         // make each skb one wire segment on the interface
   // The user's own: labels to find the rule by, and force (skip host protection).
   std::map<std::string, std::string> labels;
   bool force = false;
@@ -110,7 +110,8 @@ Result<LossModel> ParseGilbertElliott(const std::string& text);
 Result<Hook> ParseHook(const std::string& text);            // auto xdp tc cgroup
 Result<Direction> ParseDirection(const std::string& text);  // ingress (in) egress (out) both
 Result<int> ParsePayload(const std::string& text);          // any only none: LOSS_PAYLOAD_*
-Result<int> ParseFamily(const std::string& text);  // 4 (ipv4, inet) 6 (ipv6, inet6) any (0): 0, 4, 6
+Result<int> ParseFamily(
+    const std::string& text);  // 4 (ipv4, inet) 6 (ipv6, inet6) any (0): 0, 4, 6
 
 // The TCP flag names, bit i of the TCP flags byte at index i.
 extern const char* const kTcpFlagNames[8];

@@ -33,7 +33,8 @@ class Components {
  public:
   explicit Components(RuleLimits limits, bool observer_wanted)
       : limits_(std::move(limits)), start_ns_(MonotonicNs()) {
-    injector_status_.message = "loading: creating the BPF maps, clearing what a previous lossd left";
+    injector_status_.message =
+        "loading: creating the BPF maps, clearing what a previous lossd left";
     if (observer_wanted) {
       observer_status_.message = "loading: verifying the TCP observer's BPF programs";
     } else {
@@ -97,13 +98,14 @@ class Components {
   static Status Why(const std::string& what, const ComponentStatus& s) {
     switch (s.state) {
       case ComponentState::kLoading:
-        return Status(Code::kUnavailable, what + " is still loading (lossd started moments ago; retry, "
-                                                 "or wait until GetHealth reports it READY)");
+        return Status(Code::kUnavailable,
+                      what +
+                          " is still loading (lossd started moments ago; retry, "
+                          "or wait until GetHealth reports it READY)");
       case ComponentState::kFailed:
         return FailedPrecondition(what + " failed to start on this daemon: " + s.message);
       case ComponentState::kReady:  // cannot be: published before READY
-      case ComponentState::kDisabled:
-        break;
+      case ComponentState::kDisabled: break;
     }
     return FailedPrecondition(what + " is not running on this daemon: " + s.message);
   }

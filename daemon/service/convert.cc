@@ -11,10 +11,12 @@ namespace lossd {
 grpc::Status ToGrpc(const Status& st) {
   switch (st.code()) {
     case Code::kOk: return grpc::Status::OK;
-    case Code::kInvalidArgument: return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, st.message());
+    case Code::kInvalidArgument:
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, st.message());
     case Code::kNotFound: return grpc::Status(grpc::StatusCode::NOT_FOUND, st.message());
     case Code::kAlreadyExists: return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, st.message());
-    case Code::kPermissionDenied: return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, st.message());
+    case Code::kPermissionDenied:
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, st.message());
     case Code::kFailedPrecondition:
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, st.message());
     case Code::kResourceExhausted:

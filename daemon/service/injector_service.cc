@@ -29,7 +29,8 @@ Status InjectorService::Create(Injector* inj, const v1::RuleSpec& in, v1::Rule* 
 }
 
 grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContext* ctx,
-                                                      const v1::CreateRuleRequest* req, v1::Rule* resp) {
+                                                      const v1::CreateRuleRequest* req,
+                                                      v1::Rule* resp) {
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
   return Reply(ctx, Create(*inj, req->spec(), resp));
@@ -62,7 +63,8 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
 }
 
 grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContext* ctx,
-                                                      const v1::UpdateRuleRequest* req, v1::Rule* resp) {
+                                                      const v1::UpdateRuleRequest* req,
+                                                      v1::Rule* resp) {
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
   RuleSpec spec;
@@ -130,7 +132,8 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
             for (uint32_t id : ids) {
               auto info = (*inj)->Get(id);
               if (!info.ok())
-                return grpc::Status(grpc::StatusCode::NOT_FOUND, "rule " + std::to_string(id) + " is gone");
+                return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                    "rule " + std::to_string(id) + " is gone");
               RuleToProto(*info, u.add_rules());
             }
           }

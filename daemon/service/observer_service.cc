@@ -98,7 +98,6 @@ bool Wanted(const std::vector<Filter>& allow, const std::vector<Filter>& deny, c
   return true;
 }
 
-
 // Reports the losses a stream saw since the last report, per source.
 struct GapTracker {
   uint64_t ring_seen = 0, sub_seen = 0;
@@ -154,7 +153,8 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
         m->set_seq(++seq);
         EventToProto(ev, m->mutable_event());
         if (effects)
-          for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple)) m->mutable_event()->add_rule_ids(id);
+          for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple))
+            m->mutable_event()->add_rule_ids(id);
       }
       if (std::chrono::steady_clock::now() >= next_report) {
         next_report += std::chrono::seconds(1);
@@ -278,7 +278,8 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
       for (int t = 0; t < OBS_RTX_MAX; t++) (*a.mutable_retransmits_by_type())[RtxTypeName(t)] = 0;
       auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(window);
       while (!sink.done()) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            end - std::chrono::steady_clock::now());
         if (left.count() <= 0) break;
         auto e = sub->Next(std::min(left, std::chrono::milliseconds(100)));
         if (!e || e->data.ev.kind != OBS_EV_RETRANSMIT) continue;

@@ -36,8 +36,8 @@ class InjectorService final : public v1::Injector::CallbackService {
   grpc::ServerWriteReactor<v1::RuleCountersUpdate>* WatchRuleCounters(
       grpc::CallbackServerContext*, const v1::WatchRuleCountersRequest*) override;
   grpc::ServerUnaryReactor* GetRuleEffect(grpc::CallbackServerContext*,
-                                          const v1::GetRuleEffectRequest*, v1::RuleEffect*) override;
-
+                                          const v1::GetRuleEffectRequest*,
+                                          v1::RuleEffect*) override;
 
  private:
   Status Create(Injector* inj, const v1::RuleSpec& spec, v1::Rule* out);
@@ -53,10 +53,10 @@ class ObserverService final : public v1::Observer::CallbackService {
       grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest*) override;
   grpc::ServerUnaryReactor* ListFlows(grpc::CallbackServerContext*, const v1::ListFlowsRequest*,
                                       v1::ListFlowsResponse*) override;
-  grpc::ServerWriteReactor<v1::FlowStreamMessage>* WatchFlows(grpc::CallbackServerContext*,
-                                                               const v1::WatchFlowsRequest*) override;
-  grpc::ServerWriteReactor<v1::Aggregate>* WatchAggregates(grpc::CallbackServerContext*,
-                                                            const v1::WatchAggregatesRequest*) override;
+  grpc::ServerWriteReactor<v1::FlowStreamMessage>* WatchFlows(
+      grpc::CallbackServerContext*, const v1::WatchFlowsRequest*) override;
+  grpc::ServerWriteReactor<v1::Aggregate>* WatchAggregates(
+      grpc::CallbackServerContext*, const v1::WatchAggregatesRequest*) override;
   int subscribers() const { return subscribers_; }
 
  private:
@@ -70,7 +70,8 @@ class SystemService final : public v1::System::CallbackService {
       : parts_(parts), observer_(observer) {}
 
   grpc::ServerUnaryReactor* GetCapabilities(grpc::CallbackServerContext*,
-                                            const v1::GetCapabilitiesRequest*, v1::Capabilities*) override;
+                                            const v1::GetCapabilitiesRequest*,
+                                            v1::Capabilities*) override;
   grpc::ServerUnaryReactor* GetHealth(grpc::CallbackServerContext*, const v1::GetHealthRequest*,
                                       v1::Health*) override;
   grpc::ServerUnaryReactor* GetVersion(grpc::CallbackServerContext*, const v1::GetVersionRequest*,

@@ -5,7 +5,7 @@ namespace lossd {
 
 namespace {
 void AddHook(v1::Capabilities* c, const std::string& name, bool ok, const std::string& why,
-          bool observer) {
+             bool observer) {
   v1::HookAvailability* h = observer ? c->add_observer_hooks() : c->add_injector_hooks();
   h->set_name(name);
   h->set_available(ok);
@@ -26,7 +26,8 @@ void AddComponent(google::protobuf::RepeatedPtrField<v1::Component>* out, const 
   c->set_ready_after_ns(s.ready_after_ns);
 }
 
-void AddComponents(const Components& parts, google::protobuf::RepeatedPtrField<v1::Component>* out) {
+void AddComponents(const Components& parts,
+                   google::protobuf::RepeatedPtrField<v1::Component>* out) {
   ComponentStatus inj = parts.injector_status();
   if (const Injector* i = parts.injector()) {  // which hook programs are loaded so far
     std::string loaded;
@@ -56,7 +57,8 @@ grpc::ServerUnaryReactor* SystemService::GetCapabilities(grpc::CallbackServerCon
     AddHook(resp, "tcx", caps.tcx, notes, false);
     AddHook(resp, "clsact", caps.clsact, notes, false);
     AddHook(resp, "cgroup_skb", caps.cgroup_skb && !caps.cgroup2.empty(),
-            caps.cgroup2.empty() ? "no cgroup v2 mount" : "the kernel refuses cgroup_skb programs", false);
+            caps.cgroup2.empty() ? "no cgroup v2 mount" : "the kernel refuses cgroup_skb programs",
+            false);
     resp->set_cgroup2_mount(caps.cgroup2);
   }
   ComponentStatus os = parts_->observer_status();
@@ -76,13 +78,15 @@ grpc::ServerUnaryReactor* SystemService::GetHealth(grpc::CallbackServerContext* 
     resp->set_rules(static_cast<uint32_t>(inj->LiveCount()));
     resp->set_lease_remaining_ns(inj->LeaseRemainingNs());
   }
-  if (Observer* obs = parts_->observer()) resp->set_events_lost_kernel(obs->Totals().counters[OBS_CNT_RING_LOST]);
+  if (Observer* obs = parts_->observer())
+    resp->set_events_lost_kernel(obs->Totals().counters[OBS_CNT_RING_LOST]);
   resp->set_subscribers(static_cast<uint32_t>(observer_->subscribers()));
   return Reply(ctx, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* SystemService::GetVersion(grpc::CallbackServerContext* ctx,
-                                                    const v1::GetVersionRequest*, v1::Version* resp) {
+                                                    const v1::GetVersionRequest*,
+                                                    v1::Version* resp) {
   resp->set_version(LOSSD_VERSION);
   resp->set_api("lossd.v1");
   return Reply(ctx, Status::Ok());

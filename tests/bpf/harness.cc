@@ -42,7 +42,9 @@ int DropVerdict(Prog p) {
   return 0;
 }
 
-int PassVerdict(Prog p) { return p == Prog::kXdp ? XDP_PASS : -1 /* TC_ACT_UNSPEC */; }
+int PassVerdict(Prog p) {
+  return p == Prog::kXdp ? XDP_PASS : -1 /* TC_ACT_UNSPEC */;
+}
 
 std::string VerdictName(Prog p, int v) {
   std::string n = std::to_string(v);
@@ -87,7 +89,9 @@ int TestRun(int prog_fd, Prog p, const std::vector<uint8_t>& data, const RunOpts
   return static_cast<int>(opts.retval);
 }
 
-uint32_t IfIndexOf(const std::string& name) { return if_nametoindex(name.c_str()); }
+uint32_t IfIndexOf(const std::string& name) {
+  return if_nametoindex(name.c_str());
+}
 
 uint32_t EnsureVeth(const std::string& name, const std::string& peer) {
   if (uint32_t idx = IfIndexOf(name)) return idx;
@@ -197,7 +201,7 @@ InjectorOptions BpfTest::DefaultOptions() {
   o.background = false;  // no reaper: the data plane alone enforces deadlines
   o.xdp_mode = XdpMode::kGeneric;
   o.limits.max_rules = LOSS_MAX_RULES - 1;  // the data plane's limit, not a daemon's
-  o.limits.protected_ports.clear();          // a namespace of its own: no SSH to protect
+  o.limits.protected_ports.clear();         // a namespace of its own: no SSH to protect
   return o;
 }
 

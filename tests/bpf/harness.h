@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "injector/injector.h"
-#include "rules/rule.h"
 #include "loss_abi.h"
 #include "packet.h"
+#include "rules/rule.h"
 
 namespace lossd::bpftest {
 

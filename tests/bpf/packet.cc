@@ -8,7 +8,9 @@
 namespace lossd::bpftest {
 namespace {
 
-void Put8(std::vector<uint8_t>& b, uint8_t v) { b.push_back(v); }
+void Put8(std::vector<uint8_t>& b, uint8_t v) {
+  b.push_back(v);
+}
 void Put16(std::vector<uint8_t>& b, uint16_t v) {
   b.push_back(uint8_t(v >> 8));
   b.push_back(uint8_t(v));

@@ -57,8 +57,10 @@ TEST(Hub, ProducerNeverBlocksOnAStalledConsumer) {
   });
   uint64_t got = 0;
   while (got < 200000) {
-    if (reader->Next(std::chrono::milliseconds(1000))) got++;
-    else break;
+    if (reader->Next(std::chrono::milliseconds(1000)))
+      got++;
+    else
+      break;
   }
   producer.join();
   EXPECT_EQ(got + reader->lost(), 200000u);

@@ -1,6 +1,6 @@
 // Rule parsing, validation and encoding: each bad input gives a clear error.
-#include "injector/encode.h"
 #include "rules/rule.h"
+#include "injector/encode.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -19,14 +19,25 @@ namespace lossd {
 namespace {
 
 std::string* Field(RuleFlags* f, const std::string& name) {
-  std::map<std::string, std::string RuleFlags::*> fields = {
-      {"iface", &RuleFlags::iface},   {"cgroup", &RuleFlags::cgroup},     {"hook", &RuleFlags::hook},
-      {"dir", &RuleFlags::dir},       {"src", &RuleFlags::src},           {"dst", &RuleFlags::dst},
-      {"sport", &RuleFlags::sport},   {"dport", &RuleFlags::dport},       {"proto", &RuleFlags::proto},
-      {"family", &RuleFlags::family}, {"tcp_flags", &RuleFlags::tcp_flags}, {"payload", &RuleFlags::payload},
-      {"rate", &RuleFlags::rate},     {"ge", &RuleFlags::ge},             {"every", &RuleFlags::every},
-      {"first", &RuleFlags::first},   {"seed", &RuleFlags::seed},         {"priority", &RuleFlags::priority},
-      {"ttl", &RuleFlags::ttl}};
+  std::map<std::string, std::string RuleFlags::*> fields = {{"iface", &RuleFlags::iface},
+                                                            {"cgroup", &RuleFlags::cgroup},
+                                                            {"hook", &RuleFlags::hook},
+                                                            {"dir", &RuleFlags::dir},
+                                                            {"src", &RuleFlags::src},
+                                                            {"dst", &RuleFlags::dst},
+                                                            {"sport", &RuleFlags::sport},
+                                                            {"dport", &RuleFlags::dport},
+                                                            {"proto", &RuleFlags::proto},
+                                                            {"family", &RuleFlags::family},
+                                                            {"tcp_flags", &RuleFlags::tcp_flags},
+                                                            {"payload", &RuleFlags::payload},
+                                                            {"rate", &RuleFlags::rate},
+                                                            {"ge", &RuleFlags::ge},
+                                                            {"every", &RuleFlags::every},
+                                                            {"first", &RuleFlags::first},
+                                                            {"seed", &RuleFlags::seed},
+                                                            {"priority", &RuleFlags::priority},
+                                                            {"ttl", &RuleFlags::ttl}};
   auto it = fields.find(name);
   return it == fields.end() ? nullptr : &(f->*(it->second));
 }
@@ -56,7 +67,8 @@ Json ValueOf(const RuleSpec& r, const std::string& flag) {
 bool Same(const Json& a, const Json& b) {
   if (a.is_number() && b.is_number()) {
     if (a.is_number_float() || b.is_number_float()) return a.get<double>() == b.get<double>();
-    if (a.is_number_unsigned() || b.is_number_unsigned()) return a.get<uint64_t>() == b.get<uint64_t>();
+    if (a.is_number_unsigned() || b.is_number_unsigned())
+      return a.get<uint64_t>() == b.get<uint64_t>();
     return a.get<int64_t>() == b.get<int64_t>();
   }
   if (a.is_array() && b.is_array() && a.size() == b.size()) {
@@ -117,14 +129,16 @@ TEST(RuleVectors, BothParsersAgree) {
 TEST(BuildRuleSpec, ModelsAndTarget) {
   RuleFlags f;
   f.iface = "eth0";
-  EXPECT_NE(BuildRuleSpec(f).status().message().find("a loss model is needed: give --rate, --ge, --every or --first"),
+  EXPECT_NE(BuildRuleSpec(f).status().message().find(
+                "a loss model is needed: give --rate, --ge, --every or --first"),
             std::string::npos);
   f.rate = "1%";
   f.every = "2";
   EXPECT_NE(BuildRuleSpec(f).status().message().find("one loss model per rule"), std::string::npos);
   f.every.clear();
   f.iface.clear();
-  EXPECT_NE(BuildRuleSpec(f).status().message().find("(--iface and/or --cgroup)"), std::string::npos);
+  EXPECT_NE(BuildRuleSpec(f).status().message().find("(--iface and/or --cgroup)"),
+            std::string::npos);
   f.cgroup = "/sys/fs/cgroup/x";
   auto r = BuildRuleSpec(f);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -133,7 +147,8 @@ TEST(BuildRuleSpec, ModelsAndTarget) {
   EXPECT_FALSE(r->seed.has_value());
   EXPECT_TRUE(r->sport.Any());
   f.hook = "xdp";
-  EXPECT_NE(BuildRuleSpec(f).status().message().find("hook 'xdp' needs an interface"), std::string::npos);
+  EXPECT_NE(BuildRuleSpec(f).status().message().find("hook 'xdp' needs an interface"),
+            std::string::npos);
 }
 
 TEST(TcpFlagsText, RoundTripsEveryByte) {

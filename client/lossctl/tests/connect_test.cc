@@ -41,8 +41,8 @@ TEST(ExitCodeFor, Contract) {
 }
 
 TEST(IsStillLoading, OnlyUnavailableLoading) {
-  EXPECT_TRUE(IsStillLoading(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                          "the injector is still loading (lossd started moments ago)")));
+  EXPECT_TRUE(IsStillLoading(grpc::Status(
+      grpc::StatusCode::UNAVAILABLE, "the injector is still loading (lossd started moments ago)")));
   EXPECT_FALSE(IsStillLoading(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
   EXPECT_FALSE(IsStillLoading(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                            "the TCP observer failed to start: loading ...")));

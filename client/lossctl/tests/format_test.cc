@@ -12,19 +12,31 @@ void ExpectFormats(Fn format, std::initializer_list<std::pair<T, const char*>> c
 }
 
 TEST(FormatRate, PercentWithoutExponent) {
-  ExpectFormats<double>(FormatRate, {{0.01, "1%"}, {0.00005, "0.005%"}, {0, "0%"}, {1, "100%"},
-                                     {0.2, "20%"}, {1.0 / 3, "33.3333%"}, {1e-9, "0.0000001%"}});
+  ExpectFormats<double>(FormatRate, {{0.01, "1%"},
+                                     {0.00005, "0.005%"},
+                                     {0, "0%"},
+                                     {1, "100%"},
+                                     {0.2, "20%"},
+                                     {1.0 / 3, "33.3333%"},
+                                     {1e-9, "0.0000001%"}});
 }
 
 TEST(FormatBytes, HumanUnits) {
-  ExpectFormats<uint64_t>(FormatBytes, {{0, "0B"}, {1023, "1023B"}, {1536, "1.5KiB"},
-                                        {10 * 1024 * 1024, "10MiB"}, {123ull << 30, "123GiB"}});
+  ExpectFormats<uint64_t>(FormatBytes, {{0, "0B"},
+                                        {1023, "1023B"},
+                                        {1536, "1.5KiB"},
+                                        {10 * 1024 * 1024, "10MiB"},
+                                        {123ull << 30, "123GiB"}});
 }
 
 TEST(FormatDuration, HumanUnits) {
-  ExpectFormats<uint64_t>(FormatDuration, {{0, "0s"}, {250, "250ns"}, {1200000, "1.2ms"},
-                                           {1500000000, "1.5s"}, {30000000000, "30s"},
-                                           {90000000000, "1m30s"}, {3600000000000, "1h"}});
+  ExpectFormats<uint64_t>(FormatDuration, {{0, "0s"},
+                                           {250, "250ns"},
+                                           {1200000, "1.2ms"},
+                                           {1500000000, "1.5s"},
+                                           {30000000000, "30s"},
+                                           {90000000000, "1m30s"},
+                                           {3600000000000, "1h"}});
 }
 
 TEST(FormatPorts, ApiConventions) {

@@ -130,16 +130,17 @@ TEST(ParseRulesJson, ArrayLinesAndObject) {
   EXPECT_EQ(specs[1].labels().at("t"), "x");
   EXPECT_TRUE(specs[1].per_segment());
 
-  ASSERT_TRUE(ParseRulesJson("# comment\n{\"iface\":\"eth0\",\"rate\":0.01}\n\n"
-                             "{\"cgroup\":\"/x\",\"first\":2}\n",
-                             "r.jsonl", defaults, &specs, &err))
+  ASSERT_TRUE(
+      ParseRulesJson("# comment\n{\"iface\":\"eth0\",\"rate\":0.01}\n\n"
+                     "{\"cgroup\":\"/x\",\"first\":2}\n",
+                     "r.jsonl", defaults, &specs, &err))
       << err;
   ASSERT_EQ(specs.size(), 2u);
   EXPECT_DOUBLE_EQ(specs[0].loss().bernoulli().rate(), 0.01);
   EXPECT_EQ(specs[1].loss().first_k(), 2u);
 
-  ASSERT_TRUE(ParseRulesJson("{\n \"iface\": \"eth0\",\n \"rate\": \"5%\"\n}\n", "one.json", defaults,
-                             &specs, &err))
+  ASSERT_TRUE(ParseRulesJson("{\n \"iface\": \"eth0\",\n \"rate\": \"5%\"\n}\n", "one.json",
+                             defaults, &specs, &err))
       << err;
   EXPECT_EQ(specs.size(), 1u);
 }
@@ -168,8 +169,9 @@ TEST(ParseRulesJson, ErrorsSayWhere) {
   std::vector<v1::RuleSpec> specs;
   std::string err;
   RuleFlags d;
-  EXPECT_FALSE(ParseRulesJson("{\"iface\":\"eth0\",\"rate\":\"1%\"}\n{\"iface\":\"eth0\",\"rate\":\"200%\"}",
-                              "r.json", d, &specs, &err));
+  EXPECT_FALSE(
+      ParseRulesJson("{\"iface\":\"eth0\",\"rate\":\"1%\"}\n{\"iface\":\"eth0\",\"rate\":\"200%\"}",
+                     "r.json", d, &specs, &err));
   EXPECT_EQ(err, "r.json:2: rate: invalid rate '200%': must lie between 0% and 100%");
   EXPECT_FALSE(ParseRulesJson("[{\"iface\":\"eth0\",\"rat\":\"1%\"}]", "r.json", d, &specs, &err));
   EXPECT_EQ(err.rfind("r.json: rule 1: unknown field 'rat'", 0), 0u) << err;
@@ -177,7 +179,8 @@ TEST(ParseRulesJson, ErrorsSayWhere) {
   EXPECT_EQ(err.rfind("r.json:1: invalid JSON", 0), 0u) << err;
   EXPECT_FALSE(ParseRulesJson("", "r.json", d, &specs, &err));
   EXPECT_FALSE(ParseRulesJson("[]", "r.json", d, &specs, &err));
-  EXPECT_FALSE(ParseRulesJson("{\"iface\":\"eth0\",\"rate\":\"1%\",\"force\":\"yes\"}", "r", d, &specs, &err));
+  EXPECT_FALSE(ParseRulesJson("{\"iface\":\"eth0\",\"rate\":\"1%\",\"force\":\"yes\"}", "r", d,
+                              &specs, &err));
   EXPECT_EQ(err, "r: force: expected true or false");
 }
 
@@ -188,11 +191,12 @@ TEST(ParseRulesJson, PlacesForTheDaemonsErrors) {
   RuleFlags d;
   d.iface = "eth0";
   d.rate = "1%";
-  ASSERT_TRUE(ParseRulesJson("# rules\n{\"dport\":80}\n\n{\"dport\":81}\n", "r.jsonl", d, &specs, &err,
-                             &where))
+  ASSERT_TRUE(ParseRulesJson("# rules\n{\"dport\":80}\n\n{\"dport\":81}\n", "r.jsonl", d, &specs,
+                             &err, &where))
       << err;
   ASSERT_EQ(where, (std::vector<std::string>{"r.jsonl:2", "r.jsonl:4"}));
-  EXPECT_EQ(LocateSpecError("specs[1]: rule limit reached", where), "r.jsonl:4: rule limit reached");
+  EXPECT_EQ(LocateSpecError("specs[1]: rule limit reached", where),
+            "r.jsonl:4: rule limit reached");
   EXPECT_EQ(LocateSpecError("specs[7]: out of range", where), "specs[7]: out of range");
   EXPECT_EQ(LocateSpecError("no spec named", where), "no spec named");
   ASSERT_TRUE(ParseRulesJson("[{\"dport\":80},{\"dport\":81}]", "r.json", d, &specs, &err, &where));
