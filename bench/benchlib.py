@@ -34,6 +34,26 @@ def binary_id(path):
     return {"mtime": mt.strftime("%Y-%m-%dT%H:%M:%SZ"), "sha256": h}
 
 
+def parse_args(ap, check=None):
+    """ap's arguments, and the start every benchmark shares: check(args) may
+    refuse values (a message for ap.error), lossd must be a binary, and the
+    benchmark needs root (network namespaces, BPF): without it, exit 77
+    (skipped). Points the e2e lab at the lossd under test."""
+    args = ap.parse_args()
+    problem = check(args) if check else None
+    if problem:
+        ap.error(problem)
+    args.lossd = os.path.abspath(args.lossd)
+    if not os.access(args.lossd, os.X_OK):
+        ap.error("no lossd binary at %s (build first, or pass --lossd)" % args.lossd)
+    if os.geteuid() != 0:
+        print("%s: needs root (network namespaces, BPF)" % ap.prog, file=sys.stderr)
+        sys.exit(77)
+    from lab import config
+    config.set_paths(lossd=args.lossd)
+    return args
+
+
 def logger(name):
     """log(msg) -> 'NAME HH:MM:SS: msg' on stderr."""
     def log(msg):

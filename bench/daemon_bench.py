@@ -79,8 +79,8 @@ import sys
 import threading
 import time
 
-from benchlib import binary_id, git_describe, logger, med, report
-from lab import config, daemon, traffic
+from benchlib import binary_id, git_describe, logger, med, report, parse_args
+from lab import daemon, traffic
 from lab.daemon import Daemon, load_stubs
 from lab.lossd import TYPES
 from lab.netns import Lab
@@ -730,18 +730,11 @@ def main():
     ap.add_argument("--scale-rounds", type=int, default=3)
     ap.add_argument("--max-rules", type=int, default=0,
                     help="lossd --max-rules (0: lossd's default, 10000)")
-    args = ap.parse_args()
-    if args.tries < 10 or args.batches < 5:
-        ap.error("--tries must be >= 10 and --batches >= 5")
-    args.lossd = os.path.abspath(args.lossd)
+    args = parse_args(ap, lambda a: "--tries must be >= 10 and --batches >= 5"
+                      if a.tries < 10 or a.batches < 5 else None)
     args.stubs = os.path.abspath(args.stubs)
-    if not os.access(args.lossd, os.X_OK):
-        ap.error("no lossd binary at %s" % args.lossd)
     if not os.path.exists(os.path.join(args.stubs, "lossd", "v1", "lossd_pb2.py")):
         ap.error("no generated stubs in %s" % args.stubs)
-    if os.geteuid() != 0:
-        ap.error("needs root (network namespaces, BPF)")
-    config.set_paths(lossd=args.lossd)
     use_stubs(args.stubs)
     out = {"benchmark": "daemon",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -24,8 +24,8 @@ import os
 import statistics
 import sys
 
-from benchlib import report
-from lab import config, traffic
+from benchlib import report, parse_args
+from lab import traffic
 from lab.netns import Lab
 
 PORT = 5201
@@ -88,18 +88,9 @@ def main():
     ap.add_argument("--no-iptables", action="store_true", help="skip the iptables reference C")
     ap.add_argument("--nice", type=int, default=0,
                     help="run iperf3 at this nice level (e.g. -10 on a busy shared machine)")
-    args = ap.parse_args()
+    args = parse_args(ap, lambda a: "--pairs must be >= 3" if a.pairs < 3 else None)
     if args.nice:
         NICE[:] = ["nice", "-n", str(args.nice)]
-    if args.pairs < 3:
-        ap.error("--pairs must be >= 3")
-    args.lossd = os.path.abspath(args.lossd)
-    if not os.access(args.lossd, os.X_OK):
-        ap.error(f"no lossd binary at {args.lossd} (build first, or pass --lossd)")
-    if os.geteuid() != 0:
-        ap.error("needs root (network namespaces, BPF)")
-
-    config.set_paths(lossd=args.lossd)
     configs = ["A", "B"] + ([] if args.no_iptables else ["C"])
     load_start = os.getloadavg()
     with Lab() as lab:

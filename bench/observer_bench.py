@@ -77,8 +77,8 @@ import subprocess
 import sys
 import time
 
-from benchlib import binary_id, git_describe, logger, med, report
-from lab import config, traffic
+from benchlib import binary_id, git_describe, logger, med, report, parse_args
+from lab import traffic
 from lab.lossd import OUTCOMES, TYPES, Lossd, all_events
 from lab.netns import Lab
 from lab.stats import cpu_secs, fdinfo
@@ -524,17 +524,8 @@ def main():
     ap.add_argument("--loss", default="30%", help="injected loss of the generator")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-events", action="store_true")
-    args = ap.parse_args()
-    if args.pairs < 5:
-        ap.error("--pairs must be >= 5")
-    if args.rounds < 3:
-        ap.error("--rounds must be >= 3")
-    args.lossd = os.path.abspath(args.lossd)
-    if not os.access(args.lossd, os.X_OK):
-        ap.error("no lossd binary at %s (build first, or pass --lossd)" % args.lossd)
-    if os.geteuid() != 0:
-        ap.error("needs root (network namespaces, BPF)")
-    config.set_paths(lossd=args.lossd)
+    args = parse_args(ap, lambda a: "--pairs must be >= 5" if a.pairs < 5 else
+                      "--rounds must be >= 3" if a.rounds < 3 else None)
     out = {"benchmark": "observer",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "kernel": os.uname().release, "cpus": os.cpu_count(), "lossd": args.lossd,

@@ -54,8 +54,8 @@ import signal
 import statistics
 import sys
 
-from benchlib import binary_id, git_describe, logger, report
-from lab import config, traffic
+from benchlib import binary_id, git_describe, logger, report, parse_args
+from lab import traffic
 from lab.netns import Lab, RouterLab
 from lab.stats import fdinfo
 
@@ -260,11 +260,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--paths", default="router,veth")
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("path_cost.py needs root", file=sys.stderr)
-        return 77
-    config.set_paths(lossd=a.lossd)
+    a = parse_args(ap)
     confs = a.configs.split(",")
     if confs[0] != "none":
         confs = ["none"] + [c for c in confs if c != "none"]

@@ -46,8 +46,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import logger
-from lab import config
+from benchlib import logger, parse_args
 from lab.daemon import Daemon
 from lab.netns import Lab, sh
 
@@ -80,11 +79,7 @@ def main():
     ap.add_argument("--cc", default="cubic",
                     help="the server's TCP congestion control, set on its listening socket (default "
                          "cubic, Linux's usual default; this machine's own default is bbr)")
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("seed_http.py needs root", file=sys.stderr)
-        return 77
-    config.set_paths(lossd=a.lossd)
+    a = parse_args(ap)
     lab = Lab(pair=False)
     tmp = tempfile.mkdtemp(prefix="lossd-http-")  # kept: the sweeps' outputs without --out
     out = os.path.abspath(a.out) if a.out else os.path.join(tmp, "out")

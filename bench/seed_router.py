@@ -46,8 +46,8 @@ import signal
 import statistics
 import sys
 
-from benchlib import logger
-from lab import config, traffic
+from benchlib import logger, parse_args
+from lab import traffic
 from lab.netns import RouterLab
 from lab.stats import binom_interval
 from lossd_client.units import wilson_interval  # stdlib only; no stubs needed
@@ -131,11 +131,7 @@ def main():
     ap.add_argument("--tools", default="lossd,iptables,nft")
     ap.add_argument("--bulk-seconds", type=int, default=3)
     ap.add_argument("--bulk-rounds", type=int, default=7)
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("seed_router.py needs root", file=sys.stderr)
-        return 77
-    config.set_paths(lossd=a.lossd)
+    a = parse_args(ap)
     tools = a.tools.split(",")
     topo = RouterLab()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
