@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "observer/format.h"
@@ -21,10 +22,11 @@ namespace lossd {
 namespace {
 
 double Now() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+  return UnixNs() / 1e9;
+}  // for the reports' "time"
+double Elapsed() {
+  return MonotonicNs() / 1e9;
+}  // for --duration: no clock steps
 
 void Print(const Json& j) {
   printf("%s\n", JsonLine(j).c_str());
@@ -145,7 +147,7 @@ bool WaitForReport(const sigset_t& sigs, const OneShotOptions& o, double start) 
   }
   auto wait = o.interval;
   if (o.duration.count() > 0) {
-    double left = start + o.duration.count() / 1e9 - Now();
+    double left = start + o.duration.count() / 1e9 - Elapsed();
     if (left <= 0) return false;
     if (left < wait.count() / 1e9) wait = std::chrono::nanoseconds(int64_t(left * 1e9));
   }
@@ -207,7 +209,7 @@ int RunOneShot(const OneShotOptions& o) {
   }
   fflush(stdout);
 
-  double start = Now();
+  double start = Elapsed();
   while (WaitForReport(sigs, o, start))
     if (id) Report(**inj, id, o.json, false);
   if (obs) obs->Finish();

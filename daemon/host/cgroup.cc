@@ -68,11 +68,11 @@ Result<CgroupInfo> ResolveCgroup(const std::string& path) {
   if (!realpath(full.c_str(), real)) return Status::FromErrno(errno, "cgroup '" + shown() + "'");
   full = real;
   if (full != root && full.rfind(root + "/", 0) != 0)
-    return InvalidArgument("cgroup '" + shown() + "' resolves to " + full +
+    return InvalidArgument("cgroup '" + shown() + "' resolves to " + Shown(full) +
                            ", outside the cgroup v2 mount " + root);
   struct stat st;
-  if (stat(full.c_str(), &st) != 0) return Status::FromErrno(errno, "cgroup " + full);
-  if (!S_ISDIR(st.st_mode)) return InvalidArgument("cgroup " + full + " is not a directory");
+  if (stat(full.c_str(), &st) != 0) return Status::FromErrno(errno, "cgroup " + Shown(full));
+  if (!S_ISDIR(st.st_mode)) return InvalidArgument("cgroup " + Shown(full) + " is not a directory");
   CgroupInfo info;
   info.path = full;
   info.mount = root;
@@ -80,7 +80,7 @@ Result<CgroupInfo> ResolveCgroup(const std::string& path) {
   int level = 0;
   for (size_t i = root.size(); i < full.size(); i++)
     if (full[i] == '/') level++;
-  if (level > 255) return InvalidArgument("cgroup " + full + " is nested too deep");
+  if (level > 255) return InvalidArgument("cgroup " + Shown(full) + " is nested too deep");
   info.level = static_cast<uint8_t>(level);
   return info;
 }

@@ -34,8 +34,10 @@ Status SetOffloads(const std::string& ifname, Offloads o) {
   return Status::Ok();
 }
 
+// No state file (an empty path: --state-dir '') reads as empty and writes nothing.
 std::vector<std::string> ReadLines(const std::string& file) {
   std::vector<std::string> lines;
+  if (file.empty()) return lines;
   std::ifstream in(file);
   for (std::string l; std::getline(in, l);)
     if (!l.empty()) lines.push_back(l);
@@ -43,6 +45,7 @@ std::vector<std::string> ReadLines(const std::string& file) {
 }
 
 void WriteLines(const std::string& file, const std::vector<std::string>& lines) {
+  if (file.empty()) return;
   if (lines.empty()) {
     unlink(file.c_str());
     return;

@@ -88,8 +88,9 @@ void Injector::SkelDeleter::operator()(loss_bpf* s) const {
   loss_bpf__destroy(s);
 }
 
-Injector::Injector(const InjectorOptions& opts)
-    : opts_(opts), guard_(opts.limits.protected_ports) {}
+Injector::Injector(const InjectorOptions& opts) : opts_(opts), guard_(opts.limits.protected_ports) {
+  for (auto& fd : prog_fds_) fd = -1;
+}
 
 Status Injector::CheckOptions(const InjectorOptions& opts) {
   // One slot stays free for Replace, which publishes before it withdraws.
@@ -191,35 +192,42 @@ uint64_t Injector::LeaseRemainingNs() const {
 }
 
 int Injector::ProgFd(int hook) const {
+  if (hook < 0 || hook >= LOSS_HOOK_MAX) return -1;
   Status st = LoadProgram(hook);
   if (!st.ok()) {
     LOG_ERROR("%s", st.message().c_str());
     return -1;
   }
-  std::lock_guard<std::mutex> lock(prog_mu_);
-  return bpf_program__fd(bpf_object__find_program_by_name(progs_[hook]->obj, ProgName(hook)));
+  return prog_fds_[hook];
 }
 
 Status Injector::LoadProgram(int hook) const {
   if (hook < 0 || hook >= LOSS_HOOK_MAX) return Internal("unknown hook " + std::to_string(hook));
-  std::lock_guard<std::mutex> lock(prog_mu_);
-  if (progs_[hook]) return Status::Ok();
+  if (prog_fds_[hook] >= 0) return Status::Ok();
+  std::lock_guard<std::mutex> load(load_mu_);
+  if (prog_fds_[hook] >= 0) return Status::Ok();
   const char* name = ProgName(hook);
   uint64_t t0 = MonotonicNs();
   std::unique_ptr<loss_bpf, SkelDeleter> obj(loss_bpf__open());
   if (!obj) return Status::FromErrno(errno, std::string("open BPF object for ") + name);
   LOSSD_RETURN_IF_ERROR(ReuseMapsLoadOnly(obj->obj, skel_->obj, name));
   int err = loss_bpf__load(obj.get());
-  if (err)
-    return Status::FromErrno(-err, std::string("load the ") + LossHookName(hook) +
-                                       " program (see the libbpf log above)");
-  ProgLoadStats& ps = prog_stats_[hook];
+  if (err)  // not the request's fault, whatever errno the kernel chose
+    return Internal(std::string("lossd could not load its ") + LossHookName(hook) +
+                    " program: " + strerror(-err) + " (the daemon's log has libbpf's account)");
+  ProgLoadStats ps;
   ps.name = name;
   ps.load_ns = MonotonicNs() - t0;
-  FillProgInfo(bpf_program__fd(bpf_object__find_program_by_name(obj->obj, name)), &ps);
+  int fd = bpf_program__fd(bpf_object__find_program_by_name(obj->obj, name));
+  FillProgInfo(fd, &ps);
   LOG_INFO("loaded the %s program: %u instructions verified in %.0f ms", LossHookName(hook),
            ps.verified_insns, ps.load_ns / 1e6);
-  progs_[hook] = std::move(obj);
+  {
+    std::lock_guard<std::mutex> lock(prog_mu_);
+    progs_[hook] = std::move(obj);
+    prog_stats_[hook] = ps;
+  }
+  prog_fds_[hook] = fd;
   return Status::Ok();
 }
 
@@ -346,8 +354,9 @@ Status Injector::Acquire(const AttachKey& key, int ifindex) {
     return Status::Ok();
   }
   Result<std::unique_ptr<Attachment>> a = Status();
-  LOSSD_RETURN_IF_ERROR(LoadProgram(key.kind));  // loaded already, unless by ProgFd's callers
-  int fd = ProgFd(key.kind);
+  int fd = prog_fds_[key.kind];  // loaded before mu_ was taken (LoadProgramsFor)
+  if (fd < 0)
+    return Internal(std::string("the ") + LossHookName(key.kind) + " program is not loaded");
   switch (key.kind) {
     case LOSS_HOOK_XDP: a = AttachXdp(fd, ifindex, key.target, opts_.xdp_mode); break;
     case LOSS_HOOK_TC_INGRESS: a = AttachTcxIngress(fd, ifindex, key.target); break;
@@ -401,7 +410,7 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
   LOSSD_RETURN_IF_ERROR(Check(spec));
   LOSSD_RETURN_IF_ERROR(LoadProgramsFor(spec));
   std::lock_guard<std::mutex> lock(mu_);
-  if (live_ >= opts_.limits.max_rules)
+  if (LiveLocked() >= opts_.limits.max_rules)
     return ResourceExhausted("rule limit reached (" + std::to_string(opts_.limits.max_rules) +
                              " rules, --max-rules): delete rules first");
   auto id = AddLocked(spec);
@@ -471,9 +480,8 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec) {
   if (spec.per_segment) {
     auto& off = offloads_[spec.iface];
     if (!off.guard) {
-      auto g = OffloadGuard::Disable(spec.iface, opts_.state_dir.empty()
-                                                     ? std::string("/dev/null")
-                                                     : opts_.state_dir + "/offloads");
+      auto g = OffloadGuard::Disable(spec.iface,
+                                     opts_.state_dir.empty() ? "" : opts_.state_dir + "/offloads");
       if (!g.ok()) {
         offloads_.erase(spec.iface);
         undo_attach();
@@ -527,7 +535,6 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec) {
   rule.offload_iface = spec.per_segment ? spec.iface : "";
   rule.expires_ns = expires;
   rule.live = true;
-  live_++;
   uint32_t id = rule.info.id;
   rules_[id] = std::move(rule);
   return id;
@@ -548,7 +555,6 @@ Status Injector::Retire(Rule& r) {
   if (c.ok()) r.info.counters = *c;
   free_slots_.push_back(r.slot);
   r.live = false;
-  live_--;
   if (!st.ok()) return st;
   if (!st2.ok()) return st2;
   return c.ok() ? Status::Ok() : c.status();
@@ -571,7 +577,12 @@ Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
   LOSSD_RETURN_IF_ERROR(Check(spec));
   LOSSD_RETURN_IF_ERROR(LoadProgramsFor(spec));
   std::lock_guard<std::mutex> lock(mu_);
-  if (!rules_.count(id)) return NotFound("no rule with id " + std::to_string(id));
+  auto it = rules_.find(id);
+  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  // Replacing an expired rule makes it live again: a new rule as far as the limit goes.
+  if (!it->second.live && LiveLocked() >= opts_.limits.max_rules)
+    return ResourceExhausted("rule limit reached (" + std::to_string(opts_.limits.max_rules) +
+                             " rules, --max-rules): delete rules first");
   auto nid = AddLocked(spec);
   if (!nid.ok()) return nid.status();
   auto old = rules_.find(id);
@@ -606,7 +617,7 @@ uint32_t Injector::Clear() {
 
 size_t Injector::LiveCount() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return live_;
+  return LiveLocked();
 }
 
 RuleInfo Injector::Snapshot(const Rule& r) const {

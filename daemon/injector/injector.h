@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -200,6 +201,8 @@ class Injector {
   Status ResetCounters(uint32_t slot);
   Status Retire(Rule& r);
   Result<RuleInfo> RemoveLocked(uint32_t id);
+  // Rules holding a slot: the listed ones but the expired.
+  size_t LiveLocked() const { return rules_.size() - expired_.size(); }
   RuleInfo Snapshot(const Rule& r) const;
   Result<RuleCounters> ReadCounters(uint32_t slot) const;
   void Run();
@@ -212,9 +215,14 @@ class Injector {
   // The maps (no program: loaded with autoload off), and one object per
   // hook program loaded so far, whose maps are skel_'s.
   std::unique_ptr<loss_bpf, SkelDeleter> skel_;
-  mutable std::mutex prog_mu_;  // after mu_ when both are held
+  // Hook programs: one load (a verifier run) at a time under load_mu_, never
+  // under mu_; the loaded objects under prog_mu_ (held briefly, after mu_
+  // when both are); their fds published last, read without a lock.
+  mutable std::mutex load_mu_;
+  mutable std::mutex prog_mu_;
   mutable std::array<std::unique_ptr<loss_bpf, SkelDeleter>, LOSS_HOOK_MAX> progs_;
   mutable std::array<ProgLoadStats, LOSS_HOOK_MAX> prog_stats_;
+  mutable std::array<std::atomic<int>, LOSS_HOOK_MAX> prog_fds_;  // -1: not loaded
   int ncpus_ = 1;
 
   mutable std::mutex mu_;
@@ -228,7 +236,6 @@ class Injector {
   std::map<AttachKey, Attached> attached_;
   std::map<std::string, Offload> offloads_;
   std::vector<uint32_t> free_slots_;
-  size_t live_ = 0;
   // Host pre-filter: rules per bit, and the words as written to the map.
   std::map<uint32_t, uint32_t> bloom_refs_;  // kind * LOSS_BLOOM_BITS + bit
   std::vector<uint64_t> bloom_words_ = std::vector<uint64_t>(2 * LOSS_BLOOM_WORDS);

@@ -12,6 +12,7 @@ next lossd start with the same --state-dir restores them.
 """
 import json
 import os
+import stat
 import unittest
 
 from lab import config, traffic
@@ -120,6 +121,19 @@ class PerSegmentCrash(unittest.TestCase):
             diff = {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v}
             self.assertEqual(diff, {}, "next start did not restore (before, after); stderr:\n" + d2.stderr())
             self.assertEqual(gso_max_segs(lab, lab.a, lab.IF_A), segs_before)
+
+
+class PerSegmentNoStateDir(unittest.TestCase):
+    def test_empty_state_dir_keeps_no_record_and_leaves_dev_null_alone(self):
+        # --state-dir '' keeps no crash record (regression: the record went to /dev/null,
+        # written through a temporary file renamed over it, then unlinked).
+        with Lab() as lab:
+            cmd = [config.LOSSD, "--json", "--state-dir", "", "--duration", "1s",
+                   "--iface", lab.IF_A] + RULE
+            r = lab.run(lab.a, *cmd, check=False, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(stat.S_ISCHR(os.stat("/dev/null").st_mode), "/dev/null is no device any more")
+            self.assertFalse(os.path.exists("/dev/null.tmp"))
 
 
 class PerSegmentVethIngress(unittest.TestCase):

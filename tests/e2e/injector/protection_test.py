@@ -5,12 +5,11 @@ find the port sshd really listens on), with one live IPv4 connection from B (sho
 ::ffff:192.0.2.2 in /proc/net/tcp6). Every lossy TCP rule that could cut it is refused
 with FAILED_PRECONDITION: the plain port, the port with an ephemeral source range, the
 port with dst 0.0.0.0/0, the live peer's address, a cgroup sshd is in. --force lets a
-rule through and the override is logged; a rule on another port is untouched.
+rule through and the override is logged; a rule on another port is untouched unless
+--protect-port names it (a listener there is then protected too).
 """
 import os
-import socket
 import textwrap
-import time
 import unittest
 
 from lab.config import PY, main
@@ -31,6 +30,16 @@ FAKE_SSHD = textwrap.dedent("""
     while True:
         c, _ = s.accept()
         conns.append(c)
+""")
+
+LISTENER = textwrap.dedent("""
+    import socket, sys, time
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(sys.argv[1])))
+    s.listen(8)
+    print("READY", flush=True)
+    time.sleep(120)
 """)
 
 CLIENT = textwrap.dedent("""
@@ -85,9 +94,14 @@ class HostProtection(unittest.TestCase):
                 rc, err = self.one_shot(lab, base + ["--proto", "tcp", "--dport", "5201"])
                 self.assertEqual(rc, 0, err)
             with self.subTest(rule="--protect-port"):
-                rc, err = self.one_shot(lab, base + ["--proto", "tcp", "--dport", "5201",
-                                                     "--protect-port", "5201"])
-                self.assertEqual(rc, 0, err)  # nothing listens on 5201: nothing to cut
+                other = lab.popen(lab.a, [PY, "-c", LISTENER, "5201"], stdout=-1)  # not sshd
+                self.assertEqual(other.stdout.readline().strip(), "READY")
+                rule = base + ["--proto", "tcp", "--dport", "5201"]
+                rc, err = self.one_shot(lab, rule + ["--protect-port", "5201"])
+                self.assertEqual(rc, 1, err)
+                self.assertIn("protected port 5201", err)
+                rc, err = self.one_shot(lab, rule)
+                self.assertEqual(rc, 0, err)  # 5201 is not protected unless asked
                 rc, err = self.one_shot(lab, base + ["--protect-port", "nope"])
                 self.assertEqual(rc, 2, err)
                 self.assertIn("--protect-port", err)
