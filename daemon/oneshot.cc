@@ -174,10 +174,16 @@ int RunOneShot(const OneShotOptions& o) {
   // A closed stdout must not kill the run before it detaches (see StdoutGone).
   signal(SIGPIPE, SIG_IGN);
 
-  auto inj = Injector::Create(o.injector);
-  if (!inj.ok()) {
-    fprintf(stderr, "lossd: %s\n", inj.status().ToString().c_str());
-    return 1;
+  // The injector only for a rule: --observe alone leaves the data plane, its
+  // state dir and a running daemon's offload records alone.
+  std::unique_ptr<Injector> inj;
+  if (o.rule) {
+    auto r = Injector::Create(o.injector);
+    if (!r.ok()) {
+      fprintf(stderr, "lossd: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    inj = std::move(*r);
   }
   std::unique_ptr<ObserverRun> obs;
   if (o.observe) {
@@ -191,13 +197,13 @@ int RunOneShot(const OneShotOptions& o) {
 
   uint32_t id = 0;
   if (o.rule) {
-    auto r = (*inj)->Add(*o.rule);
+    auto r = inj->Add(*o.rule);
     if (!r.ok()) {
       fprintf(stderr, "lossd: %s\n", r.status().ToString().c_str());
       return 1;
     }
     id = *r;
-    auto info = (*inj)->Get(id);
+    auto info = inj->Get(id);
     std::string hooks;
     for (const auto& h : info->hooks) hooks += (hooks.empty() ? "" : ", ") + h;
     if (o.json)
@@ -211,12 +217,12 @@ int RunOneShot(const OneShotOptions& o) {
 
   double start = Elapsed();
   while (WaitForReport(sigs, o, start))
-    if (id) Report(**inj, id, o.json, false);
+    if (id) Report(*inj, id, o.json, false);
   if (obs) obs->Finish();
   if (id) {
     // Detach first, then report: no drop can happen after the final count.
-    auto gone = (*inj)->Remove(id);
-    Report(**inj, id, o.json, true, gone.ok() ? &gone->counters : nullptr);
+    auto gone = inj->Remove(id);
+    Report(*inj, id, o.json, true, gone.ok() ? &gone->counters : nullptr);
   }
   fflush(stdout);
   return 0;  // the injector's destructor detaches everything

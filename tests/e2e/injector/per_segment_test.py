@@ -136,6 +136,23 @@ class PerSegmentNoStateDir(unittest.TestCase):
             self.assertFalse(os.path.exists("/dev/null.tmp"))
 
 
+class PerSegmentBesideObserver(unittest.TestCase):
+    def test_observe_alone_leaves_a_live_rules_offloads_alone(self):
+        # Regression: `lossd --observe` with the same state dir as a running lossd holding a
+        # per-segment rule restored that interface's offloads under the live rule and deleted
+        # its record (it built an injector, whose start undoes "a dead owner's" changes).
+        with Lab() as lab:
+            d = lab.lossd(lab.a, ["--iface", lab.IF_A] + RULE)
+            record = os.path.join(d.state_dir, "offloads")
+            self.assertTrue(os.path.exists(record))
+            obs = lab.lossd(lab.a, ["--observe", "--duration", "1s"], state_dir=d.state_dir)
+            self.assertEqual(obs.wait_exit(60), 0, obs.stderr())
+            self.assertEqual(gso_max_segs(lab, lab.a, lab.IF_A), 1, obs.stderr())
+            self.assertEqual(lab.features(lab.a, lab.IF_A).get("generic-receive-offload"), "off")
+            self.assertTrue(os.path.exists(record), "the live rule's record was deleted")
+            d.stop()
+
+
 class PerSegmentVethIngress(unittest.TestCase):
     def test_refused_with_a_clear_error(self):
         """At a veth's ingress the peer builds the packets: refused, nothing changed."""
