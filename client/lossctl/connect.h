@@ -87,8 +87,9 @@ int Unary(Connection* conn, const std::string& what, Call&& call) {
   auto give_up = std::chrono::steady_clock::now() + conn->timeout();
   bool said = false;
   for (;;) {
-    grpc::ClientContext ctx;
-    conn->SetDeadline(&ctx);
+    grpc::ClientContext ctx;  // every try within the one --timeout budget
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     (give_up - std::chrono::steady_clock::now()));
     grpc::Status st = call(&ctx);
     if (st.ok()) return kExitOk;
     constexpr auto kRetry = std::chrono::milliseconds(200);

@@ -12,10 +12,6 @@
 namespace lossd {
 namespace {
 
-bool In(const PortRange& r, uint16_t port) {
-  return r.lo <= port && port <= r.hi;
-}
-
 // Whether a rule reaches the traffic of a listener on `port` from peers it
 // does not name: ingress packets to the port, or egress packets from it.
 // Only a rule narrowed to one host address counts as naming its peer.
@@ -23,7 +19,7 @@ bool CoversListener(const RuleSpec& spec, uint16_t port) {
   bool one_host = (spec.src && spec.src->IsHost()) || (spec.dst && spec.dst->IsHost());
   if (one_host) return false;
   bool ingress = spec.dir != Direction::kEgress, egress = spec.dir != Direction::kIngress;
-  return (ingress && In(spec.dport, port)) || (egress && In(spec.sport, port));
+  return (ingress && spec.dport.Contains(port)) || (egress && spec.sport.Contains(port));
 }
 
 // Whether cgroup `rule` (a resolved path under the v2 mount) is, or holds,
@@ -74,8 +70,9 @@ Status HostGuard::Check(const RuleSpec& spec, const std::string& cgroup_path,
   }
   // Reading the sockets walks the kernel's whole TCP hash: only for rules
   // whose ports admit a protected one.
-  bool admits = std::any_of(ports_.begin(), ports_.end(),
-                            [&](uint16_t p) { return In(spec.sport, p) || In(spec.dport, p); });
+  bool admits = std::any_of(ports_.begin(), ports_.end(), [&](uint16_t p) {
+    return spec.sport.Contains(p) || spec.dport.Contains(p);
+  });
   if (!admits) return Status::Ok();
   if (socks.empty()) socks = TcpSockets();
   for (const TcpSock& s : socks) {

@@ -386,7 +386,7 @@ void Injector::ReleaseOffload(const std::string& ifname) {
   offloads_.erase(it);  // the guard restores the interface
 }
 
-Status Injector::Check(const RuleSpec& spec) const {
+Status Injector::Check(const RuleSpec& spec, Target* target) const {
   LOSSD_RETURN_IF_ERROR(Validate(spec));
   const RuleLimits& l = opts_.limits;
   if (l.max_ttl_ns) {
@@ -396,24 +396,30 @@ Status Injector::Check(const RuleSpec& spec) const {
                              std::to_string(l.max_ttl_ns / 1000000000ull) +
                              " s (--max-ttl); give a ttl within it");
   }
-  std::string cgroup_path, mount;
+  // The target, once, before any program loads for it (a mistyped interface
+  // is NOT_FOUND without a verifier run).
+  if (!spec.iface.empty()) {
+    auto idx = IfIndex(spec.iface);
+    if (!idx.ok()) return idx.status();
+    target->ifindex = *idx;
+  }
   if (!spec.cgroup.empty()) {
     auto cg = ResolveCgroup(spec.cgroup);
     if (!cg.ok()) return cg.status();
-    cgroup_path = cg->path;
-    mount = cg->mount;
+    target->cgroup = *cg;
   }
-  return guard_.Check(spec, cgroup_path, mount);
+  return guard_.Check(spec, target->cgroup.path, target->cgroup.mount);
 }
 
 Result<uint32_t> Injector::Add(const RuleSpec& spec) {
-  LOSSD_RETURN_IF_ERROR(Check(spec));
+  Target target;
+  LOSSD_RETURN_IF_ERROR(Check(spec, &target));
   LOSSD_RETURN_IF_ERROR(LoadProgramsFor(spec));
   std::lock_guard<std::mutex> lock(mu_);
   if (LiveLocked() >= opts_.limits.max_rules)
     return ResourceExhausted("rule limit reached (" + std::to_string(opts_.limits.max_rules) +
                              " rules, --max-rules): delete rules first");
-  auto id = AddLocked(spec);
+  auto id = AddLocked(spec, target);
   if (!id.ok()) return id;
   Rule& r = rules_[*id];
   r.info.created_unix_ns = UnixNs();
@@ -423,21 +429,11 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
   return id;
 }
 
-// Resolves, attaches and publishes; the caller holds mu_ and has checked.
-Result<uint32_t> Injector::AddLocked(const RuleSpec& spec) {
-  // Resolve the target.
-  int ifindex = 0;
-  if (!spec.iface.empty()) {
-    auto idx = IfIndex(spec.iface);
-    if (!idx.ok()) return idx.status();
-    ifindex = *idx;
-  }
-  CgroupInfo cg;
-  if (!spec.cgroup.empty()) {
-    auto c = ResolveCgroup(spec.cgroup);
-    if (!c.ok()) return c.status();
-    cg = *c;
-  }
+// Attaches and publishes; the caller holds mu_ and has checked (and
+// resolved the target).
+Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target) {
+  const int ifindex = target.ifindex;
+  const CgroupInfo& cg = target.cgroup;
   bool ingress = spec.dir != Direction::kEgress;
   Hook hook = ChooseHook(spec);
   if (spec.per_segment && ingress && DriverName(spec.iface) == "veth")
@@ -574,7 +570,8 @@ Result<RuleInfo> Injector::RemoveLocked(uint32_t id) {
 }
 
 Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
-  LOSSD_RETURN_IF_ERROR(Check(spec));
+  Target target;
+  LOSSD_RETURN_IF_ERROR(Check(spec, &target));
   LOSSD_RETURN_IF_ERROR(LoadProgramsFor(spec));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rules_.find(id);
@@ -583,7 +580,7 @@ Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
   if (!it->second.live && LiveLocked() >= opts_.limits.max_rules)
     return ResourceExhausted("rule limit reached (" + std::to_string(opts_.limits.max_rules) +
                              " rules, --max-rules): delete rules first");
-  auto nid = AddLocked(spec);
+  auto nid = AddLocked(spec, target);
   if (!nid.ok()) return nid.status();
   auto old = rules_.find(id);
   auto fresh = rules_.find(*nid);

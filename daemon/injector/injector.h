@@ -24,6 +24,7 @@
 
 #include "common/split_load.h"
 #include "common/status.h"
+#include "host/cgroup.h"
 #include "host/offloads.h"
 #include "injector/anchor_index.h"
 #include "injector/attach.h"
@@ -188,9 +189,15 @@ class Injector {
 
   explicit Injector(const InjectorOptions& opts);
   Status Load();
-  Status Check(const RuleSpec& spec) const;            // everything that needs no kernel
+  // A rule's resolved target: the interface's index, the cgroup's id and depth.
+  struct Target {
+    int ifindex = 0;
+    CgroupInfo cgroup;
+  };
+  // Validation, the limits, the target, host protection: all but attaching.
+  Status Check(const RuleSpec& spec, Target* target) const;
   Status LoadProgramsFor(const RuleSpec& spec) const;  // before taking mu_
-  Result<uint32_t> AddLocked(const RuleSpec& spec);
+  Result<uint32_t> AddLocked(const RuleSpec& spec, const Target& target);
   Status Acquire(const AttachKey& key, int ifindex);
   void Release(const AttachKey& key);
   void ReleaseOffload(const std::string& ifname);

@@ -8,11 +8,6 @@
 namespace lossd {
 namespace {
 
-// Does [lo, hi] of the rule contain port?
-bool PortIn(const PortRange& r, uint16_t port) {
-  return port >= r.lo && port <= r.hi;
-}
-
 bool AddrIn(const std::optional<Cidr>& c, uint16_t family, const uint32_t* a) {
   return !c || AddrInCidr(*c, family, a);
 }
@@ -35,11 +30,11 @@ bool RuleCoversFlow(const RuleSpec& s, const obs_tuple& t) {
   // Ingress: packets remote -> local; egress: local -> remote.
   auto in = [&] {
     return AddrIn(s.src, t.family, t.daddr) && AddrIn(s.dst, t.family, t.saddr) &&
-           PortIn(s.sport, t.dport) && PortIn(s.dport, t.sport);
+           s.sport.Contains(t.dport) && s.dport.Contains(t.sport);
   };
   auto out = [&] {
     return AddrIn(s.src, t.family, t.saddr) && AddrIn(s.dst, t.family, t.daddr) &&
-           PortIn(s.sport, t.sport) && PortIn(s.dport, t.dport);
+           s.sport.Contains(t.sport) && s.dport.Contains(t.dport);
   };
   switch (s.dir) {
     case Direction::kIngress: return in();

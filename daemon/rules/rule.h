@@ -36,6 +36,7 @@ struct PortRange {
   uint16_t hi = 65535;
   bool Any() const { return lo == 0 && hi == 65535; }
   uint32_t Size() const { return uint32_t(hi) - lo + 1; }
+  bool Contains(uint16_t port) const { return lo <= port && port <= hi; }
 };
 
 struct LossModel {
