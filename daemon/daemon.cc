@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/address.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "effects/effects.h"
@@ -34,11 +35,6 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-bool IsLoopback(const std::string& hostport) {
-  std::string host = hostport.substr(0, hostport.rfind(':'));
-  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 // A live daemon answers on the socket; a dead one left a file behind.
 bool SocketInUse(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -55,7 +51,14 @@ bool SocketInUse(const std::string& path) {
 
 int RunDaemon(const DaemonOptions& opts) {
   std::shared_ptr<grpc::ServerCredentials> tcp_creds;
+  ListenAddress listen;
   if (!opts.listen.empty()) {
+    auto parsed = ParseListenAddress(opts.listen);
+    if (!parsed.ok()) {
+      LOG_ERROR("--listen: %s", parsed.status().message().c_str());
+      return 2;
+    }
+    listen = *parsed;
     if (!opts.tls_cert.empty() || !opts.tls_key.empty()) {
       grpc::SslServerCredentialsOptions ssl;
       grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
@@ -74,7 +77,7 @@ int RunDaemon(const DaemonOptions& opts) {
         ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
       }
       tcp_creds = grpc::SslServerCredentials(ssl);
-    } else if (IsLoopback(opts.listen) || opts.insecure_tcp) {
+    } else if (listen.loopback || opts.insecure_tcp) {
       tcp_creds = grpc::InsecureServerCredentials();
     } else {
       LOG_ERROR(
@@ -106,12 +109,8 @@ int RunDaemon(const DaemonOptions& opts) {
   }
 
   InjectorOptions io = opts.injector;
-  if (!opts.listen.empty()) {  // the control port is as protected as SSH
-    auto colon = opts.listen.rfind(':');
-    if (colon != std::string::npos)
-      io.limits.protected_ports.push_back(
-          static_cast<uint16_t>(std::atoi(opts.listen.c_str() + colon + 1)));
-  }
+  if (!opts.listen.empty())  // the control port is as protected as SSH
+    io.limits.protected_ports.push_back(listen.port);
   Status valid = Injector::CheckOptions(io);
   if (!valid.ok()) {
     LOG_ERROR("%s", valid.ToString().c_str());
@@ -177,7 +176,7 @@ int RunDaemon(const DaemonOptions& opts) {
   if (!opts.socket.empty())
     builder.AddListeningPort("unix:" + opts.socket, grpc::InsecureServerCredentials());
   int tcp_port = 0;
-  if (!opts.listen.empty()) builder.AddListeningPort(opts.listen, tcp_creds, &tcp_port);
+  if (!opts.listen.empty()) builder.AddListeningPort(listen.ToString(), tcp_creds, &tcp_port);
   builder.RegisterService(&injector_service);
   builder.RegisterService(&observer_service);
   builder.RegisterService(&system_service);

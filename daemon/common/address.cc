@@ -1,0 +1,56 @@
+#include "common/address.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace lossd {
+
+std::string ListenAddress::ToString() const {
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+Result<ListenAddress> ParseListenAddress(const std::string& text, bool allow_any_port) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("listen address '" + Shown(text) + "': " + why +
+                           " (want HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464)");
+  };
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos) return bad("no port");
+  std::string host = text.substr(0, colon), port = text.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return bad("the port is not a number");
+  long p = std::strtol(port.c_str(), nullptr, 10);
+  if (p > 65535 || (p == 0 && !allow_any_port)) return bad("the port is outside 1..65535");
+
+  ListenAddress a;
+  a.port = static_cast<uint16_t>(p);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    struct in6_addr v6;
+    if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) return bad("not an IPv6 address in [ ]");
+    a.host = host;
+    a.ipv6 = true;
+    static const uint8_t mapped_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    a.loopback = IN6_IS_ADDR_LOOPBACK(&v6) ||
+                 (std::memcmp(v6.s6_addr, mapped_prefix, 12) == 0 && v6.s6_addr[12] == 127);
+    return a;
+  }
+  if (host.find(':') != std::string::npos) return bad("an IPv6 address needs [ ]");
+  if (host.empty()) host = "0.0.0.0";
+  if (host == "localhost") {
+    a.host = "127.0.0.1";
+    a.loopback = true;
+    return a;
+  }
+  struct in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) != 1)
+    return bad("the host is not an IPv4 address, [IPv6] or localhost");
+  a.host = host;
+  a.loopback = (ntohl(v4.s_addr) >> 24) == 127;
+  return a;
+}
+
+}  // namespace lossd
