@@ -11,6 +11,9 @@ failed before its fix.
     test_reattach_follows_the_recreated_interface
         RuleSpec.reattach: FAILED while the interface is gone, ACTIVE again on the new one,
         counters kept.
+  CgroupGone
+    test_removed_cgroup_fails_its_rule
+        The same for a cgroup removed under its rule (ACTIVE before, counting nothing).
   LeaseDuringLongChanges (--lease 200ms)
     test_lease_is_renewed_while_a_change_holds_the_rules
         The lease was renewed under the rules' lock: a long rule change (ClearRules of 16,000
@@ -126,6 +129,27 @@ class InterfaceGone(DaemonTestCase):
         self.assertEqual((c.matched_packets, c.dropped_packets), (600, 600), "counters kept across")
         d.delete(r.id)
         self.assertEqual(self.ingress(300), 300)
+
+
+class CgroupGone(DaemonTestCase):
+    daemon_nsenter = True
+    PORT = 9401
+
+    def test_removed_cgroup_fails_its_rule(self):
+        # The same for a cgroup target: removed, its cgroup_skb link reports no cgroup, and
+        # the rule is FAILED (re-attaching to a recreated cgroup is the service targets' job).
+        import os
+        pb, d, lab = self.pb, self.d, self.lab
+        cg = lab.make_cgroup()
+        r = d.create(cgroup=cg, hook="cgroup", direction="egress", protocol="udp", dport=self.PORT, rate=1.0)
+        self.assertEqual(r.state, pb.RULE_STATE_ACTIVE)
+        os.rmdir(cg)
+        failed = wait_until(lambda: (lambda g: g if g.state == pb.RULE_STATE_FAILED else None)(d.get(r.id)),
+                            5, "the rule on the removed cgroup to be FAILED")
+        measured("cgroup_gone", reason=failed.reason)
+        self.assertIn("was removed", failed.reason)
+        self.assertEqual(list(failed.attachments), [])
+        d.delete(r.id)
 
 
 def map_of(pid, name):
