@@ -27,6 +27,9 @@ failed before its fix.
   FlowStreams
     test_watch_flows_reports_lost_closes_as_gaps
         WatchFlows had no gap reporting: closed flows its queue could not hold vanished.
+    test_watch_flows_carries_closes_of_its_first_pass
+        WatchFlows dropped the closes it drained in its first pass: a flow that closed
+        between its subscription and its snapshot was in neither.
     test_synack_retransmits_are_attributed_per_client
         SYN-ACK events carry the listener's cookie: the per-cookie cache gave every later
         client's SYN-ACK the first client's rules.
@@ -287,6 +290,57 @@ class FlowStreams(DaemonTestCase):
         with self.assertRaises(daemon.grpc.RpcError) as cm:
             list(d.obs.WatchFlows(pb.WatchFlowsRequest(queue=1 << 20), timeout=10))
         self.assertEqual(cm.exception.code(), daemon.grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_watch_flows_carries_closes_of_its_first_pass(self):
+        # WatchFlows subscribed to closes, took its snapshot, then drained the closes and
+        # dropped those of the first pass: a flow that closed between the subscription and
+        # the snapshot was in neither. Ground truth: a stream opened before the churn. For
+        # each short stream, every flow that closed after its first message's time (taken
+        # after it subscribed) must come in it as closed. 200 held flows make the snapshot
+        # take a while; a churn of short connections closes flows meanwhile.
+        pb, d, lab = self.pb, self.d, self.lab
+        HOLD, CHURN = 9432, 9433
+        held = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, HOLD, 1000, 10, conns=200, hold=True)
+        try:
+            held.wait_sent()
+            port = pb.EventFilter(port=pb.PortRange(lo=CHURN, hi=CHURN))
+            truth = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(filter=[port], interval_ns=10**8),
+                                                  timeout=120), "truth")
+            self.readers.append(truth)
+            truth.wait_for(lambda m: len(m) >= 1, 10, "the snapshot")
+            srv = traffic.rr_server(lab, lab.b, lab.V4_B, CHURN)
+            cli = lab.popen(lab.a, traffic.rr_cmd(lab.V4_B, CHURN, "--request", 64, "--response", 64,
+                                                  "--count", 0, "--seconds", 6, "--new-conn", "--no-latencies"),
+                            stdout=subprocess.PIPE)
+            time.sleep(0.5)
+            mono_minus_unix = time.monotonic_ns() - time.time_ns()
+            streams = []
+            while cli.poll() is None and len(streams) < 30:
+                r = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(filter=[port], interval_ns=10**8),
+                                                  timeout=60), "short")
+                self.readers.append(r)
+                streams.append(r.wait_for(lambda m: len(m) >= 3, 10, "three messages"))
+                r.cancel()
+            traffic.finish(cli)
+            srv.kill()
+            time.sleep(0.5)
+        finally:
+            held.close()
+        closes = {fl.cookie: fl.opened_mono_ns + fl.duration_ns
+                  for m in truth.snapshot() for fl in m.flows if fl.closed}
+        missed, window = [], 0
+        for msgs in streams:
+            t1 = msgs[0].time_unix_ns + mono_minus_unix
+            t2 = msgs[1].time_unix_ns + mono_minus_unix
+            got = {fl.cookie for m in msgs[:3] for fl in m.flows if fl.closed}
+            due = {c for c, t in closes.items() if t1 + 200_000 < t < t2 - 50_000_000}
+            early = {c for c, t in closes.items() if t1 + 200_000 < t < msgs[0].time_unix_ns + mono_minus_unix + 5_000_000}
+            window += len(early)
+            missed += sorted(due - got)
+        measured("flows_first_pass", streams=len(streams), closes=len(closes),
+                 closed_within_5ms_of_first_message=window, missed=len(missed))
+        self.assertGreater(len(closes), 100, "the churn closed too few flows to show anything")
+        self.assertEqual(missed, [], "closed flows a stream never carried")
 
     def test_synack_retransmits_are_attributed_per_client(self):
         pb, d, lab = self.pb, self.d, self.lab
