@@ -196,9 +196,10 @@ void Injector::RunWatch(UniqueFd links) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         next - std::chrono::steady_clock::now());
     int n = poll(fds, 2, static_cast<int>(std::max<int64_t>(0, left.count())));
-    if (n < 0 && errno != EINTR) {
+    if (n < 0 && errno != EINTR) {  // never seen; the period's checks go on regardless
       LOG_ERROR("poll link events: %m");
-      return;
+      std::this_thread::sleep_for(period);
+      continue;
     }
     if (fds[1].revents) return;
     bool changed = fds[0].revents && DrainLinkEvents(links.get()) > 0;
