@@ -206,17 +206,26 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   auto period = StreamPeriod(req->interval_ns(), "interval_ns");
   if (st.ok()) st = period.status();
   auto interval = period.ok() ? *period : std::chrono::nanoseconds(0);
+  constexpr uint32_t kMaxQueue = 65536;
+  if (st.ok() && req->queue() > kMaxQueue)
+    st = InvalidArgument("queue: at most " + std::to_string(kMaxQueue) + " closed flows (got " +
+                         std::to_string(req->queue()) + ")");
+  size_t queue = req->queue() ? req->queue() : kMaxQueue;
   auto need = parts_->NeedObserver();
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return ToGrpc(need.status());
-    auto closes = obs->hub().Subscribe(
-        65536, [](const ObsEvent& e) { return e.data.ev.kind == OBS_EV_FLOW_CLOSE; });
-    auto wanted = [&](uint64_t cookie, const obs_flow& f) {
+    auto wanted = [=](uint64_t cookie, const obs_flow& f) {
       return Wanted(filters, {}, f.tuple, f.cgroup_id, -1, FlowRules(effects, cookie, f.tuple));
     };
+    // Filtered at the hub: the gap counts cover only closes it would carry.
+    auto closes = obs->hub().Subscribe(queue, [=](const ObsEvent& e) {
+      return e.data.ev.kind == OBS_EV_FLOW_CLOSE && wanted(e.data.ev.cookie, e.data.flow);
+    });
+    GapTracker gaps;
+    gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
     uint64_t seq = 0, since = 0;
     bool first = true;
     grpc::Status result = grpc::Status::OK;
@@ -231,9 +240,9 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
         if ((first || f.flow.updated_ns > since) && wanted(f.cookie, f.flow))
           FlowToProto(f.cookie, f.flow, m.add_flows());
       }
+      // Every close since the subscription, the first message's too: a flow
+      // that closed before the snapshot was taken is in no snapshot.
       while (auto e = closes->Next(std::chrono::milliseconds(0))) {
-        if (e->data.ev.kind != OBS_EV_FLOW_CLOSE || first) continue;
-        if (!wanted(e->data.ev.cookie, e->data.flow)) continue;
         v1::Flow* f = m.add_flows();
         FlowToProto(e->data.ev.cookie, e->data.flow, f);
         f->set_closed(true);
@@ -241,6 +250,11 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
                                ? e->data.closed_ns - e->data.flow.opened_ns
                                : 0);
       }
+      gaps.Report(obs, closes.get(), [&](v1::GapSource src, uint64_t n) {
+        v1::Gap* g = m.add_gaps();
+        g->set_source(src);
+        g->set_count(n);
+      });
       since = newest;
       first = false;
       if (!sink.Write(m)) break;
