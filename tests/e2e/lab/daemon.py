@@ -49,7 +49,7 @@ class Daemon:
     connect = True
 
     def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
-                 lossd=None, wait_parts=True):
+                 lossd=None, wait_parts=True, wrap=()):
         self.lab = lab
         self.ns = ns
         self.sockdir = sockdir or lab.tempdir()
@@ -57,7 +57,8 @@ class Daemon:
         self.addr = "unix://" + self.sock
         self.state_dir = state_dir or lab.tempdir()
         self.t0 = time.monotonic()
-        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd)
+        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd,
+                       wrap=wrap)
         self.proc = self.p.proc
         self.pid = self.proc.pid
         self.channel = None
