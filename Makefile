@@ -10,7 +10,8 @@ RUN_ARGS ?=
 DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake make g++ \
         libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev iproute2 iperf3 ethtool iptables nftables \
         python3 procps protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
-        python3-grpcio python3-protobuf python3-matplotlib
+        python3-grpcio python3-protobuf python3-matplotlib \
+        libclang-rt-14-dev systemd openssl util-linux passwd
 
 # A clients-only build (lossctl, the rule library, the Python client's stubs
 # and their unit tests) needs no BPF toolchain: `make clients`.
@@ -18,8 +19,11 @@ CLIENT_DEPS := cmake make g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-js
         protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
         python3 python3-grpcio python3-protobuf
 CLIENT_BUILD ?= build-clients
+# AddressSanitizer + UBSan build of the unit and bpf tests (make sanitize).
+SAN_BUILD ?= build-asan
+SAN_CTEST_ARGS ?=
 
-.PHONY: all deps client-deps build clients test run bench format clean
+.PHONY: all deps client-deps build clients test sanitize run bench format clean
 
 all: build
 
@@ -52,6 +56,14 @@ build: deps
 test: build
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
 
+# The unit and bpf tests under ASan + UBSan (-DLOSSD_SANITIZE=ON, Debug: quicker to
+# build); not the clients-only tree, the fuzzer (sanitized already) or the Python tests.
+sanitize: deps
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLOSSD_SANITIZE=ON >/dev/null
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target sanitize_tests
+	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -L 'unit|bpf' -LE 'clients_only|fuzz' -E '^python_client' $(SAN_CTEST_ARGS)
+
 run: build
 	$(BUILD)/daemon/lossd $(RUN_ARGS)
 
@@ -64,4 +76,4 @@ format:
 	git ls-files '*.bpf.c' | xargs clang-format -i --style=file:bpf/.clang-format
 
 clean:
-	rm -rf $(BUILD) $(CLIENT_BUILD)
+	rm -rf $(BUILD) $(CLIENT_BUILD) $(SAN_BUILD)

@@ -62,6 +62,9 @@ run transport "$PY" "$HERE/transport_bench.py" --lossd "$BUILD/daemon/lossd" \
     --lossctl "$BUILD/client/lossctl/lossctl" --producer "$BUILD/bench/ring_producer"
 run startup "$PY" "$HERE/startup_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" \
     --prog-load "$BUILD/bench/prog_load"
+# The rule parsers' libFuzzer target, longer than ctest's 20 s (FUZZ_SECONDS, default 120).
+[ -x "$BUILD/tests/fuzz/rule_parsers_fuzz" ] &&
+  run fuzz_rule_parsers "$HERE/../tests/fuzz/run.sh" "$BUILD/tests/fuzz/rule_parsers_fuzz" "${FUZZ_SECONDS:-120}"
 
 echo "== results in $OUT" >&2
 if [ -n "$missed" ]; then

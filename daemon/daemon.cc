@@ -4,22 +4,22 @@
 #include <grpcpp/security/server_credentials.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "common/address.h"
 #include "common/json.h"
+#include "common/listener_policy.h"
 #include "common/log.h"
 #include "effects/effects.h"
 #include "injector/attach.h"
+#include "service/channel.h"
 #include "service/services.h"
 #include "service/stream.h"
 
@@ -35,18 +35,6 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-// A live daemon answers on the socket; a dead one left a file behind.
-bool SocketInUse(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  struct sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  bool live = connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return live;
-}
-
 }  // namespace
 
 int RunDaemon(const DaemonOptions& opts) {
@@ -59,37 +47,55 @@ int RunDaemon(const DaemonOptions& opts) {
       return 2;
     }
     listen = *parsed;
-    if (!opts.tls_cert.empty() || !opts.tls_key.empty()) {
+    ListenerChoice choice;
+    choice.tls = !opts.tls_cert.empty() || !opts.tls_key.empty();
+    choice.client_ca = !opts.tls_client_ca.empty();
+    choice.tls_no_client_auth = opts.tls_no_client_auth;
+    choice.plaintext_loopback = opts.plaintext_loopback;
+    choice.insecure_tcp = opts.insecure_tcp;
+    auto auth = DecideListenerAuth(listen, choice);
+    if (!auth.ok()) {
+      LOG_ERROR("%s", auth.status().message().c_str());
+      return 2;
+    }
+    if (*auth == ListenerAuth::kPlaintext) {
+      tcp_creds = grpc::InsecureServerCredentials();
+    } else {
       grpc::SslServerCredentialsOptions ssl;
       grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
       if (!ReadFile(opts.tls_key, &pair.private_key) ||
           !ReadFile(opts.tls_cert, &pair.cert_chain)) {
-        LOG_ERROR("cannot read --tls-cert %s / --tls-key %s", opts.tls_cert.c_str(),
-                  opts.tls_key.c_str());
+        LOG_ERROR("cannot read --tls-cert %s / --tls-key %s", Shown(opts.tls_cert).c_str(),
+                  Shown(opts.tls_key).c_str());
         return 2;
       }
       ssl.pem_key_cert_pairs.push_back(pair);
-      if (!opts.tls_client_ca.empty()) {
+      if (*auth == ListenerAuth::kMutualTls) {
         if (!ReadFile(opts.tls_client_ca, &ssl.pem_root_certs)) {
-          LOG_ERROR("cannot read --tls-client-ca %s", opts.tls_client_ca.c_str());
+          LOG_ERROR("cannot read --tls-client-ca %s", Shown(opts.tls_client_ca).c_str());
           return 2;
         }
         ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
       }
       tcp_creds = grpc::SslServerCredentials(ssl);
-    } else if (listen.loopback || opts.insecure_tcp) {
-      tcp_creds = grpc::InsecureServerCredentials();
-    } else {
-      LOG_ERROR(
-          "refusing plaintext gRPC on %s: give --tls-cert and --tls-key, listen on loopback, "
-          "or force it with --insecure-tcp",
-          opts.listen.c_str());
-      return 2;
     }
   }
   if (opts.socket.empty() && opts.listen.empty()) {
     LOG_ERROR("nothing to listen on: give --socket and/or --listen");
     return 2;
+  }
+  std::optional<gid_t> socket_group;
+  if (!opts.socket_group.empty()) {
+    if (opts.socket.empty()) {
+      LOG_ERROR("--socket-group needs a --socket");
+      return 2;
+    }
+    auto gid = ParseGroup(opts.socket_group);
+    if (!gid.ok()) {
+      LOG_ERROR("%s", gid.status().message().c_str());
+      return 2;
+    }
+    socket_group = *gid;
   }
 
   sigset_t sigs;
@@ -98,14 +104,15 @@ int RunDaemon(const DaemonOptions& opts) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  // Bound (mode, group) here, accepted once the server runs (service/channel.h).
+  std::unique_ptr<UnixSocketListener> unix_socket;
   if (!opts.socket.empty()) {
-    std::string dir = opts.socket.substr(0, opts.socket.rfind('/'));
-    if (!dir.empty()) mkdir(dir.c_str(), 0750);
-    if (SocketInUse(opts.socket)) {
-      LOG_ERROR("another lossd is serving on %s", opts.socket.c_str());
+    auto l = UnixSocketListener::Bind(opts.socket, socket_group);
+    if (!l.ok()) {
+      LOG_ERROR("%s", l.status().message().c_str());
       return 1;
     }
-    unlink(opts.socket.c_str());  // left by a dead daemon
+    unix_socket = std::move(*l);
   }
 
   InjectorOptions io = opts.injector;
@@ -173,8 +180,6 @@ int RunDaemon(const DaemonOptions& opts) {
   SystemService system_service(&parts, &observer_service);
 
   grpc::ServerBuilder builder;
-  if (!opts.socket.empty())
-    builder.AddListeningPort("unix:" + opts.socket, grpc::InsecureServerCredentials());
   int tcp_port = 0;
   if (!opts.listen.empty()) builder.AddListeningPort(listen.ToString(), tcp_creds, &tcp_port);
   builder.RegisterService(&injector_service);
@@ -186,7 +191,14 @@ int RunDaemon(const DaemonOptions& opts) {
               opts.listen.c_str());
     return 1;
   }
-  if (!opts.socket.empty()) chmod(opts.socket.c_str(), 0660);
+  if (unix_socket) {
+    Status st = unix_socket->Start(server.get());
+    if (!st.ok()) {
+      LOG_ERROR("%s", st.message().c_str());
+      server->Shutdown();
+      return 1;
+    }
+  }
   LOG_INFO("serving lossd.v1 on %s%s%s", opts.socket.empty() ? "" : ("unix:" + opts.socket).c_str(),
            opts.listen.empty() ? "" : " and ", opts.listen.c_str());
   std::printf(
@@ -205,12 +217,13 @@ int RunDaemon(const DaemonOptions& opts) {
   } else {
     LOG_INFO("signal %d: finishing streams, detaching", sig);
   }
-  stopping = true;            // a loading observer stops at its next program
-  g_streams_stopping = true;  // producers end their streams with OK
+  stopping = true;                       // a loading observer stops at its next program
+  g_streams_stopping = true;             // producers end their streams with OK
+  if (unix_socket) unix_socket->Stop();  // no new connection for a server shutting down
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   if (loader.joinable()) loader.join();
-  if (!opts.socket.empty()) unlink(opts.socket.c_str());
+  unix_socket.reset();  // the socket goes
   // effects, observer, then the injector (which detaches everything)
   effects.reset();
   obs.reset();

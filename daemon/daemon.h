@@ -13,9 +13,14 @@ namespace lossd {
 struct DaemonOptions {
   std::string socket = "/run/lossd/lossd.sock";  // "" = no Unix socket
   std::string listen;                            // host:port for TCP ("" = none)
+  std::string socket_group;                      // the socket's group (name or gid); "" = lossd's
   std::string tls_cert, tls_key, tls_client_ca;
-  bool insecure_tcp = false;  // plaintext TCP on a non-loopback address
-  InjectorOptions injector;   // with the limits of clients' rules
+  // A TCP listener that does not authenticate its clients, each by name
+  // (common/listener_policy.h):
+  bool tls_no_client_auth = false;  // TLS without client certificates
+  bool plaintext_loopback = false;  // plaintext TCP on a loopback address
+  bool insecure_tcp = false;        // plaintext TCP on a non-loopback address
+  InjectorOptions injector;         // with the limits of clients' rules
   bool observer = true;
   // Kernel-side observer filters (the daemon observes only these sockets).
   std::vector<ObsFilterSpec> observer_filters;

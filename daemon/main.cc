@@ -78,13 +78,24 @@ void AddOptions(CLI::App& app, Flags& f) {
   auto* daemon =
       app.add_option_group("daemon", "Serving the gRPC API (when no rule or --observe is given)");
   daemon->add_option("--socket", d.socket, "Unix socket (mode 0660); empty: none");
-  daemon->add_option("--listen", d.listen, "Also listen on TCP host:port (TLS unless loopback)");
+  daemon->add_option(
+      "--socket-group", d.socket_group,
+      "The Unix socket's group (NAME or GID): its members may use lossd without root");
+  daemon->add_option(
+      "--listen", d.listen,
+      "Also listen on TCP host:port: mutual TLS, unless a flag below says otherwise");
   daemon->add_option("--tls-cert", d.tls_cert, "Server certificate (PEM)");
   daemon->add_option("--tls-key", d.tls_key, "Server key (PEM)");
   daemon->add_option("--tls-client-ca", d.tls_client_ca,
                      "Require client certificates from this CA (mutual TLS)");
-  daemon->add_flag("--insecure-tcp", d.insecure_tcp,
-                   "Allow plaintext TCP on a non-loopback address");
+  daemon->add_flag("--tls-no-client-auth", d.tls_no_client_auth,
+                   "TLS without client certificates: anyone who reaches --listen may change rules");
+  daemon->add_flag("--plaintext-loopback", d.plaintext_loopback,
+                   "Plaintext TCP on a loopback --listen: every local user and container sharing "
+                   "the network namespace may change rules");
+  daemon->add_flag(
+      "--insecure-tcp", d.insecure_tcp,
+      "Plaintext TCP on a non-loopback --listen: anyone who reaches it may change rules");
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
   daemon->add_option("--max-ttl", f.max_ttl,
                      "Every rule must expire within this (e.g. 1h); default: no limit");

@@ -362,10 +362,15 @@ Status Injector::ResetCounters(uint32_t slot) {
 Status Injector::BloomRef(uint32_t kind, const uint32_t* addr, int delta) {
   uint32_t bit = loss_addr_hash(addr) & (LOSS_BLOOM_BITS - 1);
   uint32_t ref = kind * LOSS_BLOOM_BITS + bit;
-  uint32_t& n = bloom_refs_[ref];
-  uint32_t before = n;
-  n = delta > 0 ? n + 1 : (n ? n - 1 : 0);
-  if (n == 0) bloom_refs_.erase(ref);
+  auto it = bloom_refs_.find(ref);
+  const uint32_t before = it == bloom_refs_.end() ? 0 : it->second;
+  const uint32_t n = delta > 0 ? before + 1 : (before ? before - 1 : 0);
+  // The count by value: erasing the entry must not leave a reference to it.
+  if (n == 0) {
+    if (it != bloom_refs_.end()) bloom_refs_.erase(it);
+  } else {
+    bloom_refs_[ref] = n;
+  }
   if ((before == 0) == (n == 0)) return Status::Ok();
   uint32_t word = kind * LOSS_BLOOM_WORDS + bit / 64;
   if (n)

@@ -306,7 +306,7 @@ Status ParseTcpFlags(const std::string& text, uint8_t* mask, uint8_t* value) {
       if (tok == kTcpFlagNames[k]) bit = static_cast<uint8_t>(1 << k);
     if (!bit)
       return InvalidArgument(
-          "invalid TCP flag '" + Shown(tok) + "' in '" + text +
+          "invalid TCP flag '" + Shown(tok) + "' in '" + Shown(text) +
           "': expected fin, syn, rst, psh, ack, urg, ece, cwr, optionally with '!'");
     if (*mask & bit)
       return InvalidArgument("TCP flag '" + Shown(tok) + "' given twice in '" + Shown(text) + "'");
@@ -350,8 +350,9 @@ Result<std::chrono::nanoseconds> ParseDuration(const std::string& text) {
   if (WholeDecimal(s, true, &d)) {  // a plain number: seconds
     if (d.negative) return invalid("must not be negative");
     if (!ScaleExact(d, 9, 1, cap, &ns))
-      return invalid("more than 30 years; a plain number is seconds (for nanoseconds write '" +
-                     Trim(text) + "ns')");
+      return invalid("more than 30 years; a plain number is seconds (for nanoseconds " +
+                     (Trim(text).size() <= 62 ? "write '" + Trim(text) + "ns')"
+                                              : std::string("add the unit: ns)")));
     return std::chrono::nanoseconds(static_cast<int64_t>(ns));
   }
   size_t pos = 0;
@@ -380,7 +381,7 @@ Result<std::chrono::nanoseconds> ParseDuration(const std::string& text) {
 Result<LossModel> ParseGilbertElliott(const std::string& text) {
   auto parts = Split(text.substr(0, kMaxInputLength + 1), ",");
   if (parts.empty() || parts.size() > 4)
-    return InvalidArgument("invalid Gilbert-Elliott model '" + text +
+    return InvalidArgument("invalid Gilbert-Elliott model '" + Shown(text) +
                            "': expected p[,r[,1-h[,1-k]]] as in netem's gemodel");
   double v[4];
   for (size_t i = 0; i < parts.size(); i++) {

@@ -2,12 +2,21 @@
 #include <algorithm>
 
 #include "common/clock.h"
+#include "common/log.h"
+#include "service/channel.h"
 #include "service/convert.h"
 #include "service/services.h"
 #include "service/stream.h"
 
 namespace lossd {
 namespace {
+
+// Every change to rules is logged with who asked (service/channel.h) and how it ended.
+void LogChange(const grpc::CallbackServerContext* ctx, const char* rpc, const Status& st,
+               const std::string& what) {
+  std::string outcome = st.ok() ? "" : std::string(": ") + CodeName(st.code());
+  LOG_INFO("%s by %s: %s%s", rpc, DescribePeer(*ctx).c_str(), what.c_str(), outcome.c_str());
+}
 
 grpc::ServerUnaryReactor* ReplyRule(grpc::CallbackServerContext* ctx, const Result<RuleInfo>& r,
                                     v1::Rule* out) {
@@ -33,7 +42,9 @@ grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContex
                                                       v1::Rule* resp) {
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
-  return Reply(ctx, Create(*inj, req->spec(), resp));
+  Status st = Create(*inj, req->spec(), resp);
+  LogChange(ctx, "CreateRule", st, st.ok() ? "rule " + std::to_string(resp->id()) : "refused");
+  return Reply(ctx, st);
 }
 
 grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerContext* ctx,
@@ -55,10 +66,16 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
     if (req->atomic()) {
       for (uint32_t id : created) (*inj)->Remove(id);
       resp->Clear();
+      LogChange(ctx, "CreateRules", indexed, "none of " + std::to_string(req->specs_size()));
       return Reply(ctx, indexed);
     }
     resp->add_errors(indexed.message());
   }
+  std::string ids;
+  for (uint32_t id : created) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  LogChange(ctx, "CreateRules", Status::Ok(),
+            std::to_string(created.size()) + " of " + std::to_string(req->specs_size()) +
+                (ids.empty() ? "" : ": rules " + ids));
   return Reply(ctx, Status::Ok());
 }
 
@@ -70,6 +87,7 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
   RuleSpec spec;
   Status st = SpecFromProto(req->spec(), &spec);
   if (st.ok()) st = (*inj)->Replace(req->id(), spec);
+  LogChange(ctx, "UpdateRule", st, "rule " + std::to_string(req->id()));
   if (!st.ok()) return Reply(ctx, st);
   return ReplyRule(ctx, (*inj)->Get(req->id()), resp);
 }
@@ -79,7 +97,9 @@ grpc::ServerUnaryReactor* InjectorService::DeleteRule(grpc::CallbackServerContex
                                                       v1::DeleteRuleResponse* resp) {
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
-  return ReplyRule(ctx, (*inj)->Remove(req->id()), resp->mutable_rule());
+  auto removed = (*inj)->Remove(req->id());
+  LogChange(ctx, "DeleteRule", removed.status(), "rule " + std::to_string(req->id()));
+  return ReplyRule(ctx, removed, resp->mutable_rule());
 }
 
 grpc::ServerUnaryReactor* InjectorService::GetRule(grpc::CallbackServerContext* ctx,
@@ -110,6 +130,7 @@ grpc::ServerUnaryReactor* InjectorService::ClearRules(grpc::CallbackServerContex
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
   resp->set_deleted((*inj)->Clear());
+  LogChange(ctx, "ClearRules", Status::Ok(), "deleted " + std::to_string(resp->deleted()));
   return Reply(ctx, Status::Ok());
 }
 

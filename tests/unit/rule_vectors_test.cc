@@ -121,6 +121,11 @@ TEST(RuleVectors, BothParsersAgree) {
       std::string name = flag == "tcp_flags" ? "tcp-flags" : flag;
       EXPECT_EQ(msg.rfind(name + ": ", 0), 0u) << msg;
       EXPECT_NE(msg.find(want), std::string::npos) << "'" << msg << "' lacks '" << want << "'";
+      // Quoted through Shown(): never an input longer than 64 bytes whole.
+      if (input.size() > 64) {
+        EXPECT_EQ(msg.find(input), std::string::npos)
+            << "the message quotes the whole input: " << msg;
+      }
     }
   }
 }

@@ -49,7 +49,7 @@ class Daemon:
     connect = True
 
     def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
-                 lossd=None, wait_parts=True, nsenter=False):
+                 lossd=None, wait_parts=True, nsenter=False, wrap=()):
         self.lab = lab
         self.ns = ns
         self.sockdir = sockdir or lab.tempdir()
@@ -59,7 +59,7 @@ class Daemon:
         self.t0 = time.monotonic()
         # nsenter: keeps the host's /sys (the cgroup v2 mount), which ip netns exec hides.
         self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd,
-                       nsenter=nsenter)
+                       nsenter=nsenter, wrap=wrap)
         self.proc = self.p.proc
         self.pid = self.proc.pid
         self.channel = None

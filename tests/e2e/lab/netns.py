@@ -7,7 +7,7 @@ and permanent neighbour entries (no ARP/ND resolution, and no packet queued behi
 any counted flow): traffic never leaves the namespaces. Benchmarks with other topologies
 start from Lab(pair=False) and add namespaces (netns()) and veth pairs (veth()).
 
-Everything a Lab creates (namespaces, cgroups, temp dirs, processes it started) is removed
+Everything a Lab creates (namespaces, cgroups, users and groups, temp dirs, processes it started) is removed
 by Lab.close(), which runs from with/try-finally, atexit and the SIGTERM/SIGINT/SIGHUP
 handlers. Children get PR_SET_PDEATHSIG(SIGKILL) so a test killed outright takes them
 along, and each new Lab first removes the namespaces, cgroups and temp dirs that a dead
@@ -105,6 +105,12 @@ def reap_stale():
         m = re.match(r"^%s-(\d+)-\w+$" % PREFIX, name)
         if m and not pid_alive(int(m.group(1))) and os.path.isdir(os.path.join(tmp, name)):
             shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+    for kind, db in (("user", "/etc/passwd"), ("group", "/etc/group")):
+        for name in _account_names(db):
+            m = re.match(r"^%s-(\d+)-[0-9a-f]+$" % PREFIX, name)
+            if m and not pid_alive(int(m.group(1))):
+                sh(kind + "del", name, check=False)
+                log("removed stale", kind, name)
     root = cgroup2_mount()
     if root and os.path.isdir(root):
         for name in os.listdir(root):
@@ -112,6 +118,14 @@ def reap_stale():
             if m and not pid_alive(int(m.group(1))):
                 _remove_cgroup(os.path.join(root, name))
                 log("removed stale cgroup", name)
+
+
+def _account_names(db):
+    try:
+        with open(db) as f:
+            return [line.split(":", 1)[0] for line in f if line.startswith(PREFIX + "-")]
+    except OSError:
+        return []
 
 
 def _remove_cgroup(path):
@@ -162,6 +176,7 @@ class Lab:
         self.procs = []
         self.cgroups = []
         self.tempdirs = []
+        self.users, self.groups = [], []
         self.closed = False
         _live_labs.append(self)
         try:
@@ -213,6 +228,26 @@ class Lab:
         d = tempfile.mkdtemp(prefix="%s-%d-" % (PREFIX, os.getpid()))
         self.tempdirs.append(d)
         return d
+
+    def make_group(self):
+        """A new group with a unique name (groupadd); removed by close(). Returns its name."""
+        name = "%s-%d-%06x" % (PREFIX, os.getpid(), random.getrandbits(24))
+        sh("groupadd", name)
+        self.groups.append(name)
+        return name
+
+    def make_user(self, groups=()):
+        """A new unprivileged user (useradd: no home, no login shell, its own primary group),
+        member of `groups`; removed by close(). Returns (name, uid, gid)."""
+        name = "%s-%d-%06x" % (PREFIX, os.getpid(), random.getrandbits(24))
+        cmd = ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group"]
+        if groups:
+            cmd += ["--groups", ",".join(groups)]
+        sh(*(cmd + [name]))
+        self.users.append(name)
+        import pwd
+        pw = pwd.getpwnam(name)
+        return name, pw.pw_uid, pw.pw_gid
 
     def make_cgroup(self):
         root = cgroup2_mount()
@@ -328,6 +363,10 @@ class Lab:
             _remove_cgroup(cg)
         for d in self.tempdirs:
             shutil.rmtree(d, ignore_errors=True)
+        for u in self.users:  # userdel also removes the user's own primary group
+            sh("userdel", u, check=False)
+        for g in self.groups:
+            sh("groupdel", g, check=False)
         if self in _live_labs:
             _live_labs.remove(self)
         log("lab down:", self.tag)

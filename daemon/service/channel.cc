@@ -1,0 +1,170 @@
+#include "service/channel.h"
+
+#include <grp.h>
+#include <grpc/grpc_security_constants.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/log.h"
+
+namespace lossd {
+namespace {
+
+// A live daemon answers on the socket; a dead one left a file behind.
+bool SocketInUse(const struct sockaddr_un& addr) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return false;
+  return connect(fd.get(), reinterpret_cast<const struct sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+}  // namespace
+
+Result<gid_t> ParseGroup(const std::string& text) {
+  if (text.empty()) return InvalidArgument("--socket-group: empty (want a group name or a gid)");
+  if (text.find_first_not_of("0123456789") == std::string::npos) {
+    if (text.size() > 10)
+      return InvalidArgument("--socket-group: gid '" + Shown(text) + "' too large");
+    unsigned long long gid = std::strtoull(text.c_str(), nullptr, 10);
+    if (gid >= static_cast<unsigned long long>(static_cast<gid_t>(-1)))
+      return InvalidArgument("--socket-group: gid '" + Shown(text) + "' too large");
+    return static_cast<gid_t>(gid);
+  }
+  struct group grp;
+  struct group* found = nullptr;
+  std::vector<char> buf(16384);
+  int err;
+  while ((err = getgrnam_r(text.c_str(), &grp, buf.data(), buf.size(), &found)) == ERANGE &&
+         buf.size() < (1u << 22))
+    buf.resize(buf.size() * 2);
+  if (err != 0) return Status::FromErrno(err, "--socket-group: look up '" + Shown(text) + "'");
+  if (found == nullptr)
+    return InvalidArgument("--socket-group: no group named '" + Shown(text) + "'");
+  return grp.gr_gid;
+}
+
+Result<std::unique_ptr<UnixSocketListener>> UnixSocketListener::Bind(const std::string& path,
+                                                                     std::optional<gid_t> group) {
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path))
+    return InvalidArgument("--socket: '" + Shown(path) + "' must have 1.." +
+                           std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+  std::memcpy(addr.sun_path, path.data(), path.size());
+
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : path.substr(0, slash);
+  if (!dir.empty()) {
+    if (mkdir(dir.c_str(), 0750) == 0) {
+      if (group && chown(dir.c_str(), static_cast<uid_t>(-1), *group) != 0)
+        return Status::FromErrno(errno, "--socket-group: chown " + Shown(dir));
+    } else if (errno != EEXIST) {
+      return Status::FromErrno(errno, "--socket: mkdir " + Shown(dir));
+    } else if (group) {
+      struct stat st;
+      if (stat(dir.c_str(), &st) == 0 && st.st_gid != *group && !(st.st_mode & S_IXOTH))
+        LOG_WARN(
+            "--socket-group %u: the group cannot reach the socket: its directory %s is not "
+            "searchable by that group",
+            static_cast<unsigned>(*group), Shown(dir).c_str());
+    }
+  }
+  if (SocketInUse(addr))
+    return Status(Code::kAlreadyExists, "another lossd is serving on " + Shown(path));
+  unlink(path.c_str());  // left by a dead daemon
+
+  std::unique_ptr<UnixSocketListener> l(new UnixSocketListener(path));
+  l->listen_fd_ = UniqueFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!l->listen_fd_.valid()) return Status::FromErrno(errno, "--socket: socket(AF_UNIX)");
+  if (bind(l->listen_fd_.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
+    l->path_.clear();  // not ours to unlink
+    return Status::FromErrno(errno, "--socket: bind " + Shown(path));
+  }
+  // Mode and group before listen() (in Start): until then a connect is refused.
+  if (chmod(path.c_str(), 0660) != 0)
+    return Status::FromErrno(errno, "--socket: chmod " + Shown(path));
+  if (group && chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0)
+    return Status::FromErrno(errno, "--socket-group: chown " + Shown(path));
+  l->stop_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!l->stop_fd_.valid()) return Status::FromErrno(errno, "--socket: eventfd");
+  return l;
+}
+
+UnixSocketListener::~UnixSocketListener() {
+  Stop();
+  if (!path_.empty()) unlink(path_.c_str());
+}
+
+Status UnixSocketListener::Start(grpc::Server* server) {
+  if (listen(listen_fd_.get(), SOMAXCONN) != 0)
+    return Status::FromErrno(errno, "--socket: listen on " + Shown(path_));
+  thread_ = std::thread([this, server] { Loop(server); });
+  return Status::Ok();
+}
+
+void UnixSocketListener::Stop() {
+  if (!thread_.joinable()) return;
+  uint64_t one = 1;
+  if (write(stop_fd_.get(), &one, sizeof(one)) != sizeof(one))
+    LOG_WARN("stop the Unix socket's accept loop: %s", std::strerror(errno));
+  thread_.join();
+}
+
+void UnixSocketListener::Loop(grpc::Server* server) {
+  for (;;) {
+    struct pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      LOG_ERROR("the Unix socket's accept loop: poll: %s", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents) return;
+    if (!fds[0].revents) continue;
+    int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
+      // EMFILE/ENFILE/ENOBUFS: the connection waits in the backlog; no busy loop.
+      LOG_WARN("accept on %s: %s", Shown(path_).c_str(), std::strerror(errno));
+      struct pollfd stop = {stop_fd_.get(), POLLIN, 0};
+      if (poll(&stop, 1, 100) > 0) return;
+      continue;
+    }
+    grpc::AddInsecureChannelFromFd(server, fd);  // gRPC owns fd from here
+  }
+}
+
+std::string DescribePeer(const grpc::ServerContextBase& ctx) {
+  const std::string peer = ctx.peer();
+  if (peer.compare(0, 3, "fd:") == 0) {
+    int fd = std::atoi(peer.c_str() + 3);
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    int err = 0;
+    if (fd > 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+      return "uid=" + std::to_string(cred.uid) + " gid=" + std::to_string(cred.gid) +
+             " pid=" + std::to_string(cred.pid) + " (unix socket)";
+    err = errno;
+    return Shown(peer) + " (unix socket, credentials unknown: " + std::strerror(err) + ")";
+  }
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth && auth->IsPeerAuthenticated()) {
+    auto subject = auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
+    if (!subject.empty())
+      return "x509 subject \"" + Shown(std::string(subject[0].data(), subject[0].size())) + "\" (" +
+             Shown(peer) + ")";
+  }
+  return Shown(peer) + " (no client certificate)";
+}
+
+}  // namespace lossd

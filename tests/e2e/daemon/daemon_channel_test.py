@@ -1,0 +1,241 @@
+"""Daemon e2e 7: the control channel (issue 10 item 8). Each test failed before its fix.
+
+  test_tls_without_client_ca_refused
+      --listen with --tls-cert/--tls-key and no --tls-client-ca was accepted on any address:
+      anyone reaching the port could create forced rules. Now refused (on loopback too)
+      unless --tls-no-client-auth, which then serves a client without a certificate.
+  test_mutual_tls_and_the_subject_is_logged
+      With --tls-client-ca a client without a certificate, or with one of another CA, is
+      refused; the CA's client creates a rule, and lossd's log line of that CreateRule names
+      the certificate's subject (no peer was logged before).
+  test_plaintext_loopback_is_explicit
+      Plaintext --listen on loopback was accepted silently (bypassing the Unix socket's
+      0660 for every local user): now only with --plaintext-loopback; --insecure-tcp (plaintext
+      off loopback) on a loopback address is refused naming the flag to use.
+  test_socket_group
+      --socket-group did not exist. With it, the socket is 0660 in that group (its directory
+      too, created 0750 in that group); a real unprivileged user in the group connects and
+      creates a rule, and the log names that user's uid and the client's pid; a user outside
+      the group gets EACCES; an unknown group is refused at start.
+  test_unix_peer_logged
+      Every change to rules (create, update, delete, clear) is logged with the peer's
+      SO_PEERCRED uid and pid (none was).
+  test_runs_with_the_units_capabilities
+      dist/lossd.service's CapabilityBoundingSet (with NoNewPrivileges), applied with
+      setpriv (systemd does not run here): lossd still loads the injector and the observer,
+      attaches tcx ingress and clsact egress rules, and after a SIGKILL the next start under
+      the same set removes the clsact filter the dead one left (bpf_prog_get_fd_by_id needs
+      CAP_SYS_ADMIN). The unit had no bounding set before.
+"""
+
+import errno
+import os
+import re
+import stat
+import time
+
+from lab import config
+from lab import daemon as labd
+from lab.channel import Certs, call, connect_errno
+from lab.daemon import Daemon, wait_until
+from lab.netns import Lab, measured
+
+import unittest
+
+NO_OBSERVER = ["--no-observer"]
+UNIT = os.path.join(config.REPO, "dist", "lossd.service")
+CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39,
+            "CAP_SYS_RESOURCE": 24, "CAP_NET_RAW": 13, "CAP_DAC_OVERRIDE": 1, "CAP_SYS_PTRACE": 19}
+
+
+def unit_capabilities():
+    """The capability names of the unit's CapabilityBoundingSet= line."""
+    with open(UNIT) as f:
+        for line in f:
+            if line.startswith("CapabilityBoundingSet="):
+                return line.split("=", 1)[1].split()
+    raise AssertionError("%s has no CapabilityBoundingSet=" % UNIT)
+
+
+def cap_eff(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    raise AssertionError("no CapEff in /proc/%d/status" % pid)
+
+
+def udp_rule(lab, port):
+    return dict(interface=lab.IF_A, protocol="udp", dport=port, rate=0.0)
+
+
+class ChannelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = Lab()
+        cls.certs = Certs(cls.lab)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.lab.close()
+
+    def refused(self, *args):
+        """lossd with args exits 2 (before loading anything); returns its stderr."""
+        lab = self.lab
+        r = lab.run(lab.a, config.LOSSD, "--socket", os.path.join(lab.tempdir(), "s.sock"),
+                    "--state-dir", lab.tempdir(), *args, check=False, timeout=60)
+        self.assertEqual(r.returncode, 2, "lossd %s: exit %d\n%s" % (args, r.returncode, r.stderr))
+        return r.stderr
+
+    def daemon(self, *args):
+        d = Daemon(self.lab, self.lab.a, list(args) + NO_OBSERVER)
+        self.addCleanup(lambda: self.assertEqual(d.term(), 0, d.stderr()))
+        return d
+
+    def logged(self, d, pattern, timeout=10):
+        return wait_until(lambda: re.search(pattern, d.stderr()), timeout,
+                          "a log line /%s/ in lossd's stderr:\n%s" % (pattern, d.stderr()))
+
+    def test_tls_without_client_ca_refused(self):
+        lab, c = self.lab, self.certs
+        tls = ["--tls-cert", c.server, "--tls-key", c.server_key]
+        for listen in (lab.V4_A + ":7070", "0.0.0.0:7070", "127.0.0.1:7070", "[::1]:7070"):
+            err = self.refused("--listen", listen, *tls)
+            measured("tls_without_client_ca_refused", listen=listen, stderr=err.strip())
+            self.assertIn("without client certificates", err)
+            self.assertIn("--tls-client-ca", err)
+            self.assertIn("--tls-no-client-auth", err)
+        self.assertIn("contradicts", self.refused("--listen", lab.V4_A + ":7070", *tls,
+                                                   "--tls-client-ca", c.ca, "--tls-no-client-auth"))
+        # Said by name: served, to a client with no certificate.
+        d = self.daemon("--listen", lab.V4_A + ":7071", "--tls-no-client-auth", *tls)
+        r = call(lab, lab.V4_A + ":7071", "health", ns=lab.a, tls=c.client_tls(cert=False))
+        self.assertTrue(r["ok"] and r["serving"], r)
+        r = call(lab, lab.V4_A + ":7071", "create", ns=lab.a, tls=c.client_tls(cert=False),
+                 **udp_rule(lab, 9001))
+        self.assertTrue(r["ok"], r)
+        self.logged(d, r"CreateRule by ipv4:%s:\d+ \(no client certificate\): rule %d"
+                    % (re.escape(lab.V4_A), r["id"]))
+
+    def test_mutual_tls_and_the_subject_is_logged(self):
+        lab, c = self.lab, self.certs
+        target = lab.V4_A + ":7072"
+        d = self.daemon("--listen", target, "--tls-cert", c.server, "--tls-key", c.server_key,
+                        "--tls-client-ca", c.ca)
+        for what, tls in (("no certificate", c.client_tls(cert=False)),
+                          ("another CA's certificate", c.client_tls(stranger=True))):
+            r = call(lab, target, "create", ns=lab.a, tls=tls, **udp_rule(lab, 9002))
+            measured("mtls_refused", client=what, code=r["code"], details=r["details"])
+            self.assertFalse(r["ok"], "%s: %s" % (what, r))
+            self.assertEqual(r["code"], "UNAVAILABLE", r)
+        self.assertEqual(list(d.inj.ListRules(labd.pb.ListRulesRequest(), timeout=10).rules), [])
+        r = call(lab, target, "create", ns=lab.a, tls=c.client_tls(), **udp_rule(lab, 9002))
+        self.assertTrue(r["ok"], r)
+        line = self.logged(d, r'CreateRule by x509 subject "[^"]*CN=%s[^"]*" \(ipv4:%s:\d+\): rule %d'
+                           % (c.client_cn, re.escape(lab.V4_A), r["id"])).group(0)
+        measured("mtls_logged", line=line)
+
+    def test_plaintext_loopback_is_explicit(self):
+        lab = self.lab
+        for listen in ("127.0.0.1:7073", "[::1]:7073", "localhost:7073"):
+            err = self.refused("--listen", listen)
+            measured("plaintext_loopback_refused", listen=listen, stderr=err.strip())
+            self.assertIn("refusing plaintext", err)
+            self.assertIn("--plaintext-loopback", err)
+            err = self.refused("--listen", listen, "--insecure-tcp")
+            self.assertIn("--plaintext-loopback", err)
+        err = self.refused("--listen", lab.V4_A + ":7073", "--plaintext-loopback")
+        self.assertIn("--insecure-tcp", err)
+        d = self.daemon("--listen", "127.0.0.1:7073", "--plaintext-loopback")
+        r = call(lab, "127.0.0.1:7073", "create", ns=lab.a, **udp_rule(lab, 9003))
+        self.assertTrue(r["ok"], r)
+        self.logged(d, r"CreateRule by ipv4:127\.0\.0\.1:\d+ \(no client certificate\): rule %d" % r["id"])
+
+    def test_socket_group(self):
+        lab = self.lab
+        group = lab.make_group()
+        member = lab.make_user(groups=[group])
+        outsider = lab.make_user()
+        self.assertIn("no group named", self.refused("--socket-group", group + "-missing"))
+        top = lab.tempdir()
+        os.chmod(top, 0o755)  # the users may walk to the socket's directory
+        sockdir = os.path.join(top, "run")  # lossd creates it
+        d = Daemon(lab, lab.a, ["--socket-group", group] + NO_OBSERVER, sockdir=sockdir)
+        self.addCleanup(lambda: self.assertEqual(d.term(), 0, d.stderr()))
+        import grp
+        gid = grp.getgrnam(group).gr_gid
+        st, dst = os.stat(d.sock), os.stat(sockdir)
+        measured("socket_group", socket_mode=oct(stat.S_IMODE(st.st_mode)), socket_gid=st.st_gid,
+                 dir_mode=oct(stat.S_IMODE(dst.st_mode)), dir_gid=dst.st_gid, group_gid=gid)
+        self.assertTrue(stat.S_ISSOCK(st.st_mode))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o660)
+        self.assertEqual(st.st_gid, gid)
+        self.assertEqual(stat.S_IMODE(dst.st_mode), 0o750)
+        self.assertEqual(dst.st_gid, gid)
+
+        self.assertEqual(connect_errno(lab, d.sock, member), 0)
+        self.assertEqual(connect_errno(lab, d.sock, outsider), errno.EACCES)
+        r = call(lab, "unix:" + d.sock, "create", user=member, **udp_rule(lab, 9004))
+        self.assertTrue(r["ok"], r)
+        self.assertEqual(r["uid"], member[1])
+        line = self.logged(d, r"CreateRule by uid=%d gid=%d pid=%d \(unix socket\): rule %d"
+                           % (member[1], member[2], r["pid"], r["id"])).group(0)
+        measured("socket_group_logged", line=line)
+        r = call(lab, "unix:" + d.sock, "health", user=outsider)
+        self.assertFalse(r["ok"], r)
+        self.assertEqual(r["code"], "UNAVAILABLE", r)
+
+    def test_unix_peer_logged(self):
+        lab = self.lab
+        d = self.daemon()
+        r = call(lab, "unix:" + d.sock, "create", **udp_rule(lab, 9005))
+        self.assertTrue(r["ok"], r)
+        self.logged(d, r"CreateRule by uid=0 gid=0 pid=%d \(unix socket\): rule %d" % (r["pid"], r["id"]))
+        # This process's own channel: update, delete, clear are logged with its pid.
+        me = os.getpid()
+        rid = d.create(**udp_rule(lab, 9006)).id
+        self.logged(d, r"CreateRule by uid=0 gid=0 pid=%d \(unix socket\): rule %d" % (me, rid))
+        d.inj.UpdateRule(labd.pb.UpdateRuleRequest(id=rid, spec=labd.rule_spec(**udp_rule(lab, 9007))),
+                         timeout=20)
+        self.logged(d, r"UpdateRule by uid=0 gid=0 pid=%d \(unix socket\): rule %d" % (me, rid))
+        d.delete(rid)
+        self.logged(d, r"DeleteRule by uid=0 gid=0 pid=%d \(unix socket\): rule %d" % (me, rid))
+        d.clear()
+        self.logged(d, r"ClearRules by uid=0 gid=0 pid=%d \(unix socket\): deleted 1" % me)
+        # A refused change is logged too, with its code.
+        with self.assertRaises(Exception):
+            d.delete(rid)
+        self.logged(d, r"DeleteRule by uid=0 gid=0 pid=%d \(unix socket\): rule %d: NOT_FOUND" % (me, rid))
+
+    def test_runs_with_the_units_capabilities(self):
+        from lab.daemon import tc_egress_filters
+        lab = self.lab
+        caps = unit_capabilities()
+        self.assertTrue(caps and all(c in CAP_BITS for c in caps), caps)
+        wrap = ["setpriv", "--bounding-set=-all," + ",".join("+" + c[4:].lower() for c in caps),
+                "--inh-caps=-all", "--ambient-caps=-all", "--no-new-privs", "--"]
+        state = lab.tempdir()
+        d = Daemon(lab, lab.a, ["--lease", "1s"], state_dir=state, wrap=wrap)
+        want = sum(1 << CAP_BITS[c] for c in caps)
+        measured("unit_capabilities", caps=caps, cap_eff=hex(cap_eff(d.pid)), parts=d.parts)
+        self.assertEqual(cap_eff(d.pid), want, "lossd runs with more or other capabilities")
+        self.assertEqual(d.parts["observer"][0], "COMPONENT_STATE_READY", d.parts)
+        tcx = d.create(**udp_rule(lab, 9010))
+        clsact = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=9011, rate=0.0)
+        self.assertEqual(labd.pb.RuleState.Name(clsact.state), "RULE_STATE_ACTIVE", clsact)
+        self.assertTrue(tcx.attachments and clsact.attachments, (tcx, clsact))
+        self.assertTrue(tc_egress_filters(lab, lab.a, lab.IF_A)[1], "no clsact filter attached")
+        d.kill9()
+        time.sleep(1.5)  # the dead one's lease runs out
+        d2 = Daemon(lab, lab.a, ["--lease", "1s"] + NO_OBSERVER, state_dir=state, wrap=wrap)
+        try:
+            d2.create(**udp_rule(lab, 9012))  # the injector has started (and cleaned up)
+            out, ids = tc_egress_filters(lab, lab.a, lab.IF_A)
+            self.assertEqual(ids, [], "the dead lossd's clsact filter was not removed:\n%s\n%s"
+                             % (out, d2.stderr()))
+        finally:
+            self.assertEqual(d2.term(), 0, d2.stderr())
+
+
+if __name__ == "__main__":
+    config.main()
