@@ -28,16 +28,10 @@ import ssl
 import subprocess
 import time
 
-from lab import config, web
+from lab import config, prom, web
 from lab.config import main
 from lab.daemon import Daemon, DaemonTestCase, wait_until
 from lab.netns import measured
-
-
-def promtool_check(text):
-    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
-                       timeout=60)
-    return r.returncode, (r.stdout + r.stderr).strip()
 
 
 def make_certs(d, host_ip):
@@ -72,7 +66,7 @@ class HttpListener(DaemonTestCase):
         self.assertEqual(r.status, 200, r)
         self.assertTrue(r.headers["content-type"].startswith("text/plain; version=0.0.4"), r.headers)
         text = r.text()
-        rc, out = promtool_check(text)
+        rc, out = prom.promtool_check_metrics(text)
         measured("metrics_promtool", bytes=len(r.body), rc=rc, promtool=out)
         self.assertEqual(rc, 0, out)
         self.assertIn('lossd_component_state{component="injector",state="ready"} 1', text)
