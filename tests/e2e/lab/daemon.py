@@ -49,10 +49,10 @@ class Daemon:
     connect = True
 
     def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
-                 lossd=None, wait_parts=True, http="127.0.0.1:0"):
+                 lossd=None, wait_parts=True, http="127.0.0.1:0", nsenter=False, prefix=()):
         """http: the --http address (port 0: the kernel picks one, so that daemons sharing a
         namespace never clash; self.http_port once ready); None: lossd's default (--http not
-        given); ignored when extra has --http."""
+        given); ignored when extra has --http. nsenter, prefix: as lab.lossd.Lossd's."""
         self.lab = lab
         self.ns = ns
         self.sockdir = sockdir or lab.tempdir()
@@ -64,7 +64,8 @@ class Daemon:
         if http is not None and "--http" not in extra:
             extra += ["--http", http]
         self.http_port = None
-        self.p = Lossd(lab, ns, ["--socket", self.sock] + extra, state_dir=self.state_dir, lossd=lossd)
+        self.p = Lossd(lab, ns, ["--socket", self.sock] + extra, state_dir=self.state_dir, lossd=lossd,
+                       nsenter=nsenter, prefix=prefix)
         self.proc = self.p.proc
         self.pid = self.proc.pid
         self.channel = None
