@@ -1,5 +1,6 @@
 #include "http/server.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -185,6 +186,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpOptions& opts) 
   srv.set_keep_alive_timeout(opts.keep_alive.count());
   srv.set_keep_alive_max_count(100);
   srv.set_payload_max_length(0);
+  // httplib's default also sets SO_REUSEPORT, which lets a second lossd bind
+  // the same port and share its connections (scrapes would alternate between
+  // two daemons): SO_REUSEADDR only, so a second bind fails with EADDRINUSE.
+  srv.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   srv.set_pre_routing_handler([self](const httplib::Request& req, httplib::Response& res) {
     return self->PreRoute(req, res);
   });

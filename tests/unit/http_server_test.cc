@@ -240,6 +240,18 @@ TEST(HttpServer, StreamCapAndStopEndsStreams) {
   EXPECT_TRUE(closed);
 }
 
+TEST(HttpServer, SecondListenerOnThePortIsRefused) {
+  auto first = Serve({});
+  first->Start();
+  HttpOptions o;
+  o.addr = *ParseListenAddress("127.0.0.1:" + std::to_string(first->port()));
+  auto second = HttpServer::Create(o);
+  ASSERT_FALSE(second.ok()) << "two listeners on port " << first->port();
+  EXPECT_NE(second.status().message().find("Address already in use"), std::string::npos)
+      << second.status().ToString();
+  first->Stop();
+}
+
 TEST(HttpServer, StopRightAfterStart) {
   for (int i = 0; i < 20; i++) {  // before the listener thread marked itself running
     auto s = Serve({});

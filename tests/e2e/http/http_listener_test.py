@@ -14,7 +14,8 @@ One daemon in namespace A, --http 127.0.0.1:0 (its own loopback), --http-max-con
   test_connection_cap                 4 idle connections hold the cap: the 5th is answered 503
                                       and closed, gRPC still serves, and HTTP serves again once
                                       they go; lossd_http_refused_total counts it
-  test_default_port_and_off           no --http: 127.0.0.1:7071; --http '': no listener
+  test_default_port_and_off           no --http: 127.0.0.1:7071, and a second daemon there
+                                      exits 1 (address in use); --http '': no listener
   test_plaintext_off_loopback_refused --http on the veth address without TLS: exit 2, the
                                       message names --http-tls-cert and --http-plaintext; with
                                       --http-plaintext it serves B across the veth
@@ -147,6 +148,13 @@ class HttpListener(DaemonTestCase):
         try:
             self.assertEqual(d.http_port, 7071)
             self.assertEqual(web.request(d.ns, "127.0.0.1", 7071, "/metrics").status, 200)
+            # A second daemon in the namespace cannot take the port (no SO_REUSEPORT sharing).
+            sock = os.path.join(self.lab.tempdir(), "lossd.sock")
+            r = self.lab.run(self.lab.b, config.LOSSD, "--socket", sock, "--state-dir", self.lab.tempdir(),
+                             "--no-observer", check=False, timeout=60)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("127.0.0.1:7071", r.stderr)
+            self.assertIn("Address already in use", r.stderr)
         finally:
             self.assertEqual(d.term(), 0, d.stderr())
         d = Daemon(self.lab, self.lab.b, ["--http", ""], wait_parts=False)
