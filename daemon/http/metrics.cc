@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "common/fd.h"
@@ -154,6 +155,16 @@ void InjectorMetrics(const Injector& inj, const Components& parts, EffectTracker
       always.Add(l, c.always_pass);
       lease.Add(l, c.lease_expired);
     }
+  }
+
+  {  // what the live rules hold attached (shared per interface/cgroup and hook)
+    std::set<std::string> attached;
+    for (const RuleInfo& r : rules)
+      if (!r.expired) attached.insert(r.hooks.begin(), r.hooks.end());
+    Fam f(out, "lossd_injector_attached",
+          "1 for each attachment the live rules hold (e.g. \"tcx ingress to eth0\")",
+          MetricType::Gauge);
+    for (const std::string& a : attached) f.Add({{"attachment", a}}, 1);
   }
 
   // Per rule, capped: live rules first, then expired ones, each by id.

@@ -9,9 +9,10 @@ One daemon in A with --metrics-max-rules 3 --metrics-top-flows 1.
                                   counters equal GetRule's, its retransmits by type equal
                                   GetRuleEffect's, and lossd_retransmitted_segments_total grew
                                   by A's TcpRetransSegs delta; the per-hook totals equal the
-                                  rule's drops; with kernel.bpf_stats_enabled on for the run
-                                  (restored after), lossd_bpf_program_runs_total of the egress
-                                  program grew by at least the packets the rule matched
+                                  rule's drops, lossd_injector_attached lists its clsact
+                                  filter; with kernel.bpf_stats_enabled on for the run (restored
+                                  after), lossd_bpf_program_runs_total of the egress program
+                                  grew by at least the packets the rule matched
   test_top_flows                  two open flows, one retransmitting: the top-1 series names it
                                   (its tuple), flow="other" holds the rest; without the flag
                                   (the default) no flow label exists at all (another daemon)
@@ -137,6 +138,7 @@ class Metrics(DaemonTestCase):
         rtx1 = sum(v for _, v in values(s, "lossd_retransmitted_segments_total"))
         self.assertEqual(rtx1 - rtx0, kernel, numbers)
         self.assertEqual(one(s, "lossd_hook_dropped_packets_total", hook="tc_egress"), c.dropped_packets)
+        self.assertEqual(one(s, "lossd_injector_attached", attachment="clsact egress on " + lab.IF_A), 1)
         self.assertEqual(enabled, 1)
         self.assertGreaterEqual(runs1.get("lossd_tc_out", 0) - runs0.get("lossd_tc_out", 0), c.matched_packets,
                                 numbers)
