@@ -96,6 +96,35 @@ void AddOptions(CLI::App& app, Flags& f) {
   daemon->add_flag(
       "--insecure-tcp", d.insecure_tcp,
       "Plaintext TCP on a non-loopback --listen: anyone who reaches it may change rules");
+  daemon
+      ->add_option("--http", d.http,
+                   "HTTP listener host:port (read-only: /metrics ...); '' = none. TLS unless "
+                   "loopback")
+      ->capture_default_str();
+  daemon->add_option("--http-tls-cert", d.http_options.tls_cert, "HTTP server certificate (PEM)");
+  daemon->add_option("--http-tls-key", d.http_options.tls_key, "HTTP server key (PEM)");
+  daemon->add_option("--http-tls-client-ca", d.http_options.tls_client_ca,
+                     "Require HTTP client certificates from this CA (mutual TLS)");
+  daemon->add_flag("--http-plaintext", d.http_options.plaintext,
+                   "Allow plaintext HTTP on a non-loopback address");
+  daemon
+      ->add_option("--http-max-connections", d.http_options.max_connections,
+                   "Most open HTTP connections (streams included); over it: 503")
+      ->capture_default_str();
+  daemon
+      ->add_option("--http-max-streams", d.http_options.max_streams,
+                   "Most long-lived HTTP streams at once; over it: 503")
+      ->capture_default_str();
+  daemon
+      ->add_option("--metrics-max-rules", d.metrics.max_rules,
+                   "GET /metrics: per-rule series for at most this many rules (the rest counted "
+                   "in lossd_metrics_rules_omitted)")
+      ->capture_default_str();
+  daemon
+      ->add_option("--metrics-top-flows", d.metrics.top_flows,
+                   "GET /metrics: the K open flows with the most retransmits as series of their "
+                   "own (their addresses become labels), the rest as flow=\"other\"; 0: none")
+      ->capture_default_str();
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
   daemon->add_option("--max-ttl", f.max_ttl,
                      "Every rule must expire within this (e.g. 1h); default: no limit");

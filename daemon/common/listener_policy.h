@@ -1,7 +1,10 @@
-// Which TCP listeners lossd accepts: the one policy of every listener of the
-// daemon (gRPC's --listen now, the HTTP listener's later), decided on the
-// parsed address (common/address.h). A listener that does not authenticate
-// its clients is always a choice made by a flag in its own name:
+// Which TCP listeners lossd accepts for its control channel (gRPC's
+// --listen: whoever reaches it can change rules), decided on the parsed
+// address (common/address.h). The read-only HTTP listener (--http) has a
+// rule of its own, CheckHttpTransport in http/server.h: nothing over it
+// changes a rule, so plaintext on loopback is its default and TLS without
+// client certificates is allowed. A control listener that does not
+// authenticate its clients is always a choice made by a flag in its own name:
 //
 //   TLS + client CA (mutual TLS)   anywhere
 //   TLS, no client CA              only with --tls-no-client-auth (any address)

@@ -14,4 +14,6 @@ ctest and bench/run_all.sh set (tests/e2e/README.md: running a script by hand).
                 DaemonTestCase base class
   lab.clients   ClientDaemon (the daemon seen through lossctl), client processes, lossctl output
   lab.observer  the observer's exact relations with the kernel (reconcile, observe)
+  lab.web       HTTP clients inside a namespace (a thread that entered it opens the socket)
+  lab.prom      a real Prometheus and node_exporter inside lab namespaces; promtool
 """

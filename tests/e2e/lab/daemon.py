@@ -49,7 +49,10 @@ class Daemon:
     connect = True
 
     def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
-                 lossd=None, wait_parts=True, nsenter=False, wrap=()):
+                 lossd=None, wait_parts=True, http="127.0.0.1:0", nsenter=False, wrap=()):
+        """http: the --http address (port 0: the kernel picks one, so that daemons sharing a
+        namespace never clash; self.http_port once ready); None: lossd's default (--http not
+        given); ignored when extra has --http. nsenter, wrap: as lab.lossd.Lossd's."""
         self.lab = lab
         self.ns = ns
         self.sockdir = sockdir or lab.tempdir()
@@ -57,8 +60,12 @@ class Daemon:
         self.addr = "unix://" + self.sock
         self.state_dir = state_dir or lab.tempdir()
         self.t0 = time.monotonic()
+        extra = list(extra)
+        if http is not None and "--http" not in extra:
+            extra += ["--http", http]
+        self.http_port = None
         # nsenter: keeps the host's /sys (the cgroup v2 mount), which ip netns exec hides.
-        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd,
+        self.p = Lossd(lab, ns, ["--socket", self.sock] + extra, state_dir=self.state_dir, lossd=lossd,
                        nsenter=nsenter, wrap=wrap)
         self.proc = self.p.proc
         self.pid = self.proc.pid
@@ -73,6 +80,7 @@ class Daemon:
         self.ready = self.p.wait_ready(timeout)
         self.socket_secs = time.monotonic() - self.t0
         assert self.ready.get("socket") == self.sock, self.ready
+        self.http_port = self.ready.get("http_port")
         if self.connect and pbg is not None:
             self.channel = self.new_channel()
             self.inj = pbg.InjectorStub(self.channel)
