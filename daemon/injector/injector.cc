@@ -361,8 +361,11 @@ Status Injector::Acquire(const AttachKey& key, int ifindex) {
     case LOSS_HOOK_XDP: a = AttachXdp(fd, ifindex, key.target, opts_.xdp_mode); break;
     case LOSS_HOOK_TC_INGRESS: a = AttachTcxIngress(fd, ifindex, key.target); break;
     case LOSS_HOOK_TC_EGRESS: a = AttachClsactEgress(fd, ifindex, key.target, &qdiscs_); break;
-    case LOSS_HOOK_CGROUP_INGRESS: a = AttachCgroup(fd, key.target, false); break;
-    case LOSS_HOOK_CGROUP_EGRESS: a = AttachCgroup(fd, key.target, true); break;
+    case LOSS_HOOK_CGROUP_INGRESS:
+    case LOSS_HOOK_CGROUP_EGRESS:
+      a = AttachCgroup(fd, key.target, key.kind == LOSS_HOOK_CGROUP_EGRESS,
+                       bpf_map__fd(skel_->maps.loss_cg_self));
+      break;
     default: return Internal("unknown hook");
   }
   if (!a.ok()) return a.status();

@@ -49,7 +49,7 @@ class Daemon:
     connect = True
 
     def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
-                 lossd=None, wait_parts=True):
+                 lossd=None, wait_parts=True, nsenter=False):
         self.lab = lab
         self.ns = ns
         self.sockdir = sockdir or lab.tempdir()
@@ -57,7 +57,10 @@ class Daemon:
         self.addr = "unix://" + self.sock
         self.state_dir = state_dir or lab.tempdir()
         self.t0 = time.monotonic()
-        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd)
+        # nsenter: `nsenter --net` instead of `ip netns exec`, which remounts /sys and so
+        # hides the cgroup v2 mount (cgroup targets need it).
+        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd,
+                       nsenter=nsenter)
         self.proc = self.p.proc
         self.pid = self.proc.pid
         self.channel = None
@@ -171,13 +174,15 @@ class DaemonTestCase(unittest.TestCase):
     daemon_class = Daemon
     daemon_ns = "a"
     daemon_args = ()
+    daemon_nsenter = False  # True: the daemon sees the host's cgroup v2 mount (cgroup targets)
     check_alive = True
 
     @classmethod
     def setUpClass(cls):
         cls.lab = Lab()
         try:
-            cls.d = cls.daemon_class(cls.lab, getattr(cls.lab, cls.daemon_ns), cls.daemon_args)
+            cls.d = cls.daemon_class(cls.lab, getattr(cls.lab, cls.daemon_ns), cls.daemon_args,
+                                     nsenter=cls.daemon_nsenter)
         except BaseException:
             cls.lab.close()
             raise
