@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "host/cgroup.h"
 #include "host/interface.h"
+#include "host/targets.h"
 #include "injector/guard.h"
 #include "loss.skel.h"
 
@@ -35,7 +36,7 @@ namespace {
 // The hook a rule runs in (hook auto chosen: docs/architecture.md#hook-choice).
 Hook ChooseHook(const RuleSpec& spec) {
   if (spec.hook != Hook::kAuto) return spec.hook;
-  if (!spec.cgroup.empty()) return Hook::kCgroup;
+  if (NamesCgroup(spec)) return Hook::kCgroup;
   if (spec.dir == Direction::kIngress && !IsVirtualInterface(spec.iface))
     return Hook::kXdp;  // physical NIC: drop before any skb exists
   return Hook::kTc;     // veth/virtual: tcx costs nothing measurable there
@@ -183,6 +184,83 @@ void Injector::Tick() {
       opts_.lease.count() > 0 ? now + uint64_t(opts_.lease.count()) * 1000000ull : 0;
   Status st = WriteConfig();
   if (!st.ok()) LOG_ERROR("renew lease: %s", st.message().c_str());
+  FollowCgroupsLocked();
+}
+
+namespace {
+// The id of the cgroup directory at `path` now; 0 if there is none.
+uint64_t CgroupIdAt(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  return st.st_ino;
+}
+}  // namespace
+
+void Injector::FollowCgroupsLocked() {
+  std::map<std::string, std::vector<Rule*>> by_path;
+  for (auto& [id, r] : rules_)
+    if (r.live && !r.info.cgroup.empty()) by_path[r.info.cgroup].push_back(&r);
+  for (auto& [path, rs] : by_path) {
+    uint64_t now_id = CgroupIdAt(path);
+    // Every rule on one path was attached to the same directory.
+    uint64_t was = rs[0]->info.cgroup_id;
+    if (now_id == was && !rs[0]->info.failed) continue;
+    if (now_id == 0) {
+      for (Rule* r : rs) {
+        if (r->info.failed) continue;
+        r->info.failed = true;
+        r->info.reason = "cgroup " + path + " (id " + std::to_string(was) +
+                         ") was deleted: the rule applies again when it is recreated";
+        LOG_WARN("rule %u: %s", r->info.id, r->info.reason.c_str());
+      }
+      continue;
+    }
+    if (now_id == was) continue;  // still the old one (it came back after a failed re-attach)
+    // Recreated: attach to the new directory (same keys: kind and path), then
+    // point the rules at its id.
+    Status st;
+    std::set<AttachKey> keys;
+    for (Rule* r : rs)
+      for (const auto& k : r->attach)
+        if (k.target == path) keys.insert(k);
+    uint64_t attached_id = now_id;
+    for (const auto& k : keys) {
+      auto it = attached_.find(k);
+      if (it == attached_.end()) continue;
+      auto a = AttachCgroup(prog_fds_[k.kind], path, k.kind == LOSS_HOOK_CGROUP_EGRESS,
+                            bpf_map__fd(skel_->maps.loss_cg_self), &attached_id);
+      if (!a.ok()) {
+        st = a.status();
+        break;
+      }
+      it->second.attachment = std::move(*a);  // the old link (a dead cgroup's) goes
+    }
+    if (st.ok() && attached_id != now_id) st = Internal("the cgroup changed again meanwhile");
+    for (Rule* r : rs) {
+      if (st.ok()) {
+        struct loss_rule enc;
+        uint32_t slot = r->slot;
+        if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.loss_rules), &slot, &enc) != 0) {
+          st = Status::FromErrno(errno, "read rule slot");
+        } else {
+          enc.m.cgroup_id = attached_id;
+          st = WriteRule(slot, enc);
+        }
+      }
+      if (!st.ok()) {
+        r->info.failed = true;
+        r->info.reason =
+            "cgroup " + path + " was recreated but re-attaching failed (retried): " + st.message();
+        LOG_WARN("rule %u: %s", r->info.id, r->info.reason.c_str());
+        continue;
+      }
+      r->info.failed = false;
+      r->info.reason = "cgroup " + path + " was recreated (id " + std::to_string(was) + " -> " +
+                       std::to_string(attached_id) + "): re-attached";
+      r->info.cgroup_id = attached_id;
+      LOG_INFO("rule %u: %s", r->info.id, r->info.reason.c_str());
+    }
+  }
 }
 
 uint64_t Injector::LeaseRemainingNs() const {
@@ -406,9 +484,23 @@ Status Injector::Check(const RuleSpec& spec, Target* target) const {
     if (!idx.ok()) return idx.status();
     target->ifindex = *idx;
   }
-  if (!spec.cgroup.empty()) {
-    auto cg = ResolveCgroup(spec.cgroup);
-    if (!cg.ok()) return cg.status();
+  if (NamesCgroup(spec)) {
+    std::string path = spec.cgroup;
+    if (spec.service.Any()) {  // a service: its cgroup (host/targets.cc)
+      std::string mount = Cgroup2Mount();
+      if (mount.empty())
+        return FailedPrecondition(
+            spec.service.Describe() +
+            ": no cgroup v2 hierarchy is mounted, so no service can be found");
+      auto p = ResolveServiceCgroup(spec.service, mount);
+      if (!p.ok()) return p.status();
+      path = *p;
+    }
+    auto cg = ResolveCgroup(path);
+    if (!cg.ok()) {
+      if (!spec.service.Any()) return cg.status();
+      return Status(cg.status().code(), spec.service.Describe() + ": " + cg.status().message());
+    }
     target->cgroup = *cg;
   }
   return guard_.Check(spec, target->cgroup.path, target->cgroup.mount);
@@ -444,7 +536,7 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target)
         "per-segment loss at a veth's ingress cannot be had there: the sending side builds the "
         "multi-segment packets. Put the rule on the sender's interface with direction egress, "
         "or set `ip link set <peer> gso_max_segs 1` on the peer");
-  if (hook == Hook::kTc && !spec.cgroup.empty() && ingress)
+  if (hook == Hook::kTc && NamesCgroup(spec) && ingress)
     return InvalidArgument(
         "a cgroup match at tc ingress never matches (no socket yet): use hook cgroup, or "
         "direction egress");
@@ -528,6 +620,11 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target)
   rule.info.id = next_id_++;
   rule.info.spec = spec;
   rule.info.spec.hook = hook;
+  if (NamesCgroup(spec)) {
+    rule.info.cgroup = cg.path;
+    rule.info.cgroup_mount = cg.mount;
+    rule.info.cgroup_id = cg.id;
+  }
   for (const auto& k : keys) rule.info.hooks.push_back(attached_[k].attachment->Describe());
   rule.slot = slot;
   rule.attach = keys;
@@ -625,6 +722,13 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
   if (r.live) {
     auto c = ReadCounters(r.slot);
     if (c.ok()) info.counters = *c;
+    // Never ACTIVE while its cgroup is not the one it is attached to (deleted,
+    // or recreated and not yet re-attached by the next Tick).
+    if (!info.cgroup.empty() && !info.failed && CgroupIdAt(info.cgroup) != info.cgroup_id) {
+      info.failed = true;
+      info.reason = "cgroup " + info.cgroup + " (id " + std::to_string(info.cgroup_id) +
+                    ") is gone or was recreated: re-attaching";
+    }
   }
   return info;
 }

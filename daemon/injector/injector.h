@@ -67,6 +67,15 @@ struct RuleInfo {
   uint32_t id = 0;
   RuleSpec spec;                   // as resolved (hook chosen)
   std::vector<std::string> hooks;  // descriptions of the attachments it uses
+  // The cgroup its target resolved to (a path, or a service's cgroup): "" for
+  // interface rules. Absolute and canonical; cgroup_mount is the v2 mount.
+  std::string cgroup, cgroup_mount;
+  uint64_t cgroup_id = 0;
+  // Not applying now (its cgroup was deleted, or recreated and not yet
+  // re-attached): the state is FAILED. `reason` says why, or what happened
+  // last (a re-attach after the cgroup was recreated).
+  bool failed = false;
+  std::string reason;
   bool expired = false;
   uint64_t created_unix_ns = 0;
   uint64_t expires_unix_ns = 0;  // 0: never
@@ -207,6 +216,10 @@ class Injector {
   Status WriteRule(uint32_t slot, const struct loss_rule& r);
   Status ResetCounters(uint32_t slot);
   Status Retire(Rule& r);
+  // Cgroup rules follow their cgroup: deleted -> FAILED; recreated (same
+  // path, new id) -> re-attached there and ACTIVE again
+  // (docs/targeting.md#following). Called by Tick.
+  void FollowCgroupsLocked();
   Result<RuleInfo> RemoveLocked(uint32_t id);
   // Rules holding a slot: the listed ones but the expired.
   size_t LiveLocked() const { return rules_.size() - expired_.size(); }
