@@ -61,7 +61,9 @@ std::string EventLine(const v1::RetransmitEvent& e, bool same_host) {
     for (uint32_t id : e.rule_ids()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
     line += " rules " + ids;
   }
-  if (!e.owner().path().empty()) line += " owner " + OwnerSummary(e.owner());
+  // The root cgroup's sockets (no service of their own) carry no owner.
+  if (!e.owner().path().empty() && e.owner().path() != "/")
+    line += " owner " + OwnerSummary(e.owner());
   if (e.outcome() != v1::OUTCOME_SENT) {
     line += std::string(" ") + OutcomeName(e.outcome());
     if (e.err()) line += " err " + std::to_string(e.err());
