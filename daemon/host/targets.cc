@@ -114,16 +114,20 @@ Result<std::string> One(const std::vector<std::string>& found, const std::string
 // systemctl): never a shell.
 struct ToolRun {
   int status = -1;  // wait status; -1 if it did not run to completion
-  std::string out;
+  std::string out;  // stdout, and with_stderr its stderr too
 };
-Result<ToolRun> RunTool(const std::vector<std::string>& args, int timeout_ms) {
+Result<ToolRun> RunTool(const std::vector<std::string>& args, int timeout_ms,
+                        bool with_stderr = false) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe for " + args[0]);
   UniqueFd rd(pipefd[0]), wr(pipefd[1]);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  if (with_stderr)
+    posix_spawn_file_actions_adddup2(&fa, wr.get(), 2);
+  else
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -296,14 +300,25 @@ Result<std::string> PodUid(const std::string& asked) {
                               "not on lossd's PATH; give the pod's UID instead (kubectl get pod "
                               "-n " +
                               ns + " " + name + " -o jsonpath='{.metadata.uid}')");
-  auto r =
-      RunTool({"kubectl", "get", "pod", "-n", ns, name, "-o", "jsonpath={.metadata.uid}"}, 10000);
+  auto r = RunTool({"kubectl", "get", "pod", "-n", ns, name, "-o", "jsonpath={.metadata.uid}"},
+                   10000, true);
   if (!r.ok()) return FailedPrecondition("pod " + asked + ": " + r.status().message());
-  std::string uid = r->out.substr(0, r->out.find_first_of("\r\n"));
-  if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0 || !IsUid(uid))
-    return NotFound("pod " + asked + ": kubectl found no such pod (exit status " +
-                    std::to_string(WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1) + ")");
-  return uid;
+  bool ok = WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0;
+  // The UID is the output's first line (jsonpath, no newline); what kubectl
+  // said otherwise is its last line (bounded).
+  std::string first = r->out.substr(0, r->out.find_first_of("\r\n"));
+  if (ok && IsUid(first)) return first;
+  std::string said = r->out;
+  while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
+  size_t nl = said.find_last_of('\n');
+  if (nl != std::string::npos) said = said.substr(nl + 1);
+  if (said.size() > 200) said = said.substr(0, 197) + "...";
+  std::string what = "pod " + asked + ": kubectl get pod -n " + ns + " " + name + " (exit status " +
+                     std::to_string(WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1) +
+                     "): " + said;
+  if (said.find("NotFound") != std::string::npos || said.find("not found") != std::string::npos)
+    return NotFound(what);
+  return FailedPrecondition(what + "; give the pod's UID instead");
 }
 
 Result<std::string> ContainerCgroup(const std::string& asked, const std::string& pod,

@@ -65,6 +65,15 @@ class ClientTargets(ClientTestCase):
         bad = d.ctl("rule", "add", "--pod", "default/web", "--rate", "1%")
         self.assertNotEqual(bad.rc, 0)
         self.assertIn("kubectl", bad.err)
+        # Without kubectl on its PATH (this machine has google-cloud-sdk's in /usr/bin: a
+        # PATH without /usr/bin), a one-shot lossd says so.
+        p = subprocess.run(["/usr/bin/nsenter", "--net=/run/netns/" + lab.b, "--", "/usr/bin/env",
+                            "PATH=/usr/sbin:/sbin", config.LOSSD, "--json", "--state-dir", lab.tempdir(),
+                            "--pod", "default/web", "--rate", "1%"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertIn("FAILED_PRECONDITION", p.stderr)
+        self.assertIn("not on lossd's PATH", p.stderr)
 
     def test_oneshot_container_and_python_pid(self):
         lab = self.lab

@@ -2,9 +2,9 @@
 
 Two paced TCP senders in namespace A, one in a docker container's cgroup (systemd driver
 layout: <top>/system.slice/docker-ID.scope) and one in a systemd unit's
-(<top>/system.slice/<tag>-api.service), both through a rule on A's egress that drops 2 % of
-their data segments, so each retransmits. Every event (and flow) of each carries
-CgroupOwner: the path below the cgroup v2 mount, and the container id with its runtime or
+(<top>/system.slice/<tag>-api.service), both through a rule on A's egress that drops 10 % of
+their data skbs (of ~45 segments: about 12 drops per sender), so each retransmits. Every
+event (and flow) of each carries CgroupOwner: the path below the cgroup v2 mount, and the container id with its runtime or
 the unit; streams filtered by container prefix, by unit and by cgroup path get exactly that
 sender's events. The daemon resolves the names from the cgroup id, in user space.
 """
@@ -30,7 +30,7 @@ class Owners(DaemonTestCase):
         ucg = lab.sub_cgroup(top, "system.slice", unit)
         rel = lambda p: p[len(cgroup2_mount()):]
         port = 5301
-        self.egress_rule(lo=port, rate=0.02)
+        self.egress_rule(lo=port, rate=0.1)  # of skbs of ~45 segments: ~12 events per sender
         every = self.watch("all")
         by_container = self.watch("container", allow=[self.pb.EventFilter(container=cid[:10])])
         by_unit = self.watch("unit", allow=[self.pb.EventFilter(unit=tag + "-api")])  # .service implied

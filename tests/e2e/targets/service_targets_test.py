@@ -211,6 +211,11 @@ class ServiceTargets(DaemonTestCase):
         self.refused(NF, "pod " + ghost_pod, mount, "kubepods", pod=ghost_pod)
         if shutil.which("kubectl") is None:
             self.refused(FP, "kubectl", "not on lossd's PATH", "UID", pod="default/web")
+        else:
+            # kubectl is here (google-cloud-sdk's) but reaches no cluster: what it said (or
+            # that it did not answer within its deadline), bounded.
+            self.refused(FP, "pod default/web: kubectl", pod="default/web")
+        self.refused(IA, "NAMESPACE/NAME must be Kubernetes names", pod="Default/web;rm")
         # Ambiguous: two containers sharing a prefix, one unit name in two places.
         prefix = "ab12" + hexid()[:8]
         one = self.lab.sub_cgroup(top, "system.slice", "docker-%s.scope" % (prefix + hexid()[:52]))
