@@ -78,6 +78,27 @@ struct {
 	__type(value, struct loss_flow_state);
 } loss_flow_state SEC(".maps");
 
+/*
+ * Which cgroup a cgroup_skb program runs for. The kernel runs the programs
+ * attached to a socket's cgroup and to each of its ancestors (links are
+ * BPF_F_ALLOW_MULTI), so with rules on T and on T/C a packet from T/C runs
+ * this program twice. Each attachment has its own storage here (keyed by the
+ * cgroup it is attached to), into which the injector writes that cgroup's id
+ * right after attaching; a run decides only the rules whose target is that
+ * cgroup, so each rule is decided once per packet
+ * (docs/architecture.md#nested-cgroups). 0 (not written yet): no rule.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_STORAGE);
+	__type(key, __u64); /* cgroup id: one value per cgroup, both directions */
+	__type(value, __u64);
+} loss_cg_self SEC(".maps");
+
+/* The context of a program: what its shims can do. */
+#define CTX_XDP 0    /* struct xdp_md */
+#define CTX_TC 1     /* struct __sk_buff at tc: cgroup ancestry through skb->sk */
+#define CTX_CGROUP 2 /* struct __sk_buff at cgroup_skb: p->attach_cgroup is set */
+
 /* ---- rule matching ---------------------------------------------------- */
 
 /*
@@ -151,15 +172,28 @@ static __always_inline __u32 rank_slot(__u64 rank)
 	return LOSS_MAX_RULES - 1 - ((rank >> 1) & (LOSS_MAX_RULES - 1));
 }
 
-/* is_skb: the context is a struct __sk_buff (cgroup helpers allowed);
- * inl: rank inline (the first candidate of a list) rather than by the call. */
+/* is_skb: CTX_*, the context (CTX_TC, CTX_CGROUP: a struct __sk_buff, cgroup
+ * helpers allowed); inl: rank inline (the first candidate of a list) rather
+ * than by the call. */
 static __always_inline __u64 rank_with_cgroup(__u32 slot, const struct pkt *p, void *ctx,
 					      const int is_skb, const int inl)
 {
 	__u64 rank = inl ? loss_rank_body(slot, p) : loss_rank(slot, p);
+	if (is_skb == CTX_CGROUP) {
+		/* Only the rules of the cgroup this attachment is on; a rule with
+		 * no cgroup is never decided here (it would be, once per
+		 * attachment). The attachment's subtree is the rule's. */
+		if (!(rank & 1) || !p->attach_cgroup)
+			return 0;
+		slot = rank_slot(rank);
+		const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
+		if (!r || r->m.cgroup_id != p->attach_cgroup)
+			return 0;
+		return rank & ~1ULL;
+	}
 	if (!(rank & 1))
 		return rank;
-	if (!is_skb)
+	if (is_skb != CTX_TC)
 		return 0;
 	slot = rank_slot(rank);
 	const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
@@ -406,11 +440,11 @@ int lossd_xdp(struct xdp_md *ctx)
 		.segs = 1,
 	};
 	__be16 proto = parse_eth(&c);
-	return loss_decide(ctx, &c, proto, &p, data, LOSS_HOOK_XDP, 0) ? XDP_DROP : XDP_PASS;
+	return loss_decide(ctx, &c, proto, &p, data, LOSS_HOOK_XDP, CTX_XDP) ? XDP_DROP : XDP_PASS;
 }
 
 /* An skb hook: tc (data at the Ethernet header) or cgroup_skb (data at the
- * network header; skb->protocol says which). */
+ * network header; skb->protocol says which). l2: tc, else cgroup_skb. */
 static __always_inline int skb_run(struct __sk_buff *skb, const int hook, __u8 dir, const bool l2)
 {
 	void *data = (void *)(long)skb->data;
@@ -421,8 +455,12 @@ static __always_inline int skb_run(struct __sk_buff *skb, const int hook, __u8 d
 		.len = skb->len,
 		.segs = skb->gso_segs ? skb->gso_segs : 1,
 	};
+	if (!l2) {
+		__u64 *self = bpf_get_local_storage(&loss_cg_self, 0);
+		p.attach_cgroup = self ? *self : 0;
+	}
 	__be16 proto = l2 ? parse_eth(&c) : skb->protocol;
-	return loss_decide(skb, &c, proto, &p, data, hook, 1);
+	return loss_decide(skb, &c, proto, &p, data, hook, l2 ? CTX_TC : CTX_CGROUP);
 }
 
 /* tc ingress (tcx link or clsact): a drop is network loss to the receiver. */

@@ -41,7 +41,9 @@ struct Flags {
 };
 
 bool HasRule(const Flags& f) {
-  return !f.rule.iface.empty() || !f.rule.cgroup.empty();
+  const RuleFlags& r = f.rule;
+  return !r.iface.empty() || !r.cgroup.empty() || !r.pid.empty() || !r.unit.empty() ||
+         !r.container.empty() || !r.pod.empty();
 }
 
 int Usage(const std::string& message) {

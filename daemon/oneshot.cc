@@ -207,7 +207,12 @@ int RunOneShot(const OneShotOptions& o) {
     std::string hooks;
     for (const auto& h : info->hooks) hooks += (hooks.empty() ? "" : ", ") + h;
     if (o.json)
-      Print({{"event", "ready"}, {"rule", id}, {"pid", getpid()}, {"hooks", hooks}});
+      Print({{"event", "ready"},
+             {"rule", id},
+             {"pid", getpid()},
+             {"hooks", hooks},
+             {"cgroup", info->cgroup},
+             {"cgroup_id", info->cgroup_id}});
     else
       printf("rule %u active: %s\n", id, hooks.c_str());
   } else if (o.json) {  // --observe alone

@@ -53,8 +53,9 @@ struct pkt {
 	__u8 hook; /* enum loss_hook */
 	__u8 _pad;
 	__u32 ifindex;
-	__u32 len;  /* bytes */
-	__u32 segs; /* wire segments (gso_segs, at least 1) */
+	__u32 len;	     /* bytes */
+	__u32 segs;	     /* wire segments (gso_segs, at least 1) */
+	__u64 attach_cgroup; /* cgroup_skb hooks: id of the cgroup this run's attachment is on */
 };
 
 struct cursor {

@@ -61,6 +61,9 @@ std::string EventLine(const v1::RetransmitEvent& e, bool same_host) {
     for (uint32_t id : e.rule_ids()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
     line += " rules " + ids;
   }
+  // The root cgroup's sockets (no service of their own) carry no owner.
+  if (!e.owner().path().empty() && e.owner().path() != "/")
+    line += " owner " + OwnerSummary(e.owner());
   if (e.outcome() != v1::OUTCOME_SENT) {
     line += std::string(" ") + OutcomeName(e.outcome());
     if (e.err()) line += " err " + std::to_string(e.err());
@@ -133,7 +136,15 @@ void AddAllowFilterFlags(CLI::App* cmd, FilterFlags* f) {
       ->allow_extra_args(false);
   cmd->add_option("--port", f->ports, "Local or remote port or LO-HI (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--cgroup", f->cgroups, "cgroup id (stat -c %i DIR) (repeatable)")
+  cmd->add_option("--cgroup", f->cgroups,
+                  "cgroup id (stat -c %i DIR), or path below the cgroup v2 mount (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--unit", f->units, "Sockets of this systemd unit (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--container", f->containers,
+                  "Sockets of this container: id or prefix (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--pod", f->pods, "Sockets of this pod: UID or prefix (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--rule", f->rules, "Flows a rule's match covers, by rule id (repeatable)")
       ->allow_extra_args(false);
@@ -212,7 +223,7 @@ int Flows(const Globals& g, const FilterFlags& f) {
     return kExitOk;
   }
   Table t({"LOCAL", "REMOTE", "CA", "CWND", "MIN-MAX", "SRTT", "MIN-MAX", "SENT", "ACKED",
-           "RETRANS", "BY-TYPE", "AGE", "COOKIE"});
+           "RETRANS", "BY-TYPE", "AGE", "COOKIE", "OWNER"});
   for (size_t c : {3, 5, 7, 8, 9, 11, 12}) t.RightAlign(c);
   uint64_t now = NowMonoNs();
   for (const auto& fl : resp.flows()) {
@@ -228,14 +239,14 @@ int Flows(const Globals& g, const FilterFlags& f) {
       age = FormatDuration(fl.duration_ns());
     else if (conn->same_host() && fl.opened_mono_ns() && fl.opened_mono_ns() <= now)
       age = (fl.preexisting() ? ">" : "") + FormatDuration(now - fl.opened_mono_ns());
-    t.AddRow({FormatEndpoint(fl.tuple().local_addr(), fl.tuple().local_port()),
-              FormatEndpoint(fl.tuple().remote_addr(), fl.tuple().remote_port()),
-              CaStateName(fl.ca_state()) + (fl.closed() ? " (closed)" : ""),
-              std::to_string(fl.cwnd()),
-              std::to_string(fl.cwnd_min()) + "-" + std::to_string(fl.cwnd_max()),
-              Srtt(fl.srtt_us()), Srtt(fl.srtt_min_us()) + "-" + Srtt(fl.srtt_max_us()),
-              FormatBytes(fl.bytes_sent()), FormatBytes(fl.bytes_acked()), std::to_string(total),
-              by_type.empty() ? "-" : by_type, age, std::to_string(fl.cookie())});
+    t.AddRow(
+        {FormatEndpoint(fl.tuple().local_addr(), fl.tuple().local_port()),
+         FormatEndpoint(fl.tuple().remote_addr(), fl.tuple().remote_port()),
+         CaStateName(fl.ca_state()) + (fl.closed() ? " (closed)" : ""), std::to_string(fl.cwnd()),
+         std::to_string(fl.cwnd_min()) + "-" + std::to_string(fl.cwnd_max()), Srtt(fl.srtt_us()),
+         Srtt(fl.srtt_min_us()) + "-" + Srtt(fl.srtt_max_us()), FormatBytes(fl.bytes_sent()),
+         FormatBytes(fl.bytes_acked()), std::to_string(total), by_type.empty() ? "-" : by_type, age,
+         std::to_string(fl.cookie()), OwnerSummary(fl.owner())});
   }
   t.Print(stdout);
   return kExitOk;

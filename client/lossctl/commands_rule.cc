@@ -45,15 +45,16 @@ std::string DropShare(uint64_t dropped, uint64_t matched) {
 }
 
 // "eth0 ingress via tc"
-std::string Where(const v1::RuleSpec& s) {
-  return TargetSummary(s) + " " + DirectionName(s.direction()) + " via " + HookName(s.hook());
+std::string Where(const v1::Rule& r) {
+  const v1::RuleSpec& s = r.spec();
+  return TargetSummary(r) + " " + DirectionName(s.direction()) + " via " + HookName(s.hook());
 }
 
 void PrintRuleLine(const v1::Rule& r, const char* verb) {
   const v1::RuleSpec& s = r.spec();
   std::string ttl =
       s.ttl_ns() ? ", ttl " + FormatDuration(s.ttl_ns()) + " (expires " + ExpiresText(r) + ")" : "";
-  printf("rule %u %s: %s, %s, loss %s%s\n", r.id(), verb, Where(s).c_str(),
+  printf("rule %u %s: %s, %s, loss %s%s\n", r.id(), verb, Where(r).c_str(),
          MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(), ttl.c_str());
   for (const auto& a : r.attachments()) printf("  attached: %s\n", a.c_str());
   if (r.state() == v1::RULE_STATE_FAILED) printf("  FAILED: %s\n", r.reason().c_str());
@@ -68,7 +69,9 @@ void PrintRuleDetail(const v1::Rule& r) {
   const v1::RuleCounters& c = r.counters();
   printf("rule %u  %s\n", r.id(), RuleStateName(r.state()));
   if (r.state() == v1::RULE_STATE_FAILED) KeyValue("reason", r.reason());
-  KeyValue("target", Where(s));
+  KeyValue("target", Where(r));
+  if (!r.cgroup().empty())
+    KeyValue("cgroup", r.cgroup() + " (id " + std::to_string(r.cgroup_id()) + ")");
   KeyValue("match", MatchSummary(s.match()));
   KeyValue("loss", LossSummary(s.loss()));
   KeyValue("priority", std::to_string(s.priority()));
@@ -101,7 +104,7 @@ void PrintRuleTable(const google::protobuf::RepeatedPtrField<v1::Rule>& rules) {
   for (const auto& r : rules) {
     const auto& s = r.spec();
     const auto& c = r.counters();
-    t.AddRow({std::to_string(r.id()), RuleStateName(r.state()), TargetSummary(s),
+    t.AddRow({std::to_string(r.id()), RuleStateName(r.state()), TargetSummary(r),
               DirectionName(s.direction()), HookName(s.hook()), MatchSummary(s.match()),
               LossSummary(s.loss()), std::to_string(s.priority()), ExpiresText(r),
               std::to_string(c.matched_segments()), std::to_string(c.dropped_segments()),

@@ -1,5 +1,7 @@
 #include "filter_flags.h"
 
+#include <algorithm>
+#include <cctype>
 #include <functional>
 
 #include "format.h"
@@ -44,10 +46,39 @@ bool PortSetter(const std::string& flag, const std::string& text, Setter* out, s
 
 bool CgroupSetter(const std::string& flag, const std::string& text, Setter* out,
                   std::string* error) {
+  if (!text.empty() && !std::all_of(text.begin(), text.end(), ::isdigit)) {
+    if (text.size() > lossd::kMaxInputLength) {
+      *error = flag + ": a cgroup path of at most " + std::to_string(lossd::kMaxInputLength) +
+               " characters";
+      return false;
+    }
+    *out = [text](v1::EventFilter* f) { f->set_cgroup(text); };  // a path below the mount
+    return true;
+  }
   uint64_t id;
   if (!ParseUint(text, 1, UINT64_MAX, flag + " (a cgroup id, as in `stat -c %i DIR`)", &id, error))
     return false;
   *out = [id](v1::EventFilter* f) { f->set_cgroup_id(id); };
+  return true;
+}
+
+// --unit, --container, --pod: the socket's owner by name (checked by the daemon).
+Setter OwnerSetter(void (v1::EventFilter::*set)(const std::string&), const std::string& text) {
+  return [set, text](v1::EventFilter* f) { (f->*set)(text); };
+}
+
+bool NameSetter(const std::string& flag, const std::string& text, Setter* out, std::string* error) {
+  if (text.empty() || text.size() > lossd::kMaxInputLength) {
+    *error =
+        flag + ": give a name of 1 to " + std::to_string(lossd::kMaxInputLength) + " characters";
+    return false;
+  }
+  if (flag.find("unit") != std::string::npos)
+    *out = OwnerSetter(&v1::EventFilter::set_unit, text);
+  else if (flag.find("container") != std::string::npos)
+    *out = OwnerSetter(&v1::EventFilter::set_container, text);
+  else
+    *out = OwnerSetter(&v1::EventFilter::set_pod, text);
   return true;
 }
 
@@ -100,11 +131,14 @@ bool BuildFilters(const FilterFlags& f, std::vector<v1::EventFilter>* allow,
   allow->clear();
   deny->clear();
   // Allow: the cross product of the dimensions given.
-  std::vector<std::vector<Setter>> dims(4);
+  std::vector<std::vector<Setter>> dims(5);
   if (!Setters("--addr", f.addrs, AddrSetter, &dims[0], error) ||
       !Setters("--port", f.ports, PortSetter, &dims[1], error) ||
       !Setters("--cgroup", f.cgroups, CgroupSetter, &dims[2], error) ||
-      !Setters("--rule", f.rules, RuleSetter, &dims[3], error))
+      !Setters("--rule", f.rules, RuleSetter, &dims[3], error) ||
+      !Setters("--unit", f.units, NameSetter, &dims[4], error) ||
+      !Setters("--container", f.containers, NameSetter, &dims[4], error) ||
+      !Setters("--pod", f.pods, NameSetter, &dims[4], error))
     return false;
   std::vector<v1::RetransmitType> types;
   if (!ParseTypes("--type", f.types, &types, error)) return false;

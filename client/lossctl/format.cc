@@ -215,8 +215,34 @@ std::vector<std::pair<std::string, uint64_t>> OrderedByType(
 
 std::string TargetSummary(const v1::RuleSpec& s) {
   std::string out = s.interface();
-  if (!s.cgroup().empty()) out += (out.empty() ? "" : " + ") + std::string("cgroup ") + s.cgroup();
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : " + ") + part; };
+  if (!s.cgroup().empty()) add("cgroup " + s.cgroup());
+  if (s.pid()) add("pid " + std::to_string(s.pid()));
+  if (!s.unit().empty()) add("unit " + s.unit());
+  if (!s.pod().empty()) add("pod " + s.pod());
+  if (!s.container().empty()) add("container " + s.container());
   return out.empty() ? "-" : out;
+}
+
+std::string OwnerSummary(const v1::CgroupOwner& o) {
+  if (o.path().empty()) return "-";
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : " ") + part; };
+  if (!o.pod().empty()) add("pod " + o.pod());
+  if (!o.container().empty())
+    add(o.runtime() + " " + o.container().substr(0, 12));
+  else if (!o.unit().empty())
+    add(o.unit());
+  if (out.empty()) out = o.path();
+  return out;
+}
+
+std::string TargetSummary(const v1::Rule& r) {
+  std::string out = TargetSummary(r.spec());
+  const auto& s = r.spec();
+  bool service = s.pid() || !s.unit().empty() || !s.container().empty() || !s.pod().empty();
+  if (service && !r.cgroup().empty()) out += " (cgroup " + r.cgroup() + ")";
+  return out;
 }
 
 std::string MatchSummary(const v1::Match& m) {

@@ -53,6 +53,12 @@ std::vector<std::pair<std::string, uint64_t>> OrderedByType(
 
 // "eth0", "cgroup /sys/fs/cgroup/x", "eth0 + cgroup /x".
 std::string TargetSummary(const v1::RuleSpec& s);
+// The same, and for a service (pid, unit, container, pod) the cgroup it
+// resolved to: "unit nginx.service (cgroup /system.slice/nginx.service)".
+std::string TargetSummary(const v1::Rule& r);
+// A socket's owner as the user names it: "nginx.service", "docker 3f2a9c01b2c4",
+// "pod 8d1e... containerd 3f2a...", else its cgroup path; "-" if unknown.
+std::string OwnerSummary(const v1::CgroupOwner& o);
 // "tcp dport 8080 src 10.0.0.0/24 flags syn,!ack", "any" when unset.
 std::string MatchSummary(const v1::Match& m);
 // "1%", "ge 1%,20%,100%,0%", "every 10", "first 3"; " seed 7" appended.

@@ -104,28 +104,16 @@ bool ScalarText(const std::string& key, const google::protobuf::Value& v, std::s
 }
 
 bool ObjectToFlags(const google::protobuf::Struct& obj, RuleFlags* f, std::string* error) {
-  std::map<std::string, std::string*> strings = {{"iface", &f->iface},
-                                                 {"interface", &f->iface},
-                                                 {"cgroup", &f->cgroup},
-                                                 {"hook", &f->hook},
-                                                 {"dir", &f->dir},
-                                                 {"direction", &f->dir},
-                                                 {"src", &f->src},
-                                                 {"dst", &f->dst},
-                                                 {"sport", &f->sport},
-                                                 {"dport", &f->dport},
-                                                 {"proto", &f->proto},
-                                                 {"protocol", &f->proto},
-                                                 {"family", &f->family},
-                                                 {"tcp_flags", &f->tcp_flags},
-                                                 {"payload", &f->payload},
-                                                 {"rate", &f->rate},
-                                                 {"ge", &f->ge},
-                                                 {"every", &f->every},
-                                                 {"first", &f->first},
-                                                 {"seed", &f->seed},
-                                                 {"priority", &f->priority},
-                                                 {"ttl", &f->ttl}};
+  std::map<std::string, std::string*> strings = {
+      {"iface", &f->iface},       {"interface", &f->iface}, {"cgroup", &f->cgroup},
+      {"pid", &f->pid},           {"unit", &f->unit},       {"container", &f->container},
+      {"pod", &f->pod},           {"hook", &f->hook},       {"dir", &f->dir},
+      {"direction", &f->dir},     {"src", &f->src},         {"dst", &f->dst},
+      {"sport", &f->sport},       {"dport", &f->dport},     {"proto", &f->proto},
+      {"protocol", &f->proto},    {"family", &f->family},   {"tcp_flags", &f->tcp_flags},
+      {"payload", &f->payload},   {"rate", &f->rate},       {"ge", &f->ge},
+      {"every", &f->every},       {"first", &f->first},     {"seed", &f->seed},
+      {"priority", &f->priority}, {"ttl", &f->ttl}};
   std::map<std::string, bool*> bools = {{"per_segment", &f->per_segment}, {"force", &f->force}};
   // A rule's own loss model replaces the command line's.
   static const char* kModels[] = {"rate", "ge", "every", "first"};
@@ -174,7 +162,9 @@ bool ObjectToFlags(const google::protobuf::Struct& obj, RuleFlags* f, std::strin
       }
     } else {
       *error = "unknown field '" + kv.first +
-               "' (fields are the flags' names: iface, cgroup, hook, dir, src, dst, sport, dport, "
+               "' (fields are the flags' names: iface, cgroup, pid, unit, container, pod, hook, "
+               "dir, src, "
+               "dst, sport, dport, "
                "proto, family, tcp_flags, payload, rate, ge, every, first, seed, priority, ttl, "
                "per_segment, labels, force)";
       return false;

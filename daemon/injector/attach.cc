@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/if_link.h>
 #include <net/if.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,11 +201,24 @@ ClsactQdiscs::~ClsactQdiscs() {
 }
 
 Result<std::unique_ptr<Attachment>> AttachCgroup(int prog_fd, const std::string& cgroup_path,
-                                                 bool egress) {
+                                                 bool egress, int self_map_fd,
+                                                 uint64_t* attached_id) {
   UniqueFd cg(open(cgroup_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!cg.valid()) return Status::FromErrno(errno, "open cgroup " + cgroup_path);
-  return Link(prog_fd, cg.get(), egress ? BPF_CGROUP_INET_EGRESS : BPF_CGROUP_INET_INGRESS, 0,
-              std::string("cgroup_skb ") + (egress ? "egress" : "ingress") + " to " + cgroup_path);
+  struct stat st;
+  if (fstat(cg.get(), &st) != 0) return Status::FromErrno(errno, "stat cgroup " + cgroup_path);
+  uint64_t id = st.st_ino;  // kernfs node id == cgroup id on 64-bit
+  std::string what =
+      std::string("cgroup_skb ") + (egress ? "egress" : "ingress") + " to " + cgroup_path;
+  auto link =
+      Link(prog_fd, cg.get(), egress ? BPF_CGROUP_INET_EGRESS : BPF_CGROUP_INET_INGRESS, 0, what);
+  if (!link.ok()) return link;
+  // The storage exists from the attach on; until this write the program
+  // decides no rule (passes), and no rule on this cgroup is published yet.
+  if (bpf_map_update_elem(self_map_fd, &id, &id, BPF_ANY) != 0)
+    return Status::FromErrno(errno, "write the cgroup id into the storage of " + what);
+  if (attached_id) *attached_id = id;
+  return link;
 }
 
 int RemoveStaleClsactFilters() {

@@ -57,8 +57,14 @@ Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
                                                        const std::string& ifname,
                                                        ClsactQdiscs* created);
 // cgroup_skb ingress or egress on a cgroup v2 directory through a bpf_link.
+// Then writes the id of the cgroup it attached to into the attachment's own
+// cgroup storage (`self_map_fd`: loss_cg_self), so that each run decides only
+// that cgroup's rules (docs/architecture.md#nested-cgroups). `attached_id`,
+// if given, receives that id (of the directory opened, whatever the path
+// names by then).
 Result<std::unique_ptr<Attachment>> AttachCgroup(int prog_fd, const std::string& cgroup_path,
-                                                 bool egress);
+                                                 bool egress, int self_map_fd,
+                                                 uint64_t* attached_id = nullptr);
 
 constexpr uint32_t kTcHandle = 0x1055;
 constexpr uint32_t kTcPriority = 0x10;

@@ -18,6 +18,7 @@
 #include "host/cgroup.h"
 #include "host/interface.h"
 #include "host/netlink.h"
+#include "host/targets.h"
 #include "injector/guard.h"
 #include "loss.skel.h"
 
@@ -38,7 +39,7 @@ namespace {
 // The hook a rule runs in (hook auto chosen: docs/architecture.md#hook-choice).
 Hook ChooseHook(const RuleSpec& spec) {
   if (spec.hook != Hook::kAuto) return spec.hook;
-  if (!spec.cgroup.empty()) return Hook::kCgroup;
+  if (NamesCgroup(spec)) return Hook::kCgroup;
   if (spec.dir == Direction::kIngress && !IsVirtualInterface(spec.iface))
     return Hook::kXdp;  // physical NIC: drop before any skb exists
   return Hook::kTc;     // veth/virtual: tcx costs nothing measurable there
@@ -263,6 +264,15 @@ void Injector::RenewLease() {
     LOG_ERROR("renew lease: write loss_cfg: %m");
 }
 
+namespace {
+// The id of the cgroup directory at `path` now; 0 if there is none.
+uint64_t CgroupIdAt(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  return st.st_ino;
+}
+}  // namespace
+
 uint64_t Injector::LeaseRemainingNs() const {
   std::lock_guard<std::mutex> lock(cfg_mu_);
   uint64_t now = MonotonicNs();
@@ -447,8 +457,11 @@ Status Injector::Acquire(const AttachKey& key, const RuleSpec& spec, const Targe
     case LOSS_HOOK_XDP: a = AttachXdp(fd, ifindex, spec.iface, opts_.xdp_mode); break;
     case LOSS_HOOK_TC_INGRESS: a = AttachTcxIngress(fd, ifindex, spec.iface); break;
     case LOSS_HOOK_TC_EGRESS: a = AttachClsactEgress(fd, ifindex, spec.iface, &qdiscs_); break;
-    case LOSS_HOOK_CGROUP_INGRESS: a = AttachCgroup(fd, cgroup, false); break;
-    case LOSS_HOOK_CGROUP_EGRESS: a = AttachCgroup(fd, cgroup, true); break;
+    case LOSS_HOOK_CGROUP_INGRESS:
+    case LOSS_HOOK_CGROUP_EGRESS:
+      a = AttachCgroup(fd, cgroup, key.kind == LOSS_HOOK_CGROUP_EGRESS,
+                       bpf_map__fd(skel_->maps.loss_cg_self));
+      break;
     default: return Internal("unknown hook");
   }
   if (!a.ok()) return a.status();
@@ -489,9 +502,23 @@ Status Injector::Check(const RuleSpec& spec, Target* target) const {
     if (!idx.ok()) return idx.status();
     target->ifindex = *idx;
   }
-  if (!spec.cgroup.empty()) {
-    auto cg = ResolveCgroup(spec.cgroup);
-    if (!cg.ok()) return cg.status();
+  if (NamesCgroup(spec)) {
+    std::string path = spec.cgroup;
+    if (spec.service.Any()) {  // a service: its cgroup (host/targets.cc)
+      std::string mount = Cgroup2Mount();
+      if (mount.empty())
+        return FailedPrecondition(
+            spec.service.Describe() +
+            ": no cgroup v2 hierarchy is mounted, so no service can be found");
+      auto p = ResolveServiceCgroup(spec.service, mount);
+      if (!p.ok()) return p.status();
+      path = *p;
+    }
+    auto cg = ResolveCgroup(path);
+    if (!cg.ok()) {
+      if (!spec.service.Any()) return cg.status();
+      return Status(cg.status().code(), spec.service.Describe() + ": " + cg.status().message());
+    }
     target->cgroup = *cg;
   }
   return guard_.Check(spec, target->cgroup.path, target->cgroup.mount);
@@ -528,7 +555,7 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
         "per-segment loss at a veth's ingress cannot be had there: the sending side builds the "
         "multi-segment packets. Put the rule on the sender's interface with direction egress, "
         "or set `ip link set <peer> gso_max_segs 1` on the peer");
-  if (hook == Hook::kTc && !spec.cgroup.empty() && ingress)
+  if (hook == Hook::kTc && NamesCgroup(spec) && ingress)
     return InvalidArgument(
         "a cgroup match at tc ingress never matches (no socket yet): use hook cgroup, or "
         "direction egress");
@@ -614,6 +641,11 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
   rule.info.id = next_id_++;
   rule.info.spec = spec;
   rule.info.spec.hook = hook;
+  if (NamesCgroup(spec)) {
+    rule.info.cgroup = cg.path;
+    rule.info.cgroup_mount = cg.mount;
+    rule.info.cgroup_id = cg.id;
+  }
   for (const auto& k : keys) rule.info.hooks.push_back(attached_[k].attachment->Describe());
   rule.slot = slot;
   rule.attach = keys;
@@ -707,6 +739,11 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
   if (r.live) {
     auto c = ReadCounters(r.slot);
     if (c.ok()) info.counters = Sum(r.before, *c);
+    // Never ACTIVE while its cgroup is not the one it is attached to (deleted,
+    // or recreated and not yet re-attached by the watch thread's next check).
+    if (!r.target.cgroup.path.empty() && CgroupIdAt(r.target.cgroup.path) != r.target.cgroup.id)
+      info.failed = "cgroup " + Shown(r.target.cgroup.path) + " (id " +
+                    std::to_string(r.target.cgroup.id) + ") is gone or was recreated: re-attaching";
   }
   return info;
 }
@@ -730,7 +767,9 @@ void Injector::FailLocked(uint32_t id, Rule& r, const std::string& reason) {
   r.before = r.info.counters;
   r.info.failed = reason;
   r.info.hooks.clear();
-  if (!r.info.spec.reattach || r.info.spec.hook == Hook::kCgroup) {
+  // It waits for its target (a cgroup rule always, an interface rule with
+  // reattach), or joins the history of retired rules.
+  if (r.info.spec.hook != Hook::kCgroup && !r.info.spec.reattach) {
     r.retired_ns = MonotonicNs();
     expired_.push_back(id);
   }
@@ -757,27 +796,40 @@ void Injector::CheckAttachments() {
                      : "interface '" + r.info.spec.iface + "' (ifindex " +
                            std::to_string(r.target.ifindex) + ") was deleted";
       }
-      if (r.info.spec.reattach && r.info.spec.hook != Hook::kCgroup)
+      if (r.info.spec.hook == Hook::kCgroup)
+        reason += "; the rule applies again when it is recreated";
+      else if (r.info.spec.reattach)
         reason += "; waiting for an interface of that name to re-attach";
       FailLocked(id, r, reason);
       break;
     }
   }
-  // Failed rules that asked for it re-attach to an interface of their name.
+  // Failed rules waiting for their target re-attach when it is back: a
+  // cgroup rule to a cgroup recreated at its path (a new id: the service
+  // restarted), an interface rule that asked for it to an interface of its
+  // name (a new ifindex).
   std::vector<uint32_t> waiting;
   for (const auto& [id, r] : rules_)
-    if (!r.live && !r.info.expired && r.retired_ns == 0 && r.info.spec.hook != Hook::kCgroup)
-      waiting.push_back(id);
+    if (!r.live && !r.info.expired && r.retired_ns == 0) waiting.push_back(id);
   for (uint32_t id : waiting) {
     Rule& r = rules_[id];
-    auto idx = IfIndex(r.info.spec.iface);
-    if (!idx.ok() || *idx == r.target.ifindex) continue;
     Target t = r.target;
-    t.ifindex = *idx;
+    std::string where;
+    if (r.info.spec.hook == Hook::kCgroup) {
+      auto cg = ResolveCgroup(r.target.cgroup.path);
+      if (!cg.ok() || cg->id == r.target.cgroup.id) continue;
+      t.cgroup = *cg;
+      where = "cgroup " + Shown(cg->path) + " (id " + std::to_string(r.target.cgroup.id) +
+              " -> " + std::to_string(cg->id) + ")";
+    } else {
+      auto idx = IfIndex(r.info.spec.iface);
+      if (!idx.ok() || *idx == r.target.ifindex) continue;
+      t.ifindex = *idx;
+      where = "'" + r.info.spec.iface + "' (ifindex " + std::to_string(*idx) + ")";
+    }
     auto fresh = AddLocked(r.info.spec, t, r.expires_ns);
     if (!fresh.ok()) {
-      std::string reason = "re-attach to '" + r.info.spec.iface + "' (ifindex " +
-                           std::to_string(*idx) + "): " + fresh.status().message();
+      std::string reason = "re-attach to " + where + ": " + fresh.status().message();
       if (reason != r.info.failed) LOG_WARN("rule %u: %s", id, reason.c_str());
       r.info.failed = reason;
       continue;
@@ -788,7 +840,8 @@ void Injector::CheckAttachments() {
     Rule& now = rules_[id];
     now.before = before;
     now.info.expires_unix_ns = expires_unix;
-    LOG_INFO("rule %u re-attached to %s (ifindex %d)", id, now.info.spec.iface.c_str(), *idx);
+    now.info.note = "re-attached to " + where + " after its target went away";
+    LOG_INFO("rule %u %s", id, now.info.note.c_str());
     if (listener_) listener_->RulePublished(id, now.info.spec);
   }
 }

@@ -72,11 +72,20 @@ struct RuleInfo {
   uint32_t id = 0;
   RuleSpec spec;                   // as resolved (hook chosen)
   std::vector<std::string> hooks;  // descriptions of the attachments it uses
+  // The cgroup its target resolved to (a path, or a service's cgroup): "" for
+  // interface rules. Absolute and canonical; cgroup_mount is the v2 mount.
+  std::string cgroup, cgroup_mount;
+  uint64_t cgroup_id = 0;
   bool expired = false;
   // Why the rule is FAILED ("": it is not): its target went away (the
   // interface was deleted, the cgroup removed, the program detached), so it
-  // drops nothing. With spec.reattach it waits for its interface to return.
+  // drops nothing. With spec.reattach it waits for its interface to return;
+  // a cgroup rule always waits for its cgroup to be recreated (it follows
+  // the service: docs/targeting.md#following).
   std::string failed;
+  // What happened to it last while not failed ("cgroup ... was recreated
+  // (id a -> b): re-attached"); shown as Rule.reason.
+  std::string note;
   uint64_t created_unix_ns = 0;
   uint64_t expires_unix_ns = 0;  // 0: never
   RuleCounters counters;         // live, or final once expired

@@ -53,6 +53,14 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
   RuleSpec r;
   r.iface = f.iface;
   r.cgroup = f.cgroup;
+  if (!f.pid.empty()) {
+    auto pid = ParseWholeNumber(f.pid, 1, INT32_MAX, name("pid"));
+    if (!pid.ok()) return pid.status();
+    r.service.pid = static_cast<uint32_t>(*pid);
+  }
+  r.service.unit = f.unit;
+  r.service.container = f.container;
+  r.service.pod = f.pod;
   LOSSD_RETURN_IF_ERROR(Set(name("hook"), ParseHook(f.hook), &r.hook));
   LOSSD_RETURN_IF_ERROR(Set(name("dir"), ParseDirection(f.dir), &r.dir));
   for (auto [flag, text, out] :
@@ -107,9 +115,10 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
 
   Status st = Validate(r);
   if (!st.ok()) {
-    if (r.iface.empty() && r.cgroup.empty())
-      return Status(st.code(),
-                    st.message() + " (" + name("iface") + " and/or " + name("cgroup") + ")");
+    if (r.iface.empty() && !NamesCgroup(r))
+      return Status(st.code(), st.message() + " (" + name("iface") + " and/or one of " +
+                                   name("cgroup") + ", " + name("pid") + ", " + name("unit") +
+                                   ", " + name("container") + ", " + name("pod") + ")");
     return st;
   }
   return r;
@@ -118,6 +127,14 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
 void AddRuleOptions(CLI::App* app, RuleFlags* f) {
   app->add_option("--iface,-i", f->iface, "Target interface");
   app->add_option("--cgroup", f->cgroup, "Target cgroup v2 path");
+  app->add_option("--pid", f->pid, "Target the cgroup of process PID");
+  app->add_option("--unit", f->unit,
+                  "Target a systemd unit's cgroup: NAME[.service|.scope|.slice]");
+  app->add_option("--container", f->container,
+                  "Target a container's cgroup (docker, containerd, CRI-O, podman): ID or prefix");
+  app->add_option("--pod", f->pod,
+                  "Target a pod's cgroup: UID, or NAMESPACE/NAME (kubectl on lossd's PATH); "
+                  "with --container, that container of the pod");
   app->add_option("--hook", f->hook, "auto (default) | xdp | tc | cgroup");
   app->add_option("--dir", f->dir, "ingress (default, or in) | egress (out) | both");
   app->add_option("--src", f->src, "Source address or CIDR (IPv4 or IPv6)");

@@ -19,8 +19,8 @@ namespace lossd {
 
 // Every value as typed; empty = not given (the default).
 struct RuleFlags {
-  std::string iface, cgroup, hook, dir, src, dst, sport, dport, proto, family, tcp_flags, payload,
-      rate, ge, every, first, seed, priority, ttl;
+  std::string iface, cgroup, pid, unit, container, pod, hook, dir, src, dst, sport, dport, proto,
+      family, tcp_flags, payload, rate, ge, every, first, seed, priority, ttl;
   bool per_segment = false;
   bool reattach = false;
 };
@@ -36,7 +36,8 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& flags, const std::string& dash =
 Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_t max,
                                   const std::string& name);
 
-// --iface/-i, --cgroup, --hook, --dir, --src, --dst, --sport, --dport,
+// --iface/-i, --cgroup, --pid, --unit, --container, --pod, --hook, --dir, --src, --dst, --sport,
+// --dport,
 // --proto, --family, --tcp-flags, --payload, --rate, --ge, --every,
 // --first, --seed, --priority, --ttl, --per-segment into `flags` (which
 // must outlive `app`'s parse).

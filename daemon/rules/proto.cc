@@ -30,6 +30,10 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
   RuleSpec s;
   s.iface = in.interface();
   s.cgroup = in.cgroup();
+  s.service.pid = in.pid();
+  s.service.unit = in.unit();
+  s.service.container = in.container();
+  s.service.pod = in.pod();
   switch (in.hook()) {
     case v1::HOOK_AUTO: s.hook = Hook::kAuto; break;
     case v1::HOOK_XDP: s.hook = Hook::kXdp; break;
@@ -121,6 +125,10 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
 void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
   out->set_interface(s.iface);
   out->set_cgroup(s.cgroup);
+  out->set_pid(s.service.pid);
+  out->set_unit(s.service.unit);
+  out->set_container(s.service.container);
+  out->set_pod(s.service.pod);
   out->set_hook(s.hook == Hook::kXdp      ? v1::HOOK_XDP
                 : s.hook == Hook::kTc     ? v1::HOOK_TC
                 : s.hook == Hook::kCgroup ? v1::HOOK_CGROUP

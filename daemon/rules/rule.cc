@@ -486,16 +486,38 @@ const char* DirectionName(Direction dir) {
   return "?";
 }
 
+std::string ServiceTarget::Describe() const {
+  std::string d;
+  auto add = [&](const std::string& part) { d += (d.empty() ? "" : ", ") + part; };
+  if (pid) add("pid " + std::to_string(pid));
+  if (!unit.empty()) add("unit " + unit);
+  if (!pod.empty()) add("pod " + pod);
+  if (!container.empty()) add("container " + container);
+  return d;
+}
+
 Status Validate(const RuleSpec& s) {
-  if (s.iface.empty() && s.cgroup.empty())
-    return InvalidArgument("a rule needs a target: an interface or a cgroup");
-  if (s.hook == Hook::kCgroup && s.cgroup.empty())
-    return InvalidArgument("hook 'cgroup' needs a cgroup path");
+  const ServiceTarget& t = s.service;
+  if (s.iface.empty() && !NamesCgroup(s))
+    return InvalidArgument(
+        "a rule needs a target: an interface, a cgroup, or a pid, unit, container or pod");
+  for (const std::string* v : {&t.unit, &t.container, &t.pod})
+    if (v->size() > kMaxInputLength)
+      return InvalidArgument("a unit, container or pod name is at most " +
+                             std::to_string(kMaxInputLength) + " characters: '" + Shown(*v) + "'");
+  int kinds =
+      !s.cgroup.empty() + (t.pid != 0) + !t.unit.empty() + !(t.container.empty() && t.pod.empty());
+  if (kinds > 1)
+    return InvalidArgument(
+        "name one cgroup target: a cgroup path, a pid, a unit, or a container and/or pod (got " +
+        std::string(s.cgroup.empty() ? "" : "cgroup, ") + t.Describe() + ")");
+  if (s.hook == Hook::kCgroup && !NamesCgroup(s))
+    return InvalidArgument("hook 'cgroup' needs a cgroup path (or a pid, unit, container or pod)");
   if ((s.hook == Hook::kXdp || s.hook == Hook::kTc) && s.iface.empty())
     return InvalidArgument(std::string("hook '") + HookName(s.hook) + "' needs an interface");
   if (s.hook == Hook::kXdp && s.dir != Direction::kIngress)
     return InvalidArgument("XDP sees ingress only: use --hook tc (or auto) for egress");
-  if (s.hook == Hook::kXdp && !s.cgroup.empty())
+  if (s.hook == Hook::kXdp && NamesCgroup(s))
     return InvalidArgument(
         "XDP runs before any socket exists: a cgroup match needs hook tc or cgroup");
   if (s.per_segment && s.iface.empty())

@@ -49,10 +49,27 @@ struct LossModel {
   uint32_t n = 0;        // every n-th packet / first k packets
 };
 
+// A service named as the user thinks of it; the daemon resolves it to the
+// service's cgroup (host/targets.h, docs/targeting.md). At most one kind,
+// but a container inside a pod narrows the pod to that container.
+struct ServiceTarget {
+  uint32_t pid = 0;       // the cgroup of that process (/proc/PID/cgroup)
+  std::string unit;       // systemd unit: NAME.service, .scope or .slice (".service" if none)
+  std::string container;  // docker / containerd / CRI-O / podman id, or a prefix of it
+  std::string pod;        // pod UID, or NAMESPACE/NAME (through kubectl)
+  bool Any() const { return pid || !unit.empty() || !container.empty() || !pod.empty(); }
+  // "pid 4242", "unit nginx.service", "pod 1234-..., container abcd"; "" if none.
+  std::string Describe() const;
+  bool operator==(const ServiceTarget& o) const {
+    return pid == o.pid && unit == o.unit && container == o.container && pod == o.pod;
+  }
+};
+
 struct RuleSpec {
   // Target.
-  std::string iface;   // interface name; required unless a cgroup is named
-  std::string cgroup;  // cgroup v2 path (absolute, or relative to the v2 mount)
+  std::string iface;      // interface name; required unless a cgroup or a service is named
+  std::string cgroup;     // cgroup v2 path (absolute, or relative to the v2 mount)
+  ServiceTarget service;  // or a service's cgroup (never both)
   Hook hook = Hook::kAuto;
   Direction dir = Direction::kIngress;
   // Match (any subset).
@@ -130,6 +147,11 @@ std::string TrimSpace(const std::string& s);
 const char* HookName(Hook hook);
 const char* DirectionName(Direction dir);
 const char* PayloadName(int payload);  // "any", "only", "none"
+
+// The rule targets a cgroup: a path, or a service resolved to one.
+inline bool NamesCgroup(const RuleSpec& s) {
+  return !s.cgroup.empty() || s.service.Any();
+}
 
 // Checks a rule for consistency. Does not look at the kernel (interfaces
 // and cgroups are resolved by the injector).

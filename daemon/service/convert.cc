@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -42,17 +43,31 @@ Result<std::chrono::nanoseconds> StreamPeriod(uint64_t ns, const char* field) {
   return std::chrono::nanoseconds(ns);
 }
 
+void OwnerToProto(const CgroupOwner& o, v1::CgroupOwner* out) {
+  out->set_path(o.path);
+  out->set_unit(o.unit);
+  out->set_container(o.container);
+  out->set_runtime(o.runtime);
+  out->set_pod(o.pod);
+}
+
 void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_id(r.id);
   SpecToProto(r.spec, out->mutable_spec());
   out->set_state(r.expired           ? v1::RULE_STATE_EXPIRED
                  : !r.failed.empty() ? v1::RULE_STATE_FAILED
                                      : v1::RULE_STATE_ACTIVE);
-  if (!r.failed.empty()) out->set_reason(r.failed);
+  out->set_reason(!r.failed.empty() ? r.failed : r.note);
   for (const auto& h : r.hooks) out->add_attachments(h);
   out->set_created_unix_ns(r.created_unix_ns);
   out->set_expires_unix_ns(r.expires_unix_ns);
   CountersToProto(r.counters, out->mutable_counters());
+  if (!r.cgroup.empty()) {
+    std::string rel = r.cgroup.substr(std::min(r.cgroup.size(), r.cgroup_mount.size()));
+    out->set_cgroup(rel.empty() ? "/" : rel);
+    out->set_cgroup_id(r.cgroup_id);
+    OwnerToProto(CgroupOwnerOf(rel), out->mutable_owner());
+  }
 }
 
 void CountersToProto(const RuleCounters& c, v1::RuleCounters* out) {
@@ -119,6 +134,7 @@ void EventToProto(const obs_event& e, v1::RetransmitEvent* out) {
   out->set_time_mono_ns(e.time_ns);
   out->set_cookie(e.cookie);
   out->set_cgroup_id(e.cgroup_id);
+  if (e.cgroup_id) OwnerToProto(OwnerOfCgroupId(e.cgroup_id), out->mutable_owner());
   TupleToProto(e.tuple, out->mutable_tuple());
   out->set_type(TypeToProto(static_cast<int>(e.type)));
   out->set_outcome(static_cast<v1::Outcome>(e.outcome));
@@ -132,6 +148,7 @@ void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out) {
   out->set_cookie(cookie);
   TupleToProto(f.tuple, out->mutable_tuple());
   out->set_cgroup_id(f.cgroup_id);
+  if (f.cgroup_id) OwnerToProto(OwnerOfCgroupId(f.cgroup_id), out->mutable_owner());
   out->set_opened_mono_ns(f.opened_ns);
   out->set_cwnd(f.cwnd);
   out->set_cwnd_min(f.cwnd_min == 0xffffffff ? 0 : f.cwnd_min);

@@ -1,5 +1,6 @@
 // Translation between the public API (lossd.v1 messages) and the injector/
-// observer types, and from Status to grpc::Status. No kernel access here.
+// observer types, and from Status to grpc::Status. No kernel access here but
+// the socket owners' names (host/targets.h: OwnerOfCgroupId, cached per id).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -7,6 +8,7 @@
 #include <chrono>
 
 #include "common/status.h"
+#include "host/targets.h"
 #include "injector/injector.h"
 #include "lossd/v1/lossd.pb.h"
 #include "observer/observer.h"
@@ -22,6 +24,7 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const Status& 
 
 void CountersToProto(const RuleCounters& c, v1::RuleCounters* out);
 void RuleToProto(const RuleInfo& r, v1::Rule* out);
+void OwnerToProto(const CgroupOwner& o, v1::CgroupOwner* out);
 
 // A stream's period (interval_ns, window_ns): 0 means the default of 1 s;
 // anything outside 100 ms .. 1 h is INVALID_ARGUMENT naming the field.

@@ -1,7 +1,10 @@
 #include <arpa/inet.h>
 #include <time.h>
 
+#include <algorithm>
+#include <cctype>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "common/clock.h"
@@ -19,7 +22,31 @@ struct Filter {
   uint64_t cgroup_id = 0;
   std::set<int> types;  // obs_rtx_type; empty = any
   uint32_t rule_id = 0;
+  // The socket's owner by name (host/targets.h); looked up only when given.
+  std::string cgroup, unit, container, pod;
+  bool by_owner() const {
+    return !cgroup.empty() || !unit.empty() || !container.empty() || !pod.empty();
+  }
 };
+
+// Whether path (below the mount) is `cgroup` or below it.
+bool Under(const std::string& path, const std::string& cgroup) {
+  if (cgroup == "/") return true;
+  return path == cgroup || path.rfind(cgroup + "/", 0) == 0;
+}
+
+bool OwnerMatches(const Filter& f, uint64_t cgroup_id) {
+  CgroupOwner o = OwnerOfCgroupId(cgroup_id);
+  if (o.path.empty()) return false;
+  if (!f.cgroup.empty() && !Under(o.path, f.cgroup)) return false;
+  if (!f.unit.empty() && o.path.find("/" + f.unit + "/") == std::string::npos &&
+      (o.path.size() < f.unit.size() + 1 ||
+       o.path.compare(o.path.size() - f.unit.size() - 1, std::string::npos, "/" + f.unit) != 0))
+    return false;
+  if (!f.container.empty() && o.container.rfind(f.container, 0) != 0) return false;
+  if (!f.pod.empty() && o.pod.rfind(f.pod, 0) != 0) return false;
+  return true;
+}
 
 Status ParseFilters(const google::protobuf::RepeatedPtrField<v1::EventFilter>& in,
                     const char* field, std::vector<Filter>* out) {
@@ -45,6 +72,22 @@ Status ParseFilters(const google::protobuf::RepeatedPtrField<v1::EventFilter>& i
       p.types.insert(t - 1);  // proto enum = obs_rtx_type + 1
     }
     p.rule_id = f.rule_id();
+    for (auto [field, in, to] : {std::make_tuple("cgroup", &f.cgroup(), &p.cgroup),
+                                 std::make_tuple("unit", &f.unit(), &p.unit),
+                                 std::make_tuple("container", &f.container(), &p.container),
+                                 std::make_tuple("pod", &f.pod(), &p.pod)}) {
+      if (in->size() > kMaxInputLength)
+        return InvalidArgument(name + "." + field + ": at most " + std::to_string(kMaxInputLength) +
+                               " characters: '" + Shown(*in) + "'");
+      *to = *in;
+    }
+    if (!p.cgroup.empty() && p.cgroup[0] != '/') p.cgroup = "/" + p.cgroup;
+    while (p.cgroup.size() > 1 && p.cgroup.back() == '/') p.cgroup.pop_back();
+    if (!p.unit.empty() && p.unit.find('.') == std::string::npos) p.unit += ".service";
+    for (auto* v : {&p.container, &p.pod})
+      std::transform(v->begin(), v->end(), v->begin(), [](unsigned char c) {
+        return c == '_' ? '-' : static_cast<char>(std::tolower(c));
+      });
     out->push_back(p);
   }
   return Status::Ok();
@@ -78,6 +121,7 @@ bool Matches(const Filter& f, const obs_tuple& t, uint64_t cgroup_id, int type, 
       !(f.port.lo <= t.dport && t.dport <= f.port.hi))
     return false;
   if (f.cgroup_id && f.cgroup_id != cgroup_id) return false;
+  if (f.by_owner() && !OwnerMatches(f, cgroup_id)) return false;
   if (type >= 0 && !f.types.empty() && !f.types.count(type)) return false;
   if (f.rule_id) {
     const std::vector<uint32_t>& ids = rules.get();

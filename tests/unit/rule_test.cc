@@ -181,6 +181,40 @@ TEST(Validate, AcceptsTypicalRules) {
   EXPECT_TRUE(Validate(cg).ok());
 }
 
+TEST(Validate, ServiceTargets) {
+  RuleSpec s;
+  s.model.p = 0.5;
+  s.service.unit = "nginx";
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).ToString();
+  EXPECT_TRUE(NamesCgroup(s));
+  s.hook = Hook::kCgroup;
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).ToString();
+  s.service = {};
+  s.service.pod = "8d1e";
+  s.service.container = "3f2a";  // one container of the pod
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).ToString();
+  s.service.pid = 42;
+  ExpectInvalid(Validate(s), "name one cgroup target");
+  s.service = {};
+  s.service.pid = 42;
+  s.cgroup = "/x";
+  ExpectInvalid(Validate(s), "name one cgroup target");
+  s.cgroup.clear();
+  s.iface = "eth0";
+  s.hook = Hook::kXdp;
+  ExpectInvalid(Validate(s), "XDP runs before any socket exists");
+  s = RuleSpec();
+  s.model.p = 0.5;
+  s.service.unit = std::string(300, 'u');
+  ExpectInvalid(Validate(s), "at most");
+  EXPECT_LT(Validate(s).message().size(), 300u + 100u);
+  EXPECT_EQ(ServiceTarget{}.Describe(), "");
+  ServiceTarget t;
+  t.pod = "p";
+  t.container = "c";
+  EXPECT_EQ(t.Describe(), "pod p, container c");
+}
+
 TEST(Validate, EachBadInputHasAClearError) {
   RuleSpec s = Base();
   s.iface.clear();

@@ -142,7 +142,8 @@ TEST(BuildRuleSpec, ModelsAndTarget) {
   EXPECT_NE(BuildRuleSpec(f).status().message().find("one loss model per rule"), std::string::npos);
   f.every.clear();
   f.iface.clear();
-  EXPECT_NE(BuildRuleSpec(f).status().message().find("(--iface and/or --cgroup)"),
+  EXPECT_NE(BuildRuleSpec(f).status().message().find(
+                "(--iface and/or one of --cgroup, --pid, --unit, --container, --pod)"),
             std::string::npos);
   f.cgroup = "/sys/fs/cgroup/x";
   auto r = BuildRuleSpec(f);

@@ -31,6 +31,28 @@ TEST(BuildFilters, CrossProductAndTypesInEach) {
   EXPECT_EQ(allow[1].port().hi(), 443u);
 }
 
+TEST(BuildFilters, OwnersByNameAreOneDimension) {
+  FilterFlags f;
+  f.units = {"nginx.service"};
+  f.containers = {"3f2a"};
+  f.pods = {"8d1e"};
+  f.cgroups = {"/system.slice", "42"};
+  f.ports = {"80"};
+  std::vector<v1::EventFilter> allow, deny;
+  std::string err;
+  ASSERT_TRUE(BuildFilters(f, &allow, &deny, &err)) << err;
+  // (cgroup path or id) x (unit or container or pod), each with port 80.
+  ASSERT_EQ(allow.size(), 6u);
+  EXPECT_EQ(allow[0].cgroup(), "/system.slice");
+  EXPECT_EQ(allow[0].unit(), "nginx.service");
+  EXPECT_EQ(allow[1].container(), "3f2a");
+  EXPECT_EQ(allow[1].unit(), "");
+  EXPECT_EQ(allow[2].pod(), "8d1e");
+  EXPECT_EQ(allow[3].cgroup_id(), 42u);
+  EXPECT_EQ(allow[3].cgroup(), "");
+  for (const auto& a : allow) EXPECT_EQ(a.port().lo(), 80u);
+}
+
 TEST(BuildFilters, DeniesStandAlone) {
   FilterFlags f;
   f.deny_ports = {"22"};
@@ -60,9 +82,13 @@ TEST(BuildFilters, Errors) {
   EXPECT_FALSE(BuildFilters(f, &allow, &deny, &err));
   EXPECT_EQ(err.rfind("--addr: invalid CIDR", 0), 0u) << err;
   f = FilterFlags();
-  f.cgroups = {"abc"};
+  f.cgroups = {"0"};  // digits are an id (not 0); anything else is a path
   EXPECT_FALSE(BuildFilters(f, &allow, &deny, &err));
   EXPECT_EQ(err.rfind("--cgroup", 0), 0u) << err;
+  f = FilterFlags();
+  f.units = {std::string(300, 'x')};
+  EXPECT_FALSE(BuildFilters(f, &allow, &deny, &err));
+  EXPECT_EQ(err.rfind("--unit", 0), 0u) << err;
 }
 
 }  // namespace

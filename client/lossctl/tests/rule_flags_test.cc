@@ -98,7 +98,7 @@ TEST(BuildRuleSpec, ErrorsNameTheFlagAndTheFix) {
   EXPECT_NE(ErrorOf(f).find("a loss model is needed"), std::string::npos);
   f = IssueExample();
   f.iface.clear();
-  EXPECT_NE(ErrorOf(f).find("--iface and/or --cgroup"), std::string::npos);
+  EXPECT_NE(ErrorOf(f).find("--iface and/or one of --cgroup"), std::string::npos);
   f = IssueExample();
   f.ttl = "soon";
   EXPECT_EQ(ErrorOf(f).rfind("--ttl: invalid duration 'soon'", 0), 0u);

@@ -240,7 +240,8 @@ class Client(_Closing):
     def add_rule(self, iface=None, *, timeout=None, **kw):
         """Create a rule; returns the Rule (as resolved by the daemon).
 
-        Target: iface= and/or cgroup= (cgroup v2 path); direction='ingress'
+        Target: iface= and/or cgroup= (cgroup v2 path), or a service: pid=, unit=,
+          container=, pod= (docs/targeting.md); direction='ingress'
           | 'egress' | 'both'; hook='auto' | 'xdp' | 'tc' | 'cgroup'.
         Match (all optional, AND): src=/dst= (address or CIDR), sport=/dport=
           (8080, '8000-8100', (lo, hi)), protocol='tcp'|'udp'|'icmp'|'icmpv6'|N,

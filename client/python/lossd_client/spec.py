@@ -239,16 +239,28 @@ class Spec(dict):
     """A normalised RuleSpec in the proto's JSON shape (what rule_spec() returns)."""
 
 
-def rule_spec(iface=None, *, cgroup=None, direction="ingress", hook="auto",
+def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, pod=None,
+              direction="ingress", hook="auto",
               src=None, dst=None, sport=None, dport=None, protocol=None, family=None,
               tcp_flags=None, payload=None,
               rate=None, ge=None, every=None, first=None, seed=None,
               priority=0, ttl=None, per_segment=False, labels=None, force=False,
               reattach=False):
     """A RuleSpec from friendly arguments (see Client.add_rule)."""
-    if not iface and not cgroup:
-        raise LossdInputError("target: give iface= and/or cgroup=")
+    if not iface and not cgroup and not (pid or unit or container or pod):
+        raise LossdInputError("target: give iface= and/or cgroup=, pid=, unit=, container= or pod=")
     spec = Spec()
+    # A service, resolved to its cgroup by the daemon (docs/targeting.md).
+    if pid is not None:
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2 ** 31:
+            raise LossdInputError("pid: expected a process id, got %r" % (pid,))
+        spec["pid"] = pid
+    for key, val in (("unit", unit), ("container", container), ("pod", pod)):
+        if val is None:
+            continue
+        if not isinstance(val, str) or not val or len(val) > 256:
+            raise LossdInputError("%s: expected a name of 1 to 256 characters, got %r" % (key, val))
+        spec[key] = val
     if iface:
         if not isinstance(iface, str) or not re.fullmatch(r"[^\s/]{1,15}", iface):
             raise LossdInputError("iface: %r is not an interface name" % (iface,))

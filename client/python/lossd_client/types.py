@@ -189,11 +189,22 @@ class Rule:
     created_unix_ns: int
     expires_unix_ns: int
     counters: Counters
+    # A service target as asked (docs/targeting.md), and the cgroup the daemon resolved
+    # the rule's target to (path below the cgroup v2 mount; "" for interface rules).
+    pid: int = 0
+    unit: str = ""
+    container: str = ""
+    pod: str = ""
+    resolved_cgroup: str = ""
+    cgroup_id: int = 0
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
     def from_proto(cls, m, pb2):
         s = m.spec
+        svc = {k: getattr(s, k) for k in ("pid", "unit", "container", "pod") if hasattr(s, k)}
+        if hasattr(m, "cgroup_id"):
+            svc.update(resolved_cgroup=m.cgroup, cgroup_id=m.cgroup_id)
         return cls(
             id=m.id, state=_enum_name(pb2.RuleState, m.state, "RULE_STATE_"), reason=m.reason,
             attachments=tuple(m.attachments), interface=s.interface, cgroup=s.cgroup,
@@ -202,7 +213,7 @@ class Rule:
             match=Match.from_proto(s.match, pb2), loss=LossModel.from_proto(s.loss),
             priority=s.priority, ttl_ns=s.ttl_ns, per_segment=s.per_segment, labels=dict(s.labels),
             force=s.force, created_unix_ns=m.created_unix_ns, expires_unix_ns=m.expires_unix_ns,
-            counters=Counters.from_proto(m.counters), raw=m)
+            counters=Counters.from_proto(m.counters), raw=m, **svc)
 
     @property
     def rate(self):
@@ -216,6 +227,11 @@ class Rule:
             t.append(self.interface)
         if self.cgroup:
             t.append("cgroup " + self.cgroup)
+        for kind in ("pid", "unit", "pod", "container"):
+            if getattr(self, kind):
+                t.append("%s %s" % (kind, getattr(self, kind)))
+        if self.resolved_cgroup and not self.cgroup:
+            t.append("(cgroup %s)" % self.resolved_cgroup)
         return " ".join(t) + " " + self.direction
 
     def __str__(self):

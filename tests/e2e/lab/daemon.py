@@ -230,7 +230,7 @@ class DaemonTestCase(unittest.TestCase):
 def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sport=None, dport=None,
               protocol="", payload="any", rate=None, every_nth=None, first_k=None, ge=None, seed=None,
               ttl_ns=0, labels=None, priority=0, force=False, family=0, tcp_flags="", cgroup="",
-              per_segment=False, reattach=False):
+              per_segment=False, reattach=False, pid=0, unit="", container="", pod=""):
     def pr(p):
         if p is None:
             return None
@@ -255,7 +255,8 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
         m.sport.CopyFrom(pr(sport))
     if dport is not None:
         m.dport.CopyFrom(pr(dport))
-    s = pb.RuleSpec(interface=interface, cgroup=cgroup, match=m, priority=priority, ttl_ns=ttl_ns,
+    s = pb.RuleSpec(interface=interface, cgroup=cgroup, pid=pid, unit=unit, container=container, pod=pod,
+                    match=m, priority=priority, ttl_ns=ttl_ns,
                     force=force, per_segment=per_segment, reattach=reattach,
                     hook={"auto": pb.HOOK_AUTO, "xdp": pb.HOOK_XDP, "tc": pb.HOOK_TC,
                           "cgroup": pb.HOOK_CGROUP}[hook],

@@ -129,6 +129,13 @@ def _account_names(db):
 
 
 def _remove_cgroup(path):
+    """Removes the cgroup and every cgroup below it (deepest first), killing what runs there."""
+    try:
+        subs = [e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for sub in subs:
+        _remove_cgroup(sub)
     for _ in range(50):
         try:
             with open(os.path.join(path, "cgroup.procs")) as f:
@@ -249,13 +256,25 @@ class Lab:
         pw = pwd.getpwnam(name)
         return name, pw.pw_uid, pw.pw_gid
 
-    def make_cgroup(self):
+    def make_cgroup(self, *below):
+        """A new cgroup at the top of the cgroup v2 tree with a unique name; with `below`,
+        the cgroup <top>/<below[0]>/<below[1]>/... (each created if missing) under a new
+        top one. Returns its path; close() removes the whole tree."""
         root = cgroup2_mount()
         if not root:
             raise AssertionError("no cgroup v2 mount in /proc/mounts")
         path = os.path.join(root, "%s-%d-%06x" % (PREFIX, os.getpid(), random.getrandbits(24)))
         os.mkdir(path)
         self.cgroups.append(path)
+        for name in below:
+            path = os.path.join(path, name)
+            os.makedirs(path, exist_ok=True)
+        return path
+
+    def sub_cgroup(self, parent, *names):
+        """<parent>/<names...> (each created if missing) in a cgroup this lab made."""
+        path = os.path.join(parent, *names)
+        os.makedirs(path, exist_ok=True)
         return path
 
     # -- processes

@@ -40,10 +40,10 @@ def _last_json(out):
 
 # ---- TCP ---------------------------------------------------------------------------------
 
-def server(lab, ns, bind, port, conns=1):
-    """tcpflow.py recv in ns, once it listens."""
+def server(lab, ns, bind, port, conns=1, cgroup=None):
+    """tcpflow.py recv in ns (in cgroup, if given), once it listens."""
     p = lab.popen(ns, [PY, TCPFLOW, "recv", "--bind", bind, "--port", str(port), "--conns", str(conns)],
-                  stdout=subprocess.PIPE)
+                  stdout=subprocess.PIPE, cgroup=cgroup)
     line = p.stdout.readline()
     if not line.startswith("READY"):
         p.kill()
@@ -83,14 +83,15 @@ def finish(p, timeout=120, stop=False):
     return _last_json(out)
 
 
-def tcp_flow(lab, server_ns, client_ns, dst, port=5201, mbytes=150, rate_mbit=500, cgroup=None, timeout=60):
+def tcp_flow(lab, server_ns, client_ns, dst, port=5201, mbytes=150, rate_mbit=500, cgroup=None, timeout=60,
+             server_cgroup=None):
     """One paced TCP bulk transfer that ends only after the receiver read every byte.
 
     Returns (sender json, receiver json) once both ends are closed and no TCP socket but
     TIME-WAIT/LISTEN is left in either namespace, so the kernel counters read afterwards
-    are final.
+    are final. cgroup: the sender's, server_cgroup: the receiver's.
     """
-    srv = server(lab, server_ns, _any(dst), port)
+    srv = server(lab, server_ns, _any(dst), port, cgroup=server_cgroup)
     cli = sender(lab, client_ns, dst, port, nbytes=mbytes * 1e6, rate_mbit=rate_mbit, cgroup=cgroup,
                  timeout=timeout)
     s = finish(cli, timeout=timeout + 30)
@@ -200,13 +201,13 @@ class TcpFlow:
     """
 
     def __init__(self, lab, server_ns, client_ns, dst, port, nbytes, rate_mbit, conns=1, hold=False,
-                 acked=None, timeout=90):
+                 acked=None, timeout=90, cgroup=None):
         self.lab = lab
         self.timeout = timeout
         self.hold = hold
         self.srv = server(lab, server_ns, _any(dst), port, conns=conns)
         self.cli = sender(lab, client_ns, dst, port, nbytes=nbytes, rate_mbit=rate_mbit, conns=conns,
-                          timeout=timeout, hold=hold, acked=hold if acked is None else acked)
+                          timeout=timeout, hold=hold, acked=hold if acked is None else acked, cgroup=cgroup)
         self.t0 = time.monotonic()
 
     def running(self):
