@@ -741,9 +741,16 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
     if (c.ok()) info.counters = Sum(r.before, *c);
     // Never ACTIVE while its cgroup is not the one it is attached to (deleted,
     // or recreated and not yet re-attached by the watch thread's next check).
-    if (!r.target.cgroup.path.empty() && CgroupIdAt(r.target.cgroup.path) != r.target.cgroup.id)
-      info.failed = "cgroup " + Shown(r.target.cgroup.path) + " (id " +
-                    std::to_string(r.target.cgroup.id) + ") is gone or was recreated: re-attaching";
+    if (!r.target.cgroup.path.empty()) {
+      uint64_t now_id = CgroupIdAt(r.target.cgroup.path);
+      std::string was = "cgroup " + r.target.cgroup.path + " (id " +
+                        std::to_string(r.target.cgroup.id) + ")";
+      if (now_id == 0)
+        info.failed = was + " was deleted: the rule applies again when it is recreated";
+      else if (now_id != r.target.cgroup.id)
+        info.failed = was + " was recreated (id " + std::to_string(now_id) + "): re-attaching";
+      if (!info.failed.empty()) info.hooks.clear();  // attached to a cgroup that is gone
+    }
   }
   return info;
 }
@@ -788,7 +795,8 @@ void Injector::CheckAttachments() {
       std::string what = attached_[k].attachment->Describe();
       std::string reason;
       if (k.kind == LOSS_HOOK_CGROUP_INGRESS || k.kind == LOSS_HOOK_CGROUP_EGRESS) {
-        reason = "cgroup " + Shown(r.target.cgroup.path) + " was removed (" + what + " is gone)";
+        reason = "cgroup " + r.target.cgroup.path + " (id " + std::to_string(r.target.cgroup.id) +
+                 ") was deleted (" + what + " is gone)";
       } else {
         auto now = IfIndex(r.info.spec.iface);
         reason = now.ok() && *now == r.target.ifindex
@@ -819,17 +827,19 @@ void Injector::CheckAttachments() {
       auto cg = ResolveCgroup(r.target.cgroup.path);
       if (!cg.ok() || cg->id == r.target.cgroup.id) continue;
       t.cgroup = *cg;
-      where = "cgroup " + Shown(cg->path) + " (id " + std::to_string(r.target.cgroup.id) +
+      where = "cgroup " + cg->path + " was recreated (id " + std::to_string(r.target.cgroup.id) +
               " -> " + std::to_string(cg->id) + ")";
     } else {
       auto idx = IfIndex(r.info.spec.iface);
       if (!idx.ok() || *idx == r.target.ifindex) continue;
       t.ifindex = *idx;
-      where = "'" + r.info.spec.iface + "' (ifindex " + std::to_string(*idx) + ")";
+      where = "interface '" + r.info.spec.iface + "' was recreated (ifindex " +
+              std::to_string(r.target.ifindex) + " -> " + std::to_string(*idx) + ")";
     }
     auto fresh = AddLocked(r.info.spec, t, r.expires_ns);
     if (!fresh.ok()) {
-      std::string reason = "re-attach to " + where + ": " + fresh.status().message();
+      std::string reason = where + ", but re-attaching failed (retried): " +
+                           fresh.status().message();
       if (reason != r.info.failed) LOG_WARN("rule %u: %s", id, reason.c_str());
       r.info.failed = reason;
       continue;
@@ -840,7 +850,7 @@ void Injector::CheckAttachments() {
     Rule& now = rules_[id];
     now.before = before;
     now.info.expires_unix_ns = expires_unix;
-    now.info.note = "re-attached to " + where + " after its target went away";
+    now.info.note = where + ": re-attached";
     LOG_INFO("rule %u %s", id, now.info.note.c_str());
     if (listener_) listener_->RulePublished(id, now.info.spec);
   }

@@ -124,7 +124,8 @@ class InterfaceGone(DaemonTestCase):
         back = wait_until(lambda: (lambda g: g if g.state == pb.RULE_STATE_ACTIVE else None)(d.get(r.id)),
                           5, "the rule to re-attach to the new interface")
         measured("interface_back", reason=failed.reason, attachments=list(back.attachments))
-        self.assertEqual(back.reason, "")
+        self.assertIn("was recreated", back.reason)
+        self.assertIn("re-attached", back.reason)
         self.assertEqual(list(back.attachments), ["tcx ingress to " + self.lab.IF_A])
         self.assertTrue(self.lossd_at_tcx_ingress())
         self.assertEqual(self.ingress(300), 0)
@@ -150,7 +151,7 @@ class CgroupGone(DaemonTestCase):
         failed = wait_until(lambda: (lambda g: g if g.state == pb.RULE_STATE_FAILED else None)(d.get(r.id)),
                             5, "the rule on the removed cgroup to be FAILED")
         measured("cgroup_gone", reason=failed.reason)
-        self.assertIn("was removed", failed.reason)
+        self.assertIn("was deleted", failed.reason)
         self.assertEqual(list(failed.attachments), [])
         d.delete(r.id)
 
