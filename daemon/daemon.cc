@@ -19,6 +19,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "effects/effects.h"
+#include "host/state_dir.h"
 #include "injector/attach.h"
 #include "service/services.h"
 #include "service/stream.h"
@@ -116,11 +117,18 @@ int RunDaemon(const DaemonOptions& opts) {
     LOG_ERROR("%s", valid.ToString().c_str());
     return 1;
   }
+  // One lossd per state dir, held until exit: the records the injector
+  // restores at its start are then a dead owner's, never a live one's.
+  auto state_lock = StateDirLock::Acquire(io.state_dir);
+  if (!state_lock.ok()) {
+    LOG_ERROR("%s", state_lock.status().message().c_str());
+    return 1;
+  }
 
   // The parts, owned here and destroyed after the server stops (in reverse:
   // effects, observer, injector — which detaches everything). The loader
   // thread creates them and publishes each in `parts` when it is ready.
-  Components parts(io.limits, opts.observer);
+  Components parts(io.limits, opts.observer, opts.api);
   std::unique_ptr<Injector> inj;
   std::unique_ptr<Observer> obs;
   std::unique_ptr<EffectTracker> effects;
@@ -159,6 +167,7 @@ int RunDaemon(const DaemonOptions& opts) {
       return;
     }
     obs = std::move(*o);
+    obs->hub().SetBudget(&parts.streams());  // before any client can subscribe
     effects->AttachObserver(obs.get());
     parts.ObserverReady(obs.get());
     LOG_INFO("TCP observer ready");
@@ -173,6 +182,7 @@ int RunDaemon(const DaemonOptions& opts) {
   SystemService system_service(&parts, &observer_service);
 
   grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(opts.api.max_message_bytes));
   if (!opts.socket.empty())
     builder.AddListeningPort("unix:" + opts.socket, grpc::InsecureServerCredentials());
   int tcp_port = 0;

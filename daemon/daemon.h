@@ -16,6 +16,7 @@ struct DaemonOptions {
   std::string tls_cert, tls_key, tls_client_ca;
   bool insecure_tcp = false;  // plaintext TCP on a non-loopback address
   InjectorOptions injector;   // with the limits of clients' rules
+  ApiLimits api;              // what one client may ask (streams, filters, labels, sizes)
   bool observer = true;
   // Kernel-side observer filters (the daemon observes only these sockets).
   std::vector<ObsFilterSpec> observer_filters;
