@@ -19,6 +19,7 @@ by network namespace and ifindex (issue 10 item 11). Each test failed before the
 """
 import json
 import os
+import subprocess
 import unittest
 
 from lab import config
@@ -53,8 +54,12 @@ class StateDir(unittest.TestCase):
                              "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
                              check=False, timeout=60)
             sock = os.path.join(lab.tempdir(), "lossd.sock")
-            daemon = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--socket", sock,
-                             "--no-observer", check=False, timeout=60)
+            try:
+                daemon = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--socket", sock,
+                                 "--no-observer", check=False, timeout=20)
+            except subprocess.TimeoutExpired:  # killed by run()
+                self.fail("a daemon started with a state dir another lossd holds (second one-shot: "
+                          "exit %d)" % second.returncode)
             observe = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--observe",
                               "--duration", "1s", check=False, timeout=120)
             measured("state_dir_lock", holder_pid=holder.pid, second_rc=second.returncode,
