@@ -42,7 +42,7 @@ Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_
   char* end = nullptr;
   unsigned long long v = digits ? std::strtoull(s.c_str(), &end, 10) : 0;
   if (!digits || errno || *end || v < min || v > max)
-    return InvalidArgument(name + ": invalid value '" + text.substr(0, kMaxInputLength) +
+    return InvalidArgument(name + ": invalid value '" + Utf8Prefix(text, kMaxInputLength) +
                            "': expected a whole number from " + std::to_string(min) + " to " +
                            std::to_string(max));
   return static_cast<uint64_t>(v);
