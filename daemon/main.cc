@@ -92,27 +92,31 @@ void AddOptions(CLI::App& app, Flags& f) {
   ApiLimits& api = d.api;
   daemon->add_option("--max-streams", api.streams.max_streams, "Most client streams open at once")
       ->capture_default_str();
-  daemon->add_option("--max-streams-per-kind", api.streams.max_streams_per_kind,
-                     "Most open streams of one kind (WatchRetransmits, WatchFlows, ...)")
+  daemon
+      ->add_option("--max-streams-per-kind", api.streams.max_streams_per_kind,
+                   "Most open streams of one kind (WatchRetransmits, WatchFlows, ...)")
       ->capture_default_str();
-  daemon->add_option("--max-queue", api.streams.max_queue,
-                     "Longest queue (events, ~416 bytes each) a subscriber may ask for")
+  daemon
+      ->add_option("--max-queue", api.streams.max_queue,
+                   "Longest queue (events, ~416 bytes each) a subscriber may ask for")
       ->capture_default_str();
-  daemon->add_option("--max-stream-memory", f.max_stream_mib,
-                     "MiB that every stream's queues may hold together")
+  daemon
+      ->add_option("--max-stream-memory", f.max_stream_mib,
+                   "MiB that every stream's queues may hold together")
       ->capture_default_str();
   daemon->add_option("--max-filters", api.max_filters, "Most filters (allow + deny) in one request")
       ->capture_default_str();
   daemon->add_option("--max-labels", api.max_labels, "Most labels on one rule")
       ->capture_default_str();
-  daemon->add_option("--max-label-bytes", api.max_label_bytes,
-                     "Longest label key or value (bytes)")
+  daemon->add_option("--max-label-bytes", api.max_label_bytes, "Longest label key or value (bytes)")
       ->capture_default_str();
-  daemon->add_option("--max-batch", api.max_batch,
-                     "Most specs in one CreateRules (and ids in one WatchRuleCounters)")
+  daemon
+      ->add_option("--max-batch", api.max_batch,
+                   "Most specs in one CreateRules (and ids in one WatchRuleCounters)")
       ->capture_default_str();
-  daemon->add_option("--max-message-bytes", api.max_message_bytes,
-                     "Largest request the daemon receives (gRPC)")
+  daemon
+      ->add_option("--max-message-bytes", api.max_message_bytes,
+                   "Largest request the daemon receives (gRPC)")
       ->capture_default_str();
   daemon->add_flag("--sync-start", d.sync_start,
                    "Load every BPF program before serving (the old start-up; for benchmarks). "
@@ -210,7 +214,8 @@ int Main(int argc, char** argv) {
       return Usage(
           "--max-streams, --max-streams-per-kind, --max-queue, --max-stream-memory, "
           "--max-filters, --max-label-bytes and --max-batch must be > 0");
-    if (f.max_stream_mib > (1u << 20)) return Usage("--max-stream-memory must be at most 1048576 MiB");
+    if (f.max_stream_mib > (1u << 20))
+      return Usage("--max-stream-memory must be at most 1048576 MiB");
     if (api.max_message_bytes < 4096 || api.max_message_bytes > (1u << 30))
       return Usage("--max-message-bytes must lie between 4096 and 1073741824");
     d.api.streams.max_queue_bytes = f.max_stream_mib << 20;

@@ -46,10 +46,10 @@ Result<StreamBudget::Ticket> StreamBudget::Open(const std::string& kind, uint64_
   if (same >= limits_.max_streams_per_kind) {
     uint32_t n = same;
     if (n == 0) state_->per_kind.erase(kind);
-    return Status(Code::kResourceExhausted,
-                  "too many " + kind + " streams: " + std::to_string(n) + " open, the limit is " +
-                      std::to_string(limits_.max_streams_per_kind) +
-                      " of each kind (lossd --max-streams-per-kind)");
+    return Status(Code::kResourceExhausted, "too many " + kind + " streams: " + std::to_string(n) +
+                                                " open, the limit is " +
+                                                std::to_string(limits_.max_streams_per_kind) +
+                                                " of each kind (lossd --max-streams-per-kind)");
   }
   if (state_->bytes + queue_bytes > limits_.max_queue_bytes) {
     if (same == 0) state_->per_kind.erase(kind);

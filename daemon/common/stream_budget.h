@@ -16,9 +16,9 @@
 namespace lossd {
 
 struct StreamLimits {
-  uint32_t max_streams = 64;           // --max-streams: every kind together
-  uint32_t max_streams_per_kind = 32;  // --max-streams-per-kind
-  uint32_t max_queue = 65536;          // --max-queue: events one subscriber's queue holds
+  uint32_t max_streams = 64;              // --max-streams: every kind together
+  uint32_t max_streams_per_kind = 32;     // --max-streams-per-kind
+  uint32_t max_queue = 65536;             // --max-queue: events one subscriber's queue holds
   uint64_t max_queue_bytes = 1ull << 30;  // --max-stream-memory (MiB): all queues together
 };
 
@@ -56,9 +56,9 @@ class StreamBudget {
   // above --max-queue; `field` names it in the message.
   Result<uint32_t> QueueLength(uint64_t requested, uint32_t default_len, const char* field) const;
 
-  uint32_t open() const;                  // streams open now
+  uint32_t open() const;  // streams open now
   uint32_t open(const std::string& kind) const;
-  uint64_t queue_bytes() const;           // reserved by the open streams
+  uint64_t queue_bytes() const;  // reserved by the open streams
 
  private:
   const StreamLimits limits_;

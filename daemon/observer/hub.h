@@ -39,9 +39,9 @@ constexpr uint32_t KindBit(uint32_t kind) {
 }
 
 struct SubscribeOptions {
-  size_t queue = 65536;          // events (at least 1)
-  uint32_t kinds = ~0u;          // KindBit()s of the kinds wanted (the publisher checks them)
-  EventFilterFn filter;          // null: every event of those kinds
+  size_t queue = 65536;  // events (at least 1)
+  uint32_t kinds = ~0u;  // KindBit()s of the kinds wanted (the publisher checks them)
+  EventFilterFn filter;  // null: every event of those kinds
   // A client stream (gRPC, HTTP): the kind it is counted as against the
   // hub's StreamBudget. Empty: an in-process consumer (the effect tracker,
   // the one-shot printer), not budgeted.

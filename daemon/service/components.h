@@ -27,8 +27,8 @@ namespace lossd {
 // stream past the StreamBudget, RESOURCE_EXHAUSTED.
 struct ApiLimits {
   StreamLimits streams;
-  uint32_t max_filters = 1024;  // --max-filters: filters (allow + deny) of one request
-  uint32_t max_labels = 32;     // --max-labels: labels of one rule (or of ListRules)
+  uint32_t max_filters = 1024;     // --max-filters: filters (allow + deny) of one request
+  uint32_t max_labels = 32;        // --max-labels: labels of one rule (or of ListRules)
   uint32_t max_label_bytes = 256;  // --max-label-bytes: one label's key or value
   uint32_t max_batch = 10000;  // --max-batch: specs of one CreateRules, ids of WatchRuleCounters
   uint32_t max_message_bytes = 4u << 20;  // --max-message-bytes: a request (gRPC receive limit)

@@ -24,8 +24,8 @@ Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels
                            " (lossd --max-labels)");
   for (const auto& kv : labels) {
     if (kv.first.size() > lim.max_label_bytes || kv.second.size() > lim.max_label_bytes)
-      return InvalidArgument(std::string(field) + "['" + Shown(kv.first) + "']: " +
-                             std::to_string(std::max(kv.first.size(), kv.second.size())) +
+      return InvalidArgument(std::string(field) + "['" + Shown(kv.first) +
+                             "']: " + std::to_string(std::max(kv.first.size(), kv.second.size())) +
                              " bytes in a key or value, the limit is " +
                              std::to_string(lim.max_label_bytes) + " (lossd --max-label-bytes)");
   }
@@ -60,10 +60,10 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
   if (uint32_t(req->specs_size()) > parts_->api().max_batch)
-    return Reply(ctx, InvalidArgument(std::to_string(req->specs_size()) +
-                                      " specs in one CreateRules, the limit is " +
-                                      std::to_string(parts_->api().max_batch) +
-                                      " (lossd --max-batch)"));
+    return Reply(ctx,
+                 InvalidArgument(std::to_string(req->specs_size()) +
+                                 " specs in one CreateRules, the limit is " +
+                                 std::to_string(parts_->api().max_batch) + " (lossd --max-batch)"));
   std::vector<uint32_t> created;
   for (int i = 0; i < req->specs_size(); i++) {
     v1::Rule rule;

@@ -187,7 +187,8 @@ struct GapTracker {
     ring_seen = ring;
     uint64_t lost = sub->lost();
     if (lost > sub_seen)
-      emit(sub->filtered() ? v1::GAP_SOURCE_DAEMON_HUB : v1::GAP_SOURCE_SUBSCRIBER, lost - sub_seen);
+      emit(sub->filtered() ? v1::GAP_SOURCE_DAEMON_HUB : v1::GAP_SOURCE_SUBSCRIBER,
+           lost - sub_seen);
     sub_seen = lost;
     if (own_lost > own_seen) emit(v1::GAP_SOURCE_SUBSCRIBER, own_lost - own_seen);
     own_seen = own_lost;
@@ -200,7 +201,8 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
     grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest* req) {
   using Reactor = PumpReactor<v1::RetransmitStreamBatch>;
   std::vector<Filter> allow_list, deny_list;
-  Status st = CheckFilterCount(size_t(req->allow_size()) + req->deny_size(), parts_->api().max_filters);
+  Status st =
+      CheckFilterCount(size_t(req->allow_size()) + req->deny_size(), parts_->api().max_filters);
   if (st.ok()) st = ParseFilters(req->allow(), "allow", &allow_list);
   if (st.ok()) st = ParseFilters(req->deny(), "deny", &deny_list);
   auto queue_len = parts_->streams().QueueLength(req->queue(), 65536, "queue");
@@ -244,8 +246,8 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
     constexpr size_t kMaxBatch = 512;
     while (!sink.done()) {
       bool busy = sink.Busy();
-      auto wait = busy || !waiting.empty() ? std::chrono::milliseconds(2)
-                                           : std::chrono::milliseconds(100);
+      auto wait =
+          busy || !waiting.empty() ? std::chrono::milliseconds(2) : std::chrono::milliseconds(100);
       for (ObsEvent& e : sub->NextBatch(kMaxBatch, wait)) {
         if (waiting.size() >= queue) {
           own_lost++;

@@ -10,7 +10,7 @@ namespace {
 // the message (a CreateRules error string) was invalid UTF-8 and the client
 // could not parse the response ("Exception deserializing response").
 TEST(Shown, CutsAtACharacterBoundary) {
-  std::string euro = "\xE2\x82\xAC";  // 3 bytes
+  std::string euro = "\xE2\x82\xAC";                    // 3 bytes
   std::string in = std::string(60, 'a') + euro + euro;  // byte 61 is inside the first euro
   std::string out = Shown(in);
   EXPECT_EQ(out, std::string(60, 'a') + "...");
