@@ -69,6 +69,7 @@ class Gen:
     def cidr(self):
         return self.pick("", "192.0.2.2", "192.0.2.0/24", "0.0.0.0/0", "::/0", "2001:db8:e2e::2/128",
                          "10.0.0.1/33", "::ffff:192.0.2.2", "1.2.3", "fe80::1%e2ea", "x" * 300,
+                         "\u00e9" * 100, "1" + "\u20ac" * 50,  # quoted in part: cut inside a character?
                          self.text(), "%d.%d.%d.%d/%d" % tuple(self.r.randint(0, 300) for _ in range(5)))
 
     def port(self):
@@ -113,7 +114,7 @@ class Gen:
         pb, r = self.pb, self.r
         s = pb.RuleSpec()
         s.interface = self.pick(self.ifname, self.ifname, self.ifname, "", "lo", "nope0", "x" * 16,
-                                self.text(), "y" * 5000)
+                                self.text(), "y" * 5000, "\u00e9" * 40)
         if r.random() < 0.15:
             s.cgroup = self.pick("/", "t", "t/../t", "/sys/fs/cgroup", "../../etc", self.text(), "z" * 3000)
         s.hook = self.pick(0, 0, 1, 2, 3, 4, -1, 1000)
