@@ -34,7 +34,8 @@ struct Flags {
   std::string state_dir = "/run/lossd";
   // daemon mode
   DaemonOptions daemon;
-  std::string max_ttl;
+  std::string max_ttl, keep_expired = "10m";
+  uint32_t keep_expired_max = 1024;
   bool no_observer = false;
   uint32_t max_rules = 10000;
   uint64_t max_stream_mib = ApiLimits().streams.max_queue_bytes >> 20;
@@ -88,6 +89,11 @@ void AddOptions(CLI::App& app, Flags& f) {
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
   daemon->add_option("--max-ttl", f.max_ttl,
                      "Every rule must expire within this (e.g. 1h); default: no limit");
+  daemon->add_option("--keep-expired", f.keep_expired,
+                     "How long expired and failed rules stay listed (GetRule, GetRuleEffect) "
+                     "before they are forgotten (0s..1d)");
+  daemon->add_option("--keep-expired-max", f.keep_expired_max,
+                     "How many expired and failed rules stay listed at most (0..16384)");
   daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
   ApiLimits& api = d.api;
   daemon->add_option("--max-streams", api.streams.max_streams, "Most client streams open at once")
@@ -207,6 +213,16 @@ int Main(int argc, char** argv) {
     if (st.ok() && !f.max_ttl.empty()) st = DurationFlag("--max-ttl", f.max_ttl, true, &max_ttl);
     if (!st.ok()) return Usage(st.message());
     d.injector.limits.max_ttl_ns = static_cast<uint64_t>(max_ttl.count());
+    if (st.ok())
+      st = DurationFlag("--keep-expired", f.keep_expired, false, &d.injector.keep_retired);
+    if (st.ok() && d.injector.keep_retired > std::chrono::hours(24))
+      st = InvalidArgument("--keep-expired must lie between 0s and 1d (got " +
+                           Shown(f.keep_expired) + ")");
+    if (st.ok() && f.keep_expired_max > LOSS_MAX_RULES)
+      st = InvalidArgument("--keep-expired-max must lie between 0 and " +
+                           std::to_string(LOSS_MAX_RULES));
+    if (!st.ok()) return Usage(st.message());
+    d.injector.keep_retired_max = f.keep_expired_max;
     const ApiLimits& api = d.api;
     if (api.streams.max_streams == 0 || api.streams.max_streams_per_kind == 0 ||
         api.streams.max_queue == 0 || f.max_stream_mib == 0 || api.max_filters == 0 ||

@@ -80,6 +80,7 @@ void PrintRuleDetail(const v1::Rule& r) {
   std::string opts;
   if (s.per_segment()) opts += "per-segment ";
   if (s.force()) opts += "force ";
+  if (s.reattach()) opts += "reattach ";
   if (!opts.empty()) KeyValue("options", opts);
   if (!s.labels().empty()) KeyValue("labels", LabelsSummary(s.labels()));
   if (r.created_unix_ns()) KeyValue("created", FormatUnixTime(r.created_unix_ns()));

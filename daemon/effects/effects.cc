@@ -1,5 +1,7 @@
 #include "effects/effects.h"
 
+#include <cstring>
+
 #include "rules/match.h"
 #include "rules/model.h"
 
@@ -7,7 +9,7 @@ namespace lossd {
 
 EffectTracker::EffectTracker(Injector* inj, Observer* obs) : inj_(inj) {
   for (const RuleInfo& r : inj_->Rules())
-    if (!r.expired) rules_[r.id] = r.spec;
+    if (!r.expired && r.failed.empty()) rules_[r.id] = r.spec;
   inj_->SetListener(this);
   if (obs) AttachObserver(obs);
 }
@@ -63,11 +65,13 @@ RuleEffect EffectTracker::Effect(const RuleInfo& rule) const {
 std::vector<uint32_t> EffectTracker::RulesFor(uint64_t cookie, const obs_tuple& t) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = cache_.find(cookie);
-  if (it != cache_.end() && it->second.generation == generation_) return it->second.rules;
+  if (it != cache_.end() && it->second.generation == generation_ &&
+      std::memcmp(&it->second.tuple, &t, sizeof(t)) == 0)
+    return it->second.rules;
   std::vector<uint32_t> ids;
   for (const auto& [id, spec] : rules_)
     if (RuleCoversFlow(spec, t)) ids.push_back(id);
-  cache_[cookie] = CacheEntry{generation_, ids};
+  cache_[cookie] = CacheEntry{generation_, t, ids};
   return ids;
 }
 

@@ -52,7 +52,8 @@ class EffectTracker final : public RuleListener {
 
   RuleEffectTotals Totals(uint32_t id) const;
   RuleEffect Effect(const RuleInfo& rule) const;
-  // Rules covering a flow tuple (cached per cookie).
+  // Rules covering a flow tuple (cached per cookie and tuple: a listener's
+  // SYN-ACK events carry the listener's cookie with each client's tuple).
   std::vector<uint32_t> RulesFor(uint64_t cookie, const obs_tuple& t);
   uint64_t lost() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -70,6 +71,7 @@ class EffectTracker final : public RuleListener {
   uint64_t generation_ = 0;
   struct CacheEntry {
     uint64_t generation;
+    obs_tuple tuple;
     std::vector<uint32_t> rules;
   };
   std::unordered_map<uint64_t, CacheEntry> cache_;

@@ -84,4 +84,37 @@ Status SetGsoMaxSegs(const std::string& ifname, uint32_t segs) {
   return LinkRequest(ifname, RTM_NEWLINK, rta, nullptr);
 }
 
+Result<UniqueFd> OpenLinkEvents() {
+  UniqueFd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE));
+  if (!fd.valid()) return Status::FromErrno(errno, "netlink socket for link events");
+  struct sockaddr_nl sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.nl_family = AF_NETLINK;
+  sa.nl_groups = RTMGRP_LINK;
+  if (bind(fd.get(), reinterpret_cast<struct sockaddr*>(&sa), sizeof(sa)) < 0)
+    return Status::FromErrno(errno, "subscribe to link events (RTNLGRP_LINK)");
+  return fd;
+}
+
+int DrainLinkEvents(int fd) {
+  int changes = 0;
+  std::vector<char> buf(32768);
+  for (;;) {
+    ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == ENOBUFS) {  // the kernel dropped some: treat as a change
+        changes++;
+        continue;
+      }
+      return changes;  // EAGAIN: nothing more waits
+    }
+    if (n == 0) return changes;
+    int len = static_cast<int>(n);
+    for (auto* nh = reinterpret_cast<struct nlmsghdr*>(buf.data()); NLMSG_OK(nh, len);
+         nh = NLMSG_NEXT(nh, len))
+      if (nh->nlmsg_type == RTM_NEWLINK || nh->nlmsg_type == RTM_DELLINK) changes++;
+  }
+}
+
 }  // namespace lossd

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace lossd {
@@ -12,5 +13,14 @@ namespace lossd {
 // for it (TCP sizes its skbs by it, before any hook sees them).
 Status GetGsoMaxSegs(const std::string& ifname, uint32_t* segs);
 Status SetGsoMaxSegs(const std::string& ifname, uint32_t segs);
+
+// A netlink socket subscribed to this namespace's link changes (RTNLGRP_LINK:
+// RTM_NEWLINK, RTM_DELLINK), non-blocking. Its owner polls it for POLLIN and
+// calls DrainLinkEvents.
+Result<UniqueFd> OpenLinkEvents();
+// Reads every waiting message; returns how many were link changes. The
+// socket's overflow (ENOBUFS: changes were lost) counts as one, so the
+// caller re-checks everything either way.
+int DrainLinkEvents(int fd);
 
 }  // namespace lossd

@@ -21,10 +21,27 @@ constexpr int kBpfTcxIngress = 46;
 
 namespace {
 
+// Not in Debian 12's UAPI headers: the tcx link type (Linux 6.6), whose
+// bpf_link_info reports the ifindex where the XDP link's does (the first
+// field of the same union), 0 once the device is gone.
+constexpr uint32_t kBpfLinkTypeTcx = 11;
+
 class LinkAttachment : public Attachment {
  public:
   LinkAttachment(UniqueFd fd, std::string what) : fd_(std::move(fd)), what_(std::move(what)) {}
   std::string Describe() const override { return what_; }
+  bool Attached() const override {
+    struct bpf_link_info info;
+    std::memset(&info, 0, sizeof(info));
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd_.get(), &info, &len) != 0) return false;
+    switch (info.type) {
+      case BPF_LINK_TYPE_XDP:
+      case kBpfLinkTypeTcx: return info.xdp.ifindex != 0;
+      case BPF_LINK_TYPE_CGROUP: return info.cgroup.cgroup_id != 0;
+      default: return true;
+    }
+  }
 
  private:
   UniqueFd fd_;  // closing the last link fd detaches
@@ -39,24 +56,6 @@ Result<std::unique_ptr<Attachment>> Link(int prog_fd, int target, int type, uint
   return std::unique_ptr<Attachment>(new LinkAttachment(UniqueFd(fd), what));
 }
 
-class ClsactAttachment : public Attachment {
- public:
-  ClsactAttachment(int ifindex, std::string ifname)
-      : ifindex_(ifindex), ifname_(std::move(ifname)) {}
-  ~ClsactAttachment() override {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
-    int err = bpf_tc_detach(&hook, &opts);
-    if (err && err != -ENOENT && err != -ENODEV)
-      LOG_WARN("detach clsact egress filter from %s: %s", ifname_.c_str(), strerror(-err));
-  }
-  std::string Describe() const override { return "clsact egress on " + ifname_; }
-
- private:
-  int ifindex_;
-  std::string ifname_;
-};
-
 std::string ProgName(uint32_t prog_id) {
   int fd = bpf_prog_get_fd_by_id(prog_id);
   if (fd < 0) return "";
@@ -68,6 +67,30 @@ std::string ProgName(uint32_t prog_id) {
   close(fd);
   return name;
 }
+
+class ClsactAttachment : public Attachment {
+ public:
+  ClsactAttachment(int ifindex, std::string ifname, uint32_t prog_id)
+      : ifindex_(ifindex), ifname_(std::move(ifname)), prog_id_(prog_id) {}
+  ~ClsactAttachment() override {
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
+    int err = bpf_tc_detach(&hook, &opts);
+    if (err && err != -ENOENT && err != -ENODEV)
+      LOG_WARN("detach clsact egress filter from %s: %s", ifname_.c_str(), strerror(-err));
+  }
+  std::string Describe() const override { return "clsact egress on " + ifname_; }
+  bool Attached() const override {
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
+    LIBBPF_OPTS(bpf_tc_opts, q, .handle = kTcHandle, .priority = kTcPriority);
+    return bpf_tc_query(&hook, &q) == 0 && q.prog_id == prog_id_;
+  }
+
+ private:
+  int ifindex_;
+  std::string ifname_;
+  uint32_t prog_id_;  // ours: the filter's program while it is attached
+};
 
 // A lossd clsact program whose owner still renews its lease (its loss_cfg
 // map says so). No lease at all (lossd refuses --lease 0; only an injector
@@ -157,7 +180,7 @@ Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
   if (err) {
     return Status::FromErrno(-err, "attach clsact egress filter to " + ifname);
   }
-  return std::unique_ptr<Attachment>(new ClsactAttachment(ifindex, ifname));
+  return std::unique_ptr<Attachment>(new ClsactAttachment(ifindex, ifname, opts.prog_id));
 }
 
 ClsactQdiscs::~ClsactQdiscs() {

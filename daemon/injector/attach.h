@@ -18,6 +18,10 @@ class Attachment {
  public:
   virtual ~Attachment() = default;
   virtual std::string Describe() const = 0;
+  // Whether the kernel still runs the program there: false once its
+  // interface is deleted (a bpf_link reports no ifindex any more, a clsact
+  // filter is gone) or its cgroup removed (the link reports no cgroup).
+  virtual bool Attached() const = 0;
 };
 
 enum class XdpMode { kAuto, kNative, kGeneric };

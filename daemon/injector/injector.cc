@@ -2,6 +2,8 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -15,6 +17,7 @@
 #include "common/log.h"
 #include "host/cgroup.h"
 #include "host/interface.h"
+#include "host/netlink.h"
 #include "injector/guard.h"
 #include "loss.skel.h"
 
@@ -72,6 +75,17 @@ const char* ProgName(int hook) {
   return "";
 }
 
+RuleCounters Sum(const RuleCounters& a, const RuleCounters& b) {
+  RuleCounters s;
+  s.matched_pkts = a.matched_pkts + b.matched_pkts;
+  s.matched_segs = a.matched_segs + b.matched_segs;
+  s.matched_bytes = a.matched_bytes + b.matched_bytes;
+  s.dropped_pkts = a.dropped_pkts + b.dropped_pkts;
+  s.dropped_segs = a.dropped_segs + b.dropped_segs;
+  s.dropped_bytes = a.dropped_bytes + b.dropped_bytes;
+  return s;
+}
+
 // A pass-only program of `type` named `name` (2 instructions: r0 = ret;
 // exit), for probing attach modes without loading the injector's programs.
 UniqueFd PassProgram(enum bpf_prog_type type, const char* name, int ret) {
@@ -111,7 +125,16 @@ Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts) 
     RestoreOffloads(opts.state_dir + "/offloads");
   }
   inj->Tick();
-  if (opts.background) inj->thread_ = std::thread([p = inj.get()] { p->Run(); });
+  if (opts.background) {
+    // The watch first: a link that goes from here on is seen.
+    auto links = OpenLinkEvents();
+    if (!links.ok()) return links.status();
+    inj->stop_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!inj->stop_fd_.valid()) return Status::FromErrno(errno, "eventfd");
+    inj->lease_thread_ = std::thread([p = inj.get()] { p->RunLease(); });
+    inj->watch_thread_ = std::thread(
+        [p = inj.get(), fd = std::move(*links)]() mutable { p->RunWatch(std::move(fd)); });
+  }
   return inj;
 }
 
@@ -132,11 +155,16 @@ Status Injector::Load() {
 
 Injector::~Injector() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(stop_mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (stop_fd_.valid()) {
+    uint64_t one = 1;
+    if (write(stop_fd_.get(), &one, sizeof(one)) < 0) LOG_WARN("wake the watch thread: %m");
+  }
+  if (lease_thread_.joinable()) lease_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
   Clear();
   // Attachments and offload guards are gone with the rules; the qdiscs lossd
   // created go with qdiscs_, the skeleton (maps, programs) last.
@@ -147,46 +175,96 @@ void Injector::SetListener(RuleListener* listener) {
   listener_ = listener;
 }
 
-void Injector::Run() {
+// Renews the lease every lease/3, taking only cfg_mu_: a rule change
+// (attaching, netlink, ethtool, a long ClearRules) holds mu_, never it.
+void Injector::RunLease() {
   auto period = opts_.lease.count() > 0 ? opts_.lease / 3 : std::chrono::milliseconds(500);
   if (period < std::chrono::milliseconds(50)) period = std::chrono::milliseconds(50);
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    cv_.wait_for(lock, period);
-    if (stop_) break;
-    lock.unlock();
-    Tick();
-    lock.lock();
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (!cv_.wait_for(lock, period, [this] { return stop_; })) RenewLease();
+}
+
+// Reaps expired rules and checks the attachments every lease/3, and at once
+// when a link of the namespace changes (a cgroup's removal is seen at the
+// next period).
+void Injector::RunWatch(UniqueFd links) {
+  auto period = opts_.lease.count() > 0 ? opts_.lease / 3 : std::chrono::milliseconds(500);
+  if (period < std::chrono::milliseconds(50)) period = std::chrono::milliseconds(50);
+  auto next = std::chrono::steady_clock::now() + period;
+  for (;;) {
+    struct pollfd fds[2] = {{links.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        next - std::chrono::steady_clock::now());
+    int n = poll(fds, 2, static_cast<int>(std::max<int64_t>(0, left.count())));
+    if (n < 0 && errno != EINTR) {  // never seen; the period's checks go on regardless
+      LOG_ERROR("poll link events: %m");
+      std::this_thread::sleep_for(period);
+      continue;
+    }
+    if (fds[1].revents) return;
+    bool changed = fds[0].revents && DrainLinkEvents(links.get()) > 0;
+    bool due = std::chrono::steady_clock::now() >= next;
+    if (due) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ReapLocked();
+      next = std::chrono::steady_clock::now() + period;
+    }
+    if (changed || due) CheckAttachments();
   }
 }
 
 void Injector::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ReapLocked();
+  }
+  CheckAttachments();
+  RenewLease();
+}
+
+void Injector::ReapLocked() {
   uint64_t now = MonotonicNs();
   for (auto& [id, rule] : rules_) {
-    if (rule.live && rule.expires_ns && now >= rule.expires_ns) {
+    bool waiting = !rule.live && !rule.info.expired && rule.retired_ns == 0;  // to re-attach
+    if ((rule.live || waiting) && rule.expires_ns && now >= rule.expires_ns) {
       LOG_INFO("rule %u expired", id);
-      Status st = Retire(rule);
-      if (!st.ok()) LOG_ERROR("retire expired rule %u: %s", id, st.message().c_str());
+      if (rule.live) {
+        Status st = Retire(rule);
+        if (!st.ok()) LOG_ERROR("retire expired rule %u: %s", id, st.message().c_str());
+      }
       rule.info.expired = true;
+      rule.info.failed.clear();
+      rule.retired_ns = now;
       expired_.push_back(id);
-      if (listener_) listener_->RuleRetired(id);
+      if (listener_ && !waiting) listener_->RuleRetired(id);
     }
   }
-  // Keep a bounded history of expired rules (their final counters).
-  while (expired_.size() > kExpiredKept) {
-    rules_.erase(expired_.front());
-    if (listener_) listener_->RuleForgotten(expired_.front());
+  // Keep a bounded history of expired and failed rules (their final
+  // counters): at most keep_retired_max, none longer than keep_retired.
+  while (!expired_.empty()) {
+    uint32_t id = expired_.front();
+    auto it = rules_.find(id);
+    bool old =
+        it == rules_.end() || now - it->second.retired_ns >= uint64_t(opts_.keep_retired.count());
+    if (expired_.size() <= opts_.keep_retired_max && !old) break;
+    rules_.erase(id);
     expired_.pop_front();
+    if (listener_) listener_->RuleForgotten(id);
   }
+}
+
+void Injector::RenewLease() {
+  uint64_t now = MonotonicNs();
+  std::lock_guard<std::mutex> lock(cfg_mu_);
   cfg_.lease_until_ns =
       opts_.lease.count() > 0 ? now + uint64_t(opts_.lease.count()) * 1000000ull : 0;
-  Status st = WriteConfig();
-  if (!st.ok()) LOG_ERROR("renew lease: %s", st.message().c_str());
+  uint32_t zero = 0;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.loss_cfg), &zero, &cfg_, BPF_ANY))
+    LOG_ERROR("renew lease: write loss_cfg: %m");
 }
 
 uint64_t Injector::LeaseRemainingNs() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(cfg_mu_);
   uint64_t now = MonotonicNs();
   return cfg_.lease_until_ns > now ? cfg_.lease_until_ns - now : 0;
 }
@@ -252,6 +330,7 @@ Status Injector::LoadProgramsFor(const RuleSpec& spec) const {
 }
 
 Status Injector::WriteConfig() {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
   uint32_t zero = 0;
   cfg_.n_port_rules = index_.port_rules();
   cfg_.n_dhost_rules = index_.dhost_rules();
@@ -347,7 +426,7 @@ Status Injector::WriteLists(const std::vector<AnchorKey>& keys) {
   return WriteConfig();
 }
 
-Status Injector::Acquire(const AttachKey& key, int ifindex) {
+Status Injector::Acquire(const AttachKey& key, const RuleSpec& spec, const Target& target) {
   auto it = attached_.find(key);
   if (it != attached_.end()) {
     it->second.refs++;
@@ -357,12 +436,14 @@ Status Injector::Acquire(const AttachKey& key, int ifindex) {
   int fd = prog_fds_[key.kind];  // loaded before mu_ was taken (LoadProgramsFor)
   if (fd < 0)
     return Internal(std::string("the ") + LossHookName(key.kind) + " program is not loaded");
+  const int ifindex = target.ifindex;
+  const std::string& cgroup = target.cgroup.path;
   switch (key.kind) {
-    case LOSS_HOOK_XDP: a = AttachXdp(fd, ifindex, key.target, opts_.xdp_mode); break;
-    case LOSS_HOOK_TC_INGRESS: a = AttachTcxIngress(fd, ifindex, key.target); break;
-    case LOSS_HOOK_TC_EGRESS: a = AttachClsactEgress(fd, ifindex, key.target, &qdiscs_); break;
-    case LOSS_HOOK_CGROUP_INGRESS: a = AttachCgroup(fd, key.target, false); break;
-    case LOSS_HOOK_CGROUP_EGRESS: a = AttachCgroup(fd, key.target, true); break;
+    case LOSS_HOOK_XDP: a = AttachXdp(fd, ifindex, spec.iface, opts_.xdp_mode); break;
+    case LOSS_HOOK_TC_INGRESS: a = AttachTcxIngress(fd, ifindex, spec.iface); break;
+    case LOSS_HOOK_TC_EGRESS: a = AttachClsactEgress(fd, ifindex, spec.iface, &qdiscs_); break;
+    case LOSS_HOOK_CGROUP_INGRESS: a = AttachCgroup(fd, cgroup, false); break;
+    case LOSS_HOOK_CGROUP_EGRESS: a = AttachCgroup(fd, cgroup, true); break;
     default: return Internal("unknown hook");
   }
   if (!a.ok()) return a.status();
@@ -431,7 +512,8 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
 
 // Attaches and publishes; the caller holds mu_ and has checked (and
 // resolved the target).
-Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target) {
+Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
+                                     uint64_t expires_ns) {
   const int ifindex = target.ifindex;
   const CgroupInfo& cg = target.cgroup;
   bool ingress = spec.dir != Direction::kEgress;
@@ -448,12 +530,12 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target)
 
   std::vector<AttachKey> keys;
   uint8_t mask = 0;
-  auto want = [&](int kind, const std::string& target) {
+  auto want = [&](int kind, uint64_t target) {
     keys.push_back(AttachKey{kind, target});
     mask |= uint8_t(1u << kind);
   };
   for (int kind : HookKinds(hook, spec.dir))
-    want(kind, hook == Hook::kCgroup ? cg.path : spec.iface);
+    want(kind, hook == Hook::kCgroup ? cg.id : uint64_t(ifindex));
 
   if (free_slots_.empty())
     return ResourceExhausted("all " + std::to_string(LOSS_MAX_RULES) + " rule slots are in use");
@@ -463,7 +545,7 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target)
   size_t acquired = 0;
   Status st;
   for (; acquired < keys.size(); acquired++) {
-    st = Acquire(keys[acquired], ifindex);
+    st = Acquire(keys[acquired], spec, target);
     if (!st.ok()) break;
   }
   auto undo_attach = [&] {
@@ -493,7 +575,9 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target)
     undo_attach();
   };
 
-  uint64_t expires = spec.ttl.count() > 0 ? MonotonicNs() + uint64_t(spec.ttl.count()) : 0;
+  uint64_t expires = expires_ns             ? expires_ns
+                     : spec.ttl.count() > 0 ? MonotonicNs() + uint64_t(spec.ttl.count())
+                                            : 0;
   uint32_t gen = ++generation_[slot];
   struct loss_rule enc =
       Encode(spec, static_cast<uint32_t>(ifindex), cg.id, cg.level, expires, gen);
@@ -528,6 +612,7 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target)
   for (const auto& k : keys) rule.info.hooks.push_back(attached_[k].attachment->Describe());
   rule.slot = slot;
   rule.attach = keys;
+  rule.target = target;
   rule.offload_iface = spec.per_segment ? spec.iface : "";
   rule.expires_ns = expires;
   rule.live = true;
@@ -548,7 +633,7 @@ Status Injector::Retire(Rule& r) {
   for (const auto& k : r.attach) Release(k);
   if (!r.offload_iface.empty()) ReleaseOffload(r.offload_iface);
   auto c = ReadCounters(r.slot);
-  if (c.ok()) r.info.counters = *c;
+  if (c.ok()) r.info.counters = Sum(r.before, *c);
   free_slots_.push_back(r.slot);
   r.live = false;
   if (!st.ok()) return st;
@@ -562,7 +647,7 @@ Result<RuleInfo> Injector::RemoveLocked(uint32_t id) {
   Rule& r = it->second;
   Status st = r.live ? Retire(r) : Status::Ok();
   RuleInfo info = r.info;
-  if (r.info.expired) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
+  if (r.retired_ns) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
   rules_.erase(it);
   if (listener_) listener_->RuleForgotten(id);
   if (!st.ok()) return st;
@@ -577,21 +662,16 @@ Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
   auto it = rules_.find(id);
   if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
   // Replacing an expired rule makes it live again: a new rule as far as the limit goes.
-  if (!it->second.live && LiveLocked() >= opts_.limits.max_rules)
+  if (it->second.retired_ns && LiveLocked() >= opts_.limits.max_rules)
     return ResourceExhausted("rule limit reached (" + std::to_string(opts_.limits.max_rules) +
                              " rules, --max-rules): delete rules first");
   auto nid = AddLocked(spec, target);
   if (!nid.ok()) return nid.status();
-  auto old = rules_.find(id);
-  auto fresh = rules_.find(*nid);
-  Status st = old->second.live ? Retire(old->second) : Status::Ok();
-  if (old->second.info.expired) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
-  uint64_t created = old->second.info.created_unix_ns;
-  old->second = std::move(fresh->second);
-  rules_.erase(fresh);
-  RuleInfo& info = old->second.info;
-  info.id = id;
-  info.created_unix_ns = created;
+  Rule& old = rules_.find(id)->second;
+  Status st = old.live ? Retire(old) : Status::Ok();
+  if (old.retired_ns) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
+  MoveRuleLocked(*nid, id);
+  RuleInfo& info = rules_[id].info;
   info.expires_unix_ns = spec.ttl.count() > 0 ? UnixNs() + uint64_t(spec.ttl.count()) : 0;
   if (listener_) listener_->RulePublished(id, info.spec);
   return st;
@@ -621,9 +701,91 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
   RuleInfo info = r.info;
   if (r.live) {
     auto c = ReadCounters(r.slot);
-    if (c.ok()) info.counters = *c;
+    if (c.ok()) info.counters = Sum(r.before, *c);
   }
   return info;
+}
+
+void Injector::MoveRuleLocked(uint32_t fresh, uint32_t id) {
+  auto f = rules_.find(fresh);
+  Rule& old = rules_[id];
+  uint64_t created = old.info.created_unix_ns;
+  old = std::move(f->second);
+  rules_.erase(f);
+  old.info.id = id;
+  old.info.created_unix_ns = created;
+}
+
+// Takes the rule out of the kernel (what is left of it) and keeps it, FAILED
+// with the reason: in the history, or waiting for its interface (reattach).
+void Injector::FailLocked(uint32_t id, Rule& r, const std::string& reason) {
+  LOG_WARN("rule %u failed: %s", id, reason.c_str());
+  Status st = Retire(r);
+  if (!st.ok()) LOG_WARN("rule %u: take it out of the maps: %s", id, st.message().c_str());
+  r.before = r.info.counters;
+  r.info.failed = reason;
+  r.info.hooks.clear();
+  if (!r.info.spec.reattach || r.info.spec.hook == Hook::kCgroup) {
+    r.retired_ns = MonotonicNs();
+    expired_.push_back(id);
+  }
+  if (listener_) listener_->RuleRetired(id);
+}
+
+void Injector::CheckAttachments() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<AttachKey> dead;
+  for (const auto& [key, a] : attached_)
+    if (!a.attachment->Attached()) dead.insert(key);
+  for (auto& [id, r] : rules_) {
+    if (!r.live) continue;
+    for (const AttachKey& k : r.attach) {
+      if (!dead.count(k)) continue;
+      std::string what = attached_[k].attachment->Describe();
+      std::string reason;
+      if (k.kind == LOSS_HOOK_CGROUP_INGRESS || k.kind == LOSS_HOOK_CGROUP_EGRESS) {
+        reason = "cgroup " + Shown(r.target.cgroup.path) + " was removed (" + what + " is gone)";
+      } else {
+        auto now = IfIndex(r.info.spec.iface);
+        reason = now.ok() && *now == r.target.ifindex
+                     ? what + " was detached by something other than lossd"
+                     : "interface '" + r.info.spec.iface + "' (ifindex " +
+                           std::to_string(r.target.ifindex) + ") was deleted";
+      }
+      if (r.info.spec.reattach && r.info.spec.hook != Hook::kCgroup)
+        reason += "; waiting for an interface of that name to re-attach";
+      FailLocked(id, r, reason);
+      break;
+    }
+  }
+  // Failed rules that asked for it re-attach to an interface of their name.
+  std::vector<uint32_t> waiting;
+  for (const auto& [id, r] : rules_)
+    if (!r.live && !r.info.expired && r.retired_ns == 0 && r.info.spec.hook != Hook::kCgroup)
+      waiting.push_back(id);
+  for (uint32_t id : waiting) {
+    Rule& r = rules_[id];
+    auto idx = IfIndex(r.info.spec.iface);
+    if (!idx.ok() || *idx == r.target.ifindex) continue;
+    Target t = r.target;
+    t.ifindex = *idx;
+    auto fresh = AddLocked(r.info.spec, t, r.expires_ns);
+    if (!fresh.ok()) {
+      std::string reason = "re-attach to '" + r.info.spec.iface + "' (ifindex " +
+                           std::to_string(*idx) + "): " + fresh.status().message();
+      if (reason != r.info.failed) LOG_WARN("rule %u: %s", id, reason.c_str());
+      r.info.failed = reason;
+      continue;
+    }
+    RuleCounters before = r.before;
+    uint64_t expires_unix = r.info.expires_unix_ns;
+    MoveRuleLocked(*fresh, id);
+    Rule& now = rules_[id];
+    now.before = before;
+    now.info.expires_unix_ns = expires_unix;
+    LOG_INFO("rule %u re-attached to %s (ifindex %d)", id, now.info.spec.iface.c_str(), *idx);
+    if (listener_) listener_->RulePublished(id, now.info.spec);
+  }
 }
 
 std::vector<RuleInfo> Injector::Rules() const {
@@ -655,7 +817,9 @@ Result<RuleCounters> Injector::Counters(uint32_t id) const {
   auto it = rules_.find(id);
   if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
   if (!it->second.live) return it->second.info.counters;
-  return ReadCounters(it->second.slot);
+  auto c = ReadCounters(it->second.slot);
+  if (!c.ok()) return c;
+  return Sum(it->second.before, *c);
 }
 
 HookCounters Injector::HookTotals(int hook) const {

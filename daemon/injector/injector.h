@@ -53,7 +53,12 @@ struct InjectorOptions {
   std::string state_dir = "/run/lossd";
   XdpMode xdp_mode = XdpMode::kAuto;
   RuleLimits limits;
-  // Start a thread that renews the lease and reaps expired rules.
+  // How long an expired (or failed) rule stays listed for inspection, and
+  // how many at most; then it is forgotten everywhere (--keep-expired).
+  std::chrono::nanoseconds keep_retired{std::chrono::minutes(10)};
+  size_t keep_retired_max = 1024;
+  // Start the threads that renew the lease, reap expired rules and watch
+  // the interfaces and cgroups the rules are attached to.
   bool background = true;
 };
 
@@ -68,6 +73,10 @@ struct RuleInfo {
   RuleSpec spec;                   // as resolved (hook chosen)
   std::vector<std::string> hooks;  // descriptions of the attachments it uses
   bool expired = false;
+  // Why the rule is FAILED ("": it is not): its target went away (the
+  // interface was deleted, the cgroup removed, the program detached), so it
+  // drops nothing. With spec.reattach it waits for its interface to return.
+  std::string failed;
   uint64_t created_unix_ns = 0;
   uint64_t expires_unix_ns = 0;  // 0: never
   RuleCounters counters;         // live, or final once expired
@@ -84,7 +93,9 @@ class RuleListener {
   virtual ~RuleListener() = default;
   // A rule is live with this spec (new, or replaced under the same id).
   virtual void RulePublished(uint32_t id, const RuleSpec& spec) = 0;
-  // It drops nothing any more (expired); what it caused stays on record.
+  // It drops nothing any more (expired, or failed: its target went); what
+  // it caused stays on record. A failed rule that re-attaches is published
+  // again.
   virtual void RuleRetired(uint32_t id) = 0;
   // Deleted, or expired and then forgotten.
   virtual void RuleForgotten(uint32_t id) = 0;
@@ -128,7 +139,8 @@ class Injector {
   // Removes every rule; returns how many there were.
   uint32_t Clear();
 
-  // Live rules and the most recent expired ones (RuleInfo.expired), by id.
+  // Live rules, failed ones, and the expired (RuleInfo.expired) and failed
+  // ones still kept (InjectorOptions::keep_retired), by id.
   std::vector<RuleInfo> Rules() const;
   Result<RuleInfo> Get(uint32_t id) const;
   // Live counters, or the final ones of an expired rule.
@@ -138,9 +150,15 @@ class Injector {
   void SetListener(RuleListener* listener);
   HookCounters HookTotals(int hook) const;  // enum loss_hook
 
-  // Extends the lease and removes expired rules (the background thread
-  // calls this; exposed for callers that run without it).
+  // Extends the lease, removes expired rules and checks the attachments
+  // (the background threads do this; exposed for callers that run without).
   void Tick();
+  // Extends the lease: never waits for a rule change (its own lock).
+  void RenewLease();
+  // Rules whose program is no longer attached (interface deleted, cgroup
+  // removed) become FAILED; failed rules that asked for it re-attach when an
+  // interface of their name exists again.
+  void CheckAttachments();
 
   // Which hooks and attach modes this kernel supports; tries tcx and
   // clsact on loopback with the injector's own (pass-only when no rule
@@ -162,9 +180,12 @@ class Injector {
   std::vector<ProgLoadStats> LoadedPrograms() const;
 
  private:
+  // What an attachment is shared by: the hook and the target's kernel
+  // identity (the ifindex in the daemon's network namespace, or the cgroup
+  // id), never its name: a recreated interface is another target.
   struct AttachKey {
-    int kind;            // enum loss_hook
-    std::string target;  // interface name or cgroup path
+    int kind;         // enum loss_hook
+    uint64_t target;  // ifindex, or cgroup id
     bool operator<(const AttachKey& o) const {
       return std::tie(kind, target) < std::tie(o.kind, o.target);
     }
@@ -177,28 +198,31 @@ class Injector {
     std::unique_ptr<OffloadGuard> guard;
     int refs = 0;
   };
-  struct Rule {
-    RuleInfo info;  // info.counters: the final ones, once retired
-    uint32_t slot = 0;
-    std::vector<AttachKey> attach;
-    std::string offload_iface;
-    uint64_t expires_ns = 0;  // CLOCK_MONOTONIC, the data plane's clock
-    bool live = false;        // holds a slot; false once expired
-  };
-  static constexpr size_t kExpiredKept = 1024;
-
-  explicit Injector(const InjectorOptions& opts);
-  Status Load();
   // A rule's resolved target: the interface's index, the cgroup's id and depth.
   struct Target {
     int ifindex = 0;
     CgroupInfo cgroup;
   };
+  struct Rule {
+    RuleInfo info;  // info.counters: the final ones, once retired
+    uint32_t slot = 0;
+    std::vector<AttachKey> attach;
+    Target target;  // as resolved when it was last attached
+    std::string offload_iface;
+    uint64_t expires_ns = 0;  // CLOCK_MONOTONIC, the data plane's clock
+    bool live = false;        // holds a slot; false once expired or failed
+    uint64_t retired_ns = 0;  // CLOCK_MONOTONIC: when it joined the history (0: not in it)
+    RuleCounters before;      // what it counted before it failed and re-attached
+  };
+
+  explicit Injector(const InjectorOptions& opts);
+  Status Load();
   // Validation, the limits, the target, host protection: all but attaching.
   Status Check(const RuleSpec& spec, Target* target) const;
   Status LoadProgramsFor(const RuleSpec& spec) const;  // before taking mu_
-  Result<uint32_t> AddLocked(const RuleSpec& spec, const Target& target);
-  Status Acquire(const AttachKey& key, int ifindex);
+  // expires_ns: the data plane's deadline (CLOCK_MONOTONIC); 0: from spec.ttl.
+  Result<uint32_t> AddLocked(const RuleSpec& spec, const Target& target, uint64_t expires_ns = 0);
+  Status Acquire(const AttachKey& key, const RuleSpec& spec, const Target& target);
   void Release(const AttachKey& key);
   void ReleaseOffload(const std::string& ifname);
   Status WriteLists(const std::vector<AnchorKey>& keys);
@@ -208,11 +232,17 @@ class Injector {
   Status ResetCounters(uint32_t slot);
   Status Retire(Rule& r);
   Result<RuleInfo> RemoveLocked(uint32_t id);
-  // Rules holding a slot: the listed ones but the expired.
+  // Moves the rule that AddLocked created under `fresh` to `id` (Replace, re-attach).
+  void MoveRuleLocked(uint32_t fresh, uint32_t id);
+  void FailLocked(uint32_t id, Rule& r, const std::string& reason);
+  void ReapLocked();
+  // Rules counted against --max-rules: every listed one but the history
+  // (a failed rule waiting to re-attach counts: it will take a slot).
   size_t LiveLocked() const { return rules_.size() - expired_.size(); }
   RuleInfo Snapshot(const Rule& r) const;
   Result<RuleCounters> ReadCounters(uint32_t slot) const;
-  void Run();
+  void RunLease();
+  void RunWatch(UniqueFd links);
 
   InjectorOptions opts_;
   mutable HostGuard guard_;
@@ -235,9 +265,13 @@ class Injector {
   mutable std::mutex mu_;
   RuleListener* listener_ = nullptr;
   AnchorIndex index_;
+  // The config as written to loss_cfg, and its write: under cfg_mu_ (after
+  // mu_ when both are), which the lease thread takes alone.
+  mutable std::mutex cfg_mu_;
   struct loss_config cfg_ {};
   std::map<uint32_t, Rule> rules_;
-  std::deque<uint32_t> expired_;  // ids of retained expired rules, oldest first
+  // The history: ids of retained expired and failed rules, oldest first.
+  std::deque<uint32_t> expired_;
   // Before attached_: its qdiscs outlive the filters in them.
   mutable ClsactQdiscs qdiscs_;  // Probe() may create one on lo
   std::map<AttachKey, Attached> attached_;
@@ -250,8 +284,10 @@ class Injector {
   std::array<uint32_t, LOSS_MAX_RULES> generation_{};
   uint32_t next_id_ = 1;
 
-  std::thread thread_;
-  std::condition_variable cv_;
+  std::thread lease_thread_, watch_thread_;
+  std::mutex stop_mu_;          // never mu_: the lease thread must not wait for it
+  std::condition_variable cv_;  // with stop_mu_: wakes the lease thread to stop
   bool stop_ = false;
+  UniqueFd stop_fd_;  // eventfd: wakes the watch thread to stop
 };
 }  // namespace lossd

@@ -103,6 +103,7 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
   }
   if (!f.ttl.empty()) LOSSD_RETURN_IF_ERROR(Set(name("ttl"), ParseDuration(f.ttl), &r.ttl));
   r.per_segment = f.per_segment;
+  r.reattach = f.reattach;
 
   Status st = Validate(r);
   if (!st.ok()) {
@@ -139,6 +140,9 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
                   "Lifetime, e.g. 30s, 5m, 2m30s, 1d (enforced in BPF; default: none)");
   app->add_flag("--per-segment", f->per_segment,
                 "Exact per-segment loss: GSO/GRO off on the interface while the rule lives");
+  app->add_flag("--reattach", f->reattach,
+                "If the interface is deleted, attach again when one of that name appears (the "
+                "rule is FAILED meanwhile)");
 }
 
 }  // namespace lossd

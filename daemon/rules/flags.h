@@ -22,6 +22,7 @@ struct RuleFlags {
   std::string iface, cgroup, hook, dir, src, dst, sport, dport, proto, family, tcp_flags, payload,
       rate, ge, every, first, seed, priority, ttl;
   bool per_segment = false;
+  bool reattach = false;
 };
 
 // `dash` is "--" for flags, "" for JSON fields: messages name the value as

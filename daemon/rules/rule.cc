@@ -499,6 +499,10 @@ Status Validate(const RuleSpec& s) {
         "XDP runs before any socket exists: a cgroup match needs hook tc or cgroup");
   if (s.per_segment && s.iface.empty())
     return InvalidArgument("per-segment loss changes an interface's offloads: name the interface");
+  if (s.reattach && (s.iface.empty() || s.hook == Hook::kCgroup))
+    return InvalidArgument(
+        "reattach follows an interface that is deleted and created again: name the interface "
+        "(and a hook other than cgroup)");
 
   int fam = s.family;
   for (const auto* c : {&s.src, &s.dst}) {

@@ -68,6 +68,9 @@ struct RuleSpec {
   uint32_t priority = 0;
   std::chrono::nanoseconds ttl{0};  // 0 = no expiry
   bool per_segment = false;         // make each skb one wire segment on the interface
+  // When the interface is deleted the rule is FAILED; with reattach it
+  // attaches again to the next interface of that name (not for hook cgroup).
+  bool reattach = false;
   // The user's own: labels to find the rule by, and force (skip host protection).
   std::map<std::string, std::string> labels;
   bool force = false;

@@ -45,7 +45,10 @@ Result<std::chrono::nanoseconds> StreamPeriod(uint64_t ns, const char* field) {
 void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_id(r.id);
   SpecToProto(r.spec, out->mutable_spec());
-  out->set_state(r.expired ? v1::RULE_STATE_EXPIRED : v1::RULE_STATE_ACTIVE);
+  out->set_state(r.expired           ? v1::RULE_STATE_EXPIRED
+                 : !r.failed.empty() ? v1::RULE_STATE_FAILED
+                                     : v1::RULE_STATE_ACTIVE);
+  if (!r.failed.empty()) out->set_reason(r.failed);
   for (const auto& h : r.hooks) out->add_attachments(h);
   out->set_created_unix_ns(r.created_unix_ns);
   out->set_expires_unix_ns(r.expires_unix_ns);

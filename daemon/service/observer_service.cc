@@ -180,6 +180,7 @@ bool Wanted(const FilterSet& allow, const FilterSet& deny, const obs_tuple& t, u
 // are the hub's (at most that many were wanted); the others are exact.
 struct GapTracker {
   uint64_t ring_seen = 0, sub_seen = 0, own_seen = 0;
+  bool filtered = false;  // the stream filters what its subscription delivers
   template <typename Emit>
   void Report(Observer* obs, Subscription* sub, uint64_t own_lost, Emit emit) {
     uint64_t ring = obs->Totals().counters[OBS_CNT_RING_LOST];
@@ -318,27 +319,50 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   Status st = CheckFilterCount(req->filter_size(), parts_->api().max_filters);
   if (st.ok()) st = ParseFilters(req->filter(), "filter", &list);
   auto filters = std::make_shared<const FilterSet>(list);
-  size_t queue = *parts_->streams().QueueLength(0, 65536, "");  // flow closes: --max-queue at most
   auto period = StreamPeriod(req->interval_ns(), "interval_ns");
   if (st.ok()) st = period.status();
   auto interval = period.ok() ? *period : std::chrono::nanoseconds(0);
+  // `queue`: the closed flows one message may carry (beyond: Gaps); the
+  // closes wait for the stream's thread in a queue of the default length.
+  auto queue_len = parts_->streams().QueueLength(req->queue(), 65536, "queue");
+  if (st.ok()) st = queue_len.status();
+  size_t queue = queue_len.ok() ? *queue_len : 1;
+  size_t intake = *parts_->streams().QueueLength(0, 65536, "");
   auto need = parts_->NeedObserver();
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return ToGrpc(need.status());
-    SubscribeOptions so;
-    so.queue = queue;
-    so.kinds = KindBit(OBS_EV_FLOW_CLOSE);
-    so.stream = "WatchFlows";
-    auto opened = obs->hub().Subscribe(std::move(so));
-    if (!opened.ok()) return ToGrpc(opened.status());
-    std::shared_ptr<Subscription> closes = *opened;
     FilterSet none({});
     auto wanted = [&](uint64_t cookie, const obs_flow& f) {
       return Wanted(*filters, none, f.tuple, f.cgroup_id, -1, FlowRules(effects, cookie, f.tuple));
     };
+    // The hub offers every close; this thread filters them as they come (not
+    // once per message), so the gap counts cover only closes it would carry.
+    SubscribeOptions so;
+    so.queue = intake;
+    so.kinds = KindBit(OBS_EV_FLOW_CLOSE);
+    so.stream = "WatchFlows";
+    so.also_holds = Subscription::QueueBytes(queue);  // `waiting`, below
+    auto opened = obs->hub().Subscribe(std::move(so));
+    if (!opened.ok()) return ToGrpc(opened.status());
+    std::shared_ptr<Subscription> closes = *opened;
+    std::deque<ObsEvent> waiting;  // wanted closes for the next message (at most `queue`)
+    uint64_t own_lost = 0;
+    auto take = [&](std::chrono::milliseconds wait) {
+      for (ObsEvent& e : closes->NextBatch(512, wait)) {
+        if (!wanted(e.data.ev.cookie, e.data.flow)) continue;
+        if (waiting.size() >= queue) {
+          own_lost++;
+          continue;
+        }
+        waiting.push_back(std::move(e));
+      }
+    };
+    GapTracker gaps;
+    gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
+    gaps.filtered = !filters->empty();  // filtered here (`take`): the flow is beside the event
     uint64_t seq = 0, since = 0;
     bool first = true;
     grpc::Status result = grpc::Status::OK;
@@ -353,20 +377,34 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
         if ((first || f.flow.updated_ns > since) && wanted(f.cookie, f.flow))
           FlowToProto(f.cookie, f.flow, m.add_flows());
       }
-      while (auto e = closes->Next(std::chrono::milliseconds(0))) {
-        if (e->data.ev.kind != OBS_EV_FLOW_CLOSE || first) continue;
-        if (!wanted(e->data.ev.cookie, e->data.flow)) continue;
+      // Every close since the subscription, the first message's too: a flow
+      // that closed before the snapshot was taken is in no snapshot.
+      take(std::chrono::milliseconds(0));
+      for (const ObsEvent& e : waiting) {
         v1::Flow* f = m.add_flows();
-        FlowToProto(e->data.ev.cookie, e->data.flow, f);
+        FlowToProto(e.data.ev.cookie, e.data.flow, f);
         f->set_closed(true);
-        f->set_duration_ns(e->data.closed_ns > e->data.flow.opened_ns
-                               ? e->data.closed_ns - e->data.flow.opened_ns
+        f->set_duration_ns(e.data.closed_ns > e.data.flow.opened_ns
+                               ? e.data.closed_ns - e.data.flow.opened_ns
                                : 0);
       }
+      waiting.clear();
+      gaps.Report(obs, closes.get(), own_lost, [&](v1::GapSource src, uint64_t n) {
+        v1::Gap* g = m.add_gaps();
+        g->set_source(src);
+        g->set_count(n);
+      });
       since = newest;
       first = false;
       if (!sink.Write(m)) break;
-      if (!sink.Sleep(interval)) break;
+      // Until the next message: take closes as they come.
+      auto next = std::chrono::steady_clock::now() + interval;
+      while (!sink.done()) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            next - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        take(std::min(left, std::chrono::milliseconds(100)));
+      }
     }
     obs->hub().Unsubscribe(closes);
     return result;

@@ -248,7 +248,8 @@ class Client(_Closing):
         Loss model, exactly one: rate='1%' (or 0.01), ge=(p, r, bad_loss,
           good_loss) or 'p,r,1-h,1-k', every=N, first=K; seed=S.
         Options: priority=P, ttl='30s' (0/None: until deleted), per_segment=True,
-          labels={'k': 'v'}, force=True.
+          labels={'k': 'v'}, force=True, reattach=True (the interface deleted: the
+          rule is FAILED, and attaches again when one of that name appears).
         """
         req = self.pb2.CreateRuleRequest(spec=self._spec_proto(_spec.rule_spec(iface, **kw)))
         return _t.Rule.from_proto(self._unary(self._injector.CreateRule, req, timeout), self.pb2)

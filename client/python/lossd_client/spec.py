@@ -243,7 +243,8 @@ def rule_spec(iface=None, *, cgroup=None, direction="ingress", hook="auto",
               src=None, dst=None, sport=None, dport=None, protocol=None, family=None,
               tcp_flags=None, payload=None,
               rate=None, ge=None, every=None, first=None, seed=None,
-              priority=0, ttl=None, per_segment=False, labels=None, force=False):
+              priority=0, ttl=None, per_segment=False, labels=None, force=False,
+              reattach=False):
     """A RuleSpec from friendly arguments (see Client.add_rule)."""
     if not iface and not cgroup:
         raise LossdInputError("target: give iface= and/or cgroup=")
@@ -293,6 +294,10 @@ def rule_spec(iface=None, *, cgroup=None, direction="ingress", hook="auto",
             spec["ttl_ns"] = ttl_ns
     if per_segment:
         spec["per_segment"] = True
+    if reattach:
+        if not iface or parse_hook(hook) == "HOOK_CGROUP":
+            raise LossdInputError("reattach: follows an interface; give iface= (hook not cgroup)")
+        spec["reattach"] = True
     lab = parse_labels(labels)
     if lab:
         spec["labels"] = lab

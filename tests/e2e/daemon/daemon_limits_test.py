@@ -15,7 +15,8 @@ DaemonLimits: one daemon in namespace A with small limits (--max-streams 4
       1.6 MiB) pass the 4 MiB budget: the third is RESOURCE_EXHAUSTED naming
       --max-stream-memory; once one ends, the budget is back.
   test_streams_are_counted_in_total_and_per_kind
-      A fourth WatchFlows is RESOURCE_EXHAUSTED naming --max-streams-per-kind; a fifth stream of
+      A fourth WatchFlows (queue 1: each holds 2000 + 1 closes, 0.8 MiB) is RESOURCE_EXHAUSTED
+      naming --max-streams-per-kind; a fifth stream of
       any kind (WatchRuleCounters) naming --max-streams; Health.streams counts them, and an
       ended stream gives its place back.
   test_filters_labels_batches_and_messages_are_bounded
@@ -111,11 +112,11 @@ class DaemonLimits(DaemonTestCase):
 
     def test_streams_are_counted_in_total_and_per_kind(self):
         pb, d = self.pb, self.d
-        flows = [StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(), timeout=60), "flows%d" % i)
+        flows = [StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(queue=1), timeout=60), "flows%d" % i)
                  for i in range(3)]
         self.readers += flows
         wait_until(lambda: d.health().streams == 3, 10, "3 streams")
-        fourth = d.obs.WatchFlows(pb.WatchFlowsRequest(), timeout=5)
+        fourth = d.obs.WatchFlows(pb.WatchFlowsRequest(queue=1), timeout=5)
         self.refused(self.first(fourth), "RESOURCE_EXHAUSTED", "--max-streams-per-kind")
         counters = StreamReader(d.inj.WatchRuleCounters(pb.WatchRuleCountersRequest(), timeout=60), "c")
         self.readers.append(counters)
@@ -128,7 +129,7 @@ class DaemonLimits(DaemonTestCase):
             self.assertIsNone(f.error)
         flows[0].cancel()
         wait_until(lambda: d.health().streams == 3, 10, "a place given back")
-        again = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(), timeout=60), "again")
+        again = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(queue=1), timeout=60), "again")
         self.readers.append(again)
         again.wait_for(lambda m: len(m) >= 1, 10, "the first message")
         self.assertIsNone(again.error)

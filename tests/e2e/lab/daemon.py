@@ -49,7 +49,7 @@ class Daemon:
     connect = True
 
     def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
-                 lossd=None, wait_parts=True):
+                 lossd=None, wait_parts=True, nsenter=False):
         self.lab = lab
         self.ns = ns
         self.sockdir = sockdir or lab.tempdir()
@@ -57,7 +57,9 @@ class Daemon:
         self.addr = "unix://" + self.sock
         self.state_dir = state_dir or lab.tempdir()
         self.t0 = time.monotonic()
-        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd)
+        # nsenter: keeps the host's /sys (the cgroup v2 mount), which ip netns exec hides.
+        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd,
+                       nsenter=nsenter)
         self.proc = self.p.proc
         self.pid = self.proc.pid
         self.channel = None
@@ -171,13 +173,15 @@ class DaemonTestCase(unittest.TestCase):
     daemon_class = Daemon
     daemon_ns = "a"
     daemon_args = ()
+    daemon_nsenter = False  # True: nsenter --net (cgroup targets need the host's /sys)
     check_alive = True
 
     @classmethod
     def setUpClass(cls):
         cls.lab = Lab()
         try:
-            cls.d = cls.daemon_class(cls.lab, getattr(cls.lab, cls.daemon_ns), cls.daemon_args)
+            cls.d = cls.daemon_class(cls.lab, getattr(cls.lab, cls.daemon_ns), cls.daemon_args,
+                                     nsenter=cls.daemon_nsenter)
         except BaseException:
             cls.lab.close()
             raise
@@ -218,7 +222,7 @@ class DaemonTestCase(unittest.TestCase):
 def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sport=None, dport=None,
               protocol="", payload="any", rate=None, every_nth=None, first_k=None, ge=None, seed=None,
               ttl_ns=0, labels=None, priority=0, force=False, family=0, tcp_flags="", cgroup="",
-              per_segment=False):
+              per_segment=False, reattach=False):
     def pr(p):
         if p is None:
             return None
@@ -244,7 +248,7 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
     if dport is not None:
         m.dport.CopyFrom(pr(dport))
     s = pb.RuleSpec(interface=interface, cgroup=cgroup, match=m, priority=priority, ttl_ns=ttl_ns,
-                    force=force, per_segment=per_segment,
+                    force=force, per_segment=per_segment, reattach=reattach,
                     hook={"auto": pb.HOOK_AUTO, "xdp": pb.HOOK_XDP, "tc": pb.HOOK_TC,
                           "cgroup": pb.HOOK_CGROUP}[hook],
                     direction={"ingress": pb.DIRECTION_INGRESS, "egress": pb.DIRECTION_EGRESS,

@@ -134,6 +134,9 @@ def connect(a):
     if getattr(a, "rate_mbit", 0):
         s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(a.rate_mbit * 1e6 / 8))
     s.settimeout(a.timeout)
+    if getattr(a, "sport", 0):  # a chosen local port (a rule can tell the flows apart by it)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("::" if family(a.dst) == socket.AF_INET6 else "0.0.0.0", a.sport))
     s.connect((a.dst, a.port))
     return s
 
@@ -325,6 +328,7 @@ def main():
     c.add_argument("--nodelay", action="store_true")
     c.add_argument("--gap-ms", type=float, default=0)
     c.add_argument("--no-latencies", action="store_true")
+    c.add_argument("--sport", type=int, default=0, help="local port of the connection")
     a = ap.parse_args()
     return {"recv": recv, "send": send, "rr-server": rr_server, "rr": rr}[a.cmd](a) or 0
 

@@ -2,7 +2,7 @@
 
 Watch-port: two concurrent lossy flows from A (to ports WATCHED and OTHER on B,
 2 % of data skbs dropped at B's ingress for both); `lossd --observe --events
---watch-port WATCHED` in A. Only the watched flow produces retransmit and
+--watch-port WATCHED` in A (the 16th filter, after 15 that match nothing). Only the watched flow produces retransmit and
 flow_close lines, the other flow's retransmissions are counted as filtered,
 and the totals (which cover every socket of the namespace) still reconcile
 exactly with the kernel. Per flow, the printed events add up to the sender's
@@ -22,6 +22,9 @@ from lab.netns import Lab, measured
 
 
 WATCHED, OTHER = 5304, 5305
+# The full table of kernel-side filters (OBS_MAX_FILTERS = 16), the watched port last: the
+# program scans every filter before the one that matches (decoys: ports no flow uses).
+DECOYS = [str(p) for p in range(6001, 6016)]
 
 
 class WatchPort(unittest.TestCase):
@@ -34,7 +37,8 @@ class WatchPort(unittest.TestCase):
                 sent = [traffic.finish(c) for c in clis]
                 got = [traffic.finish(s) for s in srvs]
                 return sent, got
-            cls.run_ = observer.observe(lab, lab.a, run_traffic, obs_args=["--watch-port", str(WATCHED)],
+            cls.run_ = observer.observe(lab, lab.a, run_traffic, obs_args=[a for p in DECOYS + [str(WATCHED)]
+                                                                for a in ("--watch-port", p)],
                                         rules=[(lab.b, ["--iface", lab.IF_B, "--proto", "tcp", "--dport",
                                                         "%d-%d" % (WATCHED, OTHER), "--payload", "only",
                                                         "--rate", "2%"])])
