@@ -18,6 +18,7 @@
 #include "common/listener_policy.h"
 #include "common/log.h"
 #include "effects/effects.h"
+#include "host/state_dir.h"
 #include "injector/attach.h"
 #include "service/channel.h"
 #include "service/services.h"
@@ -137,11 +138,18 @@ int RunDaemon(const DaemonOptions& opts) {
     LOG_ERROR("%s", valid.ToString().c_str());
     return 1;
   }
+  // One lossd per state dir, held until exit: the records the injector
+  // restores at its start are then a dead owner's, never a live one's.
+  auto state_lock = StateDirLock::Acquire(io.state_dir);
+  if (!state_lock.ok()) {
+    LOG_ERROR("%s", state_lock.status().message().c_str());
+    return 1;
+  }
 
   // The parts, owned here and destroyed after the server stops (in reverse:
   // effects, observer, injector — which detaches everything). The loader
   // thread creates them and publishes each in `parts` when it is ready.
-  Components parts(io.limits, opts.observer);
+  Components parts(io.limits, opts.observer, opts.api);
   std::unique_ptr<Injector> inj;
   std::unique_ptr<Observer> obs;
   std::unique_ptr<EffectTracker> effects;
@@ -180,6 +188,7 @@ int RunDaemon(const DaemonOptions& opts) {
       return;
     }
     obs = std::move(*o);
+    obs->hub().SetBudget(&parts.streams());  // before any client can subscribe
     effects->AttachObserver(obs.get());
     parts.ObserverReady(obs.get());
     LOG_INFO("TCP observer ready");
@@ -214,6 +223,7 @@ int RunDaemon(const DaemonOptions& opts) {
   }
 
   grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(opts.api.max_message_bytes));
   int tcp_port = 0;
   if (!opts.listen.empty()) builder.AddListeningPort(listen.ToString(), tcp_creds, &tcp_port);
   builder.RegisterService(&injector_service);

@@ -23,6 +23,7 @@ struct DaemonOptions {
   bool plaintext_loopback = false;  // plaintext TCP on a loopback address
   bool insecure_tcp = false;        // plaintext TCP on a non-loopback address
   InjectorOptions injector;         // with the limits of clients' rules
+  ApiLimits api;                    // what one client may ask (streams, filters, labels, sizes)
   bool observer = true;
   // Kernel-side observer filters (the daemon observes only these sockets).
   std::vector<ObsFilterSpec> observer_filters;

@@ -38,6 +38,7 @@ struct Flags {
   uint32_t keep_expired_max = 1024;
   bool no_observer = false;
   uint32_t max_rules = 10000;
+  uint64_t max_stream_mib = ApiLimits().streams.max_queue_bytes >> 20;
 };
 
 bool HasRule(const Flags& f) {
@@ -136,6 +137,35 @@ void AddOptions(CLI::App& app, Flags& f) {
   daemon->add_option("--keep-expired-max", f.keep_expired_max,
                      "How many expired and failed rules stay listed at most (0..16384)");
   daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
+  ApiLimits& api = d.api;
+  daemon->add_option("--max-streams", api.streams.max_streams, "Most client streams open at once")
+      ->capture_default_str();
+  daemon
+      ->add_option("--max-streams-per-kind", api.streams.max_streams_per_kind,
+                   "Most open streams of one kind (WatchRetransmits, WatchFlows, ...)")
+      ->capture_default_str();
+  daemon
+      ->add_option("--max-queue", api.streams.max_queue,
+                   "Longest queue (events, ~416 bytes each) a subscriber may ask for")
+      ->capture_default_str();
+  daemon
+      ->add_option("--max-stream-memory", f.max_stream_mib,
+                   "MiB that every stream's queues may hold together")
+      ->capture_default_str();
+  daemon->add_option("--max-filters", api.max_filters, "Most filters (allow + deny) in one request")
+      ->capture_default_str();
+  daemon->add_option("--max-labels", api.max_labels, "Most labels on one rule")
+      ->capture_default_str();
+  daemon->add_option("--max-label-bytes", api.max_label_bytes, "Longest label key or value (bytes)")
+      ->capture_default_str();
+  daemon
+      ->add_option("--max-batch", api.max_batch,
+                   "Most specs in one CreateRules (and ids in one WatchRuleCounters)")
+      ->capture_default_str();
+  daemon
+      ->add_option("--max-message-bytes", api.max_message_bytes,
+                   "Largest request the daemon receives (gRPC)")
+      ->capture_default_str();
   daemon->add_flag("--sync-start", d.sync_start,
                    "Load every BPF program before serving (the old start-up; for benchmarks). "
                    "Default: serve at once, GetHealth reports what is still loading");
@@ -235,6 +265,18 @@ int Main(int argc, char** argv) {
                            std::to_string(LOSS_MAX_RULES));
     if (!st.ok()) return Usage(st.message());
     d.injector.keep_retired_max = f.keep_expired_max;
+    const ApiLimits& api = d.api;
+    if (api.streams.max_streams == 0 || api.streams.max_streams_per_kind == 0 ||
+        api.streams.max_queue == 0 || f.max_stream_mib == 0 || api.max_filters == 0 ||
+        api.max_label_bytes == 0 || api.max_batch == 0)
+      return Usage(
+          "--max-streams, --max-streams-per-kind, --max-queue, --max-stream-memory, "
+          "--max-filters, --max-label-bytes and --max-batch must be > 0");
+    if (f.max_stream_mib > (1u << 20))
+      return Usage("--max-stream-memory must be at most 1048576 MiB");
+    if (api.max_message_bytes < 4096 || api.max_message_bytes > (1u << 30))
+      return Usage("--max-message-bytes must lie between 4096 and 1073741824");
+    d.api.streams.max_queue_bytes = f.max_stream_mib << 20;
     d.observer = !f.no_observer;
     d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
     return RunDaemon(d);

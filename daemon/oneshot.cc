@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "host/state_dir.h"
 #include "observer/format.h"
 
 namespace lossd {
@@ -176,8 +177,15 @@ int RunOneShot(const OneShotOptions& o) {
 
   // The injector only for a rule: --observe alone leaves the data plane, its
   // state dir and a running daemon's offload records alone.
+  std::unique_ptr<StateDirLock> state_lock;  // one lossd per state dir (outlives inj)
   std::unique_ptr<Injector> inj;
   if (o.rule) {
+    auto l = StateDirLock::Acquire(o.injector.state_dir);
+    if (!l.ok()) {
+      fprintf(stderr, "lossd: %s\n", l.status().message().c_str());
+      return 1;
+    }
+    state_lock = std::move(*l);
     auto r = Injector::Create(o.injector);
     if (!r.ok()) {
       fprintf(stderr, "lossd: %s\n", r.status().ToString().c_str());

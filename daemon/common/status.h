@@ -44,9 +44,19 @@ class Status {
   std::string message_;
 };
 
+// The longest prefix of s of at most n bytes that does not end inside a
+// UTF-8 sequence (a cut sequence would make the message invalid UTF-8: a
+// proto3 string no client can parse).
+inline std::string Utf8Prefix(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  size_t cut = n;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) cut--;
+  return s.substr(0, cut);
+}
+
 // A user's input as an error message may quote it: at most 64 bytes of it.
 inline std::string Shown(const std::string& input) {
-  return input.size() <= 64 ? input : input.substr(0, 61) + "...";
+  return input.size() <= 64 ? input : Utf8Prefix(input, 61) + "...";
 }
 
 inline Status InvalidArgument(std::string m) {

@@ -1,8 +1,12 @@
 #include "host/offloads.h"
 
 #include <linux/ethtool.h>
+#include <net/if.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -58,7 +62,44 @@ void WriteLines(const std::string& file, const std::vector<std::string>& lines) 
   rename(tmp.c_str(), file.c_str());
 }
 
+struct Record {
+  uint64_t netns = 0;  // 0: a record of an older lossd (name only, this namespace)
+  uint32_t ifindex = 0;
+  std::string ifname;
+  Offloads saved;
+};
+
+bool ParseRecord(const std::string& line, Record* r) {
+  std::istringstream in(line);
+  std::vector<std::string> f;
+  for (std::string w; in >> w;) f.push_back(w);
+  try {
+    if (f.size() == 5) {
+      r->netns = std::stoull(f[0]);
+      r->ifindex = static_cast<uint32_t>(std::stoul(f[1]));
+      r->ifname = f[2];
+      r->saved.gro = static_cast<uint32_t>(std::stoul(f[3]));
+      r->saved.gso_max_segs = static_cast<uint32_t>(std::stoul(f[4]));
+      return true;
+    }
+    if (f.size() == 3) {
+      r->ifname = f[0];
+      r->saved.gro = static_cast<uint32_t>(std::stoul(f[1]));
+      r->saved.gso_max_segs = static_cast<uint32_t>(std::stoul(f[2]));
+      return true;
+    }
+  } catch (const std::exception&) {
+  }
+  return false;
+}
+
 }  // namespace
+
+uint64_t CurrentNetnsIno() {
+  struct stat st;
+  if (stat("/proc/self/ns/net", &st) != 0) return 0;
+  return st.st_ino;
+}
 
 Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& ifname,
                                                             const std::string& state_file) {
@@ -69,10 +110,13 @@ Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& i
   g->state_file_ = state_file;
   g->gro_ = saved.gro;
   g->gso_max_segs_ = saved.gso_max_segs;
+  unsigned ifindex = if_nametoindex(ifname.c_str());
+  if (ifindex == 0) return Status::FromErrno(errno, "interface " + Shown(ifname));
+  g->record_ = std::to_string(CurrentNetnsIno()) + " " + std::to_string(ifindex) + " " + ifname +
+               " " + std::to_string(saved.gro) + " " + std::to_string(saved.gso_max_segs);
   // Record before changing, so a crash in between is recoverable.
   auto lines = ReadLines(state_file);
-  lines.push_back(ifname + " " + std::to_string(saved.gro) + " " +
-                  std::to_string(saved.gso_max_segs));
+  lines.push_back(g->record_);
   WriteLines(state_file, lines);
   Offloads one;
   one.gro = 0;
@@ -88,32 +132,51 @@ OffloadGuard::~OffloadGuard() {
   o.gso_max_segs = gso_max_segs_;
   Status st = SetOffloads(ifname_, o);
   if (!st.ok()) LOG_WARN("restore offloads: %s", st.message().c_str());
+  if (!st.ok()) return;  // the record stays: the next start tries again
   auto lines = ReadLines(state_file_);
-  for (auto it = lines.begin(); it != lines.end(); ++it) {
-    if (it->rfind(ifname_ + " ", 0) == 0) {
-      lines.erase(it);
-      break;
-    }
-  }
+  auto it = std::find(lines.begin(), lines.end(), record_);
+  if (it != lines.end()) lines.erase(it);
   WriteLines(state_file_, lines);
 }
 
 int RestoreOffloads(const std::string& state_file) {
   int restored = 0;
+  uint64_t here = CurrentNetnsIno();
+  std::vector<std::string> kept;
   for (const auto& line : ReadLines(state_file)) {
-    std::istringstream in(line);
-    std::string ifname;
-    Offloads o;
-    if (!(in >> ifname >> o.gro >> o.gso_max_segs)) continue;
-    Status st = SetOffloads(ifname, o);
+    Record r;
+    if (!ParseRecord(line, &r)) {
+      LOG_WARN("offload record '%s' in %s is unreadable: kept", Shown(line).c_str(),
+               state_file.c_str());
+      kept.push_back(line);
+      continue;
+    }
+    if (r.netns && r.netns != here) {  // cannot be reached from here
+      LOG_INFO("offload record of %s (ifindex %u) is of network namespace %llu, not this one: kept",
+               r.ifname.c_str(), r.ifindex, static_cast<unsigned long long>(r.netns));
+      kept.push_back(line);
+      continue;
+    }
+    std::string ifname = r.ifname;
+    if (r.ifindex) {
+      char name[IF_NAMESIZE] = {};
+      if (!if_indextoname(r.ifindex, name)) {  // gone, and its settings with it
+        LOG_INFO("offloads of %s left by a previous run: ifindex %u is gone, nothing to restore",
+                 r.ifname.c_str(), r.ifindex);
+        continue;
+      }
+      ifname = name;
+    }
+    Status st = SetOffloads(ifname, r.saved);
     if (st.ok()) {
       LOG_INFO("restored offloads of %s left by a previous run", ifname.c_str());
       restored++;
     } else {
-      LOG_WARN("restore offloads of %s: %s", ifname.c_str(), st.message().c_str());
+      LOG_WARN("restore offloads of %s: %s (record kept)", ifname.c_str(), st.message().c_str());
+      kept.push_back(line);
     }
   }
-  WriteLines(state_file, {});
+  WriteLines(state_file, kept);
   return restored;
 }
 

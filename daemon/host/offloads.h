@@ -15,7 +15,9 @@ namespace lossd {
 // hook runs, so turning TSO/GSO off would not do) and GRO off (no
 // aggregation on receive). Restores both on destruction. The previous
 // settings are written to state_file first, so that a crashed owner's
-// changes are undone at the next start (RestoreOffloads).
+// changes are undone at the next start (RestoreOffloads). A record names the
+// interface by network namespace (inode of /proc/self/ns/net) and ifindex,
+// beside its name: "<netns> <ifindex> <ifname> <gro> <gso_max_segs>".
 class OffloadGuard {
  public:
   static Result<std::unique_ptr<OffloadGuard>> Disable(const std::string& ifname,
@@ -26,11 +28,18 @@ class OffloadGuard {
 
  private:
   OffloadGuard() = default;
-  std::string ifname_, state_file_;
+  std::string ifname_, state_file_, record_;
   uint32_t gro_ = 0, gso_max_segs_ = 0;
 };
 
-// Restores every interface listed in state_file; returns how many.
+// Restores the interfaces that state_file lists in this network namespace;
+// returns how many. Call it only while holding the state dir's lock
+// (StateDirLock): the records are then a dead owner's. A record is removed
+// once restored, or when its interface (that ifindex) is gone from this
+// namespace; one whose restore failed, or of another namespace, is kept.
 int RestoreOffloads(const std::string& state_file);
+
+// Inode of this process's network namespace (0 if unreadable).
+uint64_t CurrentNetnsIno();
 
 }  // namespace lossd

@@ -4,8 +4,9 @@
 
 namespace lossd {
 
+// The publisher's side: a bit test and a copy, never the subscriber's filter.
 bool Subscription::Offer(const ObsEvent& e) {
-  if (filter_ && !filter_(e)) return false;  // not wanted: not lost either
+  if (!(kinds_ & KindBit(e.data.ev.kind))) return false;  // not wanted: not lost either
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return false;
@@ -20,50 +21,62 @@ bool Subscription::Offer(const ObsEvent& e) {
 }
 
 void Subscription::OfferAll(const std::vector<ObsEvent>& events) {
-  // The filter runs outside the lock (it may take locks of its own).
-  std::vector<const ObsEvent*> wanted;
-  wanted.reserve(events.size());
-  for (const ObsEvent& e : events)
-    if (!filter_ || filter_(e)) wanted.push_back(&e);  // not wanted: not lost either
-  if (wanted.empty()) return;
   bool added = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
-    for (const ObsEvent* e : wanted) {
+    for (const ObsEvent& e : events) {
+      if (!(kinds_ & KindBit(e.data.ev.kind))) continue;  // not wanted: not lost either
       if (queue_.size() >= capacity_) {
         lost_++;
         continue;
       }
-      queue_.push_back(*e);
+      queue_.push_back(e);
       added = true;
     }
   }
   if (added) cv_.notify_one();
 }
 
-std::vector<ObsEvent> Subscription::NextBatch(size_t max, std::chrono::milliseconds timeout) {
-  std::vector<ObsEvent> out;
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_; })) return out;
+bool Subscription::TakeLocked(size_t max, std::vector<ObsEvent>* out) {
   size_t n = std::min(max, queue_.size());
-  out.reserve(n);
   for (size_t i = 0; i < n; i++) {
-    out.push_back(queue_.front());
+    out->push_back(queue_.front());
     queue_.pop_front();
   }
-  delivered_ += n;
-  return out;
+  return n > 0;
+}
+
+void Subscription::Filter(std::vector<ObsEvent>* events) const {
+  if (!filter_) return;
+  events->erase(std::remove_if(events->begin(), events->end(),
+                               [&](const ObsEvent& e) { return !filter_(e.data.ev); }),
+                events->end());
+}
+
+std::vector<ObsEvent> Subscription::NextBatch(size_t max, std::chrono::milliseconds timeout) {
+  std::vector<ObsEvent> out;
+  auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_until(lock, end, [&] { return !queue_.empty() || closed_; })) return out;
+      if (!TakeLocked(max, &out)) return out;  // closed
+    }
+    Filter(&out);  // outside the lock: the publisher keeps publishing
+    if (!out.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      delivered_ += out.size();
+      return out;
+    }
+    if (std::chrono::steady_clock::now() >= end) return out;
+  }
 }
 
 std::optional<ObsEvent> Subscription::Next(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_; })) return std::nullopt;
-  if (queue_.empty()) return std::nullopt;
-  ObsEvent e = queue_.front();
-  queue_.pop_front();
-  delivered_++;
-  return e;
+  auto batch = NextBatch(1, timeout);
+  if (batch.empty()) return std::nullopt;
+  return batch.front();
 }
 
 uint64_t Subscription::lost() const {
@@ -84,11 +97,26 @@ void Subscription::Close() {
   cv_.notify_all();
 }
 
-std::shared_ptr<Subscription> Hub::Subscribe(size_t capacity, EventFilterFn filter) {
-  auto s = std::make_shared<Subscription>(capacity ? capacity : 1, std::move(filter));
+Result<std::shared_ptr<Subscription>> Hub::Subscribe(SubscribeOptions o) {
+  size_t capacity = o.queue ? o.queue : 1;
+  StreamBudget::Ticket ticket;
+  if (!o.stream.empty() && budget_) {
+    auto t = budget_->Open(o.stream, Subscription::QueueBytes(capacity) + o.also_holds);
+    if (!t.ok()) return t.status();
+    ticket = std::move(*t);
+  }
+  auto s = std::make_shared<Subscription>(capacity, o.kinds, std::move(o.filter));
+  s->ticket_ = std::move(ticket);
   std::lock_guard<std::mutex> lock(mu_);
   subs_.push_back(s);
   return s;
+}
+
+std::shared_ptr<Subscription> Hub::Subscribe(size_t capacity, EventFilterFn filter) {
+  SubscribeOptions o;
+  o.queue = capacity;
+  o.filter = std::move(filter);
+  return *Subscribe(std::move(o));  // not a client stream: never refused
 }
 
 void Hub::Unsubscribe(const std::shared_ptr<Subscription>& s) {

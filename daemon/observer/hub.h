@@ -1,7 +1,11 @@
 // Fan-out of observer events to subscribers. The producer (the ring buffer
-// reader) never blocks: each subscriber has a bounded queue, and an event
-// that does not fit is counted as lost for that subscriber only. Every
-// event gets a sequence number, so a subscriber can tell where it lost some.
+// reader) never blocks and never runs a subscriber's filter: it checks the
+// event's kind (one bit test) and copies the event into each bounded queue;
+// an event that does not fit is counted as lost for that subscriber only.
+// A subscriber's filter runs on the subscriber's own thread, as it takes
+// events (Next, NextBatch), so an expensive filter costs only its owner
+// (docs/architecture.md#limits). Every event gets a sequence number, so a
+// subscriber can tell where it lost some.
 #pragma once
 
 #include <chrono>
@@ -14,6 +18,8 @@
 #include <optional>
 #include <vector>
 
+#include "common/status.h"
+#include "common/stream_budget.h"
 #include "observe_abi.h"
 
 namespace lossd {
@@ -23,41 +29,74 @@ struct ObsEvent {
   struct obs_close_event data {};  // data.ev.kind says which part is valid
 };
 
-// Which events a subscriber wants; the hub offers it only those, so its
-// loss count covers exactly the events it would have received.
-using EventFilterFn = std::function<bool(const ObsEvent&)>;
+// Which events a subscriber wants (beyond their kind). It runs on the
+// subscriber's thread, never the publisher's.
+using EventFilterFn = std::function<bool(const obs_event&)>;
+
+// Bit of an event kind in SubscribeOptions::kinds.
+constexpr uint32_t KindBit(uint32_t kind) {
+  return 1u << kind;
+}
+
+struct SubscribeOptions {
+  size_t queue = 65536;  // events (at least 1)
+  uint32_t kinds = ~0u;  // KindBit()s of the kinds wanted (the publisher checks them)
+  EventFilterFn filter;  // null: every event of those kinds
+  // A client stream (gRPC, HTTP): the kind it is counted as against the
+  // hub's StreamBudget. Empty: an in-process consumer (the effect tracker,
+  // the one-shot printer), not budgeted.
+  std::string stream;
+  uint64_t also_holds = 0;  // bytes such a stream holds beside this queue (budgeted too)
+};
 
 class Subscription {
  public:
-  Subscription(size_t capacity, EventFilterFn filter)
-      : capacity_(capacity), filter_(std::move(filter)) {}
+  Subscription(size_t capacity, uint32_t kinds, EventFilterFn filter)
+      : capacity_(capacity), kinds_(kinds), filter_(std::move(filter)) {}
 
   // Waits up to `timeout` for an event; nullopt on timeout or when closed.
   std::optional<ObsEvent> Next(std::chrono::milliseconds timeout);
   // Waits up to `timeout` for events, then takes up to `max` of those waiting
   // (one lock for all); empty on timeout or when closed.
   std::vector<ObsEvent> NextBatch(size_t max, std::chrono::milliseconds timeout);
-  // Events that did not fit this subscriber's queue.
+  // Events of its kinds that did not fit this subscriber's queue. Without a
+  // filter each was one it wanted; with one, its filter never saw them
+  // (at most that many were wanted).
   uint64_t lost() const;
+  bool filtered() const { return static_cast<bool>(filter_); }
   uint64_t delivered() const;
   void Close();
+  // The queue's worst case in bytes (what a StreamBudget reserves).
+  static uint64_t QueueBytes(size_t capacity) { return capacity * sizeof(ObsEvent); }
 
  private:
   friend class Hub;
   bool Offer(const ObsEvent& e);  // false (and counted) when full
   void OfferAll(const std::vector<ObsEvent>& events);
+  // Takes up to `max` waiting events into *out (one lock); false when none waited.
+  bool TakeLocked(size_t max, std::vector<ObsEvent>* out);
+  void Filter(std::vector<ObsEvent>* events) const;  // on the caller's thread
 
   const size_t capacity_;
+  const uint32_t kinds_;
   const EventFilterFn filter_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<ObsEvent> queue_;
   uint64_t lost_ = 0, delivered_ = 0;
   bool closed_ = false;
+  StreamBudget::Ticket ticket_;  // a client stream's share of the budget
 };
 
 class Hub {
  public:
+  // Client streams (options.stream set) are counted against `budget` (may be
+  // null: no limits, e.g. a one-shot run); it must outlive the hub.
+  void SetBudget(StreamBudget* budget) { budget_ = budget; }
+  // RESOURCE_EXHAUSTED (naming the limit and its flag) when a client stream
+  // would pass the budget.
+  Result<std::shared_ptr<Subscription>> Subscribe(SubscribeOptions options);
+  // An in-process consumer (not budgeted) of every event.
   std::shared_ptr<Subscription> Subscribe(size_t capacity, EventFilterFn filter = nullptr);
   void Unsubscribe(const std::shared_ptr<Subscription>& s);
   // Assigns the next sequence number and offers the event to every subscriber.
@@ -71,6 +110,7 @@ class Hub {
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Subscription>> subs_;
   uint64_t seq_ = 0;
+  StreamBudget* budget_ = nullptr;
 };
 
 }  // namespace lossd

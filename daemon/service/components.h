@@ -15,11 +15,24 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/stream_budget.h"
 #include "effects/effects.h"
 #include "injector/injector.h"
 #include "observer/observer.h"
 
 namespace lossd {
+
+// Bounds on what one client may ask of the API (docs/architecture.md#limits).
+// A request past one is INVALID_ARGUMENT naming the limit and its flag; a
+// stream past the StreamBudget, RESOURCE_EXHAUSTED.
+struct ApiLimits {
+  StreamLimits streams;
+  uint32_t max_filters = 1024;     // --max-filters: filters (allow + deny) of one request
+  uint32_t max_labels = 32;        // --max-labels: labels of one rule (or of ListRules)
+  uint32_t max_label_bytes = 256;  // --max-label-bytes: one label's key or value
+  uint32_t max_batch = 10000;  // --max-batch: specs of one CreateRules, ids of WatchRuleCounters
+  uint32_t max_message_bytes = 4u << 20;  // --max-message-bytes: a request (gRPC receive limit)
+};
 
 enum class ComponentState { kLoading, kReady, kFailed, kDisabled };
 
@@ -31,8 +44,8 @@ struct ComponentStatus {
 
 class Components {
  public:
-  explicit Components(RuleLimits limits, bool observer_wanted)
-      : limits_(std::move(limits)), start_ns_(MonotonicNs()) {
+  explicit Components(RuleLimits limits, bool observer_wanted, ApiLimits api = {})
+      : limits_(std::move(limits)), api_(api), streams_(api.streams), start_ns_(MonotonicNs()) {
     injector_status_.message =
         "loading: creating the BPF maps, clearing what a previous lossd left";
     if (observer_wanted) {
@@ -89,6 +102,9 @@ class Components {
     return caps_;
   }
   const RuleLimits& limits() const { return limits_; }
+  const ApiLimits& api() const { return api_; }
+  // Every client stream's budget (gRPC and HTTP; the observer's hub uses it).
+  StreamBudget& streams() const { return streams_; }
 
  private:
   void Fail(ComponentStatus* s, const std::string& why) {
@@ -111,6 +127,8 @@ class Components {
   }
 
   const RuleLimits limits_;
+  const ApiLimits api_;
+  mutable StreamBudget streams_;
   const uint64_t start_ns_;
   mutable std::mutex mu_;
   ComponentStatus injector_status_, observer_status_;

@@ -24,9 +24,27 @@ grpc::ServerUnaryReactor* ReplyRule(grpc::CallbackServerContext* ctx, const Resu
   return Reply(ctx, r.status());
 }
 
+// Labels within --max-labels and --max-label-bytes (a rule's, or ListRules').
+Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels,
+                   const ApiLimits& lim, const char* field) {
+  if (labels.size() > lim.max_labels)
+    return InvalidArgument(std::string(field) + ": " + std::to_string(labels.size()) +
+                           " labels, the limit is " + std::to_string(lim.max_labels) +
+                           " (lossd --max-labels)");
+  for (const auto& kv : labels) {
+    if (kv.first.size() > lim.max_label_bytes || kv.second.size() > lim.max_label_bytes)
+      return InvalidArgument(std::string(field) + "['" + Shown(kv.first) +
+                             "']: " + std::to_string(std::max(kv.first.size(), kv.second.size())) +
+                             " bytes in a key or value, the limit is " +
+                             std::to_string(lim.max_label_bytes) + " (lossd --max-label-bytes)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status InjectorService::Create(Injector* inj, const v1::RuleSpec& in, v1::Rule* out) {
+  LOSSD_RETURN_IF_ERROR(CheckLabels(in.labels(), parts_->api(), "labels"));
   RuleSpec spec;
   LOSSD_RETURN_IF_ERROR(SpecFromProto(in, &spec));
   auto id = inj->Add(spec);
@@ -52,6 +70,11 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
                                                        v1::CreateRulesResponse* resp) {
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
+  if (uint32_t(req->specs_size()) > parts_->api().max_batch)
+    return Reply(ctx,
+                 InvalidArgument(std::to_string(req->specs_size()) +
+                                 " specs in one CreateRules, the limit is " +
+                                 std::to_string(parts_->api().max_batch) + " (lossd --max-batch)"));
   std::vector<uint32_t> created;
   for (int i = 0; i < req->specs_size(); i++) {
     v1::Rule rule;
@@ -85,7 +108,8 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
   RuleSpec spec;
-  Status st = SpecFromProto(req->spec(), &spec);
+  Status st = CheckLabels(req->spec().labels(), parts_->api(), "spec.labels");
+  if (st.ok()) st = SpecFromProto(req->spec(), &spec);
   if (st.ok()) st = (*inj)->Replace(req->id(), spec);
   LogChange(ctx, "UpdateRule", st, "rule " + std::to_string(req->id()));
   if (!st.ok()) return Reply(ctx, st);
@@ -114,6 +138,8 @@ grpc::ServerUnaryReactor* InjectorService::ListRules(grpc::CallbackServerContext
                                                      v1::ListRulesResponse* resp) {
   auto inj = parts_->NeedInjector();
   if (!inj.ok()) return Reply(ctx, inj.status());
+  Status st = CheckLabels(req->labels(), parts_->api(), "labels");
+  if (!st.ok()) return Reply(ctx, st);
   for (const RuleInfo& info : (*inj)->Rules()) {
     bool match = std::all_of(req->labels().begin(), req->labels().end(), [&](const auto& kv) {
       auto it = info.spec.labels.find(kv.first);
@@ -138,11 +164,18 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
     grpc::CallbackServerContext*, const v1::WatchRuleCountersRequest* req) {
   std::vector<uint32_t> ids(req->ids().begin(), req->ids().end());
   auto period = StreamPeriod(req->interval_ns(), "interval_ns");
+  Status st = period.status();
+  if (st.ok() && ids.size() > parts_->api().max_batch)
+    st = InvalidArgument(std::to_string(ids.size()) + " ids, the limit is " +
+                         std::to_string(parts_->api().max_batch) + " (lossd --max-batch)");
   auto inj = parts_->NeedInjector();
+  StreamBudget* budget = &parts_->streams();
   return new PumpReactor<v1::RuleCountersUpdate>(
-      [inj, ids, period](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
-        if (!period.ok()) return ToGrpc(period.status());
+      [inj, ids, period, st, budget](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
+        if (!st.ok()) return ToGrpc(st);
         if (!inj.ok()) return ToGrpc(inj.status());
+        auto ticket = budget->Open("WatchRuleCounters", 0);  // held until the stream ends
+        if (!ticket.ok()) return ToGrpc(ticket.status());
         for (uint64_t seq = 1;; seq++) {
           v1::RuleCountersUpdate u;
           u.set_seq(seq);

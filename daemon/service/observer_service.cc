@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/clock.h"
 #include "service/convert.h"
@@ -48,6 +50,14 @@ bool OwnerMatches(const Filter& f, uint64_t cgroup_id) {
   return true;
 }
 
+// At most --max-filters filters in one request (allow and deny together).
+Status CheckFilterCount(size_t n, uint32_t max) {
+  if (n > max)
+    return InvalidArgument(std::to_string(n) + " filters in one request, the limit is " +
+                           std::to_string(max) + " (lossd --max-filters)");
+  return Status::Ok();
+}
+
 Status ParseFilters(const google::protobuf::RepeatedPtrField<v1::EventFilter>& in,
                     const char* field, std::vector<Filter>* out) {
   for (int i = 0; i < in.size(); i++) {
@@ -66,6 +76,10 @@ Status ParseFilters(const google::protobuf::RepeatedPtrField<v1::EventFilter>& i
       p.port.hi = static_cast<uint16_t>(hi);
     }
     p.cgroup_id = f.cgroup_id();
+    if (f.types_size() > v1::RetransmitType_ARRAYSIZE * 4)
+      return InvalidArgument(name + ".types: " + std::to_string(f.types_size()) +
+                             " entries (there are " +
+                             std::to_string(v1::RetransmitType_ARRAYSIZE - 1) + " types)");
     for (int t : f.types()) {
       if (t <= v1::RETRANSMIT_TYPE_UNSPECIFIED || t > v1::RETRANSMIT_TYPE_UNKNOWN)
         return InvalidArgument(name + ".types: unknown type " + std::to_string(t));
@@ -130,29 +144,100 @@ bool Matches(const Filter& f, const obs_tuple& t, uint64_t cgroup_id, int type, 
   return true;
 }
 
+// One list of filters (OR across them), compiled so that its cost per event
+// does not grow with filters that name a single field (the usual shape of a
+// long list: hosts, ports, cgroups, rules or types to allow or deny): those
+// are looked up in hash sets, a port bitmap and a type mask; the others are
+// checked one by one. Same answers as Matches() over the list.
+class FilterSet {
+ public:
+  explicit FilterSet(const std::vector<Filter>& filters) {
+    for (const Filter& f : filters) {
+      bool a = f.addr.has_value(), p = !f.port.Any(), c = f.cgroup_id != 0, t = !f.types.empty(),
+           r = f.rule_id != 0;
+      // A filter by owner name (unit, container, ...) is checked one by one (rest_).
+      int fields = a + p + c + t + r + f.by_owner();
+      if (fields == 0) {
+        all_ = true;
+      } else if (fields == 1 && a && f.addr->IsHost()) {
+        hosts_.insert(HostKey(f.addr->family, f.addr->addr.data()));
+      } else if (fields == 1 && p) {
+        if (ports_.empty()) ports_.resize(65536);
+        for (uint32_t port = f.port.lo; port <= f.port.hi; port++) ports_[port] = true;
+      } else if (fields == 1 && c) {
+        cgroups_.insert(f.cgroup_id);
+      } else if (fields == 1 && r) {
+        rules_.insert(f.rule_id);
+      } else if (fields == 1 && t) {
+        for (int ty : f.types) types_ |= 1u << ty;
+      } else {
+        rest_.push_back(f);
+      }
+      size_++;
+    }
+  }
+  bool empty() const { return size_ == 0; }
+
+  bool Any(const obs_tuple& t, uint64_t cgroup_id, int type, FlowRules& rules) const {
+    if (all_) return true;
+    if (types_ && (type < 0 || (types_ >> type) & 1)) return true;  // flows: type ignored
+    if (!hosts_.empty()) {
+      int fam = t.family == AF_INET ? 4 : 6;
+      if (hosts_.count(HostKey(fam, reinterpret_cast<const uint8_t*>(t.saddr))) ||
+          hosts_.count(HostKey(fam, reinterpret_cast<const uint8_t*>(t.daddr))))
+        return true;
+    }
+    if (!ports_.empty() && (ports_[t.sport] || ports_[t.dport])) return true;
+    if (cgroup_id && cgroups_.count(cgroup_id)) return true;
+    if (!rules_.empty())
+      for (uint32_t id : rules.get())
+        if (rules_.count(id)) return true;
+    for (const Filter& f : rest_)
+      if (Matches(f, t, cgroup_id, type, rules)) return true;
+    return false;
+  }
+
+ private:
+  static std::string HostKey(int family, const uint8_t* addr) {
+    std::string k(1, static_cast<char>(family));
+    k.append(reinterpret_cast<const char*>(addr), family == 4 ? 4 : 16);
+    return k;
+  }
+  size_t size_ = 0;
+  bool all_ = false;
+  uint32_t types_ = 0;
+  std::unordered_set<std::string> hosts_;
+  std::vector<bool> ports_;
+  std::unordered_set<uint64_t> cgroups_;
+  std::unordered_set<uint32_t> rules_;
+  std::vector<Filter> rest_;
+};
+
 // OR across allow filters (none = all), then no deny filter may match.
-bool Wanted(const std::vector<Filter>& allow, const std::vector<Filter>& deny, const obs_tuple& t,
-            uint64_t cgroup_id, int type, FlowRules rules) {
-  bool ok = allow.empty();
-  for (const auto& f : allow)
-    if (Matches(f, t, cgroup_id, type, rules)) ok = true;
-  if (!ok) return false;
-  for (const auto& f : deny)
-    if (Matches(f, t, cgroup_id, type, rules)) return false;
-  return true;
+bool Wanted(const FilterSet& allow, const FilterSet& deny, const obs_tuple& t, uint64_t cgroup_id,
+            int type, FlowRules rules) {
+  if (!allow.empty() && !allow.Any(t, cgroup_id, type, rules)) return false;
+  return !deny.Any(t, cgroup_id, type, rules);
 }
 
-// Reports the losses a stream saw since the last report, per source.
+// Reports the losses a stream saw since the last report, per source. A
+// subscription with a filter loses events before its filter saw them: those
+// are the hub's (at most that many were wanted); the others are exact.
 struct GapTracker {
-  uint64_t ring_seen = 0, sub_seen = 0;
+  uint64_t ring_seen = 0, sub_seen = 0, own_seen = 0;
+  bool filtered = false;  // the stream filters what its subscription delivers
   template <typename Emit>
-  void Report(Observer* obs, Subscription* sub, Emit emit) {
+  void Report(Observer* obs, Subscription* sub, uint64_t own_lost, Emit emit) {
     uint64_t ring = obs->Totals().counters[OBS_CNT_RING_LOST];
     if (ring > ring_seen) emit(v1::GAP_SOURCE_KERNEL_RING, ring - ring_seen);
     ring_seen = ring;
     uint64_t lost = sub->lost();
-    if (lost > sub_seen) emit(v1::GAP_SOURCE_SUBSCRIBER, lost - sub_seen);
+    if (lost > sub_seen)
+      emit(sub->filtered() ? v1::GAP_SOURCE_DAEMON_HUB : v1::GAP_SOURCE_SUBSCRIBER,
+           lost - sub_seen);
     sub_seen = lost;
+    if (own_lost > own_seen) emit(v1::GAP_SOURCE_SUBSCRIBER, own_lost - own_seen);
+    own_seen = own_lost;
   }
 };
 
@@ -161,10 +246,16 @@ struct GapTracker {
 grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetransmits(
     grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest* req) {
   using Reactor = PumpReactor<v1::RetransmitStreamBatch>;
-  std::vector<Filter> allow, deny;
-  Status st = ParseFilters(req->allow(), "allow", &allow);
-  if (st.ok()) st = ParseFilters(req->deny(), "deny", &deny);
-  size_t queue = req->queue() ? req->queue() : 65536;
+  std::vector<Filter> allow_list, deny_list;
+  Status st =
+      CheckFilterCount(size_t(req->allow_size()) + req->deny_size(), parts_->api().max_filters);
+  if (st.ok()) st = ParseFilters(req->allow(), "allow", &allow_list);
+  if (st.ok()) st = ParseFilters(req->deny(), "deny", &deny_list);
+  auto queue_len = parts_->streams().QueueLength(req->queue(), 65536, "queue");
+  if (st.ok()) st = queue_len.status();
+  size_t queue = queue_len.ok() ? *queue_len : 1;
+  auto allow = std::make_shared<const FilterSet>(allow_list);
+  auto deny = std::make_shared<const FilterSet>(deny_list);
   auto need = parts_->NeedObserver();
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
@@ -172,37 +263,59 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return ToGrpc(need.status());
-    // Filtered at the hub: this subscriber's gap counts cover only events
-    // it would have received.
-    auto sub = obs->hub().Subscribe(queue, [=](const ObsEvent& e) {
-      const obs_event& ev = e.data.ev;
-      if (ev.kind != OBS_EV_RETRANSMIT) return false;
-      return Wanted(allow, deny, ev.tuple, ev.cgroup_id, static_cast<int>(ev.type),
-                    FlowRules(effects, ev.cookie, ev.tuple));
-    });
+    // The hub offers every retransmission; the filters run here, on this
+    // stream's thread (an expensive filter set costs this stream only), and
+    // this thread keeps taking events while a write is in flight, so what
+    // this stream loses it loses after its filter: exactly counted.
+    SubscribeOptions so;
+    so.queue = queue;
+    so.kinds = KindBit(OBS_EV_RETRANSMIT);
+    if (!allow->empty() || !deny->empty())
+      so.filter = [=](const obs_event& ev) {
+        return Wanted(*allow, *deny, ev.tuple, ev.cgroup_id, static_cast<int>(ev.type),
+                      FlowRules(effects, ev.cookie, ev.tuple));
+      };
+    so.stream = "WatchRetransmits";
+    so.also_holds = Subscription::QueueBytes(queue);  // `waiting`, below
+    auto opened = obs->hub().Subscribe(std::move(so));
+    if (!opened.ok()) return ToGrpc(opened.status());
+    std::shared_ptr<Subscription> sub = *opened;
     (*subs)++;
     GapTracker gaps;
     gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
-    uint64_t seq = 0;
+    uint64_t seq = 0, own_lost = 0;
+    std::deque<ObsEvent> waiting;  // wanted, not yet written (the client is slow)
     auto next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     grpc::Status result = grpc::Status::OK;
     // One write carries what waits (up to kMaxBatch items): while the
-    // previous write is in flight, events gather in this subscriber's queue.
+    // previous write is in flight, events gather here.
     constexpr size_t kMaxBatch = 512;
     while (!sink.done()) {
+      bool busy = sink.Busy();
+      auto wait =
+          busy || !waiting.empty() ? std::chrono::milliseconds(2) : std::chrono::milliseconds(100);
+      for (ObsEvent& e : sub->NextBatch(kMaxBatch, wait)) {
+        if (waiting.size() >= queue) {
+          own_lost++;
+          continue;
+        }
+        waiting.push_back(std::move(e));
+      }
+      if (sink.Busy()) continue;
       v1::RetransmitStreamBatch batch;
-      for (const ObsEvent& e : sub->NextBatch(kMaxBatch, std::chrono::milliseconds(100))) {
-        const obs_event& ev = e.data.ev;
+      while (!waiting.empty() && size_t(batch.items_size()) < kMaxBatch) {
+        const obs_event& ev = waiting.front().data.ev;
         v1::RetransmitStreamMessage* m = batch.add_items();
         m->set_seq(++seq);
         EventToProto(ev, m->mutable_event());
         if (effects)
           for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple))
             m->mutable_event()->add_rule_ids(id);
+        waiting.pop_front();
       }
       if (std::chrono::steady_clock::now() >= next_report) {
-        next_report += std::chrono::seconds(1);
-        gaps.Report(obs, sub.get(), [&](v1::GapSource src, uint64_t n) {
+        next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        gaps.Report(obs, sub.get(), own_lost, [&](v1::GapSource src, uint64_t n) {
           v1::RetransmitStreamMessage* m = batch.add_items();
           m->set_seq(++seq);
           m->mutable_gap()->set_source(src);
@@ -227,15 +340,17 @@ grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext
     return r;
   }
   Observer* obs = *need;
-  std::vector<Filter> filters;
-  Status st = ParseFilters(req->filter(), "filter", &filters);
+  std::vector<Filter> list;
+  Status st = CheckFilterCount(req->filter_size(), parts_->api().max_filters);
+  if (st.ok()) st = ParseFilters(req->filter(), "filter", &list);
   if (!st.ok()) {
     r->Finish(ToGrpc(st));
     return r;
   }
+  FilterSet filters(list), none({});
   for (const auto& f : obs->Flows()) {
     FlowRules rules(parts_->effects(), f.cookie, f.flow.tuple);
-    if (Wanted(filters, {}, f.flow.tuple, f.flow.cgroup_id, -1, rules))
+    if (Wanted(filters, none, f.flow.tuple, f.flow.cgroup_id, -1, rules))
       FlowToProto(f.cookie, f.flow, resp->add_flows());
   }
   r->Finish(grpc::Status::OK);
@@ -245,31 +360,54 @@ grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext
 grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
     grpc::CallbackServerContext*, const v1::WatchFlowsRequest* req) {
   using Reactor = PumpReactor<v1::FlowStreamMessage>;
-  std::vector<Filter> filters;
-  Status st = ParseFilters(req->filter(), "filter", &filters);
+  std::vector<Filter> list;
+  Status st = CheckFilterCount(req->filter_size(), parts_->api().max_filters);
+  if (st.ok()) st = ParseFilters(req->filter(), "filter", &list);
+  auto filters = std::make_shared<const FilterSet>(list);
   auto period = StreamPeriod(req->interval_ns(), "interval_ns");
   if (st.ok()) st = period.status();
   auto interval = period.ok() ? *period : std::chrono::nanoseconds(0);
-  constexpr uint32_t kMaxQueue = 65536;
-  if (st.ok() && req->queue() > kMaxQueue)
-    st = InvalidArgument("queue: at most " + std::to_string(kMaxQueue) + " closed flows (got " +
-                         std::to_string(req->queue()) + ")");
-  size_t queue = req->queue() ? req->queue() : kMaxQueue;
+  // `queue`: the closed flows one message may carry (beyond: Gaps); the
+  // closes wait for the stream's thread in a queue of the default length.
+  auto queue_len = parts_->streams().QueueLength(req->queue(), 65536, "queue");
+  if (st.ok()) st = queue_len.status();
+  size_t queue = queue_len.ok() ? *queue_len : 1;
+  size_t intake = *parts_->streams().QueueLength(0, 65536, "");
   auto need = parts_->NeedObserver();
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return ToGrpc(need.status());
-    auto wanted = [=](uint64_t cookie, const obs_flow& f) {
-      return Wanted(filters, {}, f.tuple, f.cgroup_id, -1, FlowRules(effects, cookie, f.tuple));
+    FilterSet none({});
+    auto wanted = [&](uint64_t cookie, const obs_flow& f) {
+      return Wanted(*filters, none, f.tuple, f.cgroup_id, -1, FlowRules(effects, cookie, f.tuple));
     };
-    // Filtered at the hub: the gap counts cover only closes it would carry.
-    auto closes = obs->hub().Subscribe(queue, [=](const ObsEvent& e) {
-      return e.data.ev.kind == OBS_EV_FLOW_CLOSE && wanted(e.data.ev.cookie, e.data.flow);
-    });
+    // The hub offers every close; this thread filters them as they come (not
+    // once per message), so the gap counts cover only closes it would carry.
+    SubscribeOptions so;
+    so.queue = intake;
+    so.kinds = KindBit(OBS_EV_FLOW_CLOSE);
+    so.stream = "WatchFlows";
+    so.also_holds = Subscription::QueueBytes(queue);  // `waiting`, below
+    auto opened = obs->hub().Subscribe(std::move(so));
+    if (!opened.ok()) return ToGrpc(opened.status());
+    std::shared_ptr<Subscription> closes = *opened;
+    std::deque<ObsEvent> waiting;  // wanted closes for the next message (at most `queue`)
+    uint64_t own_lost = 0;
+    auto take = [&](std::chrono::milliseconds wait) {
+      for (ObsEvent& e : closes->NextBatch(512, wait)) {
+        if (!wanted(e.data.ev.cookie, e.data.flow)) continue;
+        if (waiting.size() >= queue) {
+          own_lost++;
+          continue;
+        }
+        waiting.push_back(std::move(e));
+      }
+    };
     GapTracker gaps;
     gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
+    gaps.filtered = !filters->empty();  // filtered here (`take`): the flow is beside the event
     uint64_t seq = 0, since = 0;
     bool first = true;
     grpc::Status result = grpc::Status::OK;
@@ -286,15 +424,17 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
       }
       // Every close since the subscription, the first message's too: a flow
       // that closed before the snapshot was taken is in no snapshot.
-      while (auto e = closes->Next(std::chrono::milliseconds(0))) {
+      take(std::chrono::milliseconds(0));
+      for (const ObsEvent& e : waiting) {
         v1::Flow* f = m.add_flows();
-        FlowToProto(e->data.ev.cookie, e->data.flow, f);
+        FlowToProto(e.data.ev.cookie, e.data.flow, f);
         f->set_closed(true);
-        f->set_duration_ns(e->data.closed_ns > e->data.flow.opened_ns
-                               ? e->data.closed_ns - e->data.flow.opened_ns
+        f->set_duration_ns(e.data.closed_ns > e.data.flow.opened_ns
+                               ? e.data.closed_ns - e.data.flow.opened_ns
                                : 0);
       }
-      gaps.Report(obs, closes.get(), [&](v1::GapSource src, uint64_t n) {
+      waiting.clear();
+      gaps.Report(obs, closes.get(), own_lost, [&](v1::GapSource src, uint64_t n) {
         v1::Gap* g = m.add_gaps();
         g->set_source(src);
         g->set_count(n);
@@ -302,7 +442,14 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
       since = newest;
       first = false;
       if (!sink.Write(m)) break;
-      if (!sink.Sleep(interval)) break;
+      // Until the next message: take closes as they come.
+      auto next = std::chrono::steady_clock::now() + interval;
+      while (!sink.done()) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            next - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        take(std::min(left, std::chrono::milliseconds(100)));
+      }
     }
     obs->hub().Unsubscribe(closes);
     return result;
@@ -313,6 +460,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
     grpc::CallbackServerContext*, const v1::WatchAggregatesRequest* req) {
   using Reactor = PumpReactor<v1::Aggregate>;
   auto period = StreamPeriod(req->window_ns(), "window_ns");
+  size_t queue = *parts_->streams().QueueLength(0, 65536, "");  // --max-queue at most
   uint64_t window = period.ok() ? uint64_t(period->count()) : 0;
   auto need = parts_->NeedObserver();
   Observer* obs = need.ok() ? *need : nullptr;
@@ -321,10 +469,13 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!period.ok()) return ToGrpc(period.status());
     if (!obs) return ToGrpc(need.status());
-    auto sub = obs->hub().Subscribe(1 << 18, [](const ObsEvent& e) {
-      return e.data.ev.kind == OBS_EV_RETRANSMIT &&
-             (e.data.ev.outcome == OBS_SENT || e.data.ev.outcome == OBS_FAILED);
-    });
+    SubscribeOptions so;
+    so.queue = queue;
+    so.kinds = KindBit(OBS_EV_RETRANSMIT);
+    so.stream = "WatchAggregates";
+    auto opened = obs->hub().Subscribe(std::move(so));
+    if (!opened.ok()) return ToGrpc(opened.status());
+    std::shared_ptr<Subscription> sub = *opened;
     (*subs)++;
     GapTracker gaps;
     gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
@@ -349,7 +500,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
           for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple))
             (*a.mutable_retransmits_by_rule())[id] += ev.segs;
       }
-      gaps.Report(obs, sub.get(), [&](v1::GapSource src, uint64_t n) {
+      gaps.Report(obs, sub.get(), 0, [&](v1::GapSource src, uint64_t n) {
         v1::Gap* g = a.add_gaps();
         g->set_source(src);
         g->set_count(n);

@@ -43,6 +43,11 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
       }
       return !r_->cancelled_ && !g_streams_stopping;
     }
+    // A write is in flight (Write would wait for it).
+    bool Busy() const {
+      std::lock_guard<std::mutex> lock(r_->mu_);
+      return r_->writing_;
+    }
     // The client went away, or the server is shutting down.
     bool done() const {
       std::lock_guard<std::mutex> lock(r_->mu_);

@@ -47,6 +47,17 @@ grpc::ServerUnaryReactor* SystemService::GetCapabilities(grpc::CallbackServerCon
   AddComponents(*parts_, resp->mutable_components());
   resp->set_max_rules(parts_->limits().max_rules);
   resp->set_max_ttl_ns(parts_->limits().max_ttl_ns);
+  const ApiLimits& api = parts_->api();
+  v1::Limits* l = resp->mutable_limits();
+  l->set_max_streams(api.streams.max_streams);
+  l->set_max_streams_per_kind(api.streams.max_streams_per_kind);
+  l->set_max_queue(api.streams.max_queue);
+  l->set_max_stream_memory_bytes(api.streams.max_queue_bytes);
+  l->set_max_filters(api.max_filters);
+  l->set_max_labels(api.max_labels);
+  l->set_max_label_bytes(api.max_label_bytes);
+  l->set_max_batch(api.max_batch);
+  l->set_max_message_bytes(api.max_message_bytes);
   if (parts_->injector()) {  // its probe ran before it was published
     Capabilities caps = parts_->caps();
     resp->set_kernel(caps.kernel);
@@ -81,6 +92,7 @@ grpc::ServerUnaryReactor* SystemService::GetHealth(grpc::CallbackServerContext* 
   if (Observer* obs = parts_->observer())
     resp->set_events_lost_kernel(obs->Totals().counters[OBS_CNT_RING_LOST]);
   resp->set_subscribers(static_cast<uint32_t>(observer_->subscribers()));
+  resp->set_streams(parts_->streams().open());
   return Reply(ctx, Status::Ok());
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <set>
 #include <thread>
 
 namespace lossd {
@@ -69,19 +71,23 @@ TEST(Hub, ProducerNeverBlocksOnAStalledConsumer) {
 
 TEST(Hub, BatchesKeepOrderFiltersAndLossAccounting) {
   Hub hub;
-  auto odd = hub.Subscribe(3, [](const ObsEvent& e) { return e.data.ev.segs % 2 == 1; });
+  auto odd = hub.Subscribe(6, [](const obs_event& e) { return e.segs % 2 == 1; });
   auto all = hub.Subscribe(100);
   std::vector<ObsEvent> batch;
   for (uint32_t i = 0; i < 10; i++) batch.push_back(Ev(i));
   hub.PublishAll(&batch);
   EXPECT_EQ(hub.published(), 10u);
-  // 5 odd events wanted, 3 fit, 2 lost; the even ones are neither.
-  EXPECT_EQ(odd->lost(), 2u);
+  // The queue takes 6 events before any filter runs; 4 did not fit (lost
+  // before the filter: a filtered subscription says so).
+  EXPECT_EQ(odd->lost(), 4u);
+  EXPECT_TRUE(odd->filtered());
+  EXPECT_FALSE(all->filtered());
   auto got = odd->NextBatch(100, std::chrono::milliseconds(10));
-  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(got.size(), 3u);  // the odd ones of the 6 queued
   EXPECT_EQ(got[0].seq, 2u);
   EXPECT_EQ(got[1].seq, 4u);
   EXPECT_EQ(got[2].seq, 6u);
+  EXPECT_EQ(odd->delivered(), 3u);
   // NextBatch takes at most max, in order, and the rest stays queued.
   auto first = all->NextBatch(4, std::chrono::milliseconds(10));
   auto rest = all->NextBatch(100, std::chrono::milliseconds(10));
@@ -94,6 +100,96 @@ TEST(Hub, BatchesKeepOrderFiltersAndLossAccounting) {
   // Single and batched publishing share one sequence.
   hub.Publish(Ev(1));
   EXPECT_EQ(all->Next(std::chrono::milliseconds(10))->seq, 11u);
+}
+
+// Issue 10 item 7: a subscriber's filter ran on the publisher (the ring
+// reader) thread, so one expensive filter slowed every subscriber. It runs on
+// the thread that takes the events; the publisher checks only the kind.
+TEST(Hub, FiltersRunOnTheSubscribersThreadKindsAtThePublisher) {
+  Hub hub;
+  std::mutex mu;
+  std::set<std::thread::id> filter_threads;
+  SubscribeOptions o;
+  o.queue = 100;
+  o.kinds = KindBit(OBS_EV_RETRANSMIT);
+  o.filter = [&](const obs_event& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    filter_threads.insert(std::this_thread::get_id());
+    return e.segs != 3;
+  };
+  auto s = *hub.Subscribe(std::move(o));
+  std::thread publisher([&] {
+    std::vector<ObsEvent> batch;
+    for (uint32_t i = 0; i < 6; i++) batch.push_back(Ev(i));
+    ObsEvent close = Ev(9);
+    close.data.ev.kind = OBS_EV_FLOW_CLOSE;
+    batch.push_back(close);  // another kind: neither queued nor lost
+    hub.PublishAll(&batch);
+    hub.Publish(close);
+  });
+  publisher.join();
+  EXPECT_TRUE(filter_threads.empty()) << "the publisher ran the filter";
+  EXPECT_EQ(s->lost(), 0u);
+  auto got = s->NextBatch(100, std::chrono::milliseconds(10));
+  ASSERT_EQ(got.size(), 5u);  // 0 1 2 4 5
+  EXPECT_EQ(got[3].data.ev.segs, 4u);
+  ASSERT_EQ(filter_threads.size(), 1u);
+  EXPECT_EQ(*filter_threads.begin(), std::this_thread::get_id());
+  EXPECT_TRUE(s->NextBatch(100, std::chrono::milliseconds(1)).empty());  // the closes never came
+}
+
+// Issue 10 item 6: the budget every client stream opens against.
+TEST(StreamBudget, CountsPerKindMemoryAndQueueLength) {
+  StreamLimits l;
+  l.max_streams = 3;
+  l.max_streams_per_kind = 2;
+  l.max_queue = 1000;
+  l.max_queue_bytes = 10 * Subscription::QueueBytes(1000);
+  StreamBudget b(l);
+  EXPECT_EQ(*b.QueueLength(0, 65536, "queue"), 1000u);  // the default, clamped
+  EXPECT_EQ(*b.QueueLength(10, 65536, "queue"), 10u);
+  auto big = b.QueueLength(1001, 65536, "queue");
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("--max-queue"), std::string::npos);
+  {
+    auto a1 = b.Open("WatchRetransmits", 100);
+    auto a2 = b.Open("WatchRetransmits", 100);
+    ASSERT_TRUE(a1.ok() && a2.ok());
+    auto a3 = b.Open("WatchRetransmits", 100);
+    ASSERT_FALSE(a3.ok());
+    EXPECT_EQ(a3.status().code(), Code::kResourceExhausted);
+    EXPECT_NE(a3.status().message().find("--max-streams-per-kind"), std::string::npos);
+    auto f1 = b.Open("WatchFlows", 100);
+    ASSERT_TRUE(f1.ok());
+    auto f2 = b.Open("WatchFlows", 100);
+    ASSERT_FALSE(f2.ok());
+    EXPECT_NE(f2.status().message().find("--max-streams)"), std::string::npos);
+    EXPECT_EQ(b.open(), 3u);
+    EXPECT_EQ(b.open("WatchRetransmits"), 2u);
+    EXPECT_EQ(b.queue_bytes(), 300u);
+  }
+  EXPECT_EQ(b.open(), 0u);  // the tickets gave their share back
+  EXPECT_EQ(b.queue_bytes(), 0u);
+  auto huge = b.Open("WatchAggregates", l.max_queue_bytes + 1);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("--max-stream-memory"), std::string::npos);
+  EXPECT_EQ(b.open(), 0u);
+  // Through the hub: a client stream takes a ticket, an in-process one does not.
+  Hub hub;
+  hub.SetBudget(&b);
+  SubscribeOptions o;
+  o.queue = 1000;
+  o.stream = "WatchRetransmits";
+  auto s1 = hub.Subscribe(o);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(b.queue_bytes(), Subscription::QueueBytes(1000));
+  auto internal = hub.Subscribe(1 << 20);
+  EXPECT_EQ(b.open(), 1u);
+  hub.Unsubscribe(*s1);
+  s1 = Status::Ok();
+  EXPECT_EQ(b.open(), 0u);
 }
 
 TEST(Hub, UnsubscribeAndCloseWakeReaders) {

@@ -1,0 +1,30 @@
+// The state dir (--state-dir) has one owner at a time: a process that may
+// change the host (the daemon, a one-shot rule) holds an flock on
+// <state-dir>/lock, with its pid written in it, for as long as it runs. A
+// second one is refused, naming the holder. So whatever records a new owner
+// finds in the dir were left by one that is gone (docs/architecture.md#crash-safety).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace lossd {
+
+class StateDirLock {
+ public:
+  // Creates the dir (0700) if needed and takes its lock; FAILED_PRECONDITION
+  // "... held by lossd pid N ..." when another process holds it. An empty
+  // dir (--state-dir ''): nothing to lock, an empty lock.
+  static Result<std::unique_ptr<StateDirLock>> Acquire(const std::string& dir);
+  StateDirLock(const StateDirLock&) = delete;
+  StateDirLock& operator=(const StateDirLock&) = delete;
+
+ private:
+  StateDirLock() = default;
+  UniqueFd fd_;  // the flock lives as long as this descriptor
+};
+
+}  // namespace lossd

@@ -1,0 +1,138 @@
+"""e2e: the state dir (--state-dir) has one owner, and its offload records name an interface
+by network namespace and ifindex (issue 10 item 11). Each test failed before the fix.
+
+  test_one_lossd_per_state_dir
+      While a one-shot rule holds state dir S, a second one-shot rule and a daemon with S are
+      refused (exit 1, stderr naming the holder's pid); `--observe` (which keeps no state)
+      still runs with S; once the holder has gone, S is free again. Before: both started,
+      and each start "restored" the live holder's offloads (clearing its record).
+  test_records_of_another_namespace_are_kept
+      A --per-segment rule in namespace A is SIGKILLed (gso_max_segs stays 1, the record
+      stays). A lossd in namespace B with the same S leaves the record alone (it names A's
+      namespace); the next lossd in A restores the interface and then drops the record.
+      Before: B tried to restore A's interface by name, failed, and deleted the record
+      anyway, so A's interface stayed at gso_max_segs 1 for good.
+  test_records_follow_the_ifindex
+      The SIGKILLed owner's interface is renamed before the next start: that start restores
+      it under its new name (the record's ifindex). Before: restored by the old name, which
+      no longer existed, and the record was deleted.
+"""
+import json
+import os
+import subprocess
+import unittest
+
+from lab import config
+from lab.config import main
+from lab.netns import Lab, measured
+
+
+RULE = ["--dir", "egress", "--proto", "tcp", "--dport", "5201", "--payload", "only", "--rate", "1%",
+        "--per-segment"]
+
+
+def gso_max_segs(lab, ns, ifname):
+    return json.loads(lab.run(ns, "ip", "-d", "-j", "link", "show", "dev", ifname).stdout)[0].get("gso_max_segs")
+
+
+def records(state_dir):
+    try:
+        with open(os.path.join(state_dir, "offloads")) as f:
+            return [l.strip() for l in f if l.strip()]
+    except FileNotFoundError:
+        return []
+
+
+class StateDir(unittest.TestCase):
+    def test_one_lossd_per_state_dir(self):
+        with Lab() as lab:
+            holder = lab.lossd(lab.a, ["--iface", lab.IF_A] + RULE)
+            sd = holder.state_dir
+            rec = records(sd)
+            self.assertEqual(len(rec), 1, rec)
+            second = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
+                             "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
+                             check=False, timeout=60)
+            sock = os.path.join(lab.tempdir(), "lossd.sock")
+            try:
+                daemon = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--socket", sock,
+                                 "--no-observer", check=False, timeout=20)
+            except subprocess.TimeoutExpired:  # killed by run()
+                self.fail("a daemon started with a state dir another lossd holds (second one-shot: "
+                          "exit %d)" % second.returncode)
+            observe = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--observe",
+                              "--duration", "1s", check=False, timeout=120)
+            measured("state_dir_lock", holder_pid=holder.pid, second_rc=second.returncode,
+                     second_stderr=second.stderr.strip()[-300:], daemon_rc=daemon.returncode,
+                     daemon_stderr=daemon.stderr.strip()[-300:], observe_rc=observe.returncode)
+            want = "held by lossd pid %d" % holder.pid
+            self.assertEqual(second.returncode, 1, second.stderr)
+            self.assertIn(want, second.stderr)
+            self.assertEqual(daemon.returncode, 1, daemon.stderr)
+            self.assertIn(want, daemon.stderr)
+            self.assertEqual(observe.returncode, 0, observe.stderr)
+            # The holder's state is untouched by all three.
+            self.assertEqual(records(sd), rec)
+            self.assertEqual(gso_max_segs(lab, lab.a, lab.IF_A), 1)
+            holder.stop()
+            self.assertEqual(records(sd), [])
+            again = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
+                            "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
+                            check=False, timeout=60)
+            self.assertEqual(again.returncode, 0, again.stderr)
+
+    def test_records_of_another_namespace_are_kept(self):
+        with Lab() as lab:
+            segs_before = gso_max_segs(lab, lab.a, lab.IF_A)
+            d = lab.lossd(lab.a, ["--iface", lab.IF_A] + RULE)
+            sd = d.state_dir
+            d.kill9()
+            rec = records(sd)
+            self.assertEqual(len(rec), 1, rec)
+            self.assertEqual(gso_max_segs(lab, lab.a, lab.IF_A), 1, "SIGKILL cannot restore")
+            # Another namespace, same state dir (its own rule on B's interface).
+            b = lab.run(lab.b, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_B,
+                        "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
+                        check=False, timeout=60)
+            after_b = records(sd)
+            a = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
+                        "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
+                        check=False, timeout=60)
+            measured("state_dir_other_netns", record=rec, after_b=after_b, after_a=records(sd),
+                     segs_before=segs_before, segs_after=gso_max_segs(lab, lab.a, lab.IF_A),
+                     b_stderr=b.stderr.strip()[-300:])
+            self.assertEqual(b.returncode, 0, b.stderr)
+            self.assertEqual(after_b, rec, "B's start dropped A's record:\n" + b.stderr)
+            self.assertEqual(a.returncode, 0, a.stderr)
+            self.assertEqual(gso_max_segs(lab, lab.a, lab.IF_A), segs_before, a.stderr)
+            self.assertEqual(records(sd), [], "restored, yet kept")
+
+    def test_records_follow_the_ifindex(self):
+        with Lab() as lab:
+            segs_before = gso_max_segs(lab, lab.a, lab.IF_A)
+            d = lab.lossd(lab.a, ["--iface", lab.IF_A] + RULE)
+            sd = d.state_dir
+            d.kill9()
+            new = "e2eren"
+            lab.run(lab.a, "ip", "link", "set", "dev", lab.IF_A, "down")
+            lab.run(lab.a, "ip", "link", "set", "dev", lab.IF_A, "name", new)
+            try:
+                lab.run(lab.a, "ip", "link", "set", "dev", new, "up")
+                self.assertEqual(gso_max_segs(lab, lab.a, new), 1)
+                r = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", new,
+                            "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
+                            check=False, timeout=60)
+                segs = gso_max_segs(lab, lab.a, new)
+                measured("state_dir_renamed", segs_before=segs_before, segs_after=segs,
+                         left=records(sd), stderr=r.stderr.strip()[-300:])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(segs, segs_before, r.stderr)
+                self.assertEqual(records(sd), [])
+            finally:
+                lab.run(lab.a, "ip", "link", "set", "dev", new, "down", check=False)
+                lab.run(lab.a, "ip", "link", "set", "dev", new, "name", lab.IF_A, check=False)
+                lab.run(lab.a, "ip", "link", "set", "dev", lab.IF_A, "up", check=False)
+
+
+if __name__ == "__main__":
+    main()
