@@ -87,6 +87,20 @@ int RunDaemon(const DaemonOptions& opts) {
       return 2;
     }
   }
+  HttpOptions http_opts = opts.http_options;
+  if (!opts.http.empty()) {
+    auto parsed = ParseListenAddress(opts.http, /*allow_any_port=*/true);
+    if (!parsed.ok()) {
+      LOG_ERROR("--http: %s", parsed.status().message().c_str());
+      return 2;
+    }
+    http_opts.addr = *parsed;
+    Status st = CheckHttpTransport(http_opts);
+    if (!st.ok()) {
+      LOG_ERROR("%s", st.message().c_str());
+      return 2;
+    }
+  }
   if (opts.socket.empty() && opts.listen.empty()) {
     LOG_ERROR("nothing to listen on: give --socket and/or --listen");
     return 2;
@@ -168,6 +182,18 @@ int RunDaemon(const DaemonOptions& opts) {
     if (injector_failed) return 1;
   }
 
+  // The HTTP listener reads the parts: created after them, stopped (and
+  // destroyed) before them. It serves at once, while they load.
+  std::unique_ptr<HttpServer> http;
+  if (!opts.http.empty()) {
+    auto h = HttpServer::Create(http_opts);
+    if (!h.ok()) {
+      LOG_ERROR("%s", h.status().ToString().c_str());
+      return h.status().code() == Code::kInvalidArgument ? 2 : 1;
+    }
+    http = std::move(*h);
+  }
+
   InjectorService injector_service(&parts);
   ObserverService observer_service(&parts);
   SystemService system_service(&parts, &observer_service);
@@ -187,13 +213,19 @@ int RunDaemon(const DaemonOptions& opts) {
     return 1;
   }
   if (!opts.socket.empty()) chmod(opts.socket.c_str(), 0660);
+  if (http) {
+    http->Start();
+    LOG_INFO("serving HTTP (%s) on %s:%u", http->tls() ? "TLS" : "plaintext",
+             http_opts.addr.host.c_str(), http->port());
+  }
   LOG_INFO("serving lossd.v1 on %s%s%s", opts.socket.empty() ? "" : ("unix:" + opts.socket).c_str(),
            opts.listen.empty() ? "" : " and ", opts.listen.c_str());
-  std::printf(
-      "%s\n",
-      JsonLine(
-          {{"event", "ready"}, {"pid", getpid()}, {"socket", opts.socket}, {"tcp_port", tcp_port}})
-          .c_str());
+  std::printf("%s\n", JsonLine({{"event", "ready"},
+                                {"pid", getpid()},
+                                {"socket", opts.socket},
+                                {"tcp_port", tcp_port},
+                                {"http_port", http ? http->port() : 0}})
+                          .c_str());
   std::fflush(stdout);
   std::thread loader;
   if (!opts.sync_start) loader = std::thread(load);
@@ -205,6 +237,7 @@ int RunDaemon(const DaemonOptions& opts) {
   } else {
     LOG_INFO("signal %d: finishing streams, detaching", sig);
   }
+  if (http) http->Stop();     // ends its streams; it reads the parts below
   stopping = true;            // a loading observer stops at its next program
   g_streams_stopping = true;  // producers end their streams with OK
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

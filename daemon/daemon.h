@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "http/server.h"
 #include "injector/injector.h"
 #include "service/services.h"
 
@@ -22,6 +23,10 @@ struct DaemonOptions {
   // Load everything (every hook program, the observer) before serving: the
   // start-up lossd had before it served while loading (benchmarks' baseline).
   bool sync_start = false;
+  // The HTTP listener (--http; "" = none): read-only, /metrics and what
+  // other parts register; addr from `http`, the rest from http_options.
+  std::string http = "127.0.0.1:7071";
+  HttpOptions http_options;
 };
 
 // Serves at once; the injector and then the observer load on a thread and

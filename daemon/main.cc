@@ -84,6 +84,25 @@ void AddOptions(CLI::App& app, Flags& f) {
                      "Require client certificates from this CA (mutual TLS)");
   daemon->add_flag("--insecure-tcp", d.insecure_tcp,
                    "Allow plaintext TCP on a non-loopback address");
+  daemon
+      ->add_option("--http", d.http,
+                   "HTTP listener host:port (read-only: /metrics ...); '' = none. TLS unless "
+                   "loopback")
+      ->capture_default_str();
+  daemon->add_option("--http-tls-cert", d.http_options.tls_cert, "HTTP server certificate (PEM)");
+  daemon->add_option("--http-tls-key", d.http_options.tls_key, "HTTP server key (PEM)");
+  daemon->add_option("--http-tls-client-ca", d.http_options.tls_client_ca,
+                     "Require HTTP client certificates from this CA (mutual TLS)");
+  daemon->add_flag("--http-plaintext", d.http_options.plaintext,
+                   "Allow plaintext HTTP on a non-loopback address");
+  daemon
+      ->add_option("--http-max-connections", d.http_options.max_connections,
+                   "Most open HTTP connections (streams included); over it: 503")
+      ->capture_default_str();
+  daemon
+      ->add_option("--http-max-streams", d.http_options.max_streams,
+                   "Most long-lived HTTP streams at once; over it: 503")
+      ->capture_default_str();
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
   daemon->add_option("--max-ttl", f.max_ttl,
                      "Every rule must expire within this (e.g. 1h); default: no limit");

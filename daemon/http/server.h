@@ -1,0 +1,147 @@
+// lossd's HTTP listener (--http): read-only GET/HEAD routes over Debian's
+// cpp-httplib, plaintext on loopback or TLS (optionally mutual), with every
+// input bounded: methods other than GET/HEAD are 405 (with Allow), unknown
+// paths 404, request headers over 8 KiB or 64 fields 431, a request body
+// 413, read and keep-alive timeouts, and a connection cap (over it: 503 +
+// Connection: close). See docs/architecture.md#http.
+//
+// Routes are registered before Start() and never change after it:
+//
+//   http.Get("/metrics", [&](const httplib::Request& req, httplib::Response& res) {
+//     res.set_content(text, "text/plain; version=0.0.4");
+//   });
+//   http.GetPrefix("/static/", handler);          // every path under /static/
+//   http.GetStream("/api/v1/events", [&](const httplib::Request& req, httplib::Response& res,
+//                                        std::shared_ptr<HttpStreamSlot> slot) {
+//     res.set_chunked_content_provider("text/event-stream",
+//         [slot, ...](size_t, httplib::DataSink& sink) {
+//           if (slot->stopping()) return false;   // the daemon is stopping: end the stream
+//           ... sink.write(...); wait at most ~200 ms for more ...
+//           return true;                          // called again
+//         });
+//   });
+//
+// Handlers run on the listener's worker threads, concurrently: they must be
+// thread-safe and should not throw (an exception becomes a 500). A stream
+// holds one of --http-max-streams for as long as its slot lives (capture it
+// in the content provider); over that cap GetStream answers 503 itself. Each
+// connection, stream or not, holds one of --http-max-connections while open.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/address.h"
+#include "common/status.h"
+
+namespace lossd {
+
+struct HttpOptions {
+  ListenAddress addr;
+  // TLS: both or neither. With client_ca, clients must present a certificate it signed.
+  std::string tls_cert, tls_key, tls_client_ca;
+  bool plaintext = false;       // --http-plaintext: allow plaintext off loopback
+  size_t max_connections = 32;  // open connections at once (streams included)
+  size_t max_streams = 8;       // long-lived streaming responses at once (GetStream)
+  std::chrono::milliseconds read_timeout{2000};
+  std::chrono::milliseconds write_timeout{5000};
+  // An idle connection closes after this; Stop() waits for idle ones too
+  // (httplib checks for a stop only between requests).
+  std::chrono::seconds keep_alive{2};
+};
+
+// The one policy of the HTTP listener's transport (to be unified with the
+// gRPC listener's): TLS needs both cert and key; a client CA needs TLS;
+// plaintext only on loopback or with --http-plaintext.
+Status CheckHttpTransport(const HttpOptions& opts);
+
+// Counters of the listener itself (lossd_http_* in /metrics).
+struct HttpStats {
+  uint64_t requests = 0;          // answered by a route (any status)
+  uint64_t rejected_busy = 0;     // 503: over the connection or stream cap
+  uint64_t refused = 0;           // 404, 405, 413, 431
+  uint64_t connections_open = 0;  // now
+  uint64_t streams_open = 0;      // now
+};
+
+class HttpServer;
+
+// One of --http-max-streams, held while it lives.
+class HttpStreamSlot {
+ public:
+  explicit HttpStreamSlot(HttpServer* server) : server_(server) {}
+  ~HttpStreamSlot();
+  HttpStreamSlot(const HttpStreamSlot&) = delete;
+  HttpStreamSlot& operator=(const HttpStreamSlot&) = delete;
+  // True once the server is stopping: a content provider returns false then.
+  bool stopping() const;
+
+ private:
+  HttpServer* server_;
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  using StreamHandler = std::function<void(const httplib::Request&, httplib::Response&,
+                                           std::shared_ptr<HttpStreamSlot>)>;
+
+  // Checks the transport (CheckHttpTransport), loads the certificates and
+  // binds (port 0: the kernel picks one); serves from Start().
+  static Result<std::unique_ptr<HttpServer>> Create(const HttpOptions& opts);
+  ~HttpServer();  // Stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Before Start() only. A path is exact ("/metrics"); a prefix ends in "/".
+  void Get(const std::string& path, Handler handler);
+  void GetPrefix(const std::string& prefix, Handler handler);
+  void GetStream(const std::string& path, StreamHandler handler);
+
+  // Serves on a thread of its own.
+  void Start();
+  // Stops accepting, ends streams (their slots report stopping()), waits for
+  // the handlers to return. Idempotent.
+  void Stop();
+
+  uint16_t port() const { return port_; }
+  bool tls() const { return tls_; }
+  bool stopping() const { return stopping_.load(); }
+  HttpStats stats() const;
+
+ private:
+  friend class HttpStreamSlot;
+  class CappedQueue;
+  struct Route {
+    Handler handler;
+    StreamHandler stream;
+  };
+  HttpServer() = default;
+  httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
+  void Dispatch(const httplib::Request& req, httplib::Response& res);
+  const Route* Find(const std::string& path) const;
+
+  HttpOptions opts_;
+  std::unique_ptr<httplib::Server> server_;
+  uint16_t port_ = 0;
+  bool tls_ = false;
+  bool started_ = false;
+  std::map<std::string, Route> exact_, prefix_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> requests_{0}, rejected_busy_{0}, refused_{0};
+  std::atomic<uint64_t> streams_{0};           // held by HttpStreamSlot
+  std::atomic<uint64_t> open_connections_{0};  // kept by the CappedQueue
+  std::atomic<uint64_t> rejected_connections_{0};
+};
+
+}  // namespace lossd
