@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "effects/effects.h"
 #include "injector/attach.h"
+#include "live/live.h"
 #include "service/services.h"
 #include "service/stream.h"
 
@@ -213,6 +214,12 @@ int RunDaemon(const DaemonOptions& opts) {
     return 1;
   }
   if (!opts.socket.empty()) chmod(opts.socket.c_str(), 0660);
+  // The live page: a lossd.v1 client of this server (its in-process channel).
+  std::unique_ptr<LivePage> live;
+  if (http) {
+    live = std::make_unique<LivePage>(server->InProcessChannel(grpc::ChannelArguments()));
+    live->Register(http.get());
+  }
   if (http) {
     http->Start();
     LOG_INFO("serving HTTP (%s) on %s:%u", http->tls() ? "TLS" : "plaintext",
@@ -238,6 +245,7 @@ int RunDaemon(const DaemonOptions& opts) {
     LOG_INFO("signal %d: finishing streams, detaching", sig);
   }
   if (http) http->Stop();     // ends its streams; it reads the parts below
+  if (live) live->Stop();     // its own gRPC streams, before the server shuts down
   stopping = true;            // a loading observer stops at its next program
   g_streams_stopping = true;  // producers end their streams with OK
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
