@@ -28,7 +28,7 @@ const u64 = (s) => (s === undefined || s === null || s === "" ? 0 : Number(s));
 function fmtInt(n) { return Number(n).toLocaleString("en-US"); }
 function fmtBytes(b) {
   b = Number(b);
-  if (b < 1024) return b + " B";
+  if (b < 1024) return Math.round(b) + " B";
   const u = ["KiB", "MiB", "GiB", "TiB"];
   let i = -1;
   do { b /= 1024; i++; } while (b >= 1024 && i < u.length - 1);
@@ -153,7 +153,8 @@ const flowChart = new Chart($("flow-chart"), {
       y: { beginAtZero: true, position: "left", title: { display: true, text: "cwnd (segments)" } },
       y2: { beginAtZero: true, position: "right", grid: { drawOnChartArea: false },
             title: { display: true, text: "srtt (ms)" } },
-      y3: { beginAtZero: true, display: false },
+      y3: { beginAtZero: true, position: "right", grid: { drawOnChartArea: false },
+            title: { display: true, text: "retransmitted segments / s" }, ticks: { precision: 0 } },
     },
     plugins: {
       legend: { position: "top", labels: { boxWidth: 12 } },
@@ -228,11 +229,12 @@ function onHello(h) {
   } else if (!state.selectedFlow) {
     setText("flow-title", "click a flow above");
   }
-  let w = "all flows (aggregates only)";
-  if (state.selectedFlow) w = "flow " + (f ? tupleText(f.tuple) : state.selectedFlow);
-  if (state.selectedRule) w += (state.selectedFlow ? " and " : "") + "rule " + state.selectedRule + "'s flows";
-  if (state.selectedFlow || state.selectedRule) w += ": every retransmission";
-  setText("watching", w);
+  const parts = [];
+  if (state.selectedFlow) parts.push("flow " + (f ? tupleText(f.tuple) : state.selectedFlow));
+  if (state.selectedRule) parts.push("rule " + state.selectedRule + "'s flows");
+  setText("watching", parts.length ? parts.join(" and ") + ": every retransmission"
+                                   : "all flows (aggregates only)");
+  $("flow-none").style.display = state.selectedFlow ? "none" : "flex";
 }
 
 function monoToMs(mono_ns) {
@@ -285,11 +287,11 @@ function renderTotals() {
   const diff = state.lossdTotal - kt;
   if (diff === 0) {
     el.textContent = "equal";
-    el.className = "fixed-w ok";
+    el.className = "ok";
   } else {
     el.textContent = (diff > 0 ? "lossd +" : "kernel +") + fmtInt(Math.abs(diff)) +
-                     " (windows and counters are read at different moments)";
-    el.className = "fixed-w warn";
+                     " (windows end every second, the counters are read at other moments)";
+    el.className = "warn";
   }
 }
 
@@ -414,11 +416,11 @@ function renderRules() {
       selected: String(rule.id) === state.selectedRule,
       cells: [
         ["num", rule.id], ["", (rule.state || "").replace("RULE_STATE_", "").toLowerCase()],
-        ["", (s.interface || "") + (s.cgroup ? " cgroup " + s.cgroup : "")],
-        ["", (s.direction || "DIRECTION_INGRESS").replace("DIRECTION_", "").toLowerCase()],
+        ["", (s.interface || "") + (s.cgroup ? " cgroup " + s.cgroup : "") + " " +
+             (s.direction || "DIRECTION_INGRESS").replace("DIRECTION_", "").toLowerCase()],
         ["", matchText(s.match)], ["num", lossText(s.loss)],
         ["num measured", measured], ["num interval " + inCi, interval],
-        ["num", fmtInt(matched)], ["num", fmtBytes(u64(c.matched_bytes))],
+        ["num", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
         ["num dropped", fmtInt(u64(c.dropped_segments))],
         ["num", dr === undefined ? "-" : dr.toFixed(dr < 10 ? 1 : 0)],
         ["num caused", e ? fmtInt(sumMap(e.retransmitted_segments)) : "-"],
@@ -560,7 +562,20 @@ function pushFlowPoint(f, windowRetrans, tMs) {
   }
   if (windowRetrans !== null) ds[2].data.push({ x: tMs, y: windowRetrans });
   for (const d of ds) trim(d.data, tMs);
+  setFlowTicks();
   flowChart.update("none");
+}
+
+// Whole-second ticks (1, 5, 10, 30 s apart), so that no two show the same time.
+function setFlowTicks() {
+  let lo = Infinity, hi = -Infinity;
+  for (const d of flowChart.data.datasets)
+    for (const p of d.data) { lo = Math.min(lo, p.x); hi = Math.max(hi, p.x); }
+  const span = hi > lo ? (hi - lo) / 1000 : 1;
+  const step = span > 240 ? 30 : span > 100 ? 10 : span > 20 ? 5 : 1;
+  const x = flowChart.options.scales.x;
+  x.ticks.stepSize = step * 1000;
+  x.min = Math.floor(lo / (step * 1000)) * step * 1000;
 }
 
 function onRetransmit(m) {
