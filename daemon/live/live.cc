@@ -136,6 +136,7 @@ class LiveSession {
     retransmits_.Stop();
   }
   SseQueue& queue() { return queue_; }
+  uint64_t flow() const { return query_.flow; }
 
  private:
   LivePage* page_;
@@ -360,7 +361,29 @@ void LivePage::RunAggregates() {
         std::chrono::duration_cast<std::chrono::nanoseconds>(kPeriod).count()));
     auto reader = observer_->WatchAggregates(&ctx, req);
     v1::Aggregate a;
-    while (reader->Read(&a)) Broadcast("aggregate", ProtoJson(a));
+    while (reader->Read(&a)) {
+      // retransmits_by_flow holds every flow that retransmitted in the window (under a
+      // flood, tens of thousands): a page gets only the flow it follows.
+      v1::Aggregate trimmed = a;
+      trimmed.clear_retransmits_by_flow();
+      const std::string shared = ProtoJson(trimmed);
+      std::vector<std::shared_ptr<LiveSession>> to;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        to.assign(sessions_.begin(), sessions_.end());
+      }
+      for (const auto& s : to) {
+        auto it =
+            s->flow() ? a.retransmits_by_flow().find(s->flow()) : a.retransmits_by_flow().end();
+        if (it == a.retransmits_by_flow().end()) {
+          s->queue().Push("aggregate", shared);
+          continue;
+        }
+        v1::Aggregate own = trimmed;
+        (*own.mutable_retransmits_by_flow())[it->first] = it->second;
+        s->queue().Push("aggregate", ProtoJson(own));
+      }
+    }
     grpc::Status st = reader->Finish();
     std::unique_lock<std::mutex> lock(mu_);
     agg_ctx_ = nullptr;

@@ -12,7 +12,8 @@
 //   hello         {"mono_ns", "unix_ns", "flow", "rule", "queue"}: the clocks
 //                 (the events carry CLOCK_MONOTONIC times) and what it asked for
 //   aggregate     v1.Aggregate, one per second (one WatchAggregates stream shared
-//                 by every page: the firehose is counted once, not per page)
+//                 by every page: the firehose is counted once, not per page);
+//                 retransmits_by_flow only for the flow the page follows (?flow)
 //   flows         v1.FlowStreamMessage, one per second (WatchFlows: a snapshot,
 //                 then the flows that changed or closed)
 //   rules         {"total", "rules": [v1.Rule]} (at most 100: active first), and

@@ -9,7 +9,8 @@ the local sender) drops 2 % of the data segments of one paced flow A -> B.
                     started" total equals the namespace's TcpRetransSegs delta and the sum of
                     the type columns; `s` changes the flows' sort; `q` exits 0 and leaves the
                     normal screen (no alternate screen). The screens are saved under
-                    <build>/e2e-artifacts/ (lossctl_top_*.txt).
+                    <build>/e2e-artifacts/ (lossctl_top_*.txt, and as HTML with its bold
+                    headings: lossctl_top_running.html, for a screenshot).
   test_2_plain      stdout a pipe: `top --count 3` prints 3 plain frames (no escape codes),
                     each with the retransmit table whose TOTAL is the sum of its types, and
                     exits 0; bad --sort / --interval exit 2 before connecting.
@@ -22,7 +23,7 @@ from lab.clients import ClientTestCase
 from lab.config import artifact, main
 from lab.lossd import TYPES
 from lab.netns import measured
-from lab.terminal import Tmux
+from lab.terminal import Tmux, screen_html
 
 PORT = 5301
 
@@ -78,6 +79,8 @@ class LossctlTop(ClientTestCase):
         self.assertTrue(flow.running(), "the flow ended before top showed it:\n" + running)
         with open(artifact("lossctl_top_running.txt"), "w") as f:
             f.write(running)
+        with open(artifact("lossctl_top_running.html"), "w") as f:
+            f.write(screen_html(term.capture(escapes=True), "lossctl top"))
         line = flow_line(running, lport[0])
         cells = re.split(r"\s{2,}", line.strip())
         self.assertIn(cells[2], ("open", "disorder", "cwr", "recovery", "loss"), line)

@@ -4,6 +4,7 @@ views (`lossctl top`). The server's socket is in a Lab temp dir; Lab.close() kil
 
     Tmux(lab, cmd, width=160, height=48)   cmd running in a detached session of that size
         .capture()        the screen as text (capture-pane -p), one string
+        .capture(escapes=True)   with its bold/reverse attributes as escape codes (-e)
         .send(*keys)      keys as tmux send-keys names them ("q", "s", "C-c")
         .dead()           None while cmd runs, else its exit status (-N: killed by signal N)
         .wait_exit(t)     its exit status, within t seconds (AssertionError otherwise)
@@ -36,8 +37,8 @@ class Tmux:
             raise AssertionError("tmux %s: exit %d: %s" % (" ".join(args), r.returncode, r.stderr))
         return r.stdout
 
-    def capture(self):
-        return self._tmux("capture-pane", "-p", "-t", "t")
+    def capture(self, escapes=False):
+        return self._tmux("capture-pane", "-p", "-t", "t", *(["-e"] if escapes else []))
 
     def send(self, *keys):
         self._tmux("send-keys", "-t", "t", *keys)
@@ -72,3 +73,31 @@ class Tmux:
     def close(self):
         if os.path.exists(self.sock):
             self._tmux("kill-server", check=False)
+
+
+def screen_html(text, title="terminal"):
+    """A capture (capture(escapes=True)) as an HTML page: white on a dark terminal background,
+    monospace, bold where the program drew bold (other attributes dropped). A browser
+    screenshot of it is a picture of the terminal (docs, artifacts)."""
+    import html
+    import re
+    out, bold = [], False
+    for part in re.split(r"(\x1b\[[0-9;]*m)", text):
+        if part.startswith("\x1b["):
+            codes = part[2:-1].split(";") if part[2:-1] else ["0"]
+            want = bold
+            for c in codes:
+                if c == "1":
+                    want = True
+                elif c in ("0", "22", ""):
+                    want = False
+            if want != bold:
+                out.append("<b>" if want else "</b>")
+                bold = want
+            continue
+        out.append(html.escape(part))
+    if bold:
+        out.append("</b>")
+    return ("<!doctype html><meta charset='utf-8'><title>%s</title><style>body{margin:0;background:#1e1e1e}"
+            "pre{margin:0;padding:12px 14px;color:#d4d4d4;font:13px/1.35 'DejaVu Sans Mono',monospace}"
+            "b{color:#ffffff}</style><pre>%s</pre>" % (html.escape(title), "".join(out)))

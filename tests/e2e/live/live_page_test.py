@@ -84,8 +84,13 @@ class LivePageTest(DaemonTestCase):
         flow.release()
         lab.wait_idle(port=PORT)
         retrans = (lab.counters(lab.a) - c0)["Tcp.RetransSegs"]
-        b.wait(lambda: num(b.text("#total-lossd")) == retrans and self.agg_total(ref)[0] == retrans,
-               6, "the page's and gRPC's totals to reach TcpRetransSegs %d" % retrans)
+        try:
+            b.wait(lambda: num(b.text("#total-lossd")) == retrans and self.agg_total(ref)[0] == retrans,
+                   6, "the page's and gRPC's totals to reach TcpRetransSegs %d" % retrans)
+        except AssertionError as e:
+            raise AssertionError("%s: page %s (gaps %s: %s), gRPC %s, kernel column %s" % (
+                e, b.text("#total-lossd"), b.text("#gaps-total"), b.text("#gap-list"),
+                self.agg_total(ref), b.text("#total-kernel")))
         by_type = [num(t) for t in b.texts("#totals tbody td.num")[1:]]
         nums = dict(retrans_segs=retrans, page_total=num(b.text("#total-lossd")),
                     grpc_total=self.agg_total(ref)[0], page_kernel=num(b.text("#total-kernel")),
@@ -120,7 +125,7 @@ class LivePageTest(DaemonTestCase):
         self.assertEqual(errors, [], errors)
 
         # 3. a second flow, followed
-        flow2 = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT + 1, 250e6, 200)
+        flow2 = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT + 1, 500e6, 200, timeout=120)
         self.addCleanup(flow2.close)
         sel = "#flows tbody tr"
 
@@ -144,6 +149,7 @@ class LivePageTest(DaemonTestCase):
         self.assertIn("cookie", b.text("#flow-title"))
 
         # 4. a stream made to drop: the gap is shown
+        self.assertTrue(flow2.running(), "the second flow ended before the gap check")
         b.open(url + "?rule=%d&queue=1" % rid)
         b.wait(lambda: (num(b.text("#gaps-total")) or 0) > 0 and "retransmit" in (b.text("#gap-list") or ""),
                15, "a gap on the page")
