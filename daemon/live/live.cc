@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "common/clock.h"
@@ -76,12 +77,14 @@ class StreamLoop {
       if (ctx_) ctx_->TryCancel();
     }
     cv_.notify_all();
+    // Stop() may come from two threads at once (a connection's end, the daemon's stop).
+    std::lock_guard<std::mutex> join(join_mu_);
     if (thread_.joinable()) thread_.join();
   }
   ~StreamLoop() { Stop(); }
 
  private:
-  std::mutex mu_;
+  std::mutex mu_, join_mu_;
   std::condition_variable cv_;
   grpc::ClientContext* ctx_ = nullptr;
   bool stopped_ = false;
@@ -364,22 +367,25 @@ void LivePage::RunAggregates() {
     while (reader->Read(&a)) {
       // retransmits_by_flow holds every flow that retransmitted in the window (under a
       // flood, tens of thousands): a page gets only the flow it follows.
-      v1::Aggregate trimmed = a;
-      trimmed.clear_retransmits_by_flow();
-      const std::string shared = ProtoJson(trimmed);
       std::vector<std::shared_ptr<LiveSession>> to;
       {
         std::lock_guard<std::mutex> lock(mu_);
         to.assign(sessions_.begin(), sessions_.end());
       }
+      std::map<uint64_t, uint64_t> followed;
       for (const auto& s : to) {
-        auto it =
-            s->flow() ? a.retransmits_by_flow().find(s->flow()) : a.retransmits_by_flow().end();
-        if (it == a.retransmits_by_flow().end()) {
+        auto it = a.retransmits_by_flow().find(s->flow());
+        if (s->flow() && it != a.retransmits_by_flow().end()) followed[it->first] = it->second;
+      }
+      a.clear_retransmits_by_flow();  // no copy of the big map
+      const std::string shared = ProtoJson(a);
+      for (const auto& s : to) {
+        auto it = followed.find(s->flow());
+        if (!s->flow() || it == followed.end()) {
           s->queue().Push("aggregate", shared);
           continue;
         }
-        v1::Aggregate own = trimmed;
+        v1::Aggregate own = a;
         (*own.mutable_retransmits_by_flow())[it->first] = it->second;
         s->queue().Push("aggregate", ProtoJson(own));
       }
