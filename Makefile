@@ -11,7 +11,8 @@ DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake mak
         libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev iproute2 iperf3 ethtool iptables nftables \
         python3 procps protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
         python3-grpcio python3-protobuf python3-matplotlib \
-        tmux libcpp-httplib-dev libjs-chart.js chromium chromium-driver python3-selenium
+        libcpp-httplib-dev libssl-dev prometheus-cpp-dev prometheus prometheus-node-exporter openssl python3-yaml util-linux \
+        tmux libjs-chart.js chromium chromium-driver python3-selenium
 
 # A clients-only build (lossctl, the rule library, the Python client's stubs
 # and their unit tests) needs no BPF toolchain: `make clients`.

@@ -185,6 +185,7 @@ int RunDaemon(const DaemonOptions& opts) {
 
   // The HTTP listener reads the parts: created after them, stopped (and
   // destroyed) before them. It serves at once, while they load.
+  std::unique_ptr<MetricsCollector> metrics;  // read by http's handlers
   std::unique_ptr<HttpServer> http;
   if (!opts.http.empty()) {
     auto h = HttpServer::Create(http_opts);
@@ -198,6 +199,13 @@ int RunDaemon(const DaemonOptions& opts) {
   InjectorService injector_service(&parts);
   ObserverService observer_service(&parts);
   SystemService system_service(&parts, &observer_service);
+  if (http) {
+    metrics = std::make_unique<MetricsCollector>(
+        MetricsSources{&parts, [&observer_service] { return observer_service.subscribers(); },
+                       http.get()},
+        opts.metrics);
+    metrics->Register(http.get());
+  }
 
   grpc::ServerBuilder builder;
   if (!opts.socket.empty())

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "http/metrics.h"
 #include "http/server.h"
 #include "injector/injector.h"
 #include "service/services.h"
@@ -27,6 +28,7 @@ struct DaemonOptions {
   // other parts register; addr from `http`, the rest from http_options.
   std::string http = "127.0.0.1:7071";
   HttpOptions http_options;
+  MetricsOptions metrics;  // GET /metrics on that listener
 };
 
 // Serves at once; the injector and then the observer load on a thread and

@@ -103,6 +103,16 @@ void AddOptions(CLI::App& app, Flags& f) {
       ->add_option("--http-max-streams", d.http_options.max_streams,
                    "Most long-lived HTTP streams at once; over it: 503")
       ->capture_default_str();
+  daemon
+      ->add_option("--metrics-max-rules", d.metrics.max_rules,
+                   "GET /metrics: per-rule series for at most this many rules (the rest counted "
+                   "in lossd_metrics_rules_omitted)")
+      ->capture_default_str();
+  daemon
+      ->add_option("--metrics-top-flows", d.metrics.top_flows,
+                   "GET /metrics: the K open flows with the most retransmits as series of their "
+                   "own (their addresses become labels), the rest as flow=\"other\"; 0: none")
+      ->capture_default_str();
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
   daemon->add_option("--max-ttl", f.max_ttl,
                      "Every rule must expire within this (e.g. 1h); default: no limit");

@@ -232,6 +232,7 @@ void HttpServer::Start() {
   thread_ = std::thread([this] {
     if (!server_->listen_after_bind() && !stopping_)
       LOG_ERROR("--http %s: the listener stopped", opts_.addr.ToString().c_str());
+    listen_returned_ = true;
   });
 }
 
@@ -241,6 +242,10 @@ void HttpServer::Stop() {
   // stop() closes the listening socket; listen_after_bind then shuts the
   // queue down, which waits for every connection's task (streams end: their
   // slots report stopping()).
+  // httplib's stop() does nothing before listen_after_bind() marked the
+  // server running: a Stop() right after Start() waits for that first.
+  while (!server_->is_running() && !listen_returned_)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   server_->stop();
   if (thread_.joinable()) thread_.join();
 }

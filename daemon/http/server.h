@@ -138,6 +138,7 @@ class HttpServer {
   std::map<std::string, Route> exact_, prefix_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> listen_returned_{false};
   std::atomic<uint64_t> requests_{0}, rejected_busy_{0}, refused_{0};
   std::atomic<uint64_t> streams_{0};           // held by HttpStreamSlot
   std::atomic<uint64_t> open_connections_{0};  // kept by the CappedQueue

@@ -240,6 +240,16 @@ TEST(HttpServer, StreamCapAndStopEndsStreams) {
   EXPECT_TRUE(closed);
 }
 
+TEST(HttpServer, StopRightAfterStart) {
+  for (int i = 0; i < 20; i++) {  // before the listener thread marked itself running
+    auto s = Serve({});
+    s->Start();
+    auto t0 = std::chrono::steady_clock::now();
+    s->Stop();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  }
+}
+
 TEST(HttpServer, TransportPolicy) {
   auto addr = [](const char* a) { return *ParseListenAddress(a, true); };
   HttpOptions o;

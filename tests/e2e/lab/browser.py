@@ -2,7 +2,7 @@
 chromium + chromium-driver, driven by python3-selenium), both inside a lab namespace.
 
 lossd's HTTP listener is on the loopback of the daemon's namespace. The SSE reader's socket is
-made there (a thread that entered the namespace creates it; setns moves only that thread).
+made there (lab.web.in_netns: a thread that entered the namespace creates it).
 chromedriver runs inside the namespace too, so Chromium reaches nothing but that namespace
 (its loopback and the lab's veth); the test talks to chromedriver through a relay from a
 loopback port of the host (Relay). Everything is killed by Lab.close().
@@ -16,7 +16,6 @@ loopback port of the host (Relay). Everything is killed by Lab.close().
                                                 .screenshot(path)
 """
 
-import ctypes
 import json
 import os
 import socket
@@ -24,32 +23,7 @@ import subprocess
 import threading
 import time
 
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _in_netns(ns, fn):
-    out = {}
-
-    def run():
-        try:
-            fd = os.open("/run/netns/" + ns, os.O_RDONLY)
-            try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
-                    e = ctypes.get_errno()
-                    raise OSError(e, "setns %s: %s" % (ns, os.strerror(e)))
-            finally:
-                os.close(fd)
-            out["value"] = fn()
-        except BaseException as e:
-            out["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
+from lab.web import in_netns
 
 
 def netns_socket(ns, host, port, rcvbuf=None, timeout=10):
@@ -62,7 +36,7 @@ def netns_socket(ns, host, port, rcvbuf=None, timeout=10):
         s.settimeout(timeout)
         s.connect((host, port))
         return s
-    return _in_netns(ns, make)
+    return in_netns(ns, make)
 
 
 class Sse:
@@ -276,7 +250,7 @@ class Browser:
             p = s.getsockname()[1]
             s.close()
             return p
-        return _in_netns(ns, pick)
+        return in_netns(ns, pick)
 
     def open(self, url):
         self.driver.get(url)

@@ -49,7 +49,10 @@ class Daemon:
     connect = True
 
     def __init__(self, lab, ns, extra=(), state_dir=None, sockdir=None, ready=True, ready_timeout=60,
-                 lossd=None, wait_parts=True):
+                 lossd=None, wait_parts=True, http="127.0.0.1:0", nsenter=False, prefix=()):
+        """http: the --http address (port 0: the kernel picks one, so that daemons sharing a
+        namespace never clash; self.http_port once ready); None: lossd's default (--http not
+        given); ignored when extra has --http. nsenter, prefix: as lab.lossd.Lossd's."""
         self.lab = lab
         self.ns = ns
         self.sockdir = sockdir or lab.tempdir()
@@ -57,7 +60,12 @@ class Daemon:
         self.addr = "unix://" + self.sock
         self.state_dir = state_dir or lab.tempdir()
         self.t0 = time.monotonic()
-        self.p = Lossd(lab, ns, ["--socket", self.sock] + list(extra), state_dir=self.state_dir, lossd=lossd)
+        extra = list(extra)
+        if http is not None and "--http" not in extra:
+            extra += ["--http", http]
+        self.http_port = None
+        self.p = Lossd(lab, ns, ["--socket", self.sock] + extra, state_dir=self.state_dir, lossd=lossd,
+                       nsenter=nsenter, prefix=prefix)
         self.proc = self.p.proc
         self.pid = self.proc.pid
         self.channel = None
@@ -71,6 +79,7 @@ class Daemon:
         self.ready = self.p.wait_ready(timeout)
         self.socket_secs = time.monotonic() - self.t0
         assert self.ready.get("socket") == self.sock, self.ready
+        self.http_port = self.ready.get("http_port")
         if self.connect and pbg is not None:
             self.channel = self.new_channel()
             self.inj = pbg.InjectorStub(self.channel)

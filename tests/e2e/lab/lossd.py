@@ -24,15 +24,16 @@ class Lossd:
     """One lossd process; its stdout lines are read by a thread (which a test can pause:
     gate.clear() stops reading, so lossd's writes back up into the pipe)."""
 
-    def __init__(self, lab, ns, args, nsenter=False, state_dir=None, lossd=None, stdout_path=None):
+    def __init__(self, lab, ns, args, nsenter=False, state_dir=None, lossd=None, stdout_path=None, prefix=()):
         """stdout_path: lossd's stdout goes to that file, unread (benchmarks: no Python
-        reader in the way); wait_ready() polls it, output() parses it."""
+        reader in the way); wait_ready() polls it, output() parses it. prefix: a command that
+        execs lossd (e.g. setpriv with fewer capabilities): the pid stays lossd's."""
         self.lab = lab
         self.ns = ns
         self.state_dir = state_dir or lab.tempdir()
         self.stderr_path = os.path.join(lab.tempdir(), "lossd-stderr.log")
         self.stdout_path = stdout_path
-        self.cmd = [lossd or config.LOSSD, "--json", "--state-dir", self.state_dir] + list(args)
+        self.cmd = list(prefix) + [lossd or config.LOSSD, "--json", "--state-dir", self.state_dir] + list(args)
         with open(self.stderr_path, "w") as err, open(stdout_path or os.devnull, "w") as out:
             self.proc = lab.popen(ns, self.cmd, stdout=out if stdout_path else subprocess.PIPE, stderr=err,
                                   nsenter=nsenter)

@@ -1,0 +1,207 @@
+"""HTTP e2e 1: lossd's HTTP listener (--http) over real sockets in the lab's namespaces.
+
+One daemon in namespace A, --http 127.0.0.1:0 (its own loopback), --http-max-connections 4
+--http-max-streams 1; more daemons started by single tests.
+
+  test_metrics_served_and_promtool   GET /metrics: 200, text format 0.0.4, `promtool check
+                                      metrics` passes; HEAD: headers only
+  test_serves_while_loading           a new daemon answers /metrics right after its ready line,
+                                      while its parts load (lossd_component_state says which)
+  test_bad_input                      unknown path 404; POST/PUT/DELETE/PATCH/OPTIONS 405 with
+                                      Allow: GET, HEAD and no rule created; a body 413; headers
+                                      over 8 KiB 431; a header line over 8 KiB 400, a URI 414;
+                                      the daemon alive after each
+  test_connection_cap                 4 idle connections hold the cap: the 5th is answered 503
+                                      and closed, gRPC still serves, and HTTP serves again once
+                                      they go; lossd_http_refused_total counts it
+  test_default_port_and_off           no --http: 127.0.0.1:7071; --http '': no listener
+  test_plaintext_off_loopback_refused --http on the veth address without TLS: exit 2, the
+                                      message names --http-tls-cert and --http-plaintext; with
+                                      --http-plaintext it serves B across the veth
+  test_tls_and_client_certificates    HTTPS with a certificate made here (openssl): B verifies
+                                      it; with --http-tls-client-ca a client without a
+                                      certificate is refused, one with a signed one served
+"""
+import http.client
+import os
+import ssl
+import subprocess
+import time
+
+from lab import config, prom, web
+from lab.config import main
+from lab.daemon import Daemon, DaemonTestCase, wait_until
+from lab.netns import measured
+
+
+def make_certs(d, host_ip):
+    """A CA, a server certificate for host_ip signed by it, and a client certificate."""
+    def run(*a):
+        subprocess.run(a, check=True, capture_output=True, timeout=60, cwd=d)
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=lossd-e2e-ca",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    for name, ext in (("server", "subjectAltName=IP:%s" % host_ip), ("client", "extendedKeyUsage=clientAuth")):
+        run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=lossd-e2e-" + name,
+            "-keyout", name + ".key", "-out", name + ".csr")
+        with open(os.path.join(d, name + ".ext"), "w") as f:
+            f.write(ext + "\n")
+        run("openssl", "x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", name + ".ext", "-out", name + ".pem")
+    return {k: os.path.join(d, k) for k in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+class HttpListener(DaemonTestCase):
+    daemon_args = ["--http", "127.0.0.1:0", "--http-max-connections", "4", "--http-max-streams", "1"]
+
+    def get(self, path, d=None, **kw):
+        d = d or self.d
+        return web.request(d.ns, "127.0.0.1", d.http_port, path, **kw)
+
+    def rules(self):
+        return len(self.d.inj.ListRules(self.pb.ListRulesRequest(), timeout=10).rules)
+
+    def test_metrics_served_and_promtool(self):
+        self.d.create(interface=self.lab.IF_A, protocol="udp", dport=9999, rate=0.01, ttl_ns=60 * 10**9)
+        r = self.get("/metrics")
+        self.assertEqual(r.status, 200, r)
+        self.assertTrue(r.headers["content-type"].startswith("text/plain; version=0.0.4"), r.headers)
+        text = r.text()
+        rc, out = prom.promtool_check_metrics(text)
+        measured("metrics_promtool", bytes=len(r.body), rc=rc, promtool=out)
+        self.assertEqual(rc, 0, out)
+        self.assertIn('lossd_component_state{component="injector",state="ready"} 1', text)
+        self.assertRegex(text, r'lossd_rule_info\{rule="\d+",interface="%s",cgroup="",direction="ingress",'
+                               r'hook="tc",model="bernoulli",labels=""\} 1' % self.lab.IF_A)
+        self.assertIn("lossd_rule_configured_loss_ratio{", text)
+        h = self.get("/metrics", method="HEAD")
+        self.assertEqual(h.status, 200)
+        self.assertEqual(h.body, b"")
+
+    def test_serves_while_loading(self):
+        t0 = time.monotonic()
+        d = Daemon(self.lab, self.lab.b, wait_parts=False)
+        try:
+            r = self.get("/metrics", d=d)
+            secs = time.monotonic() - t0
+            text = r.text()
+            loading = [l for l in text.splitlines() if l.startswith("lossd_component_state") and
+                       'state="loading"} 1' in l]
+            measured("http_while_loading", secs_from_start=round(secs, 3), loading=loading)
+            self.assertEqual(r.status, 200, r)
+            self.assertIn("lossd_component_state{", text)
+            # The observer takes seconds to verify: it is still loading this early.
+            self.assertIn('lossd_component_state{component="observer",state="loading"} 1', text)
+            d.wait_parts()
+            text = self.get("/metrics", d=d).text()
+            self.assertIn('lossd_component_state{component="observer",state="ready"} 1', text)
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
+
+    def test_bad_input(self):
+        before = self.rules()
+        r = self.get("/nothing/here")
+        self.assertEqual(r.status, 404, r)
+        for m in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+            r = self.get("/metrics", method=m, body=b"x" if m != "OPTIONS" else None)
+            self.assertEqual(r.status, 405, (m, r))
+            self.assertEqual(r.headers.get("allow"), "GET, HEAD", (m, r))
+        s = web.connect(self.d.ns, "127.0.0.1", self.d.http_port)
+        got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde")
+        s.close()
+        self.assertEqual(web.status_of(got), 413, got[:200])
+        many = {"X-F%d" % i: "a" * 100 for i in range(100)}
+        self.assertEqual(self.get("/metrics", headers=many).status, 431)
+        self.assertEqual(self.get("/metrics", headers={"X-Big": "a" * 9000}).status, 400)
+        self.assertEqual(self.get("/" + "a" * 9000).status, 414)
+        self.assertEqual(self.rules(), before, "a request over HTTP changed the rules")
+        self.assertTrue(self.d.alive())
+        text = self.get("/metrics").text()
+        self.assertRegex(text, r'lossd_http_refused_total\{reason="bad"\} (\d+)')
+
+    def test_connection_cap(self):
+        d = self.d
+        idle = [web.connect(d.ns, "127.0.0.1", d.http_port) for _ in range(4)]
+        try:
+            time.sleep(0.3)  # accepted and handed to the workers
+            replies = []
+            for _ in range(3):
+                s = web.connect(d.ns, "127.0.0.1", d.http_port)
+                got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
+                s.close()
+                replies.append(got)
+            statuses = [web.status_of(g) for g in replies]
+            measured("http_connection_cap", statuses=statuses, reply=replies[0][:120].decode(errors="replace"))
+            self.assertEqual(statuses, [503, 503, 503], replies)
+            for g in replies:
+                self.assertIn(b"Connection: close", g)
+            self.assertTrue(d.alive(), "gRPC stopped serving under an HTTP connection flood")
+        finally:
+            for s in idle:
+                s.close()
+        r = wait_until(lambda: (lambda r: r if r.status == 200 else None)(self.get("/metrics")), 10,
+                       "HTTP to serve again once the idle connections closed", step=0.1)
+        self.assertRegex(r.text(), r'lossd_http_refused_total\{reason="busy"\} [1-9]')
+
+    def test_default_port_and_off(self):
+        d = Daemon(self.lab, self.lab.b, http=None, wait_parts=False)
+        try:
+            self.assertEqual(d.http_port, 7071)
+            self.assertEqual(web.request(d.ns, "127.0.0.1", 7071, "/metrics").status, 200)
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
+        d = Daemon(self.lab, self.lab.b, ["--http", ""], wait_parts=False)
+        try:
+            self.assertEqual(d.http_port, 0)
+            with self.assertRaises(ConnectionRefusedError):
+                web.connect(d.ns, "127.0.0.1", 7071)
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
+
+    def test_plaintext_off_loopback_refused(self):
+        lab = self.lab
+        for addr in ("%s:0" % lab.V4_B, "0.0.0.0:0", "[%s]:0" % lab.V6_B):
+            sock = os.path.join(lab.tempdir(), "lossd.sock")
+            r = lab.run(lab.b, config.LOSSD, "--socket", sock, "--state-dir", lab.tempdir(), "--http", addr,
+                        check=False, timeout=60)
+            measured("http_plaintext_refused", http=addr, rc=r.returncode, stderr=r.stderr.strip())
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("refusing plaintext HTTP", r.stderr)
+            self.assertIn("--http-plaintext", r.stderr)
+            self.assertIn("--http-tls-cert", r.stderr)
+            self.assertFalse(os.path.exists(sock))
+        d = Daemon(lab, lab.b, ["--http", "%s:0" % lab.V4_B, "--http-plaintext"], wait_parts=False)
+        try:
+            r = web.request(lab.a, lab.V4_B, d.http_port, "/metrics")  # from A, across the veth
+            self.assertEqual(r.status, 200, r)
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
+
+    def test_tls_and_client_certificates(self):
+        lab = self.lab
+        c = make_certs(lab.tempdir(), lab.V4_B)
+        d = Daemon(lab, lab.b, ["--http", "%s:0" % lab.V4_B, "--http-tls-cert", c["server.pem"],
+                                "--http-tls-key", c["server.key"]], wait_parts=False)
+        try:
+            ctx = ssl.create_default_context(cafile=c["ca.pem"])
+            r = web.request(lab.a, lab.V4_B, d.http_port, "/metrics", tls=ctx)
+            self.assertEqual(r.status, 200, r)
+            with self.assertRaises((ConnectionError, http.client.HTTPException, OSError)):
+                web.request(lab.a, lab.V4_B, d.http_port, "/metrics", timeout=5)  # plaintext: no reply
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
+        d = Daemon(lab, lab.b, ["--http", "%s:0" % lab.V4_B, "--http-tls-cert", c["server.pem"],
+                                "--http-tls-key", c["server.key"], "--http-tls-client-ca", c["ca.pem"]],
+                   wait_parts=False)
+        try:
+            ctx = ssl.create_default_context(cafile=c["ca.pem"])
+            with self.assertRaises((ssl.SSLError, ConnectionError, OSError)):
+                web.request(lab.a, lab.V4_B, d.http_port, "/metrics", tls=ctx, timeout=5)
+            ctx.load_cert_chain(c["client.pem"], c["client.key"])
+            r = web.request(lab.a, lab.V4_B, d.http_port, "/metrics", tls=ctx)
+            self.assertEqual(r.status, 200, r)
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
+
+
+if __name__ == "__main__":
+    main()
