@@ -12,7 +12,8 @@ DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake mak
         python3 procps protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
         python3-grpcio python3-protobuf python3-matplotlib \
         libclang-rt-14-dev systemd openssl util-linux passwd \
-        libcpp-httplib-dev libssl-dev prometheus-cpp-dev prometheus prometheus-node-exporter python3-yaml
+        libcpp-httplib-dev libssl-dev prometheus-cpp-dev prometheus prometheus-node-exporter python3-yaml \
+        tmux libjs-chart.js chromium chromium-driver python3-selenium
 
 # A clients-only build (lossctl, the rule library, the Python client's stubs
 # and their unit tests) needs no BPF toolchain: `make clients`.

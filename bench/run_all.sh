@@ -60,6 +60,8 @@ run e2e_throughput "$PY" "$HERE/e2e_throughput.py" --lossd "$BUILD/daemon/lossd"
 run path_cost "$PY" "$HERE/path_cost.py" --lossd "$BUILD/daemon/lossd" ${PATH_COST_ARGS:-}
 run transport "$PY" "$HERE/transport_bench.py" --lossd "$BUILD/daemon/lossd" \
     --lossctl "$BUILD/client/lossctl/lossctl" --producer "$BUILD/bench/ring_producer"
+run live_page "$PY" "$HERE/live_bench.py" --lossd "$BUILD/daemon/lossd" \
+    --producer "$BUILD/bench/ring_producer" --stubs "$BUILD/python"
 run startup "$PY" "$HERE/startup_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" \
     --prog-load "$BUILD/bench/prog_load"
 # The rule parsers' libFuzzer target, longer than ctest's 20 s (FUZZ_SECONDS, default 120).

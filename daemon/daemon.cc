@@ -20,6 +20,7 @@
 #include "effects/effects.h"
 #include "host/state_dir.h"
 #include "injector/attach.h"
+#include "live/live.h"
 #include "service/channel.h"
 #include "service/services.h"
 #include "service/stream.h"
@@ -243,6 +244,12 @@ int RunDaemon(const DaemonOptions& opts) {
       return 1;
     }
   }
+  // The live page: a lossd.v1 client of this server (its in-process channel).
+  std::unique_ptr<LivePage> live;
+  if (http) {
+    live = std::make_unique<LivePage>(server->InProcessChannel(grpc::ChannelArguments()));
+    live->Register(http.get());
+  }
   if (http) {
     http->Start();
     LOG_INFO("serving HTTP (%s) on %s:%u", http->tls() ? "TLS" : "plaintext",
@@ -268,6 +275,7 @@ int RunDaemon(const DaemonOptions& opts) {
     LOG_INFO("signal %d: finishing streams, detaching", sig);
   }
   if (http) http->Stop();                // ends its streams; it reads the parts below
+  if (live) live->Stop();                // its own gRPC streams, before the server shuts down
   stopping = true;                       // a loading observer stops at its next program
   g_streams_stopping = true;             // producers end their streams with OK
   if (unix_socket) unix_socket->Stop();  // no new connection for a server shutting down

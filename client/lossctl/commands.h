@@ -19,6 +19,8 @@ void AddRuleCommands(CLI::App* app, const Globals* globals, Run* run);
 void AddObserveCommands(CLI::App* app, const Globals* globals, Run* run);
 // status
 void AddSystemCommands(CLI::App* app, const Globals* globals, Run* run);
+// top (a live terminal view: retransmits, rules' effect, busiest flows)
+void AddTopCommand(CLI::App* app, const Globals* globals, Run* run);
 // sweep (runs client/python's lossd_client.sweep)
 void AddSweepCommands(CLI::App* app, const Globals* globals, Run* run);
 

@@ -300,7 +300,7 @@ void Table::AddRow(std::vector<std::string> row) {
   rows_.push_back(std::move(row));
 }
 
-void Table::Print(FILE* out) const {
+std::vector<std::string> Table::Lines() const {
   std::vector<size_t> width(header_.size());
   for (size_t c = 0; c < header_.size(); c++) {
     width[c] = header_[c].size();
@@ -317,10 +317,16 @@ void Table::Print(FILE* out) const {
       if (!last) s += "  ";
     }
     while (!s.empty() && s.back() == ' ') s.pop_back();
-    fprintf(out, "%s\n", s.c_str());
+    return s;
   };
-  line(header_);
-  for (const auto& r : rows_) line(r);
+  std::vector<std::string> out;
+  out.push_back(line(header_));
+  for (const auto& r : rows_) out.push_back(line(r));
+  return out;
+}
+
+void Table::Print(FILE* out) const {
+  for (const auto& l : Lines()) fprintf(out, "%s\n", l.c_str());
   fflush(out);
 }
 

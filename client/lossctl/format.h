@@ -73,6 +73,8 @@ class Table {
   void RightAlign(size_t column);
   void AddRow(std::vector<std::string> row);
   size_t rows() const { return rows_.size(); }
+  // The header and each row as one line, without the newline.
+  std::vector<std::string> Lines() const;
   void Print(FILE* out) const;
 
  private:

@@ -4,6 +4,7 @@
 //   lossctl rule ls | rule get ID | rule rm ID... | rule clear | rule effect ID
 //   lossctl watch --port 8080          TCP retransmissions, live
 //   lossctl flows | stats | status
+//   lossctl top                        a live view like top(1)
 //
 // Global options go before or after the command; -o json prints JSON (one
 // object per line for streams). Exit codes: lossctl.cc (kExitCodesHelp).
@@ -56,6 +57,7 @@ int Main(int argc, char** argv) {
   AddRuleCommands(&app, &g, &run);
   AddObserveCommands(&app, &g, &run);
   AddSystemCommands(&app, &g, &run);
+  AddTopCommand(&app, &g, &run);
   AddSweepCommands(&app, &g, &run);
 
   if (argc < 2) {
@@ -71,7 +73,7 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   if (!run)
-    return UsageError("give a command: rule, watch, flows, stats or status (lossctl --help)");
+    return UsageError("give a command: rule, watch, flows, stats, top or status (lossctl --help)");
   return run();
 }
 

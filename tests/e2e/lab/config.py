@@ -30,6 +30,16 @@ def set_paths(lossd=None, lossctl=None, stubs=None):
         daemon.load_stubs(STUBS)
 
 
+def artifact(name):
+    """A path under <build>/e2e-artifacts (the build tree: next to --stubs, else the working
+    directory, which ctest sets to the build tree) for what a test saves for people to look
+    at: screenshots, terminal captures."""
+    base = os.path.dirname(STUBS) if STUBS else os.getcwd()
+    d = os.path.join(base, "e2e-artifacts")
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lossd", required=True)

@@ -184,6 +184,7 @@ class Lab:
         self.cgroups = []
         self.tempdirs = []
         self.users, self.groups = [], []
+        self.finalizers = []  # callables run first by close() (e.g. a tmux server's kill)
         self.closed = False
         _live_labs.append(self)
         try:
@@ -358,6 +359,11 @@ class Lab:
         if self.closed:
             return
         self.closed = True
+        for fn in reversed(self.finalizers):
+            try:
+                fn()
+            except Exception as e:
+                log("lab close: %r failed: %s" % (fn, e))
         for p in self.procs:
             if p.poll() is None:
                 try:

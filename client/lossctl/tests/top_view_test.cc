@@ -1,0 +1,182 @@
+#include "top_view.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace lossctl {
+namespace {
+
+v1::Flow MakeFlow(uint64_t cookie, uint32_t lport, uint64_t sent, uint64_t fast) {
+  v1::Flow f;
+  f.set_cookie(cookie);
+  f.mutable_tuple()->set_local_addr("192.0.2.1");
+  f.mutable_tuple()->set_local_port(lport);
+  f.mutable_tuple()->set_remote_addr("192.0.2.2");
+  f.mutable_tuple()->set_remote_port(5201);
+  f.set_cwnd(10 + cookie);
+  f.set_srtt_us(1500);
+  f.set_bytes_sent(sent);
+  (*f.mutable_retransmitted_segments())["fast"] = fast;
+  return f;
+}
+
+v1::Aggregate Window(uint64_t fast, uint64_t rto, uint64_t lost, uint64_t cookie, uint64_t segs) {
+  v1::Aggregate a;
+  a.set_window_ns(1000000000);
+  a.set_window_start_unix_ns(1700000000ull * 1000000000);
+  (*a.mutable_retransmits_by_type())["fast"] = fast;
+  (*a.mutable_retransmits_by_type())["rto"] = rto;
+  if (lost) {
+    auto* g = a.add_gaps();
+    g->set_source(v1::GAP_SOURCE_SUBSCRIBER);
+    g->set_count(lost);
+  }
+  if (cookie) (*a.mutable_retransmits_by_flow())[cookie] = segs;
+  return a;
+}
+
+// The numbers after the row's label "... (...)": TOTAL, the eight types, EVENTS LOST.
+std::vector<uint64_t> Numbers(const std::string& row) {
+  std::vector<uint64_t> out;
+  std::istringstream in(row.substr(row.find(')') + 1));
+  uint64_t n;
+  while (in >> n) out.push_back(n);
+  return out;
+}
+
+std::string Text(const std::vector<TopLine>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += l.text + "\n";
+  return s;
+}
+
+// The line that starts with `prefix` (after spaces), or "".
+std::string LineStarting(const std::vector<TopLine>& lines, const std::string& prefix) {
+  for (const auto& l : lines) {
+    auto p = l.text.find_first_not_of(' ');
+    if (p != std::string::npos && l.text.compare(p, prefix.size(), prefix) == 0) return l.text;
+  }
+  return "";
+}
+
+TEST(TopSort, NamesRoundTripAndCycle) {
+  TopSort s = TopSort::kRetrans;
+  for (int i = 0; i < 6; i++) {
+    TopSort parsed;
+    ASSERT_TRUE(ParseTopSort(TopSortName(s), &parsed));
+    EXPECT_EQ(parsed, s);
+    s = NextTopSort(s);
+  }
+  EXPECT_EQ(s, TopSort::kRetrans);  // back to the first after all six
+  TopSort out;
+  EXPECT_FALSE(ParseTopSort("bogus", &out));
+}
+
+TEST(TopTracker, WindowAndSinceStartTotals) {
+  TopTracker t("unix:/run/lossd/lossd.sock", 1000000000);
+  t.AddWindow(Window(5, 1, 0, 0, 0));
+  t.AddWindow(Window(7, 0, 3, 0, 0));
+  const TopFrame& f = t.Frame(1700000001ull * 1000000000);
+  EXPECT_EQ(f.windows, 2u);
+  EXPECT_EQ(f.since_start.at("fast"), 12u);
+  EXPECT_EQ(f.since_start.at("rto"), 1u);
+  EXPECT_EQ(f.lost_since_start, 3u);
+  TopLayout layout;
+  auto lines = RenderTop(f, layout);
+  // last window: total 7 = fast 7 + rto 0, 3 events lost
+  std::string last = LineStarting(lines, "last 1s");
+  ASSERT_FALSE(last.empty()) << Text(lines);
+  EXPECT_EQ(Numbers(last), (std::vector<uint64_t>{7, 7, 0, 0, 0, 0, 0, 0, 0, 3})) << last;
+  std::string since = LineStarting(lines, "since top started (2s)");
+  ASSERT_FALSE(since.empty()) << Text(lines);
+  EXPECT_EQ(Numbers(since), (std::vector<uint64_t>{13, 12, 1, 0, 0, 0, 0, 0, 0, 3})) << since;
+}
+
+TEST(TopTracker, FlowRatesAndWindowRetransmits) {
+  TopTracker t("x", 1000000000);
+  v1::ListFlowsResponse r1, r2;
+  *r1.add_flows() = MakeFlow(1, 40000, 1000, 0);
+  *r2.add_flows() = MakeFlow(1, 40000, 3000, 4);
+  *r2.add_flows() = MakeFlow(2, 40001, 500, 0);
+  t.SetFlows(r1, 1000000000);
+  t.AddWindow(Window(4, 0, 0, 1, 4));
+  t.SetFlows(r2, 3000000000);  // 2 s later: flow 1 sent 2000 bytes more
+  const TopFrame& f = t.Frame(0);
+  ASSERT_EQ(f.flows.size(), 2u);
+  EXPECT_DOUBLE_EQ(f.flows[0].bytes_per_sec, 1000.0);
+  EXPECT_EQ(f.flows[0].window_retrans, 4u);
+  EXPECT_LT(f.flows[1].bytes_per_sec, 0);  // new flow: no rate yet
+  EXPECT_EQ(f.flows[1].window_retrans, 0u);
+}
+
+TEST(TopView, FlowsSortedAndCutToTheTerminal) {
+  TopTracker t("x", 1000000000);
+  v1::ListFlowsResponse r;
+  for (uint64_t c = 1; c <= 30; c++) *r.add_flows() = MakeFlow(c, 40000 + c, c * 100, c % 7);
+  t.AddWindow(Window(0, 0, 0, 9, 50));
+  t.SetFlows(r, 1);
+  TopLayout layout;
+  layout.width = 80;
+  layout.height = 24;
+  auto lines = RenderTop(t.Frame(0), layout);
+  EXPECT_LE(lines.size(), 24u);
+  for (const auto& l : lines) EXPECT_LE(l.text.size(), 80u) << l.text;
+  std::string head = LineStarting(lines, "FLOWS");
+  EXPECT_NE(head.find(" of 30, by retrans"), std::string::npos) << Text(lines);
+  // The flow with the window's retransmits first.
+  size_t at = 0;
+  for (size_t i = 0; i < lines.size(); i++)
+    if (lines[i].text.find("LOCAL") != std::string::npos) at = i;
+  ASSERT_GT(at, 0u);
+  ASSERT_LT(at + 1, lines.size());
+  EXPECT_NE(lines[at + 1].text.find("192.0.2.1:40009"), std::string::npos) << Text(lines);
+
+  layout.sort = TopSort::kSent;
+  lines = RenderTop(t.Frame(0), layout);
+  for (size_t i = 0; i < lines.size(); i++)
+    if (lines[i].text.find("LOCAL") != std::string::npos) at = i;
+  EXPECT_NE(lines[at + 1].text.find("192.0.2.1:40030"), std::string::npos) << Text(lines);
+}
+
+TEST(TopView, RuleEffectAndDropRate) {
+  TopTracker t("x", 1000000000);
+  TopRule r;
+  r.rule.set_id(3);
+  r.rule.set_state(v1::RULE_STATE_ACTIVE);
+  r.rule.mutable_spec()->set_interface("veth0");
+  r.rule.mutable_spec()->set_direction(v1::DIRECTION_EGRESS);
+  r.rule.mutable_spec()->mutable_loss()->mutable_bernoulli()->set_rate(0.02);
+  r.rule.set_created_unix_ns(5);
+  r.has_effect = true;
+  r.effect.set_measured_rate(0.0201234);
+  r.effect.set_rate_ci_low(0.018);
+  r.effect.set_rate_ci_high(0.022549);
+  r.effect.set_configured_within_ci(true);
+  r.effect.mutable_counters()->set_matched_segments(10000);
+  r.effect.mutable_counters()->set_dropped_segments(100);
+  (*r.effect.mutable_retransmitted_segments())["fast"] = 90;
+  (*r.effect.mutable_retransmitted_segments())["rto"] = 12;
+  t.SetRules({r}, 1, 1000000000);
+  r.effect.mutable_counters()->set_dropped_segments(300);
+  t.SetRules({r}, 1, 3000000000);  // 200 more in 2 s
+  auto lines = RenderTop(t.Frame(0), TopLayout{});
+  std::string row = LineStarting(lines, "3  active");
+  ASSERT_FALSE(row.empty()) << Text(lines);
+  for (const char* want :
+       {"veth0", "egress", "2%", "2.01%", "1.8% - 2.25%", "100", "300", "102", "10000", "no limit"})
+    EXPECT_NE(row.find(want), std::string::npos) << want << " in: " << row;
+}
+
+TEST(TopView, WaitingAndErrorsAreSaid) {
+  TopTracker t("unix:/s", 1000000000);
+  t.SetRulesError("UNAVAILABLE: loading");
+  t.SetFlowsError("UNAVAILABLE: loading");
+  auto text = Text(RenderTop(t.Frame(0), TopLayout{}));
+  EXPECT_NE(text.find("waiting for the first 1s window"), std::string::npos) << text;
+  EXPECT_NE(text.find("RULES: UNAVAILABLE: loading"), std::string::npos) << text;
+  EXPECT_NE(text.find("FLOWS: UNAVAILABLE: loading"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace lossctl

@@ -1,0 +1,130 @@
+#include "live/sse.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+namespace lossd {
+
+std::string SseFrame(uint64_t id, const std::string& event, const std::string& data) {
+  std::string out;
+  out.reserve(data.size() + event.size() + 32);
+  out += "id: " + std::to_string(id) + "\nevent: " + event + "\ndata: ";
+  for (char c : data) out += (c == '\n' || c == '\r') ? ' ' : c;
+  out += "\n\n";
+  return out;
+}
+
+void SseQueue::Push(std::string event, std::string data) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (queue_.size() >= capacity_) {
+      dropped_[event]++;
+      dropped_total_++;
+    } else {
+      queue_.push_back({std::move(event), std::move(data)});
+    }
+  }
+  cv_.notify_one();
+}
+
+SseQueue::Batch SseQueue::Take(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return closed_ || !queue_.empty() || !dropped_.empty(); });
+  Batch b;
+  b.messages.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  b.dropped.swap(dropped_);
+  b.closed = closed_;
+  return b;
+}
+
+void SseQueue::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+uint64_t SseQueue::dropped_total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_total_;
+}
+
+namespace {
+
+bool ParseNumber(const std::string& text, uint64_t lo, uint64_t hi, uint64_t* out) {
+  if (text.empty() || text.size() > 20) return false;
+  for (char c : text)
+    if (c < '0' || c > '9') return false;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+Result<EventsQuery> ParseEventsQuery(const std::multimap<std::string, std::string>& params) {
+  EventsQuery q;
+  for (const auto& kv : params) {
+    if (params.count(kv.first) > 1)
+      return InvalidArgument("query parameter '" + Shown(kv.first) + "' given more than once");
+    uint64_t v = 0;
+    if (kv.first == "flow") {
+      if (!ParseNumber(kv.second, 1, UINT64_MAX, &v))
+        return InvalidArgument("flow: '" + Shown(kv.second) +
+                               "' is not a socket cookie (a positive integer)");
+      q.flow = v;
+    } else if (kv.first == "rule") {
+      if (!ParseNumber(kv.second, 1, UINT32_MAX, &v))
+        return InvalidArgument("rule: '" + Shown(kv.second) + "' is not a rule id");
+      q.rule = static_cast<uint32_t>(v);
+    } else if (kv.first == "queue") {
+      if (!ParseNumber(kv.second, 1, 65536, &v))
+        return InvalidArgument("queue: '" + Shown(kv.second) + "' is not in 1 .. 65536");
+      q.queue = v;
+    } else {
+      return InvalidArgument("unknown query parameter '" + Shown(kv.first) +
+                             "' (expected flow, rule, queue)");
+    }
+  }
+  return q;
+}
+
+void ParseMib(const std::string& text, std::map<std::string, uint64_t>* out) {
+  std::istringstream in(text);
+  std::string header, values;
+  while (std::getline(in, header) && std::getline(in, values)) {
+    std::istringstream h(header), v(values);
+    std::string hp, vp;
+    if (!(h >> hp) || !(v >> vp) || hp != vp || hp.empty() || hp.back() != ':') continue;
+    std::string prefix = hp.substr(0, hp.size() - 1);
+    std::string name, value;
+    while (h >> name && v >> value) {
+      char* end = nullptr;
+      errno = 0;
+      unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+      // Some Tcp fields are signed (MaxConn -1): they are not counters we show.
+      if (errno || !end || *end || value[0] == '-') continue;
+      (*out)[prefix + "." + name] = n;
+    }
+  }
+}
+
+const std::vector<std::string>& KernelRetransmitKeys() {
+  static const std::vector<std::string> kKeys = {"Tcp.RetransSegs",
+                                                 "TcpExt.TCPFastRetrans",
+                                                 "TcpExt.TCPSlowStartRetrans",
+                                                 "TcpExt.TCPLossProbes",
+                                                 "TcpExt.TCPSynRetrans",
+                                                 "TcpExt.TCPTimeouts",
+                                                 "TcpExt.TCPRetransFail",
+                                                 "Tcp.OutSegs"};
+  return kKeys;
+}
+
+}  // namespace lossd

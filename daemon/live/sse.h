@@ -1,0 +1,75 @@
+// The pure parts of the live page's event stream (daemon/live/live.h): the
+// Server-Sent Events wire form, a connection's bounded outgoing queue, the
+// request's query, and the kernel's own counters. No I/O, no gRPC.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace lossd {
+
+// One SSE message: "id: N\nevent: E\ndata: D\n\n". `data` must be one line
+// (protobuf JSON is); any CR/LF in it is replaced so the frame stays one
+// message.
+std::string SseFrame(uint64_t id, const std::string& event, const std::string& data);
+
+struct SseMessage {
+  std::string event;  // "aggregate", "flows", "retransmit", ...
+  std::string data;   // one line of JSON
+};
+
+// A connection's outgoing messages. The producers (the gRPC streams read on
+// the daemon's side) never block: a message that does not fit is dropped and
+// counted under its event name, and the writer reports the count as a gap
+// of that stream before its next messages. So a slow browser loses its own
+// messages, never slows the daemon, and is told exactly what it lost.
+class SseQueue {
+ public:
+  explicit SseQueue(size_t capacity) : capacity_(capacity ? capacity : 1) {}
+
+  void Push(std::string event, std::string data);
+  struct Batch {
+    std::vector<SseMessage> messages;
+    std::map<std::string, uint64_t> dropped;  // by event name, since the last Take
+    bool closed = false;
+  };
+  // Waits up to `timeout` for messages (or drops, or Close), then takes all.
+  Batch Take(std::chrono::milliseconds timeout);
+  void Close();
+  uint64_t dropped_total() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SseMessage> queue_;
+  std::map<std::string, uint64_t> dropped_;
+  uint64_t dropped_total_ = 0;
+  bool closed_ = false;
+};
+
+// GET /api/v1/events?flow=COOKIE&rule=ID&queue=N
+struct EventsQuery {
+  uint64_t flow = 0;    // one flow's retransmissions (its socket cookie); 0: none
+  uint32_t rule = 0;    // the retransmissions of one rule's flows; 0: none
+  size_t queue = 1024;  // this connection's queue, in messages (1 .. 65536)
+};
+// INVALID_ARGUMENT naming the parameter for anything else (unknown
+// parameters included: a typo must not silently mean "everything").
+Result<EventsQuery> ParseEventsQuery(const std::multimap<std::string, std::string>& params);
+
+// The counters of /proc/net/snmp or /proc/net/netstat ("Tcp: A B\nTcp: 1 2")
+// as "Tcp.A" -> 1; added to *out. Lines that do not pair are skipped.
+void ParseMib(const std::string& text, std::map<std::string, uint64_t>* out);
+// The TCP retransmission counters the page shows beside lossd's.
+const std::vector<std::string>& KernelRetransmitKeys();
+
+}  // namespace lossd

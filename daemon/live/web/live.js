@@ -1,0 +1,596 @@
+// lossd's live page: reads /api/v1/events (Server-Sent Events: lossd.v1 messages as
+// protobuf JSON, see daemon/live/live.h) and draws it. No build step, no framework:
+// Chart.js (Debian's libjs-chart.js) for the two charts, the DOM for the rest.
+"use strict";
+
+const TYPES = ["fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown"];
+const TYPE_COLORS = {
+  fast: "#2563eb", rto: "#dc2626", loss: "#f97316", tlp: "#8b5cf6",
+  syn: "#0d9488", synack: "#65a30d", probe0: "#a16207", unknown: "#6b7280",
+};
+const KERNEL_KEYS = ["TCPFastRetrans", "TCPSlowStartRetrans", "TCPLossProbes", "TCPSynRetrans",
+                     "TCPTimeouts", "TCPRetransFail"];
+const CA_NAMES = ["open", "disorder", "cwr", "recovery", "loss"];
+const GAP_TEXT = {
+  GAP_SOURCE_KERNEL_RING: "kernel ring buffer full",
+  GAP_SOURCE_DAEMON_HUB: "daemon fan-out",
+  GAP_SOURCE_SUBSCRIBER: "this page too slow",
+  reconnect: "windows sent while this page reconnected",
+  ids: "SSE ids skipped",
+};
+const HISTORY = 120;        // windows in the retransmit chart
+const FLOW_HISTORY = 300;   // seconds in the flow chart
+
+const $ = (id) => document.getElementById(id);
+const u64 = (s) => (s === undefined || s === null || s === "" ? 0 : Number(s));
+
+// ---- formatting: units everywhere, no raw nanoseconds ------------------------------
+function fmtInt(n) { return Number(n).toLocaleString("en-US"); }
+function fmtBytes(b) {
+  b = Number(b);
+  if (b < 1024) return Math.round(b) + " B";
+  const u = ["KiB", "MiB", "GiB", "TiB"];
+  let i = -1;
+  do { b /= 1024; i++; } while (b >= 1024 && i < u.length - 1);
+  return (b < 10 ? b.toFixed(2) : b < 100 ? b.toFixed(1) : b.toFixed(0)) + " " + u[i];
+}
+function fmtRate(fraction) {
+  const p = fraction * 100;
+  if (p === 0) return "0 %";
+  const digits = Math.max(0, Math.min(6, 2 - Math.floor(Math.log10(Math.abs(p)))));
+  return p.toFixed(digits) + " %";
+}
+function fmtDuration(ns) {
+  ns = Number(ns);
+  if (ns <= 0) return "0 s";
+  if (ns < 1e6) return (ns / 1e3).toFixed(0) + " µs";
+  if (ns < 1e9) return (ns / 1e6).toFixed(ns < 1e7 ? 2 : 1) + " ms";
+  let s = Math.round(ns / 1e9);
+  if (s < 60) return (ns / 1e9).toFixed(1) + " s";
+  const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60;
+  s %= 60;
+  return (h ? h + "h " : "") + (h || m ? m + "m " : "") + s + "s";
+}
+function fmtSrtt(us) { return fmtDuration(Number(us) * 1000); }
+function fmtClock(ms) {
+  const d = new Date(ms);
+  return d.toTimeString().slice(0, 8);
+}
+function endpoint(addr, port) {
+  return (addr.indexOf(":") >= 0 ? "[" + addr + "]" : addr) + ":" + port;
+}
+function tupleText(t) {
+  return endpoint(t.local_addr, t.local_port) + " → " + endpoint(t.remote_addr, t.remote_port);
+}
+function byType(m) {
+  const parts = [];
+  for (const t of TYPES) if (u64(m && m[t])) parts.push(t + " " + fmtInt(u64(m[t])));
+  return parts.length ? parts.join(", ") : "-";
+}
+function sumMap(m) {
+  let s = 0;
+  for (const k in m || {}) s += u64(m[k]);
+  return s;
+}
+function setText(id, text) {
+  const el = $(id);
+  if (el && el.textContent !== String(text)) el.textContent = text;
+}
+
+// ---- state -----------------------------------------------------------------------------
+const params = new URLSearchParams(location.search);
+const state = {
+  es: null,
+  lastId: 0,
+  clock: null,            // {mono_ns, unix_ms, at}: the daemon's clocks at hello
+  lossd: Object.fromEntries(TYPES.map((t) => [t, 0])),
+  lossdTotal: 0,
+  windows: 0,
+  lastAggSeq: 0,
+  kernelBase: null,
+  kernelNow: null,
+  gaps: {},               // "stream|source" -> count
+  gapTotal: 0,
+  rules: [],
+  rulesTotal: 0,
+  effects: {},            // id -> RuleEffect
+  prevDrops: {},          // id -> {t, dropped}
+  dropRate: {},
+  flows: new Map(),       // cookie -> {flow, rate, prevSent, prevT}
+  sortKey: "retrans",
+  selectedFlow: params.get("flow") || "",
+  selectedRule: params.get("rule") || "",
+  flowSeries: { t: [], cwnd: [], srtt: [], retrans: [], lastTotal: null },
+  events: [],             // retransmission markers of the selected flow
+  health: null,
+  caps: null,
+};
+
+// ---- charts ------------------------------------------------------------------------------
+Chart.defaults.font.size = 12;
+Chart.defaults.animation = false;
+const rtxChart = new Chart($("rtx-chart"), {
+  type: "bar",
+  data: {
+    labels: [],
+    datasets: TYPES.map((t) => ({ label: t, data: [], backgroundColor: TYPE_COLORS[t], stack: "s",
+                                  barPercentage: 1.0, categoryPercentage: 0.9 })),
+  },
+  options: {
+    maintainAspectRatio: false,
+    interaction: { mode: "index", intersect: false },
+    scales: {
+      x: { stacked: true, ticks: { maxTicksLimit: 12, autoSkip: true, maxRotation: 0 },
+           title: { display: true, text: "window start (local time)" } },
+      y: { stacked: true, beginAtZero: true, title: { display: true, text: "segments / s" },
+           ticks: { precision: 0 } },
+    },
+    plugins: { legend: { position: "right", labels: { boxWidth: 12 } } },
+  },
+});
+
+const flowChart = new Chart($("flow-chart"), {
+  type: "line",
+  data: {
+    datasets: [
+      { label: "cwnd (segments)", data: [], borderColor: "#2563eb", backgroundColor: "#2563eb",
+        yAxisID: "y", pointRadius: 0, borderWidth: 2, stepped: true },
+      { label: "srtt (ms)", data: [], borderColor: "#0d9488", backgroundColor: "#0d9488",
+        yAxisID: "y2", pointRadius: 0, borderWidth: 2 },
+      { label: "retransmitted segments / s", data: [], type: "bar", backgroundColor: "rgba(249,115,22,0.45)",
+        yAxisID: "y3", barThickness: 4 },
+      { label: "retransmission (a lost segment resent)", data: [], type: "scatter", yAxisID: "y",
+        pointStyle: "triangle", pointRadius: 6, borderColor: "#c0262d", backgroundColor: "#c0262d" },
+    ],
+  },
+  options: {
+    maintainAspectRatio: false,
+    parsing: false,
+    interaction: { mode: "nearest", intersect: false },
+    scales: {
+      x: { type: "linear", title: { display: true, text: "time (local)" },
+           ticks: { maxTicksLimit: 10, callback: (v) => fmtClock(v) } },
+      y: { beginAtZero: true, position: "left", title: { display: true, text: "cwnd (segments)" } },
+      y2: { beginAtZero: true, position: "right", grid: { drawOnChartArea: false },
+            title: { display: true, text: "srtt (ms)" } },
+      y3: { beginAtZero: true, position: "right", grid: { drawOnChartArea: false },
+            title: { display: true, text: "retransmitted segments / s" }, ticks: { precision: 0 } },
+    },
+    plugins: {
+      legend: { position: "top", labels: { boxWidth: 12 } },
+      tooltip: { callbacks: { title: (items) => items.length ? fmtClock(items[0].parsed.x) : "" } },
+    },
+  },
+});
+
+// ---- the stream ------------------------------------------------------------------------
+function eventsUrl() {
+  const q = new URLSearchParams();
+  if (state.selectedFlow) q.set("flow", state.selectedFlow);
+  if (state.selectedRule) q.set("rule", state.selectedRule);
+  if (params.get("queue")) q.set("queue", params.get("queue"));
+  const s = q.toString();
+  return "/api/v1/events" + (s ? "?" + s : "");
+}
+
+function setConn(text, cls) {
+  const el = $("conn");
+  el.textContent = text;
+  el.className = "pill " + cls;
+}
+
+function connect() {
+  if (state.es) state.es.close();
+  state.lastId = 0;
+  const es = new EventSource(eventsUrl());
+  state.es = es;
+  setConn("connecting", "pill-wait");
+  const on = (name, fn) => es.addEventListener(name, (ev) => {
+    checkId(ev);
+    try { fn(JSON.parse(ev.data)); } catch (e) { console.error(name, e); }
+  });
+  on("hello", onHello);
+  on("aggregate", onAggregate);
+  on("flows", onFlows);
+  on("rules", onRules);
+  on("effect", onEffect);
+  on("health", onHealth);
+  on("capabilities", onCapabilities);
+  on("kernel", onKernel);
+  on("retransmit", onRetransmit);
+  on("gap", (g) => addGap(g.stream, g.source, u64(g.count)));
+  es.onerror = () => setConn(es.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting",
+                             "pill-bad");
+  es.onopen = () => setConn("live", "pill-ok");
+}
+
+// SSE ids number this connection's messages from 1 without holes (losses are gap events).
+function checkId(ev) {
+  const id = Number(ev.lastEventId);
+  if (!id) return;
+  if (id === 1) state.lastId = 0;  // a new connection
+  if (state.lastId && id !== state.lastId + 1) addGap("sse", "ids", id - state.lastId - 1);
+  state.lastId = id;
+}
+
+function addGap(stream, source, count) {
+  if (!count) return;
+  const k = stream + "|" + source;
+  state.gaps[k] = (state.gaps[k] || 0) + count;
+  state.gapTotal += count;
+  renderGaps();
+}
+
+function onHello(h) {
+  state.clock = { mono_ns: u64(h.mono_ns), unix_ms: u64(h.unix_ns) / 1e6 };
+  const f = h.selected_flow;
+  if (f) {
+    setText("flow-title", tupleText(f.tuple) + "  (cookie " + f.cookie + ")");
+  } else if (!state.selectedFlow) {
+    setText("flow-title", "click a flow above");
+  }
+  const parts = [];
+  if (state.selectedFlow) parts.push("flow " + (f ? tupleText(f.tuple) : state.selectedFlow));
+  if (state.selectedRule) parts.push("rule " + state.selectedRule + "'s flows");
+  setText("watching", parts.length ? parts.join(" and ") + ": every retransmission"
+                                   : "all flows (aggregates only)");
+  $("flow-none").style.display = state.selectedFlow ? "none" : "flex";
+}
+
+function monoToMs(mono_ns) {
+  if (!state.clock) return Date.now();
+  return state.clock.unix_ms + (Number(mono_ns) - state.clock.mono_ns) / 1e6;
+}
+
+function onAggregate(a) {
+  const by = a.retransmits_by_type || {};
+  const label = fmtClock(u64(a.window_start_unix_ns) / 1e6);
+  rtxChart.data.labels.push(label);
+  TYPES.forEach((t, i) => {
+    const n = u64(by[t]);
+    rtxChart.data.datasets[i].data.push(n / (u64(a.window_ns) / 1e9 || 1));
+    state.lossd[t] += n;
+    state.lossdTotal += n;
+  });
+  if (rtxChart.data.labels.length > HISTORY) {
+    rtxChart.data.labels.shift();
+    rtxChart.data.datasets.forEach((d) => d.data.shift());
+  }
+  rtxChart.update("none");
+  for (const g of a.gaps || []) addGap("aggregate", g.source, u64(g.count));
+  // The shared window stream numbers its windows: one skipped (this page reconnected while
+  // it was sent) is a gap too.
+  const seq = u64(a.seq);
+  if (state.lastAggSeq && seq > state.lastAggSeq + 1)
+    addGap("aggregate", "reconnect", seq - state.lastAggSeq - 1);
+  state.lastAggSeq = seq;
+  state.windows++;
+  // The selected flow's retransmits in this window.
+  if (state.selectedFlow) {
+    const n = u64((a.retransmits_by_flow || {})[state.selectedFlow]);
+    pushFlowPoint(null, n, u64(a.window_start_unix_ns) / 1e6 + u64(a.window_ns) / 1e6);
+  }
+  renderTotals();
+  setText("updated", fmtClock(Date.now()));
+}
+
+function renderTotals() {
+  setText("total-lossd", fmtInt(state.lossdTotal));
+  for (const t of TYPES) setText("type-" + t, fmtInt(state.lossd[t]));
+  const k = state.kernelNow, b = state.kernelBase;
+  if (!k || !b) return;
+  const d = (key) => u64(k[key]) - u64(b[key]);
+  const kt = d("Tcp.RetransSegs");
+  setText("total-kernel", fmtInt(kt));
+  for (const key of KERNEL_KEYS) setText("k-" + key, fmtInt(d("TcpExt." + key)));
+  const el = $("reconcile");
+  const diff = state.lossdTotal - kt;
+  if (diff === 0) {
+    el.textContent = "equal";
+    el.className = "ok";
+  } else {
+    el.textContent = (diff > 0 ? "lossd +" : "kernel +") + fmtInt(Math.abs(diff)) +
+                     " (windows end every second, the counters are read at other moments)";
+    el.className = "warn";
+  }
+}
+
+function onKernel(k) {
+  if (!state.kernelBase) state.kernelBase = k.counters;
+  state.kernelNow = k.counters;
+  renderTotals();
+}
+
+function onHealth(h) {
+  state.health = h;
+  setText("h-serving", h.serving ? "yes" : "NO");
+  setText("h-rules", fmtInt(h.rules));
+  setText("h-subscribers", fmtInt(h.subscribers));
+  setText("h-lease", fmtDuration(Math.floor(u64(h.lease_remaining_ns) / 1e8) * 1e8));
+  setText("h-lost", fmtInt(u64(h.events_lost_kernel)));
+  const parts = (h.components || []).map((c) => {
+    const s = (c.state || "").replace("COMPONENT_STATE_", "").toLowerCase();
+    return c.name + " " + s;
+  });
+  setText("components", parts.join(" · "));
+}
+
+function onCapabilities(c) {
+  state.caps = c;
+  const missing = [];
+  let total = 0;
+  for (const h of (c.observer_hooks || []).concat(c.injector_hooks || [])) {
+    total++;
+    if (!h.available) missing.push(h.name + (h.reason ? ": " + h.reason : ""));
+  }
+  const el = $("hooks");
+  const text = total === 0 ? "loading" :
+               missing.length === 0 ? "all " + total + " attached" :
+               "not attached: " + missing.join("; ");
+  if (el.textContent !== text) {
+    el.textContent = text;
+    el.className = "small " + (missing.length ? "bad" : total ? "ok" : "");
+  }
+}
+
+function renderGaps() {
+  setText("gaps-total", fmtInt(state.gapTotal));
+  const lines = Object.keys(state.gaps).sort().map((k) => {
+    const [stream, source] = k.split("|");
+    return fmtInt(state.gaps[k]) + " " + stream + " message(s) lost: " + (GAP_TEXT[source] || source);
+  });
+  const el = $("gap-list");
+  const html = lines.map((l) => "<div class='warn gap'>" + l + "</div>").join("");
+  if (el.innerHTML !== html) el.innerHTML = html;
+}
+
+// ---- rules -------------------------------------------------------------------------------
+function onRules(r) {
+  state.rules = r.rules || [];
+  state.rulesTotal = u64(r.total);
+  const t = u64(r.time_unix_ns) / 1e9;
+  for (const rule of state.rules) {
+    const dropped = u64((rule.counters || {}).dropped_segments);
+    const p = state.prevDrops[rule.id];
+    if (p && p.created === rule.created_unix_ns && dropped >= p.dropped && t > p.t)
+      state.dropRate[rule.id] = (dropped - p.dropped) / (t - p.t);
+    state.prevDrops[rule.id] = { t, dropped, created: rule.created_unix_ns };
+  }
+  renderRules();
+}
+
+function onEffect(e) {
+  state.effects[e.id] = e;
+  renderRules();
+}
+
+function lossText(l) {
+  if (!l) return "-";
+  if (l.bernoulli) return fmtRate(l.bernoulli.rate || 0);
+  if (l.gilbert_elliott) return "Gilbert-Elliott";
+  if (l.every_nth) return "every " + l.every_nth;
+  if (l.first_k) return "first " + l.first_k;
+  return "-";
+}
+function matchText(m) {
+  if (!m) return "any";
+  const p = [];
+  if (m.protocol) p.push(m.protocol);
+  if (m.src) p.push("src " + m.src);
+  if (m.dst) p.push("dst " + m.dst);
+  const pr = (r) => (!r || (!r.lo && !r.hi) ? "" : (!r.hi || r.hi === r.lo ? "" + r.lo : r.lo + "-" + r.hi));
+  if (pr(m.sport)) p.push("sport " + pr(m.sport));
+  if (pr(m.dport)) p.push("dport " + pr(m.dport));
+  if (m.tcp_flags) p.push("flags " + m.tcp_flags);
+  if (m.payload && m.payload !== "PAYLOAD_ANY") p.push(m.payload.replace("PAYLOAD_", "payload ").toLowerCase());
+  return p.length ? p.join(" ") : "any";
+}
+function timeLeft(rule) {
+  if (rule.state === "RULE_STATE_EXPIRED") return "expired";
+  const exp = u64(rule.expires_unix_ns);
+  if (!exp) return "no limit";
+  return fmtDuration(Math.max(0, exp - Date.now() * 1e6));
+}
+
+function renderRules() {
+  const tbody = document.querySelector("#rules tbody");
+  setText("rules-count", state.rulesTotal > state.rules.length
+          ? "(" + state.rules.length + " of " + state.rulesTotal + ", active first)"
+          : "(" + state.rulesTotal + ")");
+  $("rules-empty").style.display = state.rules.length ? "none" : "block";
+  const rows = [];
+  for (const rule of state.rules) {
+    const e = state.effects[rule.id];
+    const s = rule.spec || {};
+    const c = (e && e.counters) || rule.counters || {};
+    const matched = u64(c.matched_segments);
+    let measured = "-", interval = "-", inCi = "";
+    if (e && matched) {
+      measured = fmtRate(e.measured_rate || 0);
+      interval = fmtRate(e.rate_ci_low || 0) + " – " + fmtRate(e.rate_ci_high || 0);
+      inCi = e.configured_within_ci ? "ok" : "bad";
+    }
+    const dr = state.dropRate[rule.id];
+    rows.push({
+      id: rule.id,
+      selected: String(rule.id) === state.selectedRule,
+      cells: [
+        ["num", rule.id], ["", (rule.state || "").replace("RULE_STATE_", "").toLowerCase()],
+        ["", (s.interface || "") + (s.cgroup ? " cgroup " + s.cgroup : "") + " " +
+             (s.direction || "DIRECTION_INGRESS").replace("DIRECTION_", "").toLowerCase()],
+        ["", matchText(s.match)], ["num", lossText(s.loss)],
+        ["num measured", measured], ["num interval " + inCi, interval],
+        ["num", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
+        ["num dropped", fmtInt(u64(c.dropped_segments))],
+        ["num", dr === undefined ? "-" : dr.toFixed(dr < 10 ? 1 : 0)],
+        ["num caused", e ? fmtInt(sumMap(e.retransmitted_segments)) : "-"],
+        ["", e ? byType(e.retransmitted_segments) : "-"],
+        ["num", e ? fmtInt(u64(e.flows)) : "-"], ["num", timeLeft(rule)],
+      ],
+    });
+  }
+  fillTable(tbody, rows, "data-rule-id", (id) => {
+    state.selectedRule = state.selectedRule === String(id) ? "" : String(id);
+    updateUrl();
+    connect();
+  });
+}
+
+// Rows updated in place (same row elements, same cells): no flicker, no layout shift.
+function fillTable(tbody, rows, attr, onClick) {
+  while (tbody.rows.length > rows.length) tbody.deleteRow(-1);
+  rows.forEach((r, i) => {
+    let tr = tbody.rows[i];
+    if (!tr) {
+      tr = tbody.insertRow(-1);
+      tr.addEventListener("click", () => onClick(tr.getAttribute(attr)));
+    }
+    tr.setAttribute(attr, r.id);
+    tr.className = (r.selected ? "selected " : "") + (r.cls || "");
+    while (tr.cells.length > r.cells.length) tr.deleteCell(-1);
+    r.cells.forEach(([cls, text], j) => {
+      const td = tr.cells[j] || tr.insertCell(-1);
+      if (td.className !== cls) td.className = cls;
+      if (td.textContent !== String(text)) td.textContent = text;
+    });
+  });
+}
+
+// ---- flows -------------------------------------------------------------------------------
+function onFlows(m) {
+  const now = u64(m.time_unix_ns) / 1e6;
+  if (m.snapshot) state.flows.clear();
+  for (const f of m.flows || []) {
+    const key = String(f.cookie);
+    const prev = state.flows.get(key);
+    const rec = { flow: f, rate: prev ? prev.rate : null, t: now, closedAt: f.closed ? now : null };
+    if (prev && !f.closed && now > prev.t && u64(f.bytes_sent) >= u64(prev.flow.bytes_sent))
+      rec.rate = (u64(f.bytes_sent) - u64(prev.flow.bytes_sent)) / ((now - prev.t) / 1000);
+    state.flows.set(key, rec);
+    if (key === state.selectedFlow) pushFlowPoint(f, null, now);
+  }
+  // Closed flows stay 10 s, greyed, then go.
+  for (const [k, r] of state.flows) if (r.closedAt && now - r.closedAt > 10000) state.flows.delete(k);
+  renderFlows();
+}
+
+function flowKey(r, key) {
+  const f = r.flow;
+  switch (key) {
+    case "local": return endpoint(f.tuple.local_addr, f.tuple.local_port);
+    case "remote": return endpoint(f.tuple.remote_addr, f.tuple.remote_port);
+    case "ca": return f.ca_state || 0;
+    case "cwnd": return f.cwnd || 0;
+    case "srtt": return f.srtt_us || 0;
+    case "sent": return u64(f.bytes_sent);
+    case "acked": return u64(f.bytes_acked);
+    case "rate": return r.rate || 0;
+    case "retrans": return sumMap(f.retransmitted_segments);
+    case "age": return -u64(f.opened_mono_ns);
+  }
+  return 0;
+}
+
+function renderFlows() {
+  const list = Array.from(state.flows.values());
+  const k = state.sortKey;
+  list.sort((a, b) => {
+    const x = flowKey(a, k), y = flowKey(b, k);
+    if (x === y) return String(a.flow.cookie) < String(b.flow.cookie) ? -1 : 1;
+    return typeof x === "string" ? (x < y ? -1 : 1) : (y - x);
+  });
+  setText("flows-count", "(" + list.length + ", by " + k + ")");
+  $("flows-empty").style.display = list.length ? "none" : "block";
+  document.querySelectorAll("#flows th[data-sort]").forEach((th) =>
+    th.classList.toggle("sorted", th.dataset.sort === k));
+  const nowMono = state.clock ? state.clock.mono_ns + (Date.now() - state.clock.unix_ms) * 1e6 : 0;
+  const rows = list.map((r) => {
+    const f = r.flow;
+    const age = f.closed ? fmtDuration(u64(f.duration_ns))
+                         : nowMono ? fmtDuration(Math.max(0, nowMono - u64(f.opened_mono_ns))) : "-";
+    return {
+      id: f.cookie,
+      selected: String(f.cookie) === state.selectedFlow,
+      cls: f.closed ? "closed" : "",
+      cells: [
+        ["mono", endpoint(f.tuple.local_addr, f.tuple.local_port)],
+        ["mono", endpoint(f.tuple.remote_addr, f.tuple.remote_port)],
+        ["", (CA_NAMES[f.ca_state || 0] || f.ca_state) + (f.closed ? " (closed)" : "")],
+        ["num", fmtInt(f.cwnd || 0)], ["num", fmtSrtt(f.srtt_us || 0)],
+        ["num", fmtBytes(u64(f.bytes_sent))], ["num", fmtBytes(u64(f.bytes_acked))],
+        ["num", r.rate === null ? "-" : fmtBytes(r.rate) + "/s"],
+        ["num retrans", fmtInt(sumMap(f.retransmitted_segments))],
+        ["", byType(f.retransmitted_segments)], ["num", (f.preexisting ? "> " : "") + age],
+      ],
+    };
+  });
+  fillTable(document.querySelector("#flows tbody"), rows, "data-cookie", (cookie) => {
+    state.selectedFlow = state.selectedFlow === String(cookie) ? "" : String(cookie);
+    state.flowSeries = { t: [], cwnd: [], srtt: [], retrans: [], lastTotal: null };
+    flowChart.data.datasets.forEach((d) => (d.data = []));
+    flowChart.update("none");
+    updateUrl();
+    connect();
+  });
+}
+
+document.querySelectorAll("#flows th[data-sort]").forEach((th) =>
+  th.addEventListener("click", () => {
+    state.sortKey = th.dataset.sort;
+    renderFlows();
+  }));
+
+function updateUrl() {
+  const q = new URLSearchParams(location.search);
+  for (const [k, v] of [["flow", state.selectedFlow], ["rule", state.selectedRule]]) {
+    if (v) q.set(k, v); else q.delete(k);
+  }
+  const s = q.toString();
+  history.replaceState(null, "", location.pathname + (s ? "?" + s : ""));
+}
+
+// ---- one flow over time ----------------------------------------------------------------------
+function trim(data, now) {
+  while (data.length && data[0].x < now - FLOW_HISTORY * 1000) data.shift();
+}
+
+function pushFlowPoint(f, windowRetrans, tMs) {
+  const ds = flowChart.data.datasets;
+  if (f) {
+    ds[0].data.push({ x: tMs, y: f.cwnd || 0 });
+    ds[1].data.push({ x: tMs, y: (f.srtt_us || 0) / 1000 });
+  }
+  if (windowRetrans !== null) ds[2].data.push({ x: tMs, y: windowRetrans });
+  for (const d of ds) trim(d.data, tMs);
+  setFlowTicks();
+  flowChart.update("none");
+}
+
+// Whole-second ticks (1, 5, 10, 30 s apart), so that no two show the same time.
+function setFlowTicks() {
+  let lo = Infinity, hi = -Infinity;
+  for (const d of flowChart.data.datasets)
+    for (const p of d.data) { lo = Math.min(lo, p.x); hi = Math.max(hi, p.x); }
+  const span = hi > lo ? (hi - lo) / 1000 : 1;
+  const step = span > 240 ? 30 : span > 100 ? 10 : span > 20 ? 5 : 1;
+  const x = flowChart.options.scales.x;
+  x.ticks.stepSize = step * 1000;
+  x.min = Math.floor(lo / (step * 1000)) * step * 1000;
+}
+
+function onRetransmit(m) {
+  const e = m.event;
+  if (!e) return;
+  if (state.selectedFlow && String(e.cookie) !== state.selectedFlow) return;
+  const t = monoToMs(u64(e.time_mono_ns));
+  if (state.selectedFlow) {
+    const ds = flowChart.data.datasets[3];
+    ds.data.push({ x: t, y: (e.state && e.state.cwnd) || 0 });
+    trim(ds.data, t);
+  }
+  state.events.push(t);
+}
+
+connect();
+// Time left and ages move even when nothing else changes.
+setInterval(() => { renderRules(); renderFlows(); }, 1000);
