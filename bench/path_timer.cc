@@ -119,11 +119,12 @@ int main(int argc, char** argv) {
   };
   std::printf(
       "{\"starts\":%llu,\"timed\":%llu,\"unmatched\":%llu,\"over_range\":%llu,\"mean_ns\":%.2f,"
-      "\"mean_in_range_ns\":%.2f,\"p10_ns\":%.1f,\"p50_ns\":%.1f,\"p90_ns\":%.1f,\"bucket_ns\":%d}\n",
+      "\"mean_in_range_ns\":%.2f,\"p10_ns\":%.1f,\"p50_ns\":%.1f,\"p90_ns\":%.1f,\"bucket_ns\":%d}"
+      "\n",
       (unsigned long long)c[kStarts], (unsigned long long)c[kTimed],
       (unsigned long long)c[kUnmatched], (unsigned long long)h[kBuckets - 1],
       c[kTimed] ? static_cast<double>(c[kSumNs]) / c[kTimed] : -1.0,
-      in_range ? in_range_ns / in_range : -1.0, quantile(0.1), quantile(0.5),
-      quantile(0.9), kBucketNs);
+      in_range ? in_range_ns / in_range : -1.0, quantile(0.1), quantile(0.5), quantile(0.9),
+      kBucketNs);
   return 0;
 }

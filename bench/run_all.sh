@@ -64,6 +64,8 @@ run live_page "$PY" "$HERE/live_bench.py" --lossd "$BUILD/daemon/lossd" \
     --producer "$BUILD/bench/ring_producer" --stubs "$BUILD/python"
 run startup "$PY" "$HERE/startup_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" \
     --prog-load "$BUILD/bench/prog_load"
+# shellcheck disable=SC2086
+run soak "$PY" "$HERE/soak_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" ${SOAK_ARGS:-}
 # The rule parsers' libFuzzer target, longer than ctest's 20 s (FUZZ_SECONDS, default 120).
 [ -x "$BUILD/tests/fuzz/rule_parsers_fuzz" ] &&
   run fuzz_rule_parsers "$HERE/../tests/fuzz/run.sh" "$BUILD/tests/fuzz/rule_parsers_fuzz" "${FUZZ_SECONDS:-120}"

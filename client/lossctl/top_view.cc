@@ -198,7 +198,7 @@ std::vector<TopLine> RuleLines(const TopFrame& f, size_t max_rows) {
     } else if (!r.effect_error.empty()) {
       measured = "?";
     }
-    t.AddRow({Count(r.rule.id()), RuleStateName(r.rule.state()), TargetSummary(s),
+    t.AddRow({Count(r.rule.id()), RuleStateName(r.rule.state()), TargetSummary(r.rule),
               DirectionName(s.direction()), MatchSummary(s.match()), configured, measured, ci,
               PerSecond(r.drops_per_sec), Count(c.dropped_segments()), retrans,
               Count(c.matched_segments()), FormatBytes(c.matched_bytes()),
@@ -228,17 +228,33 @@ std::vector<TopLine> FlowLines(const TopFrame& f, const TopLayout& layout, size_
       ", by " + TopSortName(layout.sort);
   Section(&out, title);
   std::string last = "RETR/" + FormatDuration(w);
-  Table t(
-      {"LOCAL", "REMOTE", "CA STATE", "CWND", "SRTT", "SENT", "RATE", last, "RETRANS", "BY TYPE"});
-  for (size_t c : {3, 4, 5, 6, 7, 8}) t.RightAlign(c);
+  // The sockets' owners (unit, container, pod, cgroup), when any shown flow
+  // has one below the root cgroup.
+  bool owners = false;
+  for (size_t i = 0; i < shown; i++) {
+    const std::string& p = flows[i].flow.owner().path();
+    owners = owners || (!p.empty() && p != "/");
+  }
+  std::vector<std::string> head = {"LOCAL", "REMOTE", "CA STATE", "CWND",    "SRTT",
+                                   "SENT",  "RATE",   last,       "RETRANS", "BY TYPE"};
+  if (owners) head.insert(head.begin() + 2, "OWNER");
+  Table t(head);
+  for (size_t c : {3, 4, 5, 6, 7, 8}) t.RightAlign(owners ? c + 1 : c);
   for (size_t i = 0; i < shown; i++) {
     const v1::Flow& fl = flows[i].flow;
-    t.AddRow({FormatEndpoint(fl.tuple().local_addr(), fl.tuple().local_port()),
-              FormatEndpoint(fl.tuple().remote_addr(), fl.tuple().remote_port()),
-              CaStateName(fl.ca_state()) + (fl.closed() ? " (closed)" : ""), Count(fl.cwnd()),
-              Srtt(fl.srtt_us()), FormatBytes(fl.bytes_sent()), ByteRate(flows[i].bytes_per_sec),
-              Count(flows[i].window_retrans), Count(Sum(fl.retransmitted_segments())),
-              ByType(fl.retransmitted_segments())});
+    std::vector<std::string> row = {
+        FormatEndpoint(fl.tuple().local_addr(), fl.tuple().local_port()),
+        FormatEndpoint(fl.tuple().remote_addr(), fl.tuple().remote_port()),
+        CaStateName(fl.ca_state()) + (fl.closed() ? " (closed)" : ""),
+        Count(fl.cwnd()),
+        Srtt(fl.srtt_us()),
+        FormatBytes(fl.bytes_sent()),
+        ByteRate(flows[i].bytes_per_sec),
+        Count(flows[i].window_retrans),
+        Count(Sum(fl.retransmitted_segments())),
+        ByType(fl.retransmitted_segments())};
+    if (owners) row.insert(row.begin() + 2, OwnerSummary(fl.owner()));
+    t.AddRow(row);
   }
   AddTable(&out, t);
   return out;

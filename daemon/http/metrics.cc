@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/fd.h"
+#include "host/targets.h"
 #include "observer/format.h"
 #include "rules/model.h"
 
@@ -176,7 +177,8 @@ void InjectorMetrics(const Injector& inj, const Components& parts, EffectTracker
       "Rules without per-rule series here (over --metrics-max-rules)", MetricType::Gauge)
       .Add({}, double(rules.size() - shown));
   Fam info(out, "lossd_rule_info", "A rule's target and model (value 1)", MetricType::Gauge);
-  Fam live(out, "lossd_rule_live", "1 while the rule drops, 0 once expired", MetricType::Gauge);
+  Fam live(out, "lossd_rule_live", "1 while the rule drops, 0 once expired or failed",
+           MetricType::Gauge);
   Fam mp(out, "lossd_rule_matched_packets_total", "Packets (skbs) the rule matched",
          MetricType::Counter);
   Fam ms(out, "lossd_rule_matched_segments_total", "Wire segments (gso_segs) the rule matched",
@@ -201,16 +203,23 @@ void InjectorMetrics(const Injector& inj, const Components& parts, EffectTracker
     const RuleInfo& r = rules[i];
     const std::string id = std::to_string(r.id);
     const RuleSpec& s = r.spec;
-    info.Add({{"rule", id},
+    // The target's owner as a user names it (docs/targeting.md): only on
+    // these per-rule series, never per flow.
+    CgroupOwner owner = r.cgroup.empty() ? CgroupOwner{} : CgroupOwnerOf(r.CgroupRelative());
+    Labels il{{"rule", id},
               {"interface", s.iface},
-              {"cgroup", s.cgroup},
+              {"cgroup", r.cgroup.empty() ? s.cgroup : r.CgroupRelative()},
               {"direction", DirectionName(s.dir)},
               {"hook", HookName(s.hook)},
               {"model", ModelName(s.model)},
-              {"labels", LabelsText(s.labels)}},
-             1);
+              {"labels", LabelsText(s.labels)}};
+    // Only for a target that is one (Prometheus: an empty label is no label).
+    if (!owner.unit.empty()) il.push_back({"unit", owner.unit});
+    if (!owner.container.empty()) il.push_back({"container", owner.container});
+    if (!owner.pod.empty()) il.push_back({"pod", owner.pod});
+    info.Add(il, 1);
     Labels l{{"rule", id}};
-    live.Add(l, r.expired ? 0 : 1);
+    live.Add(l, r.expired || !r.failed.empty() ? 0 : 1);
     const RuleCounters& c = r.counters;
     mp.Add(l, c.matched_pkts);
     ms.Add(l, c.matched_segs);

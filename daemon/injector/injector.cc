@@ -743,8 +743,8 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
     // or recreated and not yet re-attached by the watch thread's next check).
     if (!r.target.cgroup.path.empty()) {
       uint64_t now_id = CgroupIdAt(r.target.cgroup.path);
-      std::string was = "cgroup " + r.target.cgroup.path + " (id " +
-                        std::to_string(r.target.cgroup.id) + ")";
+      std::string was =
+          "cgroup " + r.target.cgroup.path + " (id " + std::to_string(r.target.cgroup.id) + ")";
       if (now_id == 0)
         info.failed = was + " was deleted: the rule applies again when it is recreated";
       else if (now_id != r.target.cgroup.id)
@@ -838,8 +838,8 @@ void Injector::CheckAttachments() {
     }
     auto fresh = AddLocked(r.info.spec, t, r.expires_ns);
     if (!fresh.ok()) {
-      std::string reason = where + ", but re-attaching failed (retried): " +
-                           fresh.status().message();
+      std::string reason =
+          where + ", but re-attaching failed (retried): " + fresh.status().message();
       if (reason != r.info.failed) LOG_WARN("rule %u: %s", id, reason.c_str());
       r.info.failed = reason;
       continue;

@@ -7,6 +7,7 @@
 // (the effect tracker) of every change. See docs/architecture.md.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -76,6 +77,12 @@ struct RuleInfo {
   // interface rules. Absolute and canonical; cgroup_mount is the v2 mount.
   std::string cgroup, cgroup_mount;
   uint64_t cgroup_id = 0;
+  // cgroup below the mount ("/" for its root; "" for interface rules).
+  std::string CgroupRelative() const {
+    if (cgroup.empty()) return "";
+    std::string rel = cgroup.substr(std::min(cgroup.size(), cgroup_mount.size()));
+    return rel.empty() ? "/" : rel;
+  }
   bool expired = false;
   // Why the rule is FAILED ("": it is not): its target went away (the
   // interface was deleted, the cgroup removed, the program detached), so it

@@ -63,8 +63,8 @@ void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_expires_unix_ns(r.expires_unix_ns);
   CountersToProto(r.counters, out->mutable_counters());
   if (!r.cgroup.empty()) {
-    std::string rel = r.cgroup.substr(std::min(r.cgroup.size(), r.cgroup_mount.size()));
-    out->set_cgroup(rel.empty() ? "/" : rel);
+    std::string rel = r.CgroupRelative();
+    out->set_cgroup(rel);
     out->set_cgroup_id(r.cgroup_id);
     OwnerToProto(CgroupOwnerOf(rel), out->mutable_owner());
   }

@@ -139,6 +139,28 @@ TEST(TopView, FlowsSortedAndCutToTheTerminal) {
   EXPECT_NE(lines[at + 1].text.find("192.0.2.1:40030"), std::string::npos) << Text(lines);
 }
 
+TEST(TopView, OwnersShownWhenAFlowHasOne) {
+  TopTracker t("x", 1000000000);
+  v1::ListFlowsResponse r;
+  *r.add_flows() = MakeFlow(1, 40001, 100, 3);
+  t.AddWindow(Window(0, 0, 0, 3, 0));
+  t.SetFlows(r, 1);
+  TopLayout layout;
+  layout.width = 200;
+  layout.height = 24;
+  auto lines = RenderTop(t.Frame(0), layout);
+  EXPECT_EQ(Text(lines).find("OWNER"), std::string::npos) << Text(lines);  // none: no column
+
+  v1::Flow* f = r.mutable_flows(0);
+  f->mutable_owner()->set_path("/system.slice/nginx.service");
+  f->mutable_owner()->set_unit("nginx.service");
+  t.SetFlows(r, 2);
+  lines = RenderTop(t.Frame(0), layout);
+  std::string head = LineStarting(lines, "LOCAL");
+  EXPECT_NE(head.find("OWNER"), std::string::npos) << Text(lines);
+  EXPECT_NE(Text(lines).find("nginx.service"), std::string::npos) << Text(lines);
+}
+
 TEST(TopView, RuleEffectAndDropRate) {
   TopTracker t("x", 1000000000);
   TopRule r;

@@ -101,6 +101,7 @@ const state = {
   selectedFlow: params.get("flow") || "",
   selectedRule: params.get("rule") || "",
   flowSeries: { t: [], cwnd: [], srtt: [], retrans: [], lastTotal: null },
+  flowRules: new Set(),  // ids of the rules covering the followed flow (its retransmit events say)
   events: [],             // retransmission markers of the selected flow
   health: null,
   caps: null,
@@ -141,6 +142,11 @@ const flowChart = new Chart($("flow-chart"), {
         yAxisID: "y3", barThickness: 4 },
       { label: "retransmission (a lost segment resent)", data: [], type: "scatter", yAxisID: "y",
         pointStyle: "triangle", pointRadius: 6, borderColor: "#c0262d", backgroundColor: "#c0262d" },
+      // lossd's drops: per rule, not per flow (the API counts drops per rule), so
+      // these are the drops of the rules whose match covers this flow, all their
+      // flows together: exact for a rule that matches only this flow.
+      { label: "dropped by its rules / s", data: [], type: "bar", yAxisID: "y3",
+        backgroundColor: "rgba(124,58,237,0.55)", barThickness: 4 },
     ],
   },
   options: {
@@ -349,12 +355,22 @@ function onRules(r) {
   state.rules = r.rules || [];
   state.rulesTotal = u64(r.total);
   const t = u64(r.time_unix_ns) / 1e9;
+  let flowDrops = null;  // drops/s of the rules covering the followed flow
   for (const rule of state.rules) {
     const dropped = u64((rule.counters || {}).dropped_segments);
     const p = state.prevDrops[rule.id];
-    if (p && p.created === rule.created_unix_ns && dropped >= p.dropped && t > p.t)
+    if (p && p.created === rule.created_unix_ns && dropped >= p.dropped && t > p.t) {
       state.dropRate[rule.id] = (dropped - p.dropped) / (t - p.t);
+      if (state.selectedFlow && state.flowRules.has(String(rule.id)))
+        flowDrops = (flowDrops || 0) + state.dropRate[rule.id];
+    }
     state.prevDrops[rule.id] = { t, dropped, created: rule.created_unix_ns };
+  }
+  if (flowDrops !== null) {
+    const ds = flowChart.data.datasets[4];
+    ds.data.push({ x: t * 1000, y: flowDrops });
+    trim(ds.data, t * 1000);
+    flowChart.update("none");
   }
   renderRules();
 }
@@ -416,7 +432,7 @@ function renderRules() {
       selected: String(rule.id) === state.selectedRule,
       cells: [
         ["num", rule.id], ["", (rule.state || "").replace("RULE_STATE_", "").toLowerCase()],
-        ["", (s.interface || "") + (s.cgroup ? " cgroup " + s.cgroup : "") + " " +
+        ["", targetText(rule) + " " +
              (s.direction || "DIRECTION_INGRESS").replace("DIRECTION_", "").toLowerCase()],
         ["", matchText(s.match)], ["num", lossText(s.loss)],
         ["num measured", measured], ["num interval " + inCi, interval],
@@ -474,11 +490,42 @@ function onFlows(m) {
   renderFlows();
 }
 
+// A socket's or a rule's cgroup as a user names it (docs/targeting.md): the
+// pod and container, the container, the systemd unit, else the cgroup path.
+function ownerText(o) {
+  if (!o || !o.path || o.path === "/") return "-";
+  const short = (id) => (id || "").slice(0, 12);
+  if (o.pod) return "pod " + o.pod.slice(0, 8) + (o.container ? " " + short(o.container) : "");
+  if (o.container) return (o.runtime || "container") + " " + short(o.container);
+  if (o.unit) return o.unit;
+  return o.path;
+}
+
+// What a rule targets: its interface, the service it was given by (pid, unit,
+// container, pod) with the cgroup that resolved to, or its cgroup.
+function targetText(rule) {
+  const s = rule.spec || {};
+  const parts = [];
+  if (s.interface) parts.push(s.interface);
+  if (s.pid) parts.push("pid " + s.pid);
+  if (s.unit) parts.push("unit " + s.unit);
+  if (s.pod) parts.push("pod " + s.pod);
+  if (s.container) parts.push("container " + s.container);
+  const cg = rule.cgroup || s.cgroup;
+  if (cg) {
+    const who = ownerText(rule.owner);
+    parts.push("cgroup " + cg + (who !== "-" && who !== cg && !s.unit && !s.container && !s.pod
+                                 ? " (" + who + ")" : ""));
+  }
+  return parts.join(" ");
+}
+
 function flowKey(r, key) {
   const f = r.flow;
   switch (key) {
     case "local": return endpoint(f.tuple.local_addr, f.tuple.local_port);
     case "remote": return endpoint(f.tuple.remote_addr, f.tuple.remote_port);
+    case "owner": return ownerText(f.owner);
     case "ca": return f.ca_state || 0;
     case "cwnd": return f.cwnd || 0;
     case "srtt": return f.srtt_us || 0;
@@ -515,6 +562,7 @@ function renderFlows() {
       cells: [
         ["mono", endpoint(f.tuple.local_addr, f.tuple.local_port)],
         ["mono", endpoint(f.tuple.remote_addr, f.tuple.remote_port)],
+        ["owner", ownerText(f.owner)],
         ["", (CA_NAMES[f.ca_state || 0] || f.ca_state) + (f.closed ? " (closed)" : "")],
         ["num", fmtInt(f.cwnd || 0)], ["num", fmtSrtt(f.srtt_us || 0)],
         ["num", fmtBytes(u64(f.bytes_sent))], ["num", fmtBytes(u64(f.bytes_acked))],
@@ -527,6 +575,7 @@ function renderFlows() {
   fillTable(document.querySelector("#flows tbody"), rows, "data-cookie", (cookie) => {
     state.selectedFlow = state.selectedFlow === String(cookie) ? "" : String(cookie);
     state.flowSeries = { t: [], cwnd: [], srtt: [], retrans: [], lastTotal: null };
+    state.flowRules = new Set();
     flowChart.data.datasets.forEach((d) => (d.data = []));
     flowChart.update("none");
     updateUrl();
@@ -587,6 +636,7 @@ function onRetransmit(m) {
     const ds = flowChart.data.datasets[3];
     ds.data.push({ x: t, y: (e.state && e.state.cwnd) || 0 });
     trim(ds.data, t);
+    for (const id of e.rule_ids || []) state.flowRules.add(String(id));
   }
   state.events.push(t);
 }

@@ -37,6 +37,10 @@ namespace A (lossd --max-rules 5), each test on its own rules.
       Create/update/delete/clear racing from eight threads leave rules live in the BPF
       maps that ListRules does not show (and metadata of listed rules lost): the rule's
       state had three owners. Afterwards the maps' active slots must be the listed rules.
+  test_update_racing_delete_leaves_no_rule_in_the_maps
+      UpdateRule racing DeleteRule of the same rule (300 rounds, the two released together)
+      leaves rules live in the BPF maps after every one was deleted, which ListRules does
+      not show: the service checked its own metadata, then the injector upserted.
   test_errors_do_not_echo_huge_inputs
       An error message quotes its input whole: a 200 kB interface name comes back as a
       200 kB message.
@@ -223,6 +227,58 @@ class DaemonBugs(DaemonTestCase):
         self.assertLessEqual(len(listed), 5)
         d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
         self.assertEqual(daemon.active_rule_slots(d.p.pid), [])
+
+    def test_update_racing_delete_leaves_no_rule_in_the_maps(self):
+        # The race of issue 10 item 3, aimed at: each round creates a rule, then one thread
+        # updates it while another deletes it, released together. Whatever the order, the rule
+        # is gone in the end (the update answers NOT_FOUND when it comes second): nothing may
+        # stay in the maps that ListRules does not show.
+        pb, d = self.pb, self.d
+        d.inj.ClearRules(pb.ClearRulesRequest(), timeout=30)
+        rounds, go, done = 300, threading.Barrier(3), threading.Barrier(3)
+        box, unexpected = {}, []
+
+        def call(fn):
+            try:
+                fn()
+            except daemon.grpc.RpcError as e:
+                if e.code() != daemon.grpc.StatusCode.NOT_FOUND:
+                    unexpected.append((e.code().name, e.details()))
+
+        def updater():
+            for _ in range(rounds):
+                go.wait()
+                call(lambda: d.inj.UpdateRule(pb.UpdateRuleRequest(id=box["id"], spec=self.spec(
+                    protocol="udp", dport=4960)), timeout=20))
+                done.wait()
+
+        def deleter():
+            for _ in range(rounds):
+                go.wait()
+                call(lambda: d.inj.DeleteRule(pb.DeleteRuleRequest(id=box["id"]), timeout=20))
+                done.wait()
+
+        threads = [threading.Thread(target=updater), threading.Thread(target=deleter)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(rounds):
+                box["id"] = self.create(protocol="udp", dport=4900 + i % 50).id
+                go.wait(timeout=30)
+                done.wait(timeout=30)
+        finally:
+            go.abort()
+            done.abort()
+            for t in threads:
+                t.join(30)
+        listed = [r.id for r in d.inj.ListRules(pb.ListRulesRequest(), timeout=20).rules
+                  if r.state == pb.RULE_STATE_ACTIVE]
+        in_maps = daemon.active_rule_slots(d.p.pid)
+        measured("update_racing_delete", rounds=rounds, listed=len(listed), in_maps=len(in_maps))
+        self.assertEqual(unexpected, [])
+        self.assertEqual(in_maps, [], "rules live in the maps after every one was deleted "
+                                      "(listed: %s)" % listed)
+        self.assertEqual(listed, [])
 
     def test_errors_do_not_echo_huge_inputs(self):
         huge = "x" * 200_000

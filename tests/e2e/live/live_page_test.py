@@ -155,8 +155,11 @@ class LivePageTest(DaemonTestCase):
                "the flow view's title")
         points = lambda: b.driver.execute_script(
             "return flowChart.data.datasets.map(d => d.data.length)")
-        b.wait(lambda: points()[0] >= 4 and points()[3] >= 3, 15,
-               "cwnd points and retransmission markers in the flow view")
+        b.wait(lambda: points()[0] >= 4 and points()[3] >= 3 and points()[4] >= 2, 15,
+               "cwnd points, retransmission markers and the rule's drops in the flow view")
+        # The drops of the rule covering the flow (it drops 2 % of it): marked, and not all zero.
+        drops = b.driver.execute_script("return flowChart.data.datasets[4].data.map(p => p.y)")
+        self.assertGreater(max(drops), 0, drops)
         self.assertTrue(flow2.running(), "the second flow ended before the page showed it")
         b.driver.execute_script("document.querySelector('.flows-box').scrollTop = 0")  # (the click scrolled it)
         time.sleep(1.2)  # one more update

@@ -11,7 +11,7 @@ sender's events. The daemon resolves the names from the cgroup id, in user space
 import binascii
 import os
 
-from lab import daemon, traffic
+from lab import daemon, traffic, web
 from lab.config import main
 from lab.daemon import DaemonTestCase, events_of
 from lab.netns import cgroup2_mount, measured
@@ -75,8 +75,21 @@ class Owners(DaemonTestCase):
         theirs = [f for f in every_flow if f.tuple.remote_port == port + 2]
         self.assertTrue(theirs, "the container's flow is listed")
         self.assertEqual({(f.owner.container, f.owner.runtime) for f in theirs}, {(cid, "docker")})
+        # Prometheus gets the owner on per-rule series only: a rule by unit and one by
+        # container, their lossd_rule_info labels.
+        by_u = self.d.create(unit=unit, direction="egress", protocol="udp", dport=9, rate=0.0)
+        by_c = self.d.create(container=cid[:12], direction="egress", protocol="udp", dport=9, rate=0.0)
+        text = web.request(lab.a, "127.0.0.1", self.d.http_port, "/metrics").body.decode()
+        info = lambda rid: [l for l in text.splitlines() if l.startswith('lossd_rule_info{rule="%d"' % rid)]
+        self.assertEqual(len(info(by_u.id)), 1, text[:2000])
+        self.assertIn('cgroup="%s"' % rel(ucg), info(by_u.id)[0])
+        self.assertIn('unit="%s"' % unit, info(by_u.id)[0])
+        self.assertNotIn("container=", info(by_u.id)[0])
+        self.assertIn('container="%s"' % cid, info(by_c.id)[0])
+        self.assertNotIn("remote_port", text)  # no per-flow labels by default
         measured("owners_on_events", container_events=len(c_ev), unit_events=len(u_ev),
-                 unit_flows=len(flows), container_owner=str(c_ev[0].owner).replace("\n", " "))
+                 unit_flows=len(flows), container_owner=str(c_ev[0].owner).replace("\n", " "),
+                 rule_info=info(by_u.id) + info(by_c.id))
 
 
 if __name__ == "__main__":
