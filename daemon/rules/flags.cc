@@ -162,4 +162,34 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
                 "rule is FAILED meanwhile)");
 }
 
+std::string* RuleFlagsField(RuleFlags* f, const std::string& name) {
+  static const std::pair<const char*, std::string RuleFlags::*> kFields[] = {
+      {"iface", &RuleFlags::iface},
+      {"cgroup", &RuleFlags::cgroup},
+      {"pid", &RuleFlags::pid},
+      {"unit", &RuleFlags::unit},
+      {"container", &RuleFlags::container},
+      {"pod", &RuleFlags::pod},
+      {"hook", &RuleFlags::hook},
+      {"dir", &RuleFlags::dir},
+      {"src", &RuleFlags::src},
+      {"dst", &RuleFlags::dst},
+      {"sport", &RuleFlags::sport},
+      {"dport", &RuleFlags::dport},
+      {"proto", &RuleFlags::proto},
+      {"family", &RuleFlags::family},
+      {"tcp_flags", &RuleFlags::tcp_flags},
+      {"payload", &RuleFlags::payload},
+      {"rate", &RuleFlags::rate},
+      {"ge", &RuleFlags::ge},
+      {"every", &RuleFlags::every},
+      {"first", &RuleFlags::first},
+      {"seed", &RuleFlags::seed},
+      {"priority", &RuleFlags::priority},
+      {"ttl", &RuleFlags::ttl}};
+  for (const auto& [n, m] : kFields)
+    if (name == n) return &(f->*m);
+  return nullptr;
+}
+
 }  // namespace lossd

@@ -43,4 +43,9 @@ Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_
 // must outlive `app`'s parse).
 void AddRuleOptions(CLI::App* app, RuleFlags* flags);
 
+// The text field of `flags` named as in the parser vectors and JSON
+// ("iface", "tcp_flags", "ttl", ...: the flag without "--", '-' as '_');
+// null for another name. The vectors' runner and the fuzzer fill flags by it.
+std::string* RuleFlagsField(RuleFlags* flags, const std::string& name);
+
 }  // namespace lossd

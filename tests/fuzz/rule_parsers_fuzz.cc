@@ -107,32 +107,6 @@ void OneValue(const std::string& v) {
   }
 }
 
-std::string* Field(RuleFlags* f, const std::string& name) {
-  static const std::pair<const char*, std::string RuleFlags::*> kFields[] = {
-      {"iface", &RuleFlags::iface},
-      {"cgroup", &RuleFlags::cgroup},
-      {"hook", &RuleFlags::hook},
-      {"dir", &RuleFlags::dir},
-      {"src", &RuleFlags::src},
-      {"dst", &RuleFlags::dst},
-      {"sport", &RuleFlags::sport},
-      {"dport", &RuleFlags::dport},
-      {"proto", &RuleFlags::proto},
-      {"family", &RuleFlags::family},
-      {"tcp_flags", &RuleFlags::tcp_flags},
-      {"payload", &RuleFlags::payload},
-      {"rate", &RuleFlags::rate},
-      {"ge", &RuleFlags::ge},
-      {"every", &RuleFlags::every},
-      {"first", &RuleFlags::first},
-      {"seed", &RuleFlags::seed},
-      {"priority", &RuleFlags::priority},
-      {"ttl", &RuleFlags::ttl}};
-  for (const auto& [n, m] : kFields)
-    if (name == n) return &(f->*m);
-  return nullptr;
-}
-
 }  // namespace
 }  // namespace lossd
 
@@ -152,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (eq == std::string::npos) continue;
     if (line.compare(0, eq, "per_segment") == 0) {
       flags.per_segment = !value.empty();
-    } else if (std::string* f = Field(&flags, line.substr(0, eq))) {
+    } else if (std::string* f = RuleFlagsField(&flags, line.substr(0, eq))) {
       *f = value;
     }
   }

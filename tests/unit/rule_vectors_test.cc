@@ -18,30 +18,6 @@
 namespace lossd {
 namespace {
 
-std::string* Field(RuleFlags* f, const std::string& name) {
-  std::map<std::string, std::string RuleFlags::*> fields = {{"iface", &RuleFlags::iface},
-                                                            {"cgroup", &RuleFlags::cgroup},
-                                                            {"hook", &RuleFlags::hook},
-                                                            {"dir", &RuleFlags::dir},
-                                                            {"src", &RuleFlags::src},
-                                                            {"dst", &RuleFlags::dst},
-                                                            {"sport", &RuleFlags::sport},
-                                                            {"dport", &RuleFlags::dport},
-                                                            {"proto", &RuleFlags::proto},
-                                                            {"family", &RuleFlags::family},
-                                                            {"tcp_flags", &RuleFlags::tcp_flags},
-                                                            {"payload", &RuleFlags::payload},
-                                                            {"rate", &RuleFlags::rate},
-                                                            {"ge", &RuleFlags::ge},
-                                                            {"every", &RuleFlags::every},
-                                                            {"first", &RuleFlags::first},
-                                                            {"seed", &RuleFlags::seed},
-                                                            {"priority", &RuleFlags::priority},
-                                                            {"ttl", &RuleFlags::ttl}};
-  auto it = fields.find(name);
-  return it == fields.end() ? nullptr : &(f->*(it->second));
-}
-
 // What the rule holds for `flag`, in the vectors' form ("values" in the file).
 Json ValueOf(const RuleSpec& r, const std::string& flag) {
   if (flag == "rate") return r.model.p;
@@ -96,12 +72,14 @@ TEST(RuleVectors, BothParsersAgree) {
     std::string flag = v["flag"], input = v["input"];
     SCOPED_TRACE(flag + " = '" + input + "'");
     RuleFlags f;
-    for (const auto& [k, val] : doc["base"].items()) *Field(&f, k) = val.get<std::string>();
+    for (const auto& [k, val] : doc["base"].items())
+      *RuleFlagsField(&f, k) = val.get<std::string>();
     for (const char* m : kModels)
       if (flag == m) f.rate.clear();
     if (v.contains("with"))
-      for (const auto& [k, val] : v["with"].items()) *Field(&f, k) = val.get<std::string>();
-    std::string* target = Field(&f, flag);
+      for (const auto& [k, val] : v["with"].items())
+        *RuleFlagsField(&f, k) = val.get<std::string>();
+    std::string* target = RuleFlagsField(&f, flag);
     ASSERT_NE(target, nullptr) << "unknown flag " << flag;
     *target = input;
     auto r = BuildRuleSpec(f, "");
