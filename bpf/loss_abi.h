@@ -207,4 +207,38 @@ struct loss_flow_state {
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_flow_state) == 24, "loss_flow_state layout");
 
+/*
+ * Drop log: per TCP flow (as on the wire: src -> dst), the sequence ranges of
+ * the last LOSS_DROP_RANGES skbs with payload a rule dropped, so the daemon
+ * can link a retransmission or a stall to the drop that caused it
+ * (docs/observer.md#drops-to-stalls). Written only on a drop.
+ */
+#define LOSS_DROP_RANGES 16
+#define LOSS_DROP_FLOWS 16384 /* LRU */
+struct loss_drop_key {
+	__u32 saddr[4]; /* network byte order (IPv4 in [0]) */
+	__u32 daddr[4];
+	__u16 sport; /* host byte order */
+	__u16 dport;
+	__u16 family; /* AF_INET / AF_INET6 */
+	__u16 _pad;
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_drop_key) == 40, "loss_drop_key layout");
+
+struct loss_drop_range {
+	__u64 time_ns; /* bpf_ktime_get_ns at the drop (CLOCK_MONOTONIC) */
+	__u32 seq;     /* first sequence number of the dropped skb, host order */
+	__u32 len;     /* TCP payload bytes (a GSO skb: all its segments) */
+	__u32 rule_id; /* the rule that dropped it */
+	__u16 segs;    /* wire segments */
+	__u16 _pad;
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_drop_range) == 24, "loss_drop_range layout");
+
+struct loss_drop_log {
+	__u64 drops; /* drops recorded for this flow, ever: ranges[(drops - 1) % N] is the newest */
+	struct loss_drop_range ranges[LOSS_DROP_RANGES];
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_drop_log) == 8 + 24 * LOSS_DROP_RANGES, "loss_drop_log layout");
+
 #endif /* LOSSD_LOSS_ABI_H */

@@ -66,6 +66,14 @@ struct {
 	__type(value, struct obs_flow);
 } obs_flows SEC(".maps");
 
+/* A new flow record is built here (it is too large for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct obs_flow);
+} obs_flow_scratch SEC(".maps");
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *c = bpf_map_lookup_elem(&obs_counters, &idx);
@@ -228,9 +236,12 @@ static __always_inline struct obs_flow *flow_get(const struct sock *sk, __u64 co
 	__u64 cg = sock_cgroup(sk);
 	if (!obs_wanted(&t, cg))
 		return NULL;
-	struct obs_flow init;
-	flow_init(&init, &t, cg, now);
-	if (bpf_map_update_elem(&obs_flows, &cookie, &init, BPF_NOEXIST) == 0)
+	__u32 zero = 0;
+	struct obs_flow *init = bpf_map_lookup_elem(&obs_flow_scratch, &zero);
+	if (!init)
+		return NULL;
+	flow_init(init, &t, cg, now);
+	if (bpf_map_update_elem(&obs_flows, &cookie, init, BPF_NOEXIST) == 0)
 		count(OBS_CNT_FLOWS_OPENED);
 	return bpf_map_lookup_elem(&obs_flows, &cookie);
 }

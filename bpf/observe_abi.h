@@ -74,7 +74,54 @@ enum obs_counter {
 enum obs_event_kind {
 	OBS_EV_RETRANSMIT = 1,
 	OBS_EV_FLOW_CLOSE = 2,
+	OBS_EV_STALL = 3,  /* struct obs_stall_event: a stall ended (or the flow closed in one) */
+	OBS_EV_SAMPLE = 4, /* struct obs_sample_event: one ACK of a traced flow */
 };
+
+/*
+ * Where a flow's time went (obs_flow.limit_ns), the model of Windows ESTATS'
+ * SndLim* and of `ss -i`'s busy/rwnd_limited/sndbuf_limited:
+ *  BUSY, RWND, SNDBUF are the kernel's own chrono stats (tcp_sock.chrono_stat,
+ *  jiffies resolution: 1/CONFIG_HZ): BUSY is all the time the socket had data
+ *  in flight or queued, RWND and SNDBUF the parts of it the receiver's window
+ *  or the send buffer held the sender back.
+ *  CWND is sampled per ACK in BPF: busy time outside RWND/SNDBUF in which the
+ *  last window was congestion-window limited (tcp_sock.is_cwnd_limited).
+ *  Application-limited time is what is left of BUSY (the sender had less in
+ *  flight than cwnd allowed and nothing waiting); idle time is the flow's life
+ *  outside BUSY. Both are computed in user space.
+ */
+enum obs_limit {
+	OBS_LIM_BUSY = 0,
+	OBS_LIM_RWND = 1,
+	OBS_LIM_SNDBUF = 2,
+	OBS_LIM_CWND = 3,
+	OBS_LIM_MAX = 4,
+};
+
+/*
+ * Why a stall happened, decided in BPF at its end from the socket's state and
+ * what happened during it (docs/observer.md#stalls), first rule that fits:
+ */
+enum obs_stall_cause {
+	OBS_STALL_UNKNOWN = 0,	      /* none fits: the stall carries its evidence */
+	OBS_STALL_RTO = 1,	      /* the first resend in it was the retransmission timer's */
+	OBS_STALL_TLP = 2,	      /* ... a tail loss probe */
+	OBS_STALL_FAST_RECOVERY = 3,  /* ... a fast retransmission (SACK / dupacks, RACK) */
+	OBS_STALL_ZERO_WINDOW = 4,    /* the peer's window was 0 in it (probes answered: acks) */
+	OBS_STALL_RWND_LIMITED = 5,   /* data waiting, the peer's window too small to send it */
+	OBS_STALL_NAGLE_DELAYED_ACK = 6, /* a sub-MSS segment held by Nagle (nonagle off) while the
+					  * peer delayed its ACK of what was in flight */
+	OBS_STALL_CWND_LIMITED = 7,   /* data waiting, in flight >= cwnd, no resend */
+	OBS_STALL_SNDBUF_LIMITED = 8, /* the kernel's chrono said send-buffer limited */
+	OBS_STALL_APP_LIMITED = 9,    /* nothing more to send, in flight < cwnd, no resend: the
+				       * sender waited on the ACK of all it had (not the network) */
+	OBS_STALL_MAX = 10,
+};
+
+/* A stall's threshold: max(min_ns, rtts * the flow's minimum RTT). */
+#define OBS_STALL_MIN_NS_DEFAULT (10ULL * 1000 * 1000)
+#define OBS_STALL_RTTS_DEFAULT 2
 
 struct obs_tuple {
 	__u32 saddr[4]; /* local address, network byte order (IPv4 in [0]) */
@@ -146,8 +193,93 @@ struct obs_flow {
 	__u32 max_backoff;
 	__u32 preexisting; /* 1 if picked up by the iterator */
 	__u32 _pad;
+	/* where the time went (obs_limit), ns; refreshed at every ACK and at close */
+	__u64 limit_ns[OBS_LIM_MAX];
+	/* stalls that ended (or the close ended), their time by cause */
+	__u64 stall_ns[OBS_STALL_MAX];
+	__u32 stalls;
+	/* state of the stall detector (owned by BPF) */
+	__u32 idle;	       /* nothing sent-and-unacknowledged or queued since the last ACK */
+	__u64 delivered_ns;    /* last ACK that advanced snd_una (or first send after idle) */
+	__u64 threshold_ns;    /* the stall threshold at the last ACK */
+	__u32 min_rtt_us;      /* tcp_min_rtt at the last ACK */
+	__u32 sample_flags;    /* OBS_SAMPLE_*: state at the last ACK (CWND accounting) */
+	__u64 sample_ns;       /* that ACK's time */
+	__u32 st_rtx_type;     /* first resend since delivered_ns: obs_rtx_type, OBS_RTX_MAX none */
+	__u32 st_rtx_seq;      /* its sequence number */
+	__u32 st_rtx_count;    /* resends since delivered_ns */
+	__u32 st_backoff;      /* highest icsk_backoff since delivered_ns */
+	__u32 st_acks;	       /* ACKs since delivered_ns that delivered nothing */
+	__u32 st_min_wnd;      /* smallest peer window seen since delivered_ns, bytes */
+	__u32 traced;	       /* ACK samples go to the ring (obs_traced) */
+	__u32 _pad2;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 232, "obs_flow layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 416, "obs_flow layout");
+
+#define OBS_SAMPLE_BUSY 1u /* chrono type BUSY (not rwnd/sndbuf limited) */
+#define OBS_SAMPLE_CWND 2u /* tcp_sock.is_cwnd_limited */
+
+/*
+ * A stall: the flow had data to deliver (sent and unacknowledged, or queued)
+ * and no ACK advanced snd_una for longer than its threshold. Travels as an
+ * event whose st is the socket's state at the stall's end (before the ACK
+ * that ended it was processed), followed by this.
+ */
+#define OBS_STALL_F_AT_CLOSE 1u /* the flow closed while stalled: the close ended it */
+struct obs_stall {
+	__u64 start_ns;	     /* the last delivery before it (or the send after idle) */
+	__u64 duration_ns;   /* start to the ACK (or close) that ended it */
+	__u64 threshold_ns;  /* what it had to exceed */
+	__u32 cause;	     /* obs_stall_cause */
+	__u32 flags;	     /* OBS_STALL_F_* */
+	__u32 snd_una;	     /* the first byte not delivered during it: where the hole was */
+	__u32 ack_seq;	     /* the ACK that ended it (0 at close) */
+	__u32 unsent;	     /* bytes queued and not sent at its end (write_seq - snd_nxt) */
+	__u32 rtx_type;	     /* first resend in it (obs_rtx_type), OBS_RTX_MAX: none */
+	__u32 rtx_seq;	     /* its sequence number */
+	__u32 rtx_count;     /* resends during it */
+	__u32 backoff;	     /* highest icsk_backoff during it (RTO, zero-window probes) */
+	__u32 acks;	     /* ACKs during it that delivered nothing (dupacks, probe answers) */
+	__u32 min_wnd;	     /* smallest peer window during it, bytes */
+	__u32 min_rtt_us;    /* the flow's minimum RTT */
+	__u32 nonagle;	     /* tcp_sock.nonagle: 0 = Nagle on; 1 off (NODELAY), 2 cork */
+	__u32 _pad;
+};
+OBS_STATIC_ASSERT(sizeof(struct obs_stall) == 80, "obs_stall layout");
+
+struct obs_stall_event {
+	struct obs_event ev; /* kind OBS_EV_STALL; st = state at the end; seq = snd_una */
+	struct obs_stall stall;
+};
+OBS_STATIC_ASSERT(sizeof(struct obs_stall_event) == 248, "obs_stall_event layout");
+
+/* One ACK of a traced flow (tp_btf/tcp_probe: before the ACK is processed). */
+struct obs_sample {
+	__u32 ack_seq; /* the ACK's acknowledgment number */
+	__u32 snd_una; /* before it */
+	__u32 snd_nxt;
+	__u32 write_seq; /* end of what the application wrote */
+	__u32 cwnd;
+	__u32 ssthresh;
+	__u32 srtt_us;
+	__u32 in_flight;
+	__u32 snd_wnd; /* the window before this ACK, bytes */
+	__u32 ack_wnd; /* the window this ACK advertises, bytes (scaled) */
+	__u32 sacked_out;
+	__u32 lost_out;
+	__u32 ca_state;
+	__u32 delivered; /* tcp_sock.delivered: segments */
+};
+OBS_STATIC_ASSERT(sizeof(struct obs_sample) == 56, "obs_sample layout");
+
+struct obs_sample_event {
+	struct obs_event ev; /* kind OBS_EV_SAMPLE; only kind, cpu, time_ns, cookie, tuple set */
+	struct obs_sample sample;
+};
+OBS_STATIC_ASSERT(sizeof(struct obs_sample_event) == 224, "obs_sample_event layout");
+
+/* Flows traced at once (obs_traced: cookie -> 1). */
+#define OBS_MAX_TRACED 16
 
 /* The closing summary of a flow travels as an event followed by its flow. */
 struct obs_close_event {
@@ -155,7 +287,7 @@ struct obs_close_event {
 	struct obs_flow flow;
 	__u64 closed_ns;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 408, "obs_close_event layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 592, "obs_close_event layout");
 
 /*
  * Kernel-side filters: a socket is observed when there are no filters, or
@@ -176,9 +308,12 @@ OBS_STATIC_ASSERT(sizeof(struct obs_filter) == 48, "obs_filter layout");
 struct obs_config {
 	__u64 netns_ino; /* only sockets of this network namespace; 0 = all */
 	__u32 n_filters;
+	__u32 n_traced;	     /* entries in obs_traced (0: tcp_probe skips the lookup) */
+	__u64 stall_min_ns;  /* stall threshold floor; 0 = OBS_STALL_MIN_NS_DEFAULT */
+	__u32 stall_rtts;    /* ... times the flow's minimum RTT; 0 = OBS_STALL_RTTS_DEFAULT */
 	__u32 _pad;
 	struct obs_filter filters[OBS_MAX_FILTERS];
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_config) == 16 + 48 * OBS_MAX_FILTERS, "obs_config layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_config) == 32 + 48 * OBS_MAX_FILTERS, "obs_config layout");
 
 #endif /* LOSSD_OBSERVE_ABI_H */
