@@ -8,12 +8,12 @@ FlowLimits LimitsOf(const obs_flow& f, uint64_t life_ns) {
   FlowLimits l;
   l.busy_ns = f.limit_ns[OBS_LIM_BUSY];
   auto& part = l.within_busy_ns;
-  part[size_t(Limit::kRwnd)] = std::min(f.limit_ns[OBS_LIM_RWND], l.busy_ns);
+  part[size_t(Limit::kRwnd)] = std::min<uint64_t>(f.limit_ns[OBS_LIM_RWND], l.busy_ns);
   part[size_t(Limit::kSndbuf)] =
-      std::min(f.limit_ns[OBS_LIM_SNDBUF], l.busy_ns - part[size_t(Limit::kRwnd)]);
+      std::min<uint64_t>(f.limit_ns[OBS_LIM_SNDBUF], l.busy_ns - part[size_t(Limit::kRwnd)]);
   uint64_t rest = l.busy_ns - part[size_t(Limit::kRwnd)] - part[size_t(Limit::kSndbuf)];
   // cwnd-limited time is sampled at ACKs (ns); busy comes in jiffies: clamp.
-  part[size_t(Limit::kCwnd)] = std::min(f.limit_ns[OBS_LIM_CWND], rest);
+  part[size_t(Limit::kCwnd)] = std::min<uint64_t>(f.limit_ns[OBS_LIM_CWND], rest);
   part[size_t(Limit::kApp)] = rest - part[size_t(Limit::kCwnd)];
   l.idle_ns = life_ns > l.busy_ns ? life_ns - l.busy_ns : 0;
   if (l.busy_ns) {
