@@ -21,35 +21,10 @@ import re
 import subprocess
 
 from lab import prom, traffic, web
+from lab.prom import one, parse, values
 from lab.config import main
 from lab.daemon import Daemon, DaemonTestCase, wait_until
 from lab.netns import measured
-
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse(text):
-    """[(name, {labels}, value)] of a text exposition."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = SAMPLE.match(line)
-        assert m, line
-        out.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), float(m.group(3))))
-    return out
-
-
-def values(samples, name, **match):
-    return [(l, v) for n, l, v in samples if n == name and all(l.get(k) == x for k, x in match.items())]
-
-
-def one(samples, name, **match):
-    got = values(samples, name, **match)
-    assert len(got) == 1, (name, match, got)
-    return got[0][1]
-
 
 class BpfStats:
     """kernel.bpf_stats_enabled=1 for a while, restored after (it is host-wide)."""

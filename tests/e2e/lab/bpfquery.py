@@ -5,6 +5,7 @@ an interface's tcx ingress (or XDP, tc egress) hook in a namespace.
 
     python3 bpfquery.py IFNAME [ATTACH_TYPE]   (run inside the namespace: prints JSON)
     tcx_ingress_programs(lab, ns, ifname)   the same from a test
+    drop_log(pid)                           a lossd's drop log (its loss_drops map), decoded
 """
 import ctypes
 import json
@@ -39,6 +40,45 @@ def tcx_ingress_programs(lab, ns, ifname):
     from lab.config import PY
     out = lab.run(ns, PY, os.path.abspath(__file__), ifname, str(BPF_TCX_INGRESS)).stdout
     return json.loads(out)
+
+
+def map_ids(pid):
+    """Ids of the BPF maps process pid holds (its /proc/PID/fdinfo)."""
+    from lab.stats import fdinfo
+    return sorted({int(f["map_id"]) for f in fdinfo(pid) if "map_id" in f})
+
+
+def drop_log(pid, name="loss_drops"):
+    """The drop log (bpf/loss_abi.h) of the lossd process pid, read with bpftool from the map
+    of that name the process holds: {(family, src, sport, dst, dport): {"drops": total,
+    "ranges": [{time_ns, seq, len, rule_id, segs}, ... oldest first]}}; addresses as strings.
+    BPF maps are not per namespace: this runs anywhere."""
+    import subprocess
+    ranges_n, range_fmt, key_fmt = 16, "=QIIIHH", "=16s16sHHHH"
+    for mid in map_ids(pid):
+        show = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(mid)],
+                                         capture_output=True, text=True, check=True).stdout)
+        if show.get("name") != name:
+            continue
+        dump = json.loads(subprocess.run(["bpftool", "-j", "map", "dump", "id", str(mid)],
+                                         capture_output=True, text=True, check=True).stdout)
+        out = {}
+        for e in dump:
+            kb = bytes(int(x, 16) for x in e["key"])
+            vb = bytes(int(x, 16) for x in e["value"])
+            saddr, daddr, sport, dport, fam, _ = struct.unpack(key_fmt, kb)
+            af = socket.AF_INET6 if fam == socket.AF_INET6 else socket.AF_INET
+            n = 16 if af == socket.AF_INET6 else 4
+            (drops,) = struct.unpack_from("=Q", vb, 0)
+            size = struct.calcsize(range_fmt)
+            ring = [dict(zip(("time_ns", "seq", "len", "rule_id", "segs"),
+                             struct.unpack_from(range_fmt, vb, 8 + i * size)[:5])) for i in range(ranges_n)]
+            kept = min(drops, ranges_n)
+            ranges = [ring[i % ranges_n] for i in range(drops - kept, drops)]
+            out[(4 if af == socket.AF_INET else 6, socket.inet_ntop(af, saddr[:n]), sport,
+                 socket.inet_ntop(af, daddr[:n]), dport)] = dict(drops=drops, ranges=ranges)
+        return out
+    raise AssertionError("process %d holds no BPF map named %s" % (pid, name))
 
 
 def main():

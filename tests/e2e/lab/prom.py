@@ -6,10 +6,12 @@
     node_exporter(lab, ns, addr)   prometheus-node-exporter (netstat collector only) on addr,
                                 reading the /proc/net of its own namespace
     promtool_check_metrics(text)   (rc, output) of `promtool check metrics`
+    parse(text), values(samples, name, **labels), one(...)   a text exposition read back
 Both processes are the Lab's: killed and removed by Lab.close().
 """
 
 import json
+import re
 import os
 import subprocess
 import time
@@ -20,6 +22,32 @@ from lab import web
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text):
+    """[(name, {labels}, value)] of a text exposition."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        assert m, line
+        out.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+def values(samples, name, **match):
+    return [(l, v) for n, l, v in samples if n == name and all(l.get(k) == x for k, x in match.items())]
+
+
+def one(samples, name, **match):
+    got = values(samples, name, **match)
+    assert len(got) == 1, (name, match, got)
+    return got[0][1]
 
 
 def promtool_check_metrics(text):

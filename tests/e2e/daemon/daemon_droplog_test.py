@@ -1,0 +1,151 @@
+"""Daemon e2e: cause and effect, drop by drop (issue 13). The daemon runs in namespace A; the
+sender too, the receiver in B. The injector's drop log (its loss_drops map, read with
+bpftool from the daemon's own map: lab.bpfquery.drop_log) is the record of what was dropped;
+the observer's WatchRetransmits stream is the record of what was resent.
+
+  test_every_drop_is_resent_and_linked
+      A per-segment every-150th rule on A's egress (clsact STOLEN, TCP data only) and one paced
+      TCP flow A -> B of 2 MB (about 9 drops: the flow's whole log is kept). Every recorded
+      range is one wire segment of the rule, and is resent; GetRuleEffect.drops_recorded ==
+      the rule's dropped packets == the log's count; recovery[type].count == the sent
+      resends, of that type, of a range dropped before them (each once), and sum_ns / max_ns
+      are exactly the resend time minus the newest such drop's time; the buckets add up;
+      /metrics says the same (lossd_rule_drops_recorded_total, _linked_retransmits_total,
+      _recovery_seconds_total).
+  test_limits_of_matched_flows
+      After a flow the rule matched closed: limit_ns has every key, and busy + idle is the
+      flow's life as the closing summary gives it (closed flows count from their summaries).
+"""
+
+from lab import prom, traffic, web
+from lab.bpfquery import drop_log
+from lab.config import main
+from lab.netns import measured
+from lab.daemon import DaemonTestCase, StreamReader, events_of, wait_until
+
+LIMIT_KEYS = {"busy", "rwnd_limited", "sndbuf_limited", "cwnd_limited", "app_limited", "idle"}
+
+
+def covers(r, seq):
+    return (seq - r["seq"]) % (1 << 32) < r["len"]
+
+
+class DropLog(DaemonTestCase):
+
+    def scrape(self):
+        r = web.request(self.d.ns, "127.0.0.1", self.d.http_port, "/metrics")
+        self.assertEqual(r.status, 200, r)
+        rc, out = prom.promtool_check_metrics(r.text())
+        self.assertEqual(rc, 0, out)
+        return prom.parse(r.text())
+
+    def rtx_type(self, t):
+        return self.pb.RetransmitType.Name(t)[len("RETRANSMIT_TYPE_"):].lower()
+
+    def test_every_drop_is_resent_and_linked(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        port = 5311
+        r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=port, payload="only",
+                     every_nth=150, per_segment=True)
+        rtx = self.watch("rtx")
+        wait_until(lambda: d.health().subscribers >= 1, 10, "the stream to subscribe")
+        a0 = lab.counters(lab.a)
+        sender, receiver = traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, port=port, mbytes=2, rate_mbit=100)
+        da = lab.counters(lab.a) - a0
+        retrans = da["Tcp.RetransSegs"]
+        wait_until(lambda: sum(e.segments for e in events_of(rtx.snapshot())) >= retrans, 10,
+                   "the stream to carry %d retransmitted segments" % retrans)
+        events = [e for e in events_of(rtx.snapshot())
+                  if e.tuple.remote_port == port and e.outcome == pb.OUTCOME_SENT]
+        log = {k: v for k, v in drop_log(d.pid).items() if k[4] == port}
+        self.assertEqual(len(log), 1, "one flow's log: %s" % log)
+        ((fkey, flog),) = log.items()
+        self.assertEqual(fkey[1], lab.V4_A)
+        ranges = flog["ranges"]
+        self.assertLessEqual(flog["drops"], 16, "the whole log is kept: no test of an evicted range")
+        self.assertEqual(len(ranges), flog["drops"])
+
+        # What GetRuleEffect must say, from the log and the resends alone.
+        want = {}
+        for e in events:
+            cover = [x for x in ranges if covers(x, e.seq) and x["time_ns"] <= e.time_mono_ns]
+            if cover:
+                w = want.setdefault(self.rtx_type(e.type), dict(count=0, sum_ns=0, max_ns=0))
+                dt = e.time_mono_ns - cover[-1]["time_ns"]  # the newest drop of that range
+                w["count"] += 1
+                w["sum_ns"] += dt
+                w["max_ns"] = max(w["max_ns"], dt)
+
+        def settled():
+            e = d.effect(r.id)
+            return e if sum(v.count for v in e.recovery.values()) >= sum(w["count"] for w in want.values()) \
+                else None
+        try:
+            eff = wait_until(settled, 10, "the effect to link the resends")
+        except AssertionError:
+            eff = d.effect(r.id)
+        c = eff.counters
+        got = {k: dict(count=v.count, sum_ns=v.sum_ns, max_ns=v.max_ns) for k, v in eff.recovery.items()}
+        numbers = dict(timeouts=da["TcpExt.TCPTimeouts"], drops=flog["drops"], dropped_pkts=c.dropped_packets, dropped_segs=c.dropped_segments,
+                       drops_recorded=eff.drops_recorded, resends=len(events), retrans_segs=retrans,
+                       want=want, got=got, ranges=[(x["seq"], x["len"]) for x in ranges],
+                       bytes=receiver["bytes"])
+        measured("droplog_linked", **numbers)
+        self.assertEqual(receiver["bytes"], 2_000_000, numbers)
+        self.assertGreaterEqual(flog["drops"], 5, "too few drops: no test (%s)" % numbers)
+        self.assertEqual(c.dropped_packets, c.dropped_segments, "per-segment: one segment per skb")
+        self.assertEqual(eff.drops_recorded, c.dropped_packets, numbers)
+        self.assertEqual(flog["drops"], c.dropped_packets, numbers)
+        for x in ranges:
+            self.assertEqual((x["rule_id"], x["segs"]), (r.id, 1), x)
+            self.assertTrue(0 < x["len"] <= 1448, x)
+            self.assertTrue(any(covers(x, e.seq) and e.time_mono_ns >= x["time_ns"] for e in events),
+                            "dropped range %s never resent (%s)" % (x, numbers))
+        self.assertEqual(got, want, numbers)
+        # Every drop is resent at least once (a range may be resent twice: a probe, then a
+        # fast retransmission); spurious resends of ranges never dropped are not linked.
+        self.assertGreaterEqual(sum(w["count"] for w in want.values()), c.dropped_packets, numbers)
+        self.assertLessEqual(sum(w["count"] for w in want.values()), len(events), numbers)
+        # /metrics: the same, per rule.
+        m = self.scrape()
+        rid = str(r.id)
+        self.assertEqual(prom.one(m, "lossd_rule_drops_recorded_total", rule=rid), c.dropped_packets)
+        self.assertEqual({l["type"]: v for l, v in prom.values(m, "lossd_rule_linked_retransmits_total", rule=rid)},
+                         {k: w["count"] for k, w in want.items()})
+        for k, w in want.items():
+            self.assertAlmostEqual(prom.one(m, "lossd_rule_recovery_seconds_total", rule=rid, type=k),
+                                   w["sum_ns"] / 1e9, places=6)
+        for k, v in eff.recovery.items():
+            self.assertEqual(len(v.bounds_ns), 16)
+            self.assertEqual(list(v.bounds_ns), sorted(v.bounds_ns))
+            self.assertEqual(len(v.counts), 17)
+            self.assertEqual(sum(v.counts), v.count, k)
+
+    def test_limits_of_matched_flows(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        port = 5312
+        r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=port, payload="only",
+                     rate=0.0)
+        flows = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(interval_ns=100_000_000), timeout=120),
+                             "flows")
+        self.readers.append(flows)
+        wait_until(lambda: flows.snapshot(), 10, "the flow stream's snapshot")
+        traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, port=port, mbytes=1, rate_mbit=100)
+
+        def closed():
+            return [f for m in flows.snapshot() for f in m.flows if f.closed and f.tuple.remote_port == port]
+        (summary,) = wait_until(closed, 10, "the flow's closing summary")
+        eff = wait_until(lambda: (lambda e: e if e.limit_ns.get("busy", 0) + e.limit_ns.get("idle", 0) else None)(
+            d.effect(r.id)), 10, "the closed flow's limits")
+        lim = dict(eff.limit_ns)
+        numbers = dict(limit_ns=lim, duration_ns=summary.duration_ns)
+        measured("droplog_limits", **numbers)
+        self.assertEqual(set(lim), LIMIT_KEYS, numbers)
+        parts = sum(lim[k] for k in ("rwnd_limited", "sndbuf_limited", "cwnd_limited", "app_limited"))
+        self.assertEqual(parts, lim["busy"], numbers)
+        # The one matched flow, closed: its life is busy + idle.
+        self.assertEqual(lim["busy"] + lim["idle"], max(summary.duration_ns, lim["busy"]), numbers)
+
+
+if __name__ == "__main__":
+    main()
