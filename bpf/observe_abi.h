@@ -64,7 +64,9 @@ enum obs_counter {
 	OBS_CNT_FLOW_TABLE_FULL = 4,
 	OBS_CNT_ARM_FAILED = 5,	    /* sockets whose retransmission callback could not be armed */
 	OBS_CNT_ARMED_EXISTING = 6, /* pre-existing sockets armed by the iterator */
-	OBS_CNT_MAX = 7,
+	OBS_CNT_STALLS = 7,	    /* stall events (in the ring, or in RING_LOST) */
+	OBS_CNT_SAMPLES = 8,	    /* ACK samples of traced flows (likewise) */
+	OBS_CNT_MAX = 9,
 };
 
 /* Ring wakeups: at most one per OBS_WAKEUP_NS, or when this much waits. */
@@ -211,7 +213,7 @@ struct obs_flow {
 	__u32 st_backoff;      /* highest icsk_backoff since delivered_ns */
 	__u32 st_acks;	       /* ACKs since delivered_ns that delivered nothing */
 	__u32 st_min_wnd;      /* smallest peer window seen since delivered_ns, bytes */
-	__u32 traced;	       /* ACK samples go to the ring (obs_traced) */
+	__u32 st_rtx_mask;     /* 1 << obs_rtx_type of every resend since delivered_ns */
 	__u32 _pad2;
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 416, "obs_flow layout");
