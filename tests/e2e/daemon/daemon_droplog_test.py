@@ -15,6 +15,16 @@ the observer's WatchRetransmits stream is the record of what was resent.
   test_limits_of_matched_flows
       After a flow the rule matched closed: limit_ns has every key, and busy + idle is the
       flow's life as the closing summary gives it (closed flows count from their summaries).
+
+DropStalls (a daemon with --stall-min 2ms):
+  test_tail_drops_cause_tlp_and_rto_stalls
+      A per-segment rule dropping every 3rd PSH data segment (the tail of a write) on A's
+      egress, 45 requests of 4000 bytes A -> B each answered (TCP_NODELAY). stalls_on_flows
+      equals the flow's own stall record by cause (count and time); the stalls linked to the
+      rule's drops are all tlp or rto, and every tlp / rto stall of the flow is linked (count
+      and time); /metrics: lossd_rule_caused_stalls_total / _seconds_total and
+      lossd_rule_flow_stalls_total / _seconds_total say the same, lossd_rule_flow_limit_seconds
+      _total has every limit and equals limit_ns.
 """
 
 from lab import prom, traffic, web
@@ -30,14 +40,16 @@ def covers(r, seq):
     return (seq - r["seq"]) % (1 << 32) < r["len"]
 
 
-class DropLog(DaemonTestCase):
+def scrape(tc):
+    """tc's daemon's /metrics, checked by promtool, parsed."""
+    r = web.request(tc.d.ns, "127.0.0.1", tc.d.http_port, "/metrics")
+    tc.assertEqual(r.status, 200, r)
+    rc, out = prom.promtool_check_metrics(r.text())
+    tc.assertEqual(rc, 0, out)
+    return prom.parse(r.text())
 
-    def scrape(self):
-        r = web.request(self.d.ns, "127.0.0.1", self.d.http_port, "/metrics")
-        self.assertEqual(r.status, 200, r)
-        rc, out = prom.promtool_check_metrics(r.text())
-        self.assertEqual(rc, 0, out)
-        return prom.parse(r.text())
+
+class DropLog(DaemonTestCase):
 
     def rtx_type(self, t):
         return self.pb.RetransmitType.Name(t)[len("RETRANSMIT_TYPE_"):].lower()
@@ -107,7 +119,7 @@ class DropLog(DaemonTestCase):
         self.assertGreaterEqual(sum(w["count"] for w in want.values()), c.dropped_packets, numbers)
         self.assertLessEqual(sum(w["count"] for w in want.values()), len(events), numbers)
         # /metrics: the same, per rule.
-        m = self.scrape()
+        m = scrape(self)
         rid = str(r.id)
         self.assertEqual(prom.one(m, "lossd_rule_drops_recorded_total", rule=rid), c.dropped_packets)
         self.assertEqual({l["type"]: v for l, v in prom.values(m, "lossd_rule_linked_retransmits_total", rule=rid)},
@@ -145,6 +157,76 @@ class DropLog(DaemonTestCase):
         self.assertEqual(parts, lim["busy"], numbers)
         # The one matched flow, closed: its life is busy + idle.
         self.assertEqual(lim["busy"] + lim["idle"], max(summary.duration_ns, lim["busy"]), numbers)
+
+
+class DropStalls(DaemonTestCase):
+    """A daemon with --stall-min 2ms: a tail loss probe here waits 10 ms or more."""
+    daemon_args = ["--stall-min", "2ms"]
+
+    def test_tail_drops_cause_tlp_and_rto_stalls(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        port = 5313
+        r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=port, payload="only",
+                     tcp_flags="psh", every_nth=3, per_segment=True)
+        flows = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(interval_ns=100_000_000), timeout=120),
+                             "flows")
+        self.readers.append(flows)
+        wait_until(lambda: flows.snapshot(), 10, "the flow stream's snapshot")
+        a0 = lab.counters(lab.a)
+        # 45 requests of 4000 bytes A -> B (3 segments, PSH on the last), each answered.
+        out = traffic.rr(lab, lab.V4_B, port=port, count=45, resp=100, request=4000)
+        da = lab.counters(lab.a) - a0
+
+        def closed():
+            return [f for m in flows.snapshot() for f in m.flows if f.closed and f.tuple.remote_port == port]
+        (summary,) = wait_until(closed, 10, "the flow's closing summary")
+        on_flow = {k: v for k, v in summary.stall_ns.items() if v}
+
+        def settled():
+            e = d.effect(r.id)
+            return e if sum(v.count for v in e.stalls_on_flows.values()) >= summary.stalls else None
+        try:
+            eff = wait_until(settled, 10, "the effect to count the flow's stalls")
+        except AssertionError:
+            eff = d.effect(r.id)
+        caused = {k: (v.count, v.time_ns) for k, v in eff.stalls_caused.items()}
+        on = {k: (v.count, v.time_ns) for k, v in eff.stalls_on_flows.items()}
+        c = eff.counters
+        numbers = dict(requests=out.get("requests"), dropped=c.dropped_packets, drops_recorded=eff.drops_recorded,
+                       flow_stalls=summary.stalls, flow_stall_ns=on_flow, on_flows=on, caused=caused,
+                       recovery={k: v.count for k, v in eff.recovery.items()},
+                       probes=da["TcpExt.TCPLossProbes"], timeouts=da["TcpExt.TCPTimeouts"])
+        measured("droplog_stalls", **numbers)
+        self.assertEqual(out.get("requests"), 45, numbers)
+        self.assertGreaterEqual(c.dropped_packets, 10, "too few tail drops: no test (%s)" % numbers)
+        self.assertEqual(eff.drops_recorded, c.dropped_packets, numbers)
+        # Every stall on the flow, by cause: what the flow's own record says.
+        self.assertEqual(sum(n for n, _ in on.values()), summary.stalls, numbers)
+        self.assertEqual({k: t for k, (n, t) in on.items()}, on_flow, numbers)
+        # The tail drops caused stalls, each waiting for a probe or the timer, and every
+        # such stall on the flow was one of theirs (nothing else here loses a segment).
+        self.assertTrue(caused, numbers)
+        self.assertLessEqual(set(caused), {"tlp", "rto"}, numbers)
+        for k in ("tlp", "rto"):
+            self.assertEqual(caused.get(k), on.get(k), numbers)
+        self.assertLessEqual(sum(n for n, _ in caused.values()), c.dropped_packets, numbers)
+        # /metrics: the same, per rule and cause.
+        m = scrape(self)
+        rid = str(r.id)
+        for k, (n, t) in caused.items():
+            self.assertEqual(prom.one(m, "lossd_rule_caused_stalls_total", rule=rid, cause=k), n)
+            self.assertAlmostEqual(prom.one(m, "lossd_rule_caused_stall_seconds_total", rule=rid, cause=k),
+                                   t / 1e9, places=6)
+        for k, (n, t) in on.items():
+            self.assertEqual(prom.one(m, "lossd_rule_flow_stalls_total", rule=rid, cause=k), n)
+            self.assertAlmostEqual(prom.one(m, "lossd_rule_flow_stall_seconds_total", rule=rid, cause=k),
+                                   t / 1e9, places=6)
+        self.assertEqual({l["cause"] for l, _ in prom.values(m, "lossd_rule_caused_stalls_total", rule=rid)},
+                         set(caused))
+        lim = {l["limit"]: v for l, v in prom.values(m, "lossd_rule_flow_limit_seconds_total", rule=rid)}
+        self.assertEqual(set(lim), LIMIT_KEYS, lim)
+        for k in LIMIT_KEYS:
+            self.assertAlmostEqual(lim[k], eff.limit_ns[k] / 1e9, places=6)
 
 
 if __name__ == "__main__":

@@ -180,10 +180,11 @@ def rr_cmd(dst, port, *args):
     return [PY, TCPFLOW, "rr", "--dst", dst, "--port", str(port)] + [str(a) for a in args]
 
 
-def rr(lab, dst, port=5201, count=1, resp=100, gap_ms=0):
-    """One connection A -> B, `count` 64-byte requests each answered by `resp` bytes."""
+def rr(lab, dst, port=5201, count=1, resp=100, gap_ms=0, request=64):
+    """One connection A -> B, `count` requests of `request` bytes (one write each) each
+    answered by `resp` bytes."""
     srv = rr_server(lab, lab.b, _any(dst), port, conns=1)
-    cli = lab.popen(lab.a, rr_cmd(dst, port, "--request", 64, "--response", resp, "--count", count,
+    cli = lab.popen(lab.a, rr_cmd(dst, port, "--request", request, "--response", resp, "--count", count,
                                   "--gap-ms", gap_ms, "--nodelay", "--no-latencies"), stdout=subprocess.PIPE)
     c = finish(cli)
     finish(srv)
