@@ -70,7 +70,11 @@ void EffectTracker::AttachObserver(Observer* obs) {
   std::lock_guard<std::mutex> lock(mu_);
   if (obs_ || !obs) return;
   obs_ = obs;
-  sub_ = obs_->hub().Subscribe(1 << 18);
+  // Not the ACK samples of traced flows: they would only take room here.
+  SubscribeOptions o;
+  o.queue = 1 << 18;
+  o.kinds = KindBit(OBS_EV_RETRANSMIT) | KindBit(OBS_EV_STALL) | KindBit(OBS_EV_FLOW_CLOSE);
+  sub_ = *obs_->hub().Subscribe(std::move(o));  // in-process: never refused
   thread_ = std::thread([this] { Run(); });
 }
 
