@@ -18,11 +18,13 @@ the observer's WatchRetransmits stream is the record of what was resent.
 
 DropStalls (a daemon with --stall-min 2ms):
   test_tail_drops_cause_tlp_and_rto_stalls
-      A per-segment rule dropping every 3rd PSH data segment (the tail of a write) on A's
-      egress, 45 requests of 4000 bytes A -> B each answered (TCP_NODELAY). stalls_on_flows
+      A per-segment rule dropping 40 % of the PSH data segments (the tail of a write, and its
+      resends) on A's egress, 40 requests of 4000 bytes A -> B each answered (TCP_NODELAY):
+      tail loss probes, and RTOs when a probe is dropped too. stalls_on_flows
       equals the flow's own stall record by cause (count and time); the stalls linked to the
       rule's drops are all tlp or rto, and every tlp / rto stall of the flow is linked (count
-      and time); /metrics: lossd_rule_caused_stalls_total / _seconds_total and
+      and time), and equals the WatchStalls events whose caused_by names the rule;
+      /metrics: lossd_rule_caused_stalls_total / _seconds_total and
       lossd_rule_flow_stalls_total / _seconds_total say the same, lossd_rule_flow_limit_seconds
       _total has every limit and equals limit_ns.
 """
@@ -167,14 +169,16 @@ class DropStalls(DaemonTestCase):
         lab, d, pb = self.lab, self.d, self.pb
         port = 5313
         r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=port, payload="only",
-                     tcp_flags="psh", every_nth=3, per_segment=True)
+                     tcp_flags="psh", rate=0.4, seed=13, per_segment=True)
         flows = StreamReader(d.obs.WatchFlows(pb.WatchFlowsRequest(interval_ns=100_000_000), timeout=120),
                              "flows")
-        self.readers.append(flows)
+        stalls = StreamReader(d.obs.WatchStalls(pb.WatchStallsRequest(), timeout=120), "stalls")
+        self.readers += [flows, stalls]
         wait_until(lambda: flows.snapshot(), 10, "the flow stream's snapshot")
+        wait_until(lambda: d.health().subscribers >= 1, 10, "the stall stream to subscribe")
         a0 = lab.counters(lab.a)
-        # 45 requests of 4000 bytes A -> B (3 segments, PSH on the last), each answered.
-        out = traffic.rr(lab, lab.V4_B, port=port, count=45, resp=100, request=4000)
+        # 40 requests of 4000 bytes A -> B (3 segments, PSH on the last), each answered.
+        out = traffic.rr(lab, lab.V4_B, port=port, count=40, resp=100, request=4000)
         da = lab.counters(lab.a) - a0
 
         def closed():
@@ -189,6 +193,18 @@ class DropStalls(DaemonTestCase):
             eff = wait_until(settled, 10, "the effect to count the flow's stalls")
         except AssertionError:
             eff = d.effect(r.id)
+        evs = wait_until(lambda: (lambda e: e if len(e) >= summary.stalls else None)(
+            [e for e in events_of(stalls.snapshot()) if e.tuple.remote_port == port]), 10,
+            "the flow's %d stall events" % summary.stalls)
+        self.assertEqual([m for m in stalls.snapshot() if m.HasField("gap")], [], "the stall stream lost events")
+
+        def cause(e):
+            return pb.StallCause.Name(e.cause)[len("STALL_CAUSE_"):].lower()
+        by_event = {}
+        for e in evs:
+            if e.caused_by.rule_id == r.id:
+                n, t = by_event.get(cause(e), (0, 0))
+                by_event[cause(e)] = (n + 1, t + e.duration_ns)
         caused = {k: (v.count, v.time_ns) for k, v in eff.stalls_caused.items()}
         on = {k: (v.count, v.time_ns) for k, v in eff.stalls_on_flows.items()}
         c = eff.counters
@@ -197,7 +213,7 @@ class DropStalls(DaemonTestCase):
                        recovery={k: v.count for k, v in eff.recovery.items()},
                        probes=da["TcpExt.TCPLossProbes"], timeouts=da["TcpExt.TCPTimeouts"])
         measured("droplog_stalls", **numbers)
-        self.assertEqual(out.get("requests"), 45, numbers)
+        self.assertEqual(out.get("requests"), 40, numbers)
         self.assertGreaterEqual(c.dropped_packets, 10, "too few tail drops: no test (%s)" % numbers)
         self.assertEqual(eff.drops_recorded, c.dropped_packets, numbers)
         # Every stall on the flow, by cause: what the flow's own record says.
@@ -210,6 +226,8 @@ class DropStalls(DaemonTestCase):
         for k in ("tlp", "rto"):
             self.assertEqual(caused.get(k), on.get(k), numbers)
         self.assertLessEqual(sum(n for n, _ in caused.values()), c.dropped_packets, numbers)
+        # Stall by stall: the events' caused_by (the same link, made by the stream) add up to it.
+        self.assertEqual(by_event, caused, numbers)
         # /metrics: the same, per rule and cause.
         m = scrape(self)
         rid = str(r.id)
