@@ -1,0 +1,70 @@
+"""Diagnosis 2 (issue 13, the seed's case 3): lost block tails.
+
+The daemon runs in namespace A with the server (lab.stalls.tails): 100-byte requests from B,
+each answered by 14,480 bytes (10 segments) in one write; a rule on A's egress drops 10 % of
+the reply segments that carry PSH (the last of each write), per segment (clsact: network
+loss for A's TCP). Nothing follows a lost tail, so no duplicate ACK can announce it: the
+sender waits for a tail loss probe (2 RTT + the 200 ms delayed-ACK allowance while one segment
+is out) or, when the probe is lost too, the retransmission timer.
+
+  test_tail_stalls   every stall named tlp or rto, one per slowed request (> 100 ms), their
+                     resends the sender's Tcp.RetransSegs, TLP-first stalls the sender's
+                     TCPLossProbes; each stall linked to the rule's drop of its hole
+                     (caused_by: the rule, seq == snd_una); their total equal to the flow's
+                     closing summary (Flow.stall_ns) and to GetRuleEffect's stalls_caused
+  test_no_rule       the same service without the rule: no tlp/rto stall
+"""
+
+from lab import stalls
+from lab.config import main
+from lab.daemon import DaemonTestCase
+from lab.netns import measured
+
+COUNT = 300
+RATE = 0.1
+
+
+class Tails(DaemonTestCase):
+    def test_tail_stalls(self):
+        c = stalls.tails(self.lab, self.d, rate=RATE, count=COUNT)
+        n = c.numbers()
+        fin = c.rule_final.counters
+        measured("tails", **n)
+        self.assertEqual(c.errors, {}, "lossd's streams failed")
+        self.assertEqual(c.gaps, [], "stall events lost")
+        self.assertEqual(len(c.flows), 1)
+        self.assertEqual(c.workload["requests"], COUNT)
+        self.assertGreater(fin.dropped_segments, 0, n)
+        causes = [stalls.cause_name(s.cause) for s in c.stalls]
+        self.assertTrue(c.stalls, n)
+        self.assertEqual([x for x in causes if x not in ("tlp", "rto")], [], n)
+        # One stall per request it slowed (a request without a drop takes well under 100 ms).
+        slow = [x for x in c.workload["latencies_ms"] if x > 100]
+        self.assertEqual(len(c.stalls), len(slow), n)
+        # Every resend of the run happened inside a stall; each TLP began one.
+        self.assertEqual(sum(s.retransmits for s in c.stalls), c.sender["Tcp.RetransSegs"], n)
+        tlp_first = [s for s in c.stalls if stalls.rtype_name(s.first_retransmit) == "tlp"]
+        self.assertEqual(len(tlp_first), c.sender["TcpExt.TCPLossProbes"], n)
+        # Cause and effect: the rule's drop made each hole.
+        for s in c.stalls:
+            self.assertEqual(s.caused_by.rule_id, c.extra["rule_id"], s)
+            self.assertEqual(s.caused_by.seq, s.snd_una, s)
+            self.assertIn(c.extra["rule_id"], list(s.rule_ids), s)
+        total = sum(s.duration_ns for s in c.stalls)
+        self.assertEqual(sum(c.flow_stall_ns().values()), total, n)
+        self.assertEqual(sum(f.stalls for f in c.flows), len(c.stalls), n)
+        eff = c.effect.stalls_caused
+        self.assertEqual(sum(v.count for v in eff.values()), len(c.stalls), n)
+        self.assertEqual(sum(v.time_ns for v in eff.values()), total, n)
+
+    def test_no_rule(self):
+        c = stalls.tails(self.lab, self.d, rate=0, count=COUNT, trace=False)
+        n = c.numbers()
+        measured("tails_norule", **n)
+        self.assertEqual(c.errors, {}, "lossd's streams failed")
+        self.assertEqual(len(c.flows), 1)
+        self.assertEqual([s for s in c.stalls if stalls.cause_name(s.cause) in ("tlp", "rto")], [], n)
+
+
+if __name__ == "__main__":
+    main()
