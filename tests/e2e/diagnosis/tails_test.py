@@ -41,10 +41,18 @@ class Tails(DaemonTestCase):
         # One stall per request it slowed (a request without a drop takes well under 100 ms).
         slow = [x for x in c.workload["latencies_ms"] if x > 100]
         self.assertEqual(len(c.stalls), len(slow), n)
-        # Every resend of the run happened inside a stall; each TLP began one.
-        self.assertEqual(sum(s.retransmits for s in c.stalls), c.sender["Tcp.RetransSegs"], n)
+        # Every resend of the run happened inside a stall and each TLP began one, except
+        # spurious ones (a busy machine's late ACK: the receiver reports them by D-SACK).
+        rtx, dsack = c.sender["Tcp.RetransSegs"], c.sender["TcpExt.TCPDSACKRecvSegs"]
+        self.assertLessEqual(sum(s.retransmits for s in c.stalls), rtx, n)
+        self.assertGreaterEqual(sum(s.retransmits for s in c.stalls), rtx - dsack, n)
         tlp_first = [s for s in c.stalls if stalls.rtype_name(s.first_retransmit) == "tlp"]
-        self.assertEqual(len(tlp_first), c.sender["TcpExt.TCPLossProbes"], n)
+        self.assertLessEqual(len(tlp_first), c.sender["TcpExt.TCPLossProbes"], n)
+        self.assertGreaterEqual(len(tlp_first), c.sender["TcpExt.TCPLossProbes"] - dsack, n)
+        # A stall whose TLP was dropped too ended by the retransmission timer: rto.
+        for s in c.stalls:
+            if s.backoff:
+                self.assertEqual(stalls.cause_name(s.cause), "rto", s)
         # Cause and effect: the rule's drop made each hole.
         for s in c.stalls:
             self.assertEqual(s.caused_by.rule_id, c.extra["rule_id"], s)
