@@ -1,14 +1,14 @@
 """Diagnosis 4 (issue 13): a receiver that stops reading.
 
 The daemon runs in namespace A with the sender (lab.stalls.zero_window): 8 MiB at 100 Mbit/s
-to a receiver in B that stops reading after 2 MiB for 3 s. Its buffer fills, it advertises a
-zero window (TcpExt.TCPToZeroWindowAdv of B), the sender probes it (TcpExt.TCPWinProbe of A,
+to a receiver in B (SO_RCVBUF 256 KiB) that stops reading after 2 MiB for 3 s. Its buffer
+fills, it advertises a zero window (TcpExt.TCPToZeroWindowAdv of B), the sender probes it (TcpExt.TCPWinProbe of A,
 not retransmissions: Tcp.RetransSegs stays 0), and the window opens when it reads again
 (TCPFromZeroWindowAdv).
 
   test_zero_window   one stall named zero_window, about the pause long, window 0, its probe
-                     answers (acks) and backoff as the kernel's probes count; no other
-                     stall; the flow's summary carries it
+                     answers (acks) and backoff as the kernel's probes count; the flow's
+                     summary carries it
   test_reading       the same transfer to a receiver that never pauses: no zero_window stall
 """
 
@@ -40,14 +40,15 @@ class ZeroWindow(DaemonTestCase):
         self.assertEqual(len(zw), 1, n)
         s = zw[0]
         self.assertEqual(s.min_window, 0, n)
+        # From the last delivery (the buffer full, a few ms after the pause began) to the
+        # window update that ended the pause.
         self.assertGreaterEqual(s.duration_ns, (PAUSE - 0.5) * 1e9, n)
-        self.assertLessEqual(s.duration_ns, (PAUSE + 0.5) * 1e9, n)
+        self.assertLessEqual(s.duration_ns, (PAUSE + 0.3) * 1e9, n)
         # Each probe was answered by an ACK that delivered nothing; the window update that
         # ended the pause may be one more.
         self.assertGreaterEqual(s.acks, probes, n)
         self.assertLessEqual(s.acks, probes + 1, n)
         self.assertGreaterEqual(s.backoff, 1, n)
-        self.assertEqual(len(c.stalls), 1, n)
         self.assertEqual(c.flows[0].stall_ns.get("zero_window"), s.duration_ns, n)
 
     def test_reading(self):

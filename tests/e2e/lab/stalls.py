@@ -192,12 +192,16 @@ def nagle(lab, d, port=5311, nodelay=False, seconds=3.0, request=400, split=100,
     return Case("nagle" + ("_nodelay" if nodelay else ""), res, ds, dr, w, nodelay=nodelay)
 
 
-def tails(lab, d, port=5312, rate=0.1, count=300, response=14480, trace=True):
-    """Server in d's namespace lab.a (the replies' sender), client in lab.b: `count` 100-byte
-    requests, each answered by `response` bytes in one write; with rate > 0, a rule of d on
-    A's egress drops that fraction of the replies' segments that carry PSH (the last of each
-    write), per segment. Returns the Case; extra: rule (its id), rule_final, effect."""
-    srv = traffic.rr_server(lab, lab.a, "0.0.0.0", port)
+def tails(lab, d, port=5312, rate=0.1, count=300, response=14480, cc="cubic", trace=True):
+    """Server in d's namespace lab.a (the replies' sender, congestion control cc), client in
+    lab.b: `count` 100-byte requests, each answered by `response` bytes in one write; with
+    rate > 0, a rule of d on A's egress drops that fraction of the replies' segments that
+    carry PSH (the last of each write), per segment. extra: rule_id, rule_dropped_segments,
+    effect_stalls_caused; .effect, .rule_final: the RuleEffect and the deleted Rule.
+    CUBIC, not this machine's default BBR: after a recovery BBR's pacing sends one segment at
+    a time for a while, each waiting for the receiver's delayed ACK (stalls of no listed
+    cause, not the tail's)."""
+    srv = traffic.rr_server(lab, lab.a, "0.0.0.0", port, cc=cc)
     rule = None
     try:
         if rate > 0:
@@ -252,11 +256,13 @@ def rwnd(lab, d, port=5313, rcvbuf=28672, seconds=5.0, cc="cubic", trace=True):
                 snd_wnd=int(m.group(1)) if m else None)
 
 
-def zero_window(lab, d, port=5314, pause_secs=3.0, nbytes=8 << 20, pause_after=2 << 20, trace=True):
-    """Sender in d's namespace lab.a, nbytes paced at 100 Mbit/s to a receiver in lab.b that
-    stops reading after pause_after bytes for pause_secs (0: never stops): its buffer fills,
-    its window goes to 0, the sender probes it."""
+def zero_window(lab, d, port=5314, pause_secs=3.0, nbytes=8 << 20, pause_after=2 << 20, rcvbuf=256 << 10,
+                trace=True):
+    """Sender in d's namespace lab.a, nbytes paced at 100 Mbit/s to a receiver in lab.b (SO_RCVBUF
+    rcvbuf: its buffer fills in a known time) that stops reading after pause_after bytes for
+    pause_secs (0: never stops): its buffer fills, its window goes to 0, the sender probes it."""
     srv = lab.popen(lab.b, [PY, traffic.TCPFLOW, "recv", "--bind", "0.0.0.0", "--port", str(port),
+                            "--rcvbuf", str(rcvbuf),
                             "--pause-after", str(pause_after if pause_secs else 0), "--pause-secs",
                             str(pause_secs)], stdout=subprocess.PIPE)
     if not srv.stdout.readline().startswith("READY"):
