@@ -7,12 +7,13 @@ loss for A's TCP). The server's TCP is CUBIC (lab.stalls.tails says why not BBR)
 sender waits for a tail loss probe (2 RTT + the 200 ms delayed-ACK allowance while one segment
 is out) or, when the probe is lost too, the retransmission timer.
 
-  test_tail_stalls   every stall named tlp or rto (rto whenever the timer backed off), one
-                     per slowed request (> 100 ms), each ended by a resend of its hole, the
-                     kernel's resends the rule's drops (+ D-SACKed spurious ones); each
-                     linked to the rule's drop of its hole
-                     (caused_by: the rule, seq == snd_una); their total equal to the flow's
-                     closing summary (Flow.stall_ns) and to GetRuleEffect's stalls_caused
+  test_tail_stalls   every stall named tlp or rto (rto whenever the timer backed off), at
+                     least one per request that waited for a timer, each ended by a resend,
+                     the kernel's resends the rule's drops (+ D-SACKed spurious ones); each
+                     linked to the rule's drop it waited for (caused_by: the rule, the
+                     first resend's seq, at the hole or the segment after); their total
+                     equal to the flow's closing summary (Flow.stall_ns) and to
+                     GetRuleEffect's stalls_caused
   test_no_rule       the same service without the rule: no tlp/rto stall
 """
 
@@ -39,9 +40,13 @@ class Tails(DaemonTestCase):
         causes = [stalls.cause_name(s.cause) for s in c.stalls]
         self.assertTrue(c.stalls, n)
         self.assertEqual([x for x in causes if x not in ("tlp", "rto")], [], n)
-        # One stall per request it slowed (a request without a drop takes well under 100 ms).
-        slow = [x for x in c.workload["latencies_ms"] if x > 100]
-        self.assertEqual(len(c.stalls), len(slow), n)
+        # Each request that waited for a timer (>= 200 ms) had a stall, and each stall a drop.
+        # A request can have two: when the segment before the lost tail was still out, the
+        # receiver's delayed ACK of it (40 ms) ends the first stall, and the tail's wait (its
+        # TLP lost too: the timer) is a second.
+        lat = c.workload["latencies_ms"]
+        self.assertLessEqual(len([x for x in lat if x > 200]), len(c.stalls), n)
+        self.assertLessEqual(len(c.stalls), fin.dropped_segments, n)
         # The kernel's side: every dropped segment was resent once (per segment, one segment
         # outstanding: an RTO resends only it), plus spurious resends the receiver D-SACKed.
         rtx, dsack = c.sender["Tcp.RetransSegs"], c.sender["TcpExt.TCPDSACKRecvSegs"]
@@ -51,7 +56,6 @@ class Tails(DaemonTestCase):
         # late, recovers below the stall threshold: no stall).
         for s in c.stalls:
             self.assertGreaterEqual(s.retransmits, 1, s)
-            self.assertEqual(s.first_retransmit_seq, s.snd_una, s)
         self.assertLessEqual(sum(s.retransmits for s in c.stalls), rtx, n)
         tlp_first = [s for s in c.stalls if stalls.rtype_name(s.first_retransmit) == "tlp"]
         self.assertLessEqual(len(tlp_first), c.sender["TcpExt.TCPLossProbes"], n)
@@ -59,10 +63,14 @@ class Tails(DaemonTestCase):
         for s in c.stalls:
             if s.backoff:
                 self.assertEqual(stalls.cause_name(s.cause), "rto", s)
-        # Cause and effect: the rule's drop made each hole.
+        # Cause and effect: the rule's drop made each stall: the drop of its hole (snd_una),
+        # or, when the hole was the segment before the tail, still out, the tail's drop that
+        # the stall's first resend repaired.
         for s in c.stalls:
             self.assertEqual(s.caused_by.rule_id, c.extra["rule_id"], s)
-            self.assertEqual(s.caused_by.seq, s.snd_una, s)
+            self.assertEqual(s.caused_by.seq, s.first_retransmit_seq, s)
+            self.assertIn((s.caused_by.seq - s.snd_una) & 0xFFFFFFFF, (0, 1448), s)
+            self.assertEqual(s.caused_by.segments, 1, s)
             self.assertIn(c.extra["rule_id"], list(s.rule_ids), s)
         total = sum(s.duration_ns for s in c.stalls)
         self.assertEqual(sum(c.flow_stall_ns().values()), total, n)
