@@ -180,13 +180,15 @@ class DaemonTestCase(unittest.TestCase):
 
     daemon_class = Daemon
     daemon_ns = "a"
+    lab_class = Lab   # or a subclass (RouterLab, DelayLab); lab_args: its arguments
+    lab_args = ()
     daemon_args = ()
     daemon_nsenter = False  # True: nsenter --net (cgroup targets need the host's /sys)
     check_alive = True
 
     @classmethod
     def setUpClass(cls):
-        cls.lab = Lab()
+        cls.lab = cls.lab_class(*cls.lab_args)
         try:
             cls.d = cls.daemon_class(cls.lab, getattr(cls.lab, cls.daemon_ns), cls.daemon_args,
                                      nsenter=cls.daemon_nsenter)

@@ -25,7 +25,7 @@ namespace by lab.traffic; also a `lossctl sweep --workload` (rr).
       Prints {"bytes", "errors": {errno: count}, "secs", "total_retrans" (TCP_INFO, all
       connections), "conns": [{"sport", "bytes", "total_retrans"}]}.
 
-  tcpflow.py rr-server --bind ADDR --port P [--response BYTES] [--conns N]
+  tcpflow.py rr-server --bind ADDR --port P [--response BYTES] [--conns N] [--cc NAME]
       Prints READY once listening; serves connections (N, then prints {"conns": N} and
       exits; default: until killed): for every request it sends back the reply length
       the request announces (or BYTES, or the request's own size).
@@ -86,6 +86,8 @@ def listen(a):
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if getattr(a, "rcvbuf", 0):
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, a.rcvbuf)
+    if getattr(a, "cc", None):  # inherited by the accepted connections
+        ls.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, a.cc.encode())
     ls.bind((a.bind, a.port))
     ls.listen(128)
     print("READY", flush=True)
@@ -337,6 +339,7 @@ def main():
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--response", type=int, default=0)
     s.add_argument("--conns", type=int, default=0)
+    s.add_argument("--cc", help="congestion control of the served connections (TCP_CONGESTION)")
     c = sub.add_parser("rr")
     c.add_argument("--dst", required=True)
     c.add_argument("--port", type=int, required=True)

@@ -164,10 +164,11 @@ def bulk(lab, dst, port=5201, nbytes=150e6, rate_mbit=500, conns=1, cc=None):
     return finish(cli), finish(srv)
 
 
-def rr_server(lab, ns, bind, port, conns=0, response=0):
-    """tcpflow.py rr-server in ns, once it listens (conns 0: until killed)."""
+def rr_server(lab, ns, bind, port, conns=0, response=0, cc=None):
+    """tcpflow.py rr-server in ns, once it listens (conns 0: until killed; cc: the
+    congestion control of its connections)."""
     p = lab.popen(ns, [PY, TCPFLOW, "rr-server", "--bind", bind, "--port", str(port), "--conns", str(conns),
-                       "--response", str(response)], stdout=subprocess.PIPE)
+                       "--response", str(response)] + (["--cc", cc] if cc else []), stdout=subprocess.PIPE)
     line = p.stdout.readline()
     if not line.startswith("READY"):
         p.kill()
