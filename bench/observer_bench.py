@@ -139,10 +139,12 @@ def prog_names(ids):
 
 # ---- lossd --observe with its stdout in a file ---------------------------------------
 
-def observer(lab, ns, extra=()):
-    """lossd --observe in ns, its stdout in a file (parse_output reads it)."""
+def observer(lab, ns, extra=(), lossd=None):
+    """lossd --observe in ns, its stdout in a file (parse_output reads it); lossd: another
+    binary than the lab's (bench/diagnosis_cost.py: an older build)."""
     t0 = time.monotonic()
-    obs = Lossd(lab, ns, ["--observe"] + list(extra), stdout_path=os.path.join(lab.tempdir(), "observer.out"))
+    obs = Lossd(lab, ns, ["--observe"] + list(extra), stdout_path=os.path.join(lab.tempdir(), "observer.out"),
+                lossd=lossd)
     obs.wait_ready(120)
     obs.ready_secs = time.monotonic() - t0
     return obs
@@ -330,8 +332,8 @@ def gen_only(lab, args):
             "kernel_out_segs_per_s": round(d["Tcp.OutSegs"] / secs)}
 
 
-def observed(lab, args, burst=False):
-    obs = observer(lab, lab.a, ["--events", "--watch-port", str(PORT_FLOOD)])
+def observed(lab, args, burst=False, lossd=None):
+    obs = observer(lab, lab.a, ["--events", "--watch-port", str(PORT_FLOOD)], lossd=lossd)
     pid = obs.pid
     ps0, cpu0 = prog_stats(pid), cpu_secs(pid)
     c0 = lab.counters(lab.a)
