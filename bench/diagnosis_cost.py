@@ -28,10 +28,12 @@ limits and watches for stalls. One unpaced iperf3 flow A -> B (port 5201) per ph
       their sum per ACK (A's Tcp.InSegs) and per data segment sent (A's Tcp.OutSegs), as
       bench/path_cost.py measures the injector.
 
-  (d) ring records per ACK with no stall: the observer's own counters at its exit
-      (observer_totals): ring records = ring_consumed + ring_lost, of which retransmit events
-      (every type and outcome, not filtered) and flow closes are what the old observer sends;
-      the rest, minus the stall events the new one reports, per ACK of both phases. Expected 0.
+  (d) ring records per ACK with no stall: the observer (--events, its printer thread the
+      consumer, in both configurations) counts at its exit (observer_totals) ring records =
+      ring_consumed + ring_lost, of which retransmit events (every type and outcome, not
+      filtered) and flow closes are what the old observer sends; the new one adds one record
+      per stall (and per ACK of a traced flow only: none here), counted from its printed lines
+      (the totals have no count of them); the rest per ACK of both phases. Expected 0.
 
 Pairs are interleaved, the order alternating pair to pair (old new, new old, ...). Reported:
 per configuration medians with distribution-free intervals of the median (benchlib.median_ci),
@@ -87,21 +89,24 @@ def obs_progs(pid):
     return {names[i]: (s["run_time_ns"], s["run_cnt"]) for i, s in st.items() if names[i].startswith("obs_")}
 
 
-def ring_records(t):
-    """What the observer's ring carried (observer_totals): records, those of the old kinds
-    (retransmit events, flow closes), stall events the observer reports, and the rest."""
+def ring_records(res):
+    """What the observer's ring carried: records (observer_totals: ring_consumed + ring_lost),
+    those of the old kinds (retransmit events, flow closes: its counters), the stall and sample
+    records (their printed lines: the totals have no count of them), and the rest. 'other' is
+    exact when nothing was lost (lost: ring and subscriber)."""
+    t = res["totals"]
     records = t["ring_consumed"] + t["ring_lost"]
     old_kinds = all_events(t) - t["filtered"] + t["flows_closed"]
-    stalls = t.get("stall_events", t.get("stalls", 0)) or 0
-    return {"records": records, "retransmit_and_close": old_kinds, "stall_events": stalls,
-            "other": records - old_kinds - stalls}
+    return {"records": records, "retransmit_and_close": old_kinds, "stall_events": res["stall_lines"],
+            "sample_events": res["sample_lines"], "lost": t["ring_lost"] + res["subscriber"]["lost"],
+            "other": records - old_kinds - res["stall_lines"] - res["sample_lines"]}
 
 
 # ---- part 1 ----------------------------------------------------------------------------------
 
 def path_run(lab, conf, binary, secs, stats, timer_bin):
     hz = os.sysconf("SC_CLK_TCK")
-    obs = ob.observer(lab, lab.a, lossd=binary)
+    obs = ob.observer(lab, lab.a, ["--events"], lossd=binary)
     timer = None
     run = {"observer_ready_secs": round(obs.ready_secs, 2)}
     try:
@@ -145,13 +150,14 @@ def path_run(lab, conf, binary, secs, stats, timer_bin):
     bpf_ns = sum(p["run_time_ns"] for p in progs.values())
     acks2, segs2 = d2["Tcp.InSegs"], d2["Tcp.OutSegs"]
     t = out["totals"]
-    rr = ring_records(t)
+    rr = ring_records(out)
     run.update(
         phase2={"gbps": r2["gbps"], "acks": acks2, "segs_out": segs2, "retrans_segs": d2["Tcp.RetransSegs"]},
         bpf_programs=progs, bpf_ns=bpf_ns,
         bpf_ns_per_ack=bpf_ns / acks2 if acks2 else None,
         bpf_ns_per_seg=bpf_ns / segs2 if segs2 else None,
-        ring=rr, ring_other_per_ack=rr["other"] / (run["acks"] + acks2) if run["acks"] + acks2 else None,
+        ring=rr, identities=ob.identities(out)[0], identities_hold=ob.identities(out)[1],
+        ring_other_per_ack=rr["other"] / (run["acks"] + acks2) if run["acks"] + acks2 else None,
         observer={k: t.get(k) for k in ("retrans_segs", "flows_opened", "flows_closed", "ring_lost", "filtered",
                                         "recursion_misses")},
         hooks_attached=sorted(h["name"] for h in t["hooks"] if h["attached"]),
@@ -177,6 +183,11 @@ def path_part(a, stats, problems):
                     problems.append("pair %d %s: hooks not attached %s" % (i, c, r["hooks_not_attached"]))
                 if not r["observer"]["flows_opened"]:
                     problems.append("pair %d %s: the observer saw no flow" % (i, c))
+                if not r["identities_hold"]:
+                    problems.append("pair %d %s: ring accounting does not hold: %s" % (i, c, r["identities"]))
+                if r["ring"]["lost"]:
+                    problems.append("pair %d %s: %d records lost: ring records by kind inexact" % (
+                        i, c, r["ring"]["lost"]))
     old, new = runs["old"], runs["new"]
 
     def per(conf, f):
