@@ -218,7 +218,7 @@ def totals_summary(t):
             if x["events"] or x["segs"]:
                 out["%s.%s" % (ty, o)] = {"events": x["events"], "segs": x["segs"]}
     for k in ("ring_lost", "ring_consumed", "hub_published", "filtered", "flows_opened",
-              "flows_closed", "recursion_misses", "flow_table_full"):
+              "flows_closed", "recursion_misses", "flow_table_full", "stalls", "samples"):
         out[k] = t.get(k)
     out["hooks_attached"] = [h["name"] for h in t["hooks"] if h["attached"]]
     out["hooks_not_attached"] = {h["name"]: h["error"] for h in t["hooks"] if not h["attached"]}

@@ -108,6 +108,7 @@ class Sweep(ClientTestCase):
         st = doc["stalls"]
         measured("sweep_stalls", reported=st["reported"], threshold=st["threshold"],
                  stall_ms=[x["stall_ns"]["mean"] / 1e6 if x["stall_ns"] else None for x in s],
+                 caused_ms=[x["stall_caused_ns"]["mean"] / 1e6 if x["stall_caused_ns"] else None for x in s],
                  by_cause=[x["stall_ns_by_cause_mean"] for x in s])
         self.assertIn("rto", st["causes"])
         if not st["reported"]:
