@@ -1,8 +1,10 @@
 """What the benchmark scripts share besides the e2e lab (tests/e2e/lab, on PYTHONPATH:
-bench/run_all.sh sets it): where a result came from, the log line, medians."""
+bench/run_all.sh sets it): where a result came from, the log line, medians and their
+intervals, /proc/stat, kernel.bpf_stats_enabled, bench/path_timer."""
 import datetime
 import hashlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -74,3 +76,93 @@ def report(out, problems):
     out["problems"] = problems
     print(json.dumps(out, indent=2))
     return 0 if not problems else 1
+
+
+def median_ci(xs, conf=0.95):
+    """Median and a distribution-free interval [x_(k), x_(n+1-k)] for it, the widest k whose
+    coverage 1 - 2 P(Bin(n, 1/2) < k) is still >= conf (k = 1 if none is: min..max)."""
+    xs = sorted(x for x in xs if x is not None)
+    n = len(xs)
+    if not n:
+        return {"median": None, "ci": None, "ci_conf": None, "n": 0}
+    cdf = lambda k: sum(math.comb(n, i) for i in range(k)) / 2 ** n  # P(X < k)
+    k = 1
+    while k + 1 <= n // 2 and 1 - 2 * cdf(k + 1) >= conf:
+        k += 1
+    return {"median": statistics.median(xs), "ci": [xs[k - 1], xs[n - k]], "ci_conf": round(1 - 2 * cdf(k), 4),
+            "n": n}
+
+
+def rnd(d, nd=3):
+    """d with every float in it rounded to nd digits."""
+    if isinstance(d, dict):
+        return {k: rnd(v, nd) for k, v in d.items()}
+    if isinstance(d, list):
+        return [rnd(v, nd) for v in d]
+    if isinstance(d, float):
+        return round(d, nd)
+    return d
+
+
+def proc_stat():
+    """Jiffies of all CPUs: user nice system idle iowait irq softirq steal."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return dict(zip(("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"), v))
+
+
+# ---- kernel.bpf_stats_enabled: on for the measured runs only, always restored ---------------
+
+STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+class BpfStatsSysctl:
+    """kernel.bpf_stats_enabled: enable_fresh() zeroes the statistics' gate (0, then 1: every
+    program's run_time_ns / run_cnt counts from here on); restore() puts the original back (the
+    caller does, on error and on signals too)."""
+
+    def __init__(self):
+        with open(STATS_SYSCTL) as f:
+            self.original = f.read().strip()
+
+    def _write(self, v):
+        with open(STATS_SYSCTL, "w") as f:
+            f.write(v)
+
+    def enable_fresh(self):
+        self._write("0")
+        self._write("1")
+
+    def restore(self):
+        self._write(self.original)
+
+
+# ---- bench/path_timer: the kernel's own time per skb through a path --------------------------
+
+def ifindex(lab, ns, dev):
+    return json.loads(lab.run(ns, "ip", "-j", "link", "show", "dev", dev).stdout)[0]["ifindex"]
+
+
+class PathTimer:
+    """bench/path_timer in namespace ns for one run: the kernel's own ns per skb from entry's
+    netif_receive_skb to the exit (net_dev_start_xmit on exit, or tcp_probe for local delivery
+    when exit is None). Softirq time: other processes' work on the machine is not in it. Its
+    tcp_probe program is attached after the programs already there, so a program on tcp_probe
+    loaded before the timer starts (the observer's) runs inside the timed path."""
+
+    def __init__(self, binary, lab, ns, entry, exit=None):
+        args = [binary, "--netns-ino", str(os.stat("/run/netns/" + ns).st_ino),
+                "--entry", str(ifindex(lab, ns, entry))]
+        if exit:
+            args += ["--exit", str(ifindex(lab, ns, exit))]
+        self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        if '"ready"' not in line:
+            self.p.kill()
+            raise RuntimeError("path_timer did not start: %r" % line)
+
+    def stop(self):
+        out, _ = self.p.communicate(input="", timeout=30)  # EOF on stdin: report and exit
+        if self.p.returncode != 0:
+            raise RuntimeError("path_timer exited %d" % self.p.returncode)
+        return json.loads(out.strip().splitlines()[-1])

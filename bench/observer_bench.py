@@ -139,10 +139,12 @@ def prog_names(ids):
 
 # ---- lossd --observe with its stdout in a file ---------------------------------------
 
-def observer(lab, ns, extra=()):
-    """lossd --observe in ns, its stdout in a file (parse_output reads it)."""
+def observer(lab, ns, extra=(), lossd=None):
+    """lossd --observe in ns, its stdout in a file (parse_output reads it); lossd: another
+    binary than the lab's (bench/diagnosis_cost.py: an older build)."""
     t0 = time.monotonic()
-    obs = Lossd(lab, ns, ["--observe"] + list(extra), stdout_path=os.path.join(lab.tempdir(), "observer.out"))
+    obs = Lossd(lab, ns, ["--observe"] + list(extra), stdout_path=os.path.join(lab.tempdir(), "observer.out"),
+                lossd=lossd)
     obs.wait_ready(120)
     obs.ready_secs = time.monotonic() - t0
     return obs
@@ -156,15 +158,23 @@ def stop_observer(obs):
 
 
 def parse_output(path, count_from=None):
-    """Totals, subscriber line, counts and hub seqs of retransmit/flow_close lines."""
+    """Totals, subscriber line, counts and hub seqs of the event lines: retransmit, flow_close,
+    and the kinds an observer with stall detection adds (stall, sample: one ACK of a traced
+    flow)."""
     res = {"totals": None, "subscriber": None, "retransmit_lines": 0, "close_lines": 0,
+           "stall_lines": 0, "sample_lines": 0,
            "bad_lines": 0, "event_line_bytes": 0, "seqs": [], "duplicate_retransmits": 0,
            "repeated_failed_attempts": 0}
     seen = set()
     with open(path, "rb") as f:
         for raw in f:
-            if raw.startswith(b'{"event":"retransmit"') or raw.startswith(b'{"event":"flow_close"'):
-                if raw.startswith(b'{"event":"retransmit"'):
+            if raw.startswith((b'{"event":"retransmit"', b'{"event":"flow_close"', b'{"event":"stall"',
+                               b'{"event":"sample"')):
+                if raw.startswith(b'{"event":"stall"'):
+                    res["stall_lines"] += 1
+                elif raw.startswith(b'{"event":"sample"'):
+                    res["sample_lines"] += 1
+                elif raw.startswith(b'{"event":"retransmit"'):
                     res["retransmit_lines"] += 1
                     # One retransmission attempt: socket, TCP sequence number, the socket's
                     # retransmit count and err; the same four twice is the same attempt twice.
@@ -208,7 +218,7 @@ def totals_summary(t):
             if x["events"] or x["segs"]:
                 out["%s.%s" % (ty, o)] = {"events": x["events"], "segs": x["segs"]}
     for k in ("ring_lost", "ring_consumed", "hub_published", "filtered", "flows_opened",
-              "flows_closed", "recursion_misses", "flow_table_full"):
+              "flows_closed", "recursion_misses", "flow_table_full", "stalls", "samples"):
         out[k] = t.get(k)
     out["hooks_attached"] = [h["name"] for h in t["hooks"] if h["attached"]]
     out["hooks_not_attached"] = {h["name"]: h["error"] for h in t["hooks"] if not h["attached"]}
@@ -216,10 +226,12 @@ def totals_summary(t):
 
 
 def identities(res):
-    """The transport accounting of one --events run: each identity with both sides."""
+    """The transport accounting of one --events run: each identity with both sides. An
+    observer with stall detection also sends stall records and ACK samples: its totals count
+    them (stalls, samples: in the ring or in ring_lost), an older one has neither (0)."""
     t, sub = res["totals"], res["subscriber"]
-    wanted = all_events(t) - t["filtered"] + t["flows_closed"]
-    lines = res["retransmit_lines"] + res["close_lines"]
+    wanted = all_events(t) - t["filtered"] + t["flows_closed"] + t.get("stalls", 0) + t.get("samples", 0)
+    lines = res["retransmit_lines"] + res["close_lines"] + res["stall_lines"] + res["sample_lines"]
     seqs = res["seqs"]
     ids = {
         "ring_consumed+ring_lost==wanted": [t["ring_consumed"] + t["ring_lost"], wanted],
@@ -228,6 +240,8 @@ def identities(res):
         "lines==delivered": [lines, sub["delivered"]],
         "hub_seqs_unique": [len(set(seqs)), len(seqs)],
     }
+    if t["ring_lost"] == 0 and sub["lost"] == 0:
+        ids["stall_lines==stalls"] = [res["stall_lines"], t.get("stalls", 0)]
     if sub["lost"] == 0:
         ids["hub_seqs==1..n"] = [sorted(seqs) == list(range(1, len(seqs) + 1)), True]
     ok = all(a == b for a, b in ids.values()) and res["bad_lines"] == 0
@@ -330,8 +344,8 @@ def gen_only(lab, args):
             "kernel_out_segs_per_s": round(d["Tcp.OutSegs"] / secs)}
 
 
-def observed(lab, args, burst=False):
-    obs = observer(lab, lab.a, ["--events", "--watch-port", str(PORT_FLOOD)])
+def observed(lab, args, burst=False, lossd=None):
+    obs = observer(lab, lab.a, ["--events", "--watch-port", str(PORT_FLOOD)], lossd=lossd)
     pid = obs.pid
     ps0, cpu0 = prog_stats(pid), cpu_secs(pid)
     c0 = lab.counters(lab.a)

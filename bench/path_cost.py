@@ -57,41 +57,19 @@ the host's CPU per packet.
 import argparse
 import datetime
 import json
-import math
 import os
 import signal
-import statistics
-import subprocess
 import sys
 
-from benchlib import binary_id, git_describe, logger, report, parse_args
+from benchlib import (BpfStatsSysctl, PathTimer, binary_id, git_describe, logger, median_ci, proc_stat,
+                      report, parse_args, rnd)
 from lab import traffic
 from lab.netns import Lab, RouterLab
 from lab.stats import fdinfo
 
 PORT = 5201
 CONFIGS = ("none", "lossd", "iptables", "nft")
-STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
 log = logger("path_cost")
-
-
-# ---- kernel.bpf_stats_enabled: on for lossd's runs only, always restored -----------------
-
-class BpfStatsSysctl:
-    def __init__(self):
-        with open(STATS_SYSCTL) as f:
-            self.original = f.read().strip()
-
-    def _write(self, v):
-        with open(STATS_SYSCTL, "w") as f:
-            f.write(v)
-
-    def enable_fresh(self):
-        self._write("0")
-        self._write("1")
-
-    def restore(self):
-        self._write(self.original)
 
 
 # ---- topologies ---------------------------------------------------------------------------
@@ -170,40 +148,6 @@ class Injector:
 
 # ---- measurement ----------------------------------------------------------------------------
 
-def ifindex(topo, ns, dev):
-    return json.loads(topo.run(ns, "ip", "-j", "link", "show", "dev", dev).stdout)[0]["ifindex"]
-
-
-class PathTimer:
-    """bench/path_timer on the topology's path for one run: the kernel's own ns per skb from the
-    injector's interface's netif_receive_skb to the exit (net_dev_start_xmit on the router's
-    exit device, or tcp_probe for local delivery). Softirq time: other processes' work on the
-    machine is not in it."""
-
-    def __init__(self, binary, topo):
-        args = [binary, "--netns-ino", str(os.stat("/run/netns/" + topo.at).st_ino),
-                "--entry", str(ifindex(topo, topo.at, topo.iface))]
-        if topo.exit_iface:
-            args += ["--exit", str(ifindex(topo, topo.at, topo.exit_iface))]
-        self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.p.stdout.readline()
-        if '"ready"' not in line:
-            self.p.kill()
-            raise RuntimeError("path_timer did not start: %r" % line)
-
-    def stop(self):
-        out, _ = self.p.communicate(input="", timeout=30)  # EOF on stdin: report and exit
-        if self.p.returncode != 0:
-            raise RuntimeError("path_timer exited %d" % self.p.returncode)
-        return json.loads(out.strip().splitlines()[-1])
-
-def proc_stat():
-    """Jiffies of all CPUs: user nice system idle iowait irq softirq steal."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return dict(zip(("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"), v))
-
-
 WIRE_FRAME = 1514  # bytes of a full-sized TCP segment on the wire (MTU 1500 + Ethernet)
 
 
@@ -221,7 +165,7 @@ def one_run(topo, conf, secs, stats, timer_bin):
     try:
         # Phase 1, every configuration alike, BPF statistics off: the path timer, the host's
         # CPU, throughput.
-        timer = PathTimer(timer_bin, topo)
+        timer = PathTimer(timer_bin, topo, topo.at, topo.iface, topo.exit_iface)
         l0 = link(topo)
         c0 = proc_stat()
         r = traffic.iperf(topo, topo.tx, topo.dst, PORT, secs)
@@ -267,31 +211,6 @@ def one_run(topo, conf, secs, stats, timer_bin):
 
 
 # ---- statistics -------------------------------------------------------------------------------
-
-def median_ci(xs, conf=0.95):
-    """Median and a distribution-free interval [x_(k), x_(n+1-k)] for it, the widest k whose
-    coverage 1 - 2 P(Bin(n, 1/2) < k) is still >= conf (k = 1 if none is: min..max)."""
-    xs = sorted(x for x in xs if x is not None)
-    n = len(xs)
-    if not n:
-        return {"median": None, "ci": None, "ci_conf": None, "n": 0}
-    cdf = lambda k: sum(math.comb(n, i) for i in range(k)) / 2 ** n  # P(X < k)
-    k = 1
-    while k + 1 <= n // 2 and 1 - 2 * cdf(k + 1) >= conf:
-        k += 1
-    return {"median": statistics.median(xs), "ci": [xs[k - 1], xs[n - k]], "ci_conf": round(1 - 2 * cdf(k), 4),
-            "n": n}
-
-
-def rnd(d, nd=3):
-    if isinstance(d, dict):
-        return {k: rnd(v, nd) for k, v in d.items()}
-    if isinstance(d, list):
-        return [rnd(v, nd) for v in d]
-    if isinstance(d, float):
-        return round(d, nd)
-    return d
-
 
 def summarise(runs):
     """runs: {conf: [run per round]} of one path."""

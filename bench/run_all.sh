@@ -8,6 +8,7 @@
 #   BPF_COST_ARGS   extra arguments for bpf_cost (e.g. "--repeat 1000000 --rounds 3")
 #   E2E_ARGS        extra arguments for e2e_throughput.py (e.g. "--pairs 3 --no-iptables")
 #   PATH_COST_ARGS  extra arguments for path_cost.py (e.g. "--rounds 3 --paths veth")
+#   OLD_LOSSD, DIAGNOSIS_COST_ARGS  the old build and extra arguments for diagnosis_cost.py
 # (observer_bench.py and daemon_bench.py run by hand: docs/benchmarks-observer-daemon.md)
 #   BENCH_STRICT=1  exit 1 when a target is missed (default: only when a benchmark fails)
 set -u
@@ -64,6 +65,16 @@ run live_page "$PY" "$HERE/live_bench.py" --lossd "$BUILD/daemon/lossd" \
     --producer "$BUILD/bench/ring_producer" --stubs "$BUILD/python"
 run startup "$PY" "$HERE/startup_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" \
     --prog-load "$BUILD/bench/prog_load"
+# The diagnosis' cost against an older build (issue 13): OLD_LOSSD, default
+# /tmp/cost-old/build/daemon/lossd (bench/diagnosis_cost.py says how to build it); skipped without it.
+OLD_LOSSD=${OLD_LOSSD:-/tmp/cost-old/build/daemon/lossd}
+if [ -x "$OLD_LOSSD" ]; then
+  # shellcheck disable=SC2086
+  run diagnosis_cost "$PY" "$HERE/diagnosis_cost.py" --lossd "$BUILD/daemon/lossd" --old-lossd "$OLD_LOSSD" \
+      ${DIAGNOSIS_COST_ARGS:-}
+else
+  echo "== diagnosis_cost: skipped (no old build at $OLD_LOSSD)" >&2
+fi
 # shellcheck disable=SC2086
 run soak "$PY" "$HERE/soak_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" ${SOAK_ARGS:-}
 # The rule parsers' libFuzzer target, longer than ctest's 20 s (FUZZ_SECONDS, default 120).

@@ -85,9 +85,11 @@ def stable_size(paths, timeout=120):
     return False
 
 
-def run_observer(a, lab, ns, tmp, rate):
+def run_observer(a, lab, ns, tmp, rate, lossd=None):
+    """One run of the one-shot observer (lossd: another binary than the lab's; a.producer,
+    a.seconds: the producer and how long it offers rate events/s, 0: as fast as it can)."""
     out = os.path.join(tmp, "observer.jsonl")
-    p = Lossd(lab, ns, ["--observe", "--events"], stdout_path=out)
+    p = Lossd(lab, ns, ["--observe", "--events"], stdout_path=out, lossd=lossd)
     try:
         p.wait_ready(60)
         cpu0 = cpu_secs(p.pid)

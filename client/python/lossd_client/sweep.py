@@ -11,8 +11,16 @@ it records: configured and measured loss (segments the rule dropped / matched,
 with the 99.9 % Wilson interval), throughput from the observer (bytes acked by
 the rule's flows per second) and from the workload if it reports one, the
 workload's request latency (mean, median, p99) if it reports latencies, retransmitted
-segments by type and RTOs on the rule's flows, mean and minimum cwnd, mean srtt.
-Per rate it gives mean, std, min, quartiles and max over the repetitions.
+segments by type and RTOs on the rule's flows, mean and minimum cwnd, mean srtt, and the
+stalls the daemon reports for the run's rule (GetRuleEffect): stall time and count by cause on
+the rule's flows (stalls_on_flows) and the part linked to the rule's own drops (stalls_caused).
+Per rate it gives mean, std, min, quartiles and max over the repetitions, and the mean stall
+time per run by cause.
+
+Stalls are reported only as the daemon reports them: when GetRuleEffect's stall maps are empty in
+every run (a daemon without stall detection, or no stall anywhere), the stall columns show "-"
+(blank in the CSV, null in the JSON, whose "stalls" says the daemon reported none), never zeros.
+Once any run has stalls, a run without any had none, and counts 0.
 
 A step is a loss rate ('1%') or a Gilbert-Elliott model 'ge:P/R/1-H/1-K' (netem's gemodel:
 P good->bad, R bad->good, 1-H loss in the bad state, 1-K in the good one), which is
@@ -55,7 +63,10 @@ from .units import format_rate, parse_rate, wilson_interval
 
 METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_mean_ms",
            "latency_p50_ms", "latency_p99_ms", "retransmitted_segments", "rto", "cwnd_mean", "cwnd_min", "srtt_mean_us",
-           "dropped_segments", "matched_segments", "wall_s")
+           "dropped_segments", "matched_segments", "wall_s", "stalls", "stall_ns", "stall_caused_ns")
+STALLS_NONE = ("the daemon reported no stalls: RuleEffect.stalls_on_flows and stalls_caused were empty in every "
+               "run (a daemon that does not detect or link stalls, or no stall happened); the stall columns are "
+               "'-', not zeros")
 
 
 class Interrupted(Exception):
@@ -106,6 +117,36 @@ def workload_report(stdout):
             if isinstance(v, dict):
                 return v
     return {}
+
+
+def stall_causes(pb2):
+    """StallCause names as GetRuleEffect's maps key them ("rto", "tlp", ...), in the enum's order."""
+    return [v.name[len("STALL_CAUSE_"):].lower() for v in pb2.StallCause.DESCRIPTOR.values if v.number]
+
+
+def stall_fields(effect):
+    """The stalls of one run from a RuleEffect message: by cause {"count", "time_ns"}, on the
+    rule's flows and linked to its drops, with their totals; all None when the daemon reported
+    none (both maps empty)."""
+    on = {k: {"count": v.count, "time_ns": v.time_ns} for k, v in effect.stalls_on_flows.items()}
+    caused = {k: {"count": v.count, "time_ns": v.time_ns} for k, v in effect.stalls_caused.items()}
+    if not on and not caused:
+        return {"stalls_reported": False, "stalls_on_flows": None, "stalls_caused": None, "stalls": None,
+                "stall_ns": None, "stall_caused_ns": None}
+    return {"stalls_reported": True, "stalls_on_flows": on, "stalls_caused": caused,
+            "stalls": sum(v["count"] for v in on.values()), "stall_ns": sum(v["time_ns"] for v in on.values()),
+            "stall_caused_ns": sum(v["time_ns"] for v in caused.values())}
+
+
+def settle_stalls(runs):
+    """True when the daemon reported stalls in some run: then it fills the fields, and a run it
+    reported none for had none (its fields become 0). False: every run keeps None."""
+    reported = any(r.get("stalls_reported") for r in runs)
+    if reported:
+        for r in runs:
+            if r.get("stalls_reported") is False:
+                r.update(stalls_on_flows={}, stalls_caused={}, stalls=0, stall_ns=0, stall_caused_ns=0)
+    return reported
 
 
 class FlowTracker:
@@ -229,7 +270,8 @@ def one_run(client, a, target_kw, st, step, rep, stop):
             rto=effect.retransmitted_segments.get("rto", 0),
             flows=flows["flows"], bytes_acked=flows["bytes_acked"],
             throughput_obs_bps=8.0 * flows["bytes_acked"] / wall if wall > 0 else None,
-            cwnd_mean=flows["cwnd_mean"], cwnd_min=flows["cwnd_min"], srtt_mean_us=flows["srtt_mean_us"])
+            cwnd_mean=flows["cwnd_mean"], cwnd_min=flows["cwnd_min"], srtt_mean_us=flows["srtt_mean_us"],
+            **stall_fields(effect.raw))
     finally:
         if tracker:
             tracker.stream.close()
@@ -256,6 +298,13 @@ def summarize(runs, steps):
             for k, v in r.get("retransmitted_by_type", {}).items():
                 types.setdefault(k, []).append(v)
         s["retransmitted_by_type_mean"] = {k: statistics.fmean(v) for k, v in types.items()}
+        # mean stall time per run by cause, over the runs with stall data (None: no such run)
+        for key, out_key in (("stalls_on_flows", "stall_ns_by_cause_mean"),
+                             ("stalls_caused", "stall_caused_ns_by_cause_mean")):
+            have = [r[key] for r in rs if r.get(key) is not None]
+            causes = sorted({c for d in have for c in d})
+            s[out_key] = {c: statistics.fmean(d.get(c, {}).get("time_ns", 0) for d in have)
+                          for c in causes} if have else None
         out.append(s)
     return out
 
@@ -266,9 +315,18 @@ def fmt(v, scale=1.0, digits=1):
     return "%.*f" % (digits, v * scale)
 
 
+def top_causes(by_cause, n=3):
+    """'rto 412, tlp 35' (ms, the n largest that are not 0); '-' for None; '0' when all are 0."""
+    if by_cause is None:
+        return "-"
+    top = sorted(((v, c) for c, v in by_cause.items() if v > 0), reverse=True)[:n]
+    return ", ".join("%s %s" % (c, fmt(v, 1e-6, 0)) for v, c in top) or "0"
+
+
 def table(summary):
     head = ("rate", "runs", "measured", "thr obs Mbit/s", "thr wl Mbit/s", "p50 ms", "p99 ms",
-            "retrans segs", "rto", "cwnd mean", "cwnd min", "srtt ms")
+            "retrans segs", "rto", "cwnd mean", "cwnd min", "srtt ms", "stall ms", "by drops ms",
+            "stall ms by cause")
     rows = [head]
     for s in summary:
         def m(k, key="mean"):
@@ -279,7 +337,9 @@ def table(summary):
                      fmt(m("throughput_workload_bps"), 1e-6),
                      fmt(m("latency_p50_ms"), 1, 2), fmt(m("latency_p99_ms"), 1, 2),
                      fmt(m("retransmitted_segments"), 1, 0), fmt(m("rto"), 1, 1),
-                     fmt(m("cwnd_mean")), fmt(m("cwnd_min"), 1, 0), fmt(m("srtt_mean_us"), 1e-3, 2)))
+                     fmt(m("cwnd_mean")), fmt(m("cwnd_min"), 1, 0), fmt(m("srtt_mean_us"), 1e-3, 2),
+                     fmt(m("stall_ns"), 1e-6, 1), fmt(m("stall_caused_ns"), 1e-6, 1),
+                     top_causes(s.get("stall_ns_by_cause_mean"))))
     w = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in rows)
 
@@ -290,22 +350,29 @@ def write_outputs(outdir, doc, plot=True):
              "summary_csv": os.path.join(outdir, "summary.csv")}
     with open(paths["json"], "w") as f:
         json.dump(doc, f, indent=1)
+    causes = doc.get("stalls", {}).get("causes") or sorted(
+        {c for r in doc["runs"] for k in ("stalls_on_flows", "stalls_caused") for c in (r.get(k) or {})})
     cols = ["step", "rep", "label", "configured_rate", "ok", "rule"] + list(METRICS) + \
         ["rate_ci_low", "rate_ci_high", "flows", "requests"] + ["rtx_" + t for t in RETRANSMIT_TYPES]
     with open(paths["csv"], "w", newline="") as f:
         wr = csv.writer(f)
-        wr.writerow(cols)
+        wr.writerow(cols + ["stall_ns_" + c for c in causes] + ["stall_caused_ns_" + c for c in causes])
         for r in doc["runs"]:
             row = [r.get(c) for c in cols[:-len(RETRANSMIT_TYPES)]]
             row += [r.get("retransmitted_by_type", {}).get(t, 0) for t in RETRANSMIT_TYPES]
+            for k in ("stalls_on_flows", "stalls_caused"):  # blank: the daemon reported none
+                row += [None if r.get(k) is None else r[k].get(c, {}).get("time_ns", 0) for c in causes]
             wr.writerow(row)
     with open(paths["summary_csv"], "w", newline="") as f:
         wr = csv.writer(f)
         stats = ("mean", "std", "min", "q1", "median", "q3", "max")
-        wr.writerow(["label", "configured_rate", "runs"] + ["%s_%s" % (m, s) for m in METRICS for s in stats])
+        wr.writerow(["label", "configured_rate", "runs"] + ["%s_%s" % (m, s) for m in METRICS for s in stats] +
+                    ["stall_ns_mean_" + c for c in causes] + ["stall_caused_ns_mean_" + c for c in causes])
         for s in doc["summary"]:
+            by = [s.get(k) for k in ("stall_ns_by_cause_mean", "stall_caused_ns_by_cause_mean")]
             wr.writerow([s.get("label"), s["configured_rate"], s["runs"]] +
-                        [(s[m] or {}).get(st) for m in METRICS for st in stats])
+                        [(s[m] or {}).get(st) for m in METRICS for st in stats] +
+                        [None if b is None else b.get(c, 0.0) for b in by for c in causes])
     if plot:
         paths.update(plot_summary(outdir, doc))
     return paths
@@ -328,7 +395,7 @@ def plot_summary(outdir, doc):
         hi = [s[k]["max"] * scale if s[k] else float("nan") for s in summ]
         return mean, lo, hi
 
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, ax = plt.subplots(1, 4, figsize=(20, 4.2))
     for k, label in (("throughput_obs_bps", "observer (bytes acked)"),
                      ("throughput_workload_bps", "workload")):
         m, lo, hi = series(k, 1e-6)
@@ -353,9 +420,10 @@ def plot_summary(outdir, doc):
         if any(v):
             ax[2].bar(pos, v, bottom=bottom, label=t)
             bottom = [b + c for b, c in zip(bottom, v)]
+    labels = [s.get("label") or format_rate(s["configured_rate"]) for s in summ]
+    rotation = 30 if any(s.get("ge") for s in summ) else 0
     ax[2].set_xticks(pos)
-    ax[2].set_xticklabels([s.get("label") or format_rate(s["configured_rate"]) for s in summ],
-                          rotation=30 if any(s.get("ge") for s in summ) else 0)
+    ax[2].set_xticklabels(labels, rotation=rotation)
     ax[2].set_ylabel("retransmitted segments per run (mean)")
     if any(bottom):
         ax[2].legend()
@@ -364,6 +432,26 @@ def plot_summary(outdir, doc):
         a_.set_xlabel("configured (mean) loss (%)")
         a_.grid(True, alpha=0.3)
     ax[2].set_xlabel("configured loss")
+    # stall time per run by cause (mean), stacked; the part linked to the rule's drops marked
+    bottom = [0.0] * len(summ)
+    causes = doc.get("stalls", {}).get("causes") or sorted(
+        {c for s in summ for c in (s.get("stall_ns_by_cause_mean") or {})})
+    for c in causes:
+        v = [(s.get("stall_ns_by_cause_mean") or {}).get(c, 0.0) * 1e-6 for s in summ]
+        if any(v):
+            ax[3].bar(pos, v, bottom=bottom, label=c)
+            bottom = [b + x for b, x in zip(bottom, v)]
+    caused = [s["stall_caused_ns"]["mean"] * 1e-6 if s.get("stall_caused_ns") else float("nan") for s in summ]
+    if any(v == v for v in caused):
+        ax[3].plot(pos, caused, "k_", markersize=20, mew=2, linestyle="none", label="linked to the rule's drops")
+    ax[3].set_xticks(pos)
+    ax[3].set_xticklabels(labels, rotation=rotation)
+    ax[3].set_xlabel("configured loss")
+    ax[3].set_ylabel("stall time per run (ms, mean)")
+    if not any(s.get("stall_ns_by_cause_mean") is not None for s in summ):
+        ax[3].text(0.5, 0.5, "the daemon reported no stalls", ha="center", transform=ax[3].transAxes)
+    elif ax[3].patches or ax[3].lines:
+        ax[3].legend(fontsize="small")
     fig.suptitle(doc.get("title") or "lossd sweep")
     fig.tight_layout()
     out = {}
@@ -441,6 +529,13 @@ def main(argv=None):
     runs = []
     status = 0
     started = time.time()
+    stalls = {"causes": stall_causes(client.pb2), "threshold": None}
+    try:
+        caps = client.capabilities().raw
+        if caps.HasField("stall_threshold"):
+            stalls["threshold"] = {"min_ns": caps.stall_threshold.min_ns, "rtts": caps.stall_threshold.rtts}
+    except LossdError:
+        pass
     try:
         for step, st in enumerate(a.steps):
             for rep in range(a.repeat):
@@ -463,11 +558,14 @@ def main(argv=None):
         print("sweep: %s" % e, file=sys.stderr, flush=True)
     finally:
         client.close()
+    stalls["reported"] = settle_stalls(runs)
+    if not stalls["reported"]:
+        stalls["note"] = STALLS_NONE
     doc = {"title": a.title, "started_unix": started, "command": sys.argv, "target": target_kw,
            "steps": a.steps, "rates": [st["rate"] for st in a.steps], "repeat": a.repeat,
            "hold": a.workload or ("%gs" % (a.duration_ns / 1e9)),
            "complete": status == 0 and len(runs) == len(a.steps) * a.repeat,
-           "runs": runs, "summary": summarize(runs, a.steps)}
+           "stalls": stalls, "runs": runs, "summary": summarize(runs, a.steps)}
     print(table(doc["summary"]), flush=True)
     if a.out and runs:
         try:

@@ -1,10 +1,11 @@
 """The sweep's pure parts: statistics, the workload report, the summary and outputs."""
+import csv
 import json
 import os
 import tempfile
 import unittest
 
-import support  # noqa: F401  (puts client/python on sys.path)
+import support  # puts client/python on sys.path
 from lossd_client import LossdInputError, sweep
 
 
@@ -79,6 +80,93 @@ class Summary(unittest.TestCase):
             self.assertIn("rtx_fast", rows[0])
             self.assertEqual(len(open(paths["summary_csv"]).read().strip().splitlines()), 3)
             self.assertFalse(os.path.exists(os.path.join(d, "sweep.png")))
+
+
+MS = 1000 * 1000
+
+
+class Stalls(support.StubsTestCase):
+    """GetRuleEffect's stall maps in the sweep: taken as the daemon reports them, '-' when it
+    reports none, never a column of zeros."""
+
+    def effect(self, on=None, caused=None):
+        e = self.pb2.RuleEffect(id=1)
+        for field, d in (("stalls_on_flows", on or {}), ("stalls_caused", caused or {})):
+            for cause, (count, ns) in d.items():
+                getattr(e, field)[cause].count = count
+                getattr(e, field)[cause].time_ns = ns
+        return e
+
+    def run_(self, step, rep, effect):
+        r = {"step": step, "rep": rep, "configured_rate": 0.01 * step, "ok": True, "retransmitted_by_type": {}}
+        r.update(sweep.stall_fields(effect))
+        return r
+
+    def test_causes_are_the_enums_names(self):
+        causes = sweep.stall_causes(self.pb2)
+        self.assertEqual(causes[:3], ["unknown", "rto", "tlp"])
+        self.assertIn("nagle_delayed_ack", causes)
+        self.assertNotIn("unspecified", causes)
+        self.assertEqual(len(causes), len(self.pb2.StallCause.DESCRIPTOR.values) - 1)
+
+    def test_fields_of_one_run(self):
+        f = sweep.stall_fields(self.effect(on={"rto": (2, 400 * MS), "tlp": (1, 30 * MS)},
+                                           caused={"rto": (2, 400 * MS)}))
+        self.assertEqual((f["stalls_reported"], f["stalls"], f["stall_ns"], f["stall_caused_ns"]),
+                         (True, 3, 430 * MS, 400 * MS))
+        self.assertEqual(f["stalls_on_flows"]["tlp"], {"count": 1, "time_ns": 30 * MS})
+        # stalls on the flows, none linked to the rule's drops: linked is 0, not unknown
+        f = sweep.stall_fields(self.effect(on={"cwnd_limited": (1, 20 * MS)}))
+        self.assertEqual((f["stall_caused_ns"], f["stalls_caused"]), (0, {}))
+        f = sweep.stall_fields(self.effect())
+        self.assertEqual(f, {"stalls_reported": False, "stalls_on_flows": None, "stalls_caused": None,
+                             "stalls": None, "stall_ns": None, "stall_caused_ns": None})
+
+    def test_a_daemon_that_reports_none_shows_dashes(self):
+        runs = [self.run_(0, 0, self.effect()), self.run_(1, 0, self.effect())]
+        self.assertFalse(sweep.settle_stalls(runs))
+        summ = sweep.summarize(runs, [0.0, 0.01])
+        self.assertIsNone(summ[1]["stall_ns"])
+        self.assertIsNone(summ[1]["stall_ns_by_cause_mean"])
+        head, row0, row1 = [line.split() for line in sweep.table(summ).splitlines()]
+        self.assertEqual(row1[-3:], ["-", "-", "-"])   # stall ms, by drops ms, by cause
+        doc = {"runs": runs, "summary": summ, "stalls": {"causes": sweep.stall_causes(self.pb2), "reported": False}}
+        with tempfile.TemporaryDirectory() as d:
+            paths = sweep.write_outputs(d, doc, plot=False)
+            rows = list(csv.DictReader(open(paths["csv"])))
+            self.assertEqual({rows[1][k] for k in rows[1] if k.startswith("stall")}, {""})
+            srows = list(csv.DictReader(open(paths["summary_csv"])))
+            self.assertEqual({srows[1][k] for k in srows[1] if k.startswith("stall")}, {""})
+
+    def test_once_reported_a_run_without_stalls_had_none(self):
+        runs = [self.run_(0, 0, self.effect()),
+                self.run_(1, 0, self.effect(on={"rto": (1, 300 * MS), "fast_recovery": (2, 40 * MS)},
+                                            caused={"rto": (1, 300 * MS)})),
+                self.run_(1, 1, self.effect(on={"rto": (1, 100 * MS)}))]
+        self.assertTrue(sweep.settle_stalls(runs))
+        self.assertEqual((runs[0]["stall_ns"], runs[0]["stalls_on_flows"], runs[0]["stalls_reported"]),
+                         (0, {}, False))
+        summ = sweep.summarize(runs, [0.0, 0.01])
+        self.assertEqual(summ[0]["stall_ns"]["mean"], 0)
+        self.assertEqual(summ[0]["stall_ns_by_cause_mean"], {})
+        self.assertEqual(summ[1]["stall_ns"]["mean"], 220 * MS)
+        self.assertEqual(summ[1]["stall_caused_ns"]["mean"], 150 * MS)
+        self.assertEqual(summ[1]["stall_ns_by_cause_mean"], {"rto": 200 * MS, "fast_recovery": 20 * MS})
+        self.assertEqual(summ[1]["stall_caused_ns_by_cause_mean"], {"rto": 150 * MS})
+        lines = sweep.table(summ).splitlines()
+        self.assertTrue(lines[0].rstrip().endswith("stall ms by cause"), lines[0])
+        self.assertEqual(lines[1].split()[-3:], ["0.0", "0.0", "0"], lines[1])
+        self.assertEqual(lines[2].split()[-6:], ["220.0", "150.0", "rto", "200,", "fast_recovery", "20"], lines[2])
+        doc = {"runs": runs, "summary": summ, "stalls": {"causes": sweep.stall_causes(self.pb2), "reported": True}}
+        with tempfile.TemporaryDirectory() as d:
+            paths = sweep.write_outputs(d, doc, plot=False)
+            rows = list(csv.DictReader(open(paths["csv"])))
+            self.assertEqual([r["stall_ns_rto"] for r in rows], ["0", str(300 * MS), str(100 * MS)])
+            self.assertEqual([r["stall_caused_ns_rto"] for r in rows], ["0", str(300 * MS), "0"])
+            self.assertEqual(rows[1]["stall_ns"], str(340 * MS))
+            srows = list(csv.DictReader(open(paths["summary_csv"])))
+            self.assertEqual(float(srows[1]["stall_ns_mean_fast_recovery"]), 20 * MS)
+            self.assertEqual(float(srows[0]["stall_ns_mean_rto"]), 0.0)
 
 
 if __name__ == "__main__":

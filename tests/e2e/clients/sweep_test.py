@@ -13,7 +13,10 @@ server at A's egress (clsact, seen by A's TCP as network loss).
       nothing retransmitted; retransmitted segments and p99 latency grow with the rate;
       every run's measured loss inside the 99.9 % interval the sweep reports, that
       interval containing the configured rate; every dropped segment retransmitted
-      (retransmitted >= dropped); no rule left.
+      (retransmitted >= dropped); no rule left. Stalls as GetRuleEffect reports them: when no
+      run reported any, every run's stall fields null, the JSON says so and the table shows
+      '-' (never zeros); otherwise causes from the StallCause names, the time linked to the
+      rule's drops within each cause's time on its flows, and none linked at 0 %.
   test_2_interrupted_sweep_restores
       SIGINT while a step holds its rule: exit 130 within seconds, the rule deleted, the
       partial results written.
@@ -102,6 +105,27 @@ class Sweep(ClientTestCase):
                 self.assertIn(k, st["latency_p50_ms"])
         self.assertIn("rate", r.out.splitlines()[0])   # the table
         self.assertEqual(len(r.out.strip().splitlines()), 1 + 3)
+        st = doc["stalls"]
+        measured("sweep_stalls", reported=st["reported"], threshold=st["threshold"],
+                 stall_ms=[x["stall_ns"]["mean"] / 1e6 if x["stall_ns"] else None for x in s],
+                 caused_ms=[x["stall_caused_ns"]["mean"] / 1e6 if x["stall_caused_ns"] else None for x in s],
+                 by_cause=[x["stall_ns_by_cause_mean"] for x in s])
+        self.assertIn("rto", st["causes"])
+        if not st["reported"]:
+            self.assertIn("reported no stalls", st["note"])
+            for x in runs:
+                self.assertEqual([x[k] for k in ("stalls", "stall_ns", "stall_caused_ns", "stalls_on_flows")],
+                                 [None] * 4, x)
+            for row in r.out.strip().splitlines()[1:]:
+                self.assertEqual(row.split()[-3:], ["-", "-", "-"], row)
+        else:
+            for x in runs:
+                on, caused = x["stalls_on_flows"], x["stalls_caused"]
+                self.assertLessEqual(set(on) | set(caused), set(st["causes"]), x)
+                for c, v in caused.items():
+                    self.assertLessEqual(v["time_ns"], on.get(c, {}).get("time_ns", 0), x)
+                if x["configured_rate"] == 0:
+                    self.assertEqual(x["stall_caused_ns"], 0, x)
         self.assertEqual(self.active_rules(), [])
 
     def test_4_gilbert_elliott_step(self):
