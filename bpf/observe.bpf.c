@@ -6,7 +6,11 @@
  *                                classified; exact totals. Arms the callback
  *                                on connect, listen and establishment.
  *  tp_btf/tcp_retransmit_synack  SYN-ACK retransmissions
- *  tp_btf/tcp_probe              per-ACK: folded into the flow's aggregate only
+ *  tp_btf/tcp_probe              per-ACK: folded into the flow's aggregate only:
+ *                                where its time went (limits), the stall detector
+ *                                (an event per stall, none per ACK), and the ACK
+ *                                samples of the flows being traced
+ *  tp_btf/tcp_sendmsg_locked     a write after idle starts the stall clock
  *  tp_btf/tcp_cong_state_set     time per congestion state, per flow
  *  tp_btf/inet_sock_set_state    flow open and close (closing summary event)
  *  iter/tcp                      flows that existed before the observer started;
@@ -43,7 +47,26 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TCP_SYN_RECV 3
 #define TCP_ESTABLISHED 1
 #define TCP_CLOSE 7
+#define TCP_FIN_WAIT1 4
+#define TCP_CLOSE_WAIT 8
+#define TCP_LAST_ACK 9
 #define SOL_TCP 6
+#define TCP_NAGLE_OFF 1
+#define TCP_NAGLE_CORK 2
+#define TCPHDR_ACK 0x10
+#define TCP_CHRONO_BUSY 1
+#define TCP_CHRONO_SNDBUF_LIMITED 3
+
+/* tcp_sock.chrono_stat is kept in jiffies (docs/observer.md#limits). */
+extern int CONFIG_HZ __kconfig __weak;
+
+/* Flows being traced: their ACKs go to the ring as samples. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, OBS_MAX_TRACED);
+	__type(key, __u64); /* socket cookie */
+	__type(value, __u32);
+} obs_traced SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -222,6 +245,23 @@ static __always_inline void flow_init(struct obs_flow *f, const struct obs_tuple
 	f->ca_since_ns = now;
 	f->cwnd_min = 0xffffffff;
 	f->srtt_min_us = 0xffffffff;
+	f->idle = 1; /* the first write starts the stall clock */
+	f->delivered_ns = now;
+	f->st_rtx_type = OBS_RTX_MAX;
+	f->st_min_wnd = 0xffffffff;
+}
+
+/* A new period without delivery begins (an ACK delivered, or a write after idle). */
+static __always_inline void stall_reset(struct obs_flow *f, __u64 now, __u32 wnd)
+{
+	f->delivered_ns = now;
+	f->st_rtx_type = OBS_RTX_MAX;
+	f->st_rtx_seq = 0;
+	f->st_rtx_count = 0;
+	f->st_rtx_mask = 0;
+	f->st_backoff = 0;
+	f->st_acks = 0;
+	f->st_min_wnd = wnd;
 }
 
 /* The flow record of a wanted socket, created on first sight. */
@@ -302,6 +342,17 @@ static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp
 	__u8 backoff = tp->inet_conn.icsk_backoff;
 	if (backoff > f->max_backoff)
 		f->max_backoff = backoff;
+	/* evidence for the stall detector (serialized by the socket's lock) */
+	if (outcome == OBS_SENT && type < OBS_RTX_MAX) {
+		if (f->st_rtx_type >= OBS_RTX_MAX) {
+			f->st_rtx_type = type;
+			f->st_rtx_seq = seq;
+		}
+		f->st_rtx_mask |= 1u << type;
+		f->st_rtx_count++;
+	}
+	if (backoff > f->st_backoff)
+		f->st_backoff = backoff;
 	f->updated_ns = now;
 
 	struct obs_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
@@ -406,17 +457,191 @@ int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_
 	return 0;
 }
 
+/*
+ * Where the time went: the kernel's chrono stats (busy, rwnd and sndbuf
+ * limited: tcp_get_info_chrono_stats, in jiffies), and the cwnd-limited part
+ * of busy, sampled at each ACK: the interval since the previous ACK counts in
+ * the state that ACK left the socket in.
+ */
+static __always_inline void account_limits(struct tcp_sock *tp, struct obs_flow *f, __u64 now)
+{
+	__u8 type = tp->chrono_type;
+	if (CONFIG_HZ > 0) {
+		__u32 jnow = (__u32)bpf_jiffies64();
+		__u64 st[3];
+		for (int i = 0; i < 3; i++) {
+			st[i] = tp->chrono_stat[i];
+			if (type == i + 1)
+				st[i] += (__u32)(jnow - tp->chrono_start);
+		}
+		__u64 ns_per_jiffy = 1000000000ULL / (__u64)CONFIG_HZ;
+		f->limit_ns[OBS_LIM_BUSY] = (st[0] + st[1] + st[2]) * ns_per_jiffy;
+		f->limit_ns[OBS_LIM_RWND] = st[1] * ns_per_jiffy;
+		f->limit_ns[OBS_LIM_SNDBUF] = st[2] * ns_per_jiffy;
+	}
+	if (f->sample_ns && now > f->sample_ns &&
+	    (f->sample_flags & (OBS_SAMPLE_BUSY | OBS_SAMPLE_CWND)) ==
+		    (OBS_SAMPLE_BUSY | OBS_SAMPLE_CWND))
+		f->limit_ns[OBS_LIM_CWND] += now - f->sample_ns;
+	f->sample_ns = now;
+	__u32 flags = 0;
+	if (type == TCP_CHRONO_BUSY)
+		flags |= OBS_SAMPLE_BUSY;
+	if (tp->is_cwnd_limited)
+		flags |= OBS_SAMPLE_CWND;
+	f->sample_flags = flags;
+}
+
+static __always_inline __u64 stall_threshold(const struct obs_config *cfg, __u32 min_rtt_us)
+{
+	__u64 floor = cfg->stall_min_ns ? cfg->stall_min_ns : OBS_STALL_MIN_NS_DEFAULT;
+	__u64 rtts = cfg->stall_rtts ? cfg->stall_rtts : OBS_STALL_RTTS_DEFAULT;
+	__u64 t = rtts * min_rtt_us * 1000;
+	return t > floor ? t : floor;
+}
+
+/*
+ * Why a stall happened, at its end (before the ACK that ends it is
+ * processed), from what happened in it and the socket's state: resends
+ * first (an RTO outweighs the probes before it), then the windows, Nagle,
+ * cwnd and the send buffer (docs/observer.md#stalls).
+ */
+static __always_inline __u32 stall_cause(struct tcp_sock *tp, const struct obs_flow *f,
+					 __u32 unsent, __u32 nonagle)
+{
+	__u32 mask = f->st_rtx_mask;
+	if (mask & ((1u << OBS_RTX_RTO) | (1u << OBS_RTX_LOSS)))
+		return OBS_STALL_RTO;
+	if (mask & (1u << OBS_RTX_PROBE0))
+		return OBS_STALL_ZERO_WINDOW;
+	if (mask & (1u << OBS_RTX_TLP))
+		return OBS_STALL_TLP;
+	if (mask & (1u << OBS_RTX_FAST))
+		return OBS_STALL_FAST_RECOVERY;
+	if (mask)
+		return OBS_STALL_UNKNOWN;
+	if (f->st_min_wnd == 0 || tp->snd_wnd == 0)
+		return OBS_STALL_ZERO_WINDOW;
+	__u32 mss = tp->mss_cache;
+	if (unsent) {
+		__u32 next = unsent < mss ? unsent : mss;
+		if (tp->snd_nxt - tp->snd_una + next > tp->snd_wnd)
+			return OBS_STALL_RWND_LIMITED;
+		if (unsent < mss && tp->packets_out && !(nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)))
+			return OBS_STALL_NAGLE_DELAYED_ACK;
+		__u32 in_flight = tp->packets_out - tp->sacked_out - tp->lost_out + tp->retrans_out;
+		if (in_flight >= tp->snd_cwnd)
+			return OBS_STALL_CWND_LIMITED;
+	}
+	if (tp->chrono_type == TCP_CHRONO_SNDBUF_LIMITED)
+		return OBS_STALL_SNDBUF_LIMITED;
+	if (!unsent && tp->packets_out)
+		return OBS_STALL_APP_LIMITED;
+	return OBS_STALL_UNKNOWN;
+}
+
+/* A stall ended at `now` (by an ACK, ack_seq, or by the close): count it in
+ * the flow, and tell user space. */
+static __always_inline void stall_end(struct tcp_sock *tp, struct obs_flow *f, __u64 cookie,
+				      __u64 now, __u32 ack_seq, __u32 flags)
+{
+	__u64 dur = now - f->delivered_ns;
+	__u32 unsent = tp->write_seq - tp->snd_nxt;
+	__u32 nonagle = tp->nonagle;
+	__u32 cause = stall_cause(tp, f, unsent, nonagle);
+	__u8 backoff = tp->inet_conn.icsk_backoff;
+	if (backoff > f->st_backoff)
+		f->st_backoff = backoff;
+	if (cause < OBS_STALL_MAX)
+		f->stall_ns[cause] += dur;
+	f->stalls++;
+
+	struct obs_stall_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
+	if (!e) {
+		count(OBS_CNT_RING_LOST);
+		return;
+	}
+	__builtin_memset(&e->ev, 0, sizeof(e->ev));
+	e->ev.kind = OBS_EV_STALL;
+	e->ev.cpu = bpf_get_smp_processor_id();
+	e->ev.time_ns = now;
+	e->ev.cookie = cookie;
+	e->ev.cgroup_id = f->cgroup_id;
+	e->ev.tuple = f->tuple;
+	e->ev.seq = tp->snd_una;
+	e->ev.type = OBS_RTX_MAX;
+	read_state(tp, &e->ev.st);
+	e->stall.start_ns = f->delivered_ns;
+	e->stall.duration_ns = dur;
+	e->stall.threshold_ns = f->threshold_ns;
+	e->stall.cause = cause;
+	e->stall.flags = flags;
+	e->stall.snd_una = tp->snd_una;
+	e->stall.ack_seq = ack_seq;
+	e->stall.unsent = unsent;
+	e->stall.rtx_type = f->st_rtx_type;
+	e->stall.rtx_seq = f->st_rtx_seq;
+	e->stall.rtx_count = f->st_rtx_count;
+	e->stall.backoff = f->st_backoff;
+	e->stall.acks = f->st_acks;
+	e->stall.min_wnd = f->st_min_wnd;
+	e->stall.min_rtt_us = f->min_rtt_us;
+	e->stall.nonagle = nonagle;
+	e->stall._pad = 0;
+	bpf_ringbuf_submit(e, wakeup_flag(now));
+}
+
+static __always_inline void trace_sample(struct tcp_sock *tp, const struct obs_flow *f,
+					 __u64 cookie, __u64 now, __u32 ack_seq, __u32 ack_wnd)
+{
+	struct obs_sample_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
+	if (!e) {
+		count(OBS_CNT_RING_LOST);
+		return;
+	}
+	__builtin_memset(&e->ev, 0, sizeof(e->ev));
+	e->ev.kind = OBS_EV_SAMPLE;
+	e->ev.cpu = bpf_get_smp_processor_id();
+	e->ev.time_ns = now;
+	e->ev.cookie = cookie;
+	e->ev.cgroup_id = f->cgroup_id;
+	e->ev.tuple = f->tuple;
+	e->ev.type = OBS_RTX_MAX;
+	struct obs_sample *s = &e->sample;
+	s->ack_seq = ack_seq;
+	s->snd_una = tp->snd_una;
+	s->snd_nxt = tp->snd_nxt;
+	s->write_seq = tp->write_seq;
+	s->cwnd = tp->snd_cwnd;
+	s->ssthresh = tp->snd_ssthresh;
+	s->srtt_us = tp->srtt_us >> 3;
+	s->in_flight = tp->packets_out - tp->sacked_out - tp->lost_out + tp->retrans_out;
+	s->snd_wnd = tp->snd_wnd;
+	s->ack_wnd = ack_wnd;
+	s->sacked_out = tp->sacked_out;
+	s->lost_out = tp->lost_out;
+	s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+	s->delivered = tp->delivered;
+	bpf_ringbuf_submit(e, wakeup_flag(now));
+}
+
+/*
+ * tcp_probe runs at the start of tcp_rcv_established, before the segment's
+ * ACK is processed: the ACK's number and window come from the skb, the
+ * socket's state is the one the stall (if any) left it in.
+ */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
 {
 	struct obs_config *cfg = get_config();
-	if (!cfg || !sk || !in_netns(cfg, sk))
+	if (!cfg || !sk || !skb || !in_netns(cfg, sk))
 		return 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	struct obs_flow *f = flow_get(sk, bpf_get_socket_cookie(sk), now, 1);
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	struct obs_flow *f = flow_get(sk, cookie, now, 1);
 	if (!f)
 		return 0;
 	__u32 cwnd = tp->snd_cwnd, srtt = tp->srtt_us >> 3;
@@ -435,6 +660,61 @@ int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
 	f->bytes_acked = tp->bytes_acked;
 	f->bytes_sent = tp->bytes_sent;
 	f->updated_ns = now;
+	account_limits(tp, f, now);
+
+	const struct tcp_skb_cb *cb = (const void *)skb->cb;
+	__u16 tcp_flags = BPF_CORE_READ(cb, tcp_flags);
+	if (!(tcp_flags & TCPHDR_ACK))
+		return 0;
+	__u32 ack = BPF_CORE_READ(cb, ack_seq);
+	__be16 raw_wnd = 0;
+	bpf_probe_read_kernel(&raw_wnd, sizeof(raw_wnd),
+			      skb->data + __builtin_offsetof(struct tcphdr, window));
+	/* tcp_sock's bitfields read as C fields (a BTF pointer; vmlinux.h's
+	 * preserve_access_index): BPF_CORE_READ_BITFIELD_PROBED read other bytes
+	 * than rx_opt.snd_wscale here, and BPF_CORE_READ_BITFIELD an offset past
+	 * the struct (libbpf 1.1, clang 14) */
+	__u32 wscale = tp->rx_opt.snd_wscale;
+	__u32 wnd = (__u32)__builtin_bswap16(raw_wnd) << (wscale & 15);
+
+	__u32 min_rtt = tp->rtt_min.s[0].v;
+	if (min_rtt == 0xffffffff)
+		min_rtt = 0;
+	f->min_rtt_us = min_rtt;
+	f->threshold_ns = stall_threshold(cfg, min_rtt);
+	if ((__s32)(ack - tp->snd_una) > 0) {
+		/* it delivers: a period without delivery ends here */
+		if (!f->idle && now - f->delivered_ns > f->threshold_ns)
+			stall_end(tp, f, cookie, now, ack, 0);
+		stall_reset(f, now, wnd);
+		f->idle = tp->write_seq == ack; /* nothing sent-and-unacked or queued after it */
+	} else {
+		/* a duplicate, a window update, the answer to a window probe */
+		f->st_acks++;
+		if (wnd < f->st_min_wnd)
+			f->st_min_wnd = wnd;
+		__u8 backoff = tp->inet_conn.icsk_backoff; /* reset once the window opens */
+		if (backoff > f->st_backoff)
+			f->st_backoff = backoff;
+	}
+	if (cfg->n_traced && bpf_map_lookup_elem(&obs_traced, &cookie))
+		trace_sample(tp, f, cookie, now, ack, wnd);
+	return 0;
+}
+
+/* A write after idle: the flow has data to deliver from now on. */
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(obs_sendmsg, const struct sock *sk, const struct msghdr *msg,
+	     const struct sk_buff *skb, int size_goal)
+{
+	if (!sk)
+		return 0;
+	__u64 cookie = bpf_get_socket_cookie((void *)sk);
+	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &cookie);
+	if (!f || !f->idle)
+		return 0;
+	f->idle = 0;
+	stall_reset(f, bpf_ktime_get_ns(), f->st_min_wnd);
 	return 0;
 }
 
@@ -462,13 +742,23 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 {
 	if (!sk || sk->sk_protocol != IPPROTO_TCP)
 		return 0;
-	if (newstate != TCP_ESTABLISHED && newstate != TCP_CLOSE)
+	if (newstate != TCP_ESTABLISHED && newstate != TCP_CLOSE && newstate != TCP_FIN_WAIT1 &&
+	    newstate != TCP_LAST_ACK)
 		return 0;
 	struct obs_config *cfg = get_config();
 	if (!cfg || !in_netns(cfg, sk))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = bpf_get_socket_cookie((void *)sk);
+
+	if (newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK) {
+		/* Our FIN is out: ACKs are no longer seen by tcp_probe (it runs in
+		 * ESTABLISHED), so the stall detector stops here. */
+		struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &cookie);
+		if (f)
+			f->idle = 1;
+		return 0;
+	}
 
 	if (newstate == TCP_ESTABLISHED) {
 		/* The 4-tuple is complete from here on (not at SYN_SENT). */
@@ -483,6 +773,15 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &cookie);
 	if (!f)
 		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	/* Reset or timed out in a stall: the close ends it (before the summary,
+	 * which counts it). A close after our FIN is not a stall: the detector
+	 * stopped at FIN_WAIT1 / LAST_ACK. */
+	if (tp && !f->idle && (oldstate == TCP_ESTABLISHED || oldstate == TCP_CLOSE_WAIT) &&
+	    f->threshold_ns && now - f->delivered_ns > f->threshold_ns) {
+		f->idle = 1;
+		stall_end(tp, f, cookie, now, 0, OBS_STALL_F_AT_CLOSE);
+	}
 	struct obs_close_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
 	if (!e) {
 		count(OBS_CNT_RING_LOST);
@@ -497,13 +796,13 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 	e->ev.cookie = cookie;
 	e->ev.cgroup_id = f->cgroup_id;
 	e->ev.tuple = f->tuple;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (tp) {
 		read_state(tp, &e->ev.st);
 		/* tcp_probe runs in ESTABLISHED only: the bytes acked after the
 		 * FIN was sent would be missing from a short flow's record */
 		f->bytes_acked = tp->bytes_acked;
 		f->bytes_sent = tp->bytes_sent;
+		account_limits(tp, f, now);
 	}
 	/* close the books on the congestion state it ends in */
 	if (f->ca_state < OBS_CA_STATES && now > f->ca_since_ns)

@@ -211,7 +211,7 @@ struct obs_flow {
 	__u32 st_backoff;      /* highest icsk_backoff since delivered_ns */
 	__u32 st_acks;	       /* ACKs since delivered_ns that delivered nothing */
 	__u32 st_min_wnd;      /* smallest peer window seen since delivered_ns, bytes */
-	__u32 traced;	       /* ACK samples go to the ring (obs_traced) */
+	__u32 st_rtx_mask;     /* 1 << obs_rtx_type of every resend since delivered_ns */
 	__u32 _pad2;
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 416, "obs_flow layout");

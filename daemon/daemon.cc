@@ -181,6 +181,8 @@ int RunDaemon(const DaemonOptions& opts) {
     if (!opts.observer || stopping) return;
     ObserverOptions oo;
     oo.filters = opts.observer_filters;
+    oo.stall_min_ns = opts.stall_min_ns;
+    oo.stall_rtts = opts.stall_rtts;
     auto o = Observer::Create(oo, &stopping);
     if (!o.ok()) {
       if (stopping) return;  // cancelled by SIGTERM

@@ -27,6 +27,9 @@ struct DaemonOptions {
   bool observer = true;
   // Kernel-side observer filters (the daemon observes only these sockets).
   std::vector<ObsFilterSpec> observer_filters;
+  // The stall threshold: max(floor, rtts x a flow's minimum RTT) (--stall-min, --stall-rtts).
+  uint64_t stall_min_ns = OBS_STALL_MIN_NS_DEFAULT;
+  uint32_t stall_rtts = OBS_STALL_RTTS_DEFAULT;
   // Load everything (every hook program, the observer) before serving: the
   // start-up lossd had before it served while loading (benchmarks' baseline).
   bool sync_start = false;

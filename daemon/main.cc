@@ -36,6 +36,7 @@ struct Flags {
   DaemonOptions daemon;
   std::string max_ttl, keep_expired = "10m";
   uint32_t keep_expired_max = 1024;
+  std::string stall_min = "10ms";
   bool no_observer = false;
   uint32_t max_rules = 10000;
   uint64_t max_stream_mib = ApiLimits().streams.max_queue_bytes >> 20;
@@ -137,6 +138,15 @@ void AddOptions(CLI::App& app, Flags& f) {
   daemon->add_option("--keep-expired-max", f.keep_expired_max,
                      "How many expired and failed rules stay listed at most (0..16384)");
   daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
+  daemon
+      ->add_option("--stall-min", f.stall_min,
+                   "A stall is a flow with data to deliver and no delivery for longer than "
+                   "max(this, --stall-rtts x its minimum RTT) (1ms..1min)")
+      ->capture_default_str();
+  daemon
+      ->add_option("--stall-rtts", d.stall_rtts,
+                   "Times a flow's minimum RTT a stall must exceed (1..1000; see --stall-min)")
+      ->capture_default_str();
   ApiLimits& api = d.api;
   daemon->add_option("--max-streams", api.streams.max_streams, "Most client streams open at once")
       ->capture_default_str();
@@ -265,6 +275,15 @@ int Main(int argc, char** argv) {
                            std::to_string(LOSS_MAX_RULES));
     if (!st.ok()) return Usage(st.message());
     d.injector.keep_retired_max = f.keep_expired_max;
+    std::chrono::nanoseconds stall_min;
+    st = DurationFlag("--stall-min", f.stall_min, true, &stall_min);
+    if (st.ok() && (stall_min < std::chrono::milliseconds(1) || stall_min > std::chrono::minutes(1)))
+      st = InvalidArgument("--stall-min must lie between 1ms and 1min (got " + Shown(f.stall_min) +
+                           ")");
+    if (st.ok() && (d.stall_rtts < 1 || d.stall_rtts > 1000))
+      st = InvalidArgument("--stall-rtts must lie between 1 and 1000");
+    if (!st.ok()) return Usage(st.message());
+    d.stall_min_ns = static_cast<uint64_t>(stall_min.count());
     const ApiLimits& api = d.api;
     if (api.streams.max_streams == 0 || api.streams.max_streams_per_kind == 0 ||
         api.streams.max_queue == 0 || f.max_stream_mib == 0 || api.max_filters == 0 ||

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 
+#include "common/clock.h"
+#include "observer/diagnosis.h"
+
 namespace lossd {
 namespace {
 
@@ -51,6 +54,25 @@ void AddState(const obs_sock_state& s, Json* j) {
   o["bytes_sent"] = U(s.bytes_sent);
 }
 
+// Where the time went and the stalls (observer/diagnosis.h); life: opened to
+// the close (or now).
+void AddDiagnosis(const obs_flow& f, uint64_t life_ns, Json* j) {
+  Json& o = *j;
+  FlowLimits l = LimitsOf(f, life_ns);
+  Json lim = {{"busy", U(l.busy_ns)}, {"idle", U(l.idle_ns)}};
+  for (size_t i = 0; i < l.within_busy_ns.size(); i++)
+    lim[LimitName(static_cast<Limit>(i))] = U(l.within_busy_ns[i]);
+  o["limit_ns"] = std::move(lim);
+  o["dominant_limit"] = LimitName(l.dominant);
+  o["dominant_share"] = l.dominant_share;
+  o["stalls"] = U32(f.stalls);
+  Json st = Json::object();
+  for (int c = 0; c < OBS_STALL_MAX; c++)
+    if (f.stall_ns[c]) st[StallCauseName(c)] = U(f.stall_ns[c]);
+  o["stall_ns"] = std::move(st);
+  o["min_rtt_us"] = U32(f.min_rtt_us);
+}
+
 void AddFlowBody(const obs_flow& f, Json* j) {
   Json& o = *j;
   AddTuple(f.tuple, j);
@@ -77,12 +99,42 @@ void AddFlowBody(const obs_flow& f, Json* j) {
   o["ca_time_ns"] = std::move(ca);
 }
 
+const char* KindName(uint32_t kind) {
+  switch (kind) {
+    case OBS_EV_RETRANSMIT: return "retransmit";
+    case OBS_EV_FLOW_CLOSE: return "flow_close";
+    case OBS_EV_STALL: return "stall";
+    case OBS_EV_SAMPLE: return "sample";
+  }
+  return "?";
+}
+
+void AddStall(const obs_stall& s, Json* j) {
+  Json& o = *j;
+  o["cause"] = StallCauseName(static_cast<int>(s.cause));
+  o["start_ns"] = U(s.start_ns);
+  o["duration_ns"] = U(s.duration_ns);
+  o["threshold_ns"] = U(s.threshold_ns);
+  o["at_close"] = (s.flags & OBS_STALL_F_AT_CLOSE) != 0;
+  o["snd_una"] = U32(s.snd_una);
+  o["ack_seq"] = U32(s.ack_seq);
+  o["unsent"] = U32(s.unsent);
+  o["first_rtx"] = s.rtx_type < OBS_RTX_MAX ? RtxTypeName(static_cast<int>(s.rtx_type)) : "";
+  o["first_rtx_seq"] = U32(s.rtx_seq);
+  o["rtx_count"] = U32(s.rtx_count);
+  o["stall_backoff"] = U32(s.backoff);
+  o["acks"] = U32(s.acks);
+  o["min_wnd"] = U32(s.min_wnd == 0xffffffff ? 0 : s.min_wnd);
+  o["min_rtt_us"] = U32(s.min_rtt_us);
+  o["nonagle"] = U32(s.nonagle);
+}
+
 }  // namespace
 
 Json EventJson(const ObsEvent& e) {
   const obs_event& ev = e.data.ev;
   bool rtx = ev.kind == OBS_EV_RETRANSMIT;
-  Json j = {{"event", rtx ? "retransmit" : "flow_close"},
+  Json j = {{"event", KindName(ev.kind)},
             {"seq", U(e.seq)},
             {"time_ns", U(ev.time_ns)},
             {"cookie", U(ev.cookie)},
@@ -94,11 +146,15 @@ Json EventJson(const ObsEvent& e) {
     j["err"] = static_cast<int>(ev.err);
     j["segs"] = U32(ev.segs);
     j["seq_no"] = U32(ev.seq);
-  } else {
-    j["duration_ns"] =
-        U(e.data.closed_ns > e.data.flow.opened_ns ? e.data.closed_ns - e.data.flow.opened_ns : 0);
+  } else if (ev.kind == OBS_EV_STALL) {
+    AddStall(e.As<obs_stall_event>().stall, &j);
+  } else if (ev.kind == OBS_EV_FLOW_CLOSE) {
+    uint64_t life =
+        e.data.closed_ns > e.data.flow.opened_ns ? e.data.closed_ns - e.data.flow.opened_ns : 0;
+    j["duration_ns"] = U(life);
     Json flow = Json::object();
     AddFlowBody(e.data.flow, &flow);
+    AddDiagnosis(e.data.flow, life, &flow);
     j["flow"] = std::move(flow);
   }
   AddState(ev.st, &j);
@@ -108,6 +164,9 @@ Json EventJson(const ObsEvent& e) {
 Json FlowJson(const ObsFlow& f) {
   Json j = {{"cookie", U(f.cookie)}};
   AddFlowBody(f.flow, &j);
+  uint64_t now = MonotonicNs();
+  AddDiagnosis(f.flow, now > f.flow.opened_ns ? now - f.flow.opened_ns : 0, &j);
+  j["stalled_ns"] = U(StalledFor(f.flow, now));
   return j;
 }
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -27,6 +28,15 @@ namespace lossd {
 struct ObsEvent {
   uint64_t seq = 0;                // hub sequence number, from 1, no gaps at the hub
   struct obs_close_event data {};  // data.ev.kind says which part is valid
+  // The record as its kind's struct (obs_stall_event, obs_sample_event...),
+  // all of which start with the obs_event and fit in `data`.
+  template <typename T>
+  T As() const {
+    static_assert(sizeof(T) <= sizeof(data), "an event record larger than the hub's");
+    T t;
+    std::memcpy(&t, &data, sizeof(T));
+    return t;
+  }
 };
 
 // Which events a subscriber wants (beyond their kind). It runs on the

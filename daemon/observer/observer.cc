@@ -98,8 +98,8 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
   const Status kCancelled(Code::kUnavailable, "cancelled");
   // Loaded before anything attaches: sockops first (the observer needs it),
   // the iterator, then the tracepoints (each may fail on its own).
-  const char* names[] = {"obs_sockops", "obs_iter_tcp",   "obs_retransmit_synack",
-                         "obs_probe",   "obs_cong_state", "obs_set_state"};
+  const char* names[] = {"obs_sockops",    "obs_iter_tcp",  "obs_retransmit_synack", "obs_probe",
+                         "obs_cong_state", "obs_set_state", "obs_sendmsg"};
   // Each program verifies on its own, so two threads verify two at once
   // (these machines have 2 cores); nothing attaches until all are loaded.
   constexpr size_t kPrograms = sizeof(names) / sizeof(names[0]);
@@ -135,6 +135,10 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
       return Status::FromErrno(errno, "stat /proc/self/ns/net");
     cfg_.netns_ino = st.st_ino;
   }
+  if (opts.stall_min_ns == 0 || opts.stall_rtts == 0)
+    return InvalidArgument("the stall threshold's floor and RTT multiple must be positive");
+  cfg_.stall_min_ns = opts.stall_min_ns;
+  cfg_.stall_rtts = opts.stall_rtts;
   LOSSD_RETURN_IF_ERROR(SetFilters(opts.filters));
 
   // Retransmissions are counted by a sock_ops program on the root cgroup
@@ -199,6 +203,7 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
       {"obs_probe", "tp_btf/tcp_probe"},
       {"obs_cong_state", "tp_btf/tcp_cong_state_set"},
       {"obs_set_state", "tp_btf/inet_sock_set_state"},
+      {"obs_sendmsg", "tp_btf/tcp_sendmsg_locked"},
   };
   for (const auto& p : progs) {
     ObsHookStatus hs;
@@ -276,9 +281,53 @@ void Observer::Drain() {
   Flush();
 }
 
+Status Observer::WriteConfigLocked() {
+  uint32_t zero = 0;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.obs_cfg), &zero, &cfg_, BPF_ANY))
+    return Status::FromErrno(errno, "write observer config");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<FlowTrace>> Observer::Trace(uint64_t cookie) {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  auto it = traced_.find(cookie);
+  if (it != traced_.end()) {
+    it->second++;
+  } else {
+    if (traced_.size() >= OBS_MAX_TRACED)
+      return ResourceExhausted("at most " + std::to_string(OBS_MAX_TRACED) +
+                               " flows traced at once");
+    uint32_t one = 1;
+    if (bpf_map_update_elem(bpf_map__fd(skel_->maps.obs_traced), &cookie, &one, BPF_ANY))
+      return Status::FromErrno(errno, "mark flow " + std::to_string(cookie) + " traced");
+    traced_[cookie] = 1;
+    cfg_.n_traced = static_cast<uint32_t>(traced_.size());
+    LOSSD_RETURN_IF_ERROR(WriteConfigLocked());
+  }
+  return std::unique_ptr<FlowTrace>(new FlowTrace(this, cookie));
+}
+
+void Observer::Untrace(uint64_t cookie) {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  auto it = traced_.find(cookie);
+  if (it == traced_.end() || --it->second > 0) return;
+  traced_.erase(it);
+  if (bpf_map_delete_elem(bpf_map__fd(skel_->maps.obs_traced), &cookie))
+    LOG_WARN("observer: untrace flow %llu: %s", static_cast<unsigned long long>(cookie),
+             strerror(errno));
+  cfg_.n_traced = static_cast<uint32_t>(traced_.size());
+  Status st = WriteConfigLocked();
+  if (!st.ok()) LOG_WARN("observer: %s", st.message().c_str());
+}
+
+FlowTrace::~FlowTrace() {
+  obs_->Untrace(cookie_);
+}
+
 Status Observer::SetFilters(const std::vector<ObsFilterSpec>& filters) {
   if (filters.size() > OBS_MAX_FILTERS)
     return InvalidArgument("at most " + std::to_string(OBS_MAX_FILTERS) + " observer filters");
+  std::lock_guard<std::mutex> lock(cfg_mu_);
   cfg_.n_filters = static_cast<uint32_t>(filters.size());
   for (size_t i = 0; i < OBS_MAX_FILTERS; i++) {
     obs_filter& f = cfg_.filters[i];
@@ -299,10 +348,7 @@ Status Observer::SetFilters(const std::vector<ObsFilterSpec>& filters) {
       std::memcpy(f.mask, m, 16);
     }
   }
-  uint32_t zero = 0;
-  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.obs_cfg), &zero, &cfg_, BPF_ANY))
-    return Status::FromErrno(errno, "write observer config");
-  return Status::Ok();
+  return WriteConfigLocked();
 }
 
 ObsTotals Observer::Totals() const {

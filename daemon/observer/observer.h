@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,10 @@ struct ObserverOptions {
   uint64_t netns_ino = 0;
   std::vector<ObsFilterSpec> filters;
   bool pick_up_existing = true;  // run iter/tcp at start
+  // A stall is no delivery for longer than max(stall_min_ns, stall_rtts x
+  // the flow's minimum RTT) while data waits (docs/observer.md#stalls).
+  uint64_t stall_min_ns = OBS_STALL_MIN_NS_DEFAULT;
+  uint32_t stall_rtts = OBS_STALL_RTTS_DEFAULT;
 };
 
 struct ObsHookStatus {
@@ -67,6 +72,23 @@ struct ObsFlow {
 const char* RtxTypeName(int type);     // "fast", "rto", ...
 const char* OutcomeName(int outcome);  // "sent", "failed", ...
 
+class Observer;
+
+// While it lives, the ACKs of one flow go to the hub as OBS_EV_SAMPLE events.
+class FlowTrace {
+ public:
+  ~FlowTrace();
+  FlowTrace(const FlowTrace&) = delete;
+  FlowTrace& operator=(const FlowTrace&) = delete;
+  uint64_t cookie() const { return cookie_; }
+
+ private:
+  friend class Observer;
+  FlowTrace(Observer* obs, uint64_t cookie) : obs_(obs), cookie_(cookie) {}
+  Observer* obs_;
+  uint64_t cookie_;
+};
+
 class Observer {
  public:
   // Creates the maps, loads each program on its own (between programs, a
@@ -80,6 +102,11 @@ class Observer {
 
   const std::vector<ObsHookStatus>& hooks() const { return hooks_; }
   Status SetFilters(const std::vector<ObsFilterSpec>& filters);
+  // Traces flow `cookie` (several traces of one flow share its samples);
+  // RESOURCE_EXHAUSTED past OBS_MAX_TRACED flows at once.
+  Result<std::unique_ptr<FlowTrace>> Trace(uint64_t cookie);
+  uint64_t stall_min_ns() const { return cfg_.stall_min_ns; }
+  uint32_t stall_rtts() const { return cfg_.stall_rtts; }
   ObsTotals Totals() const;
   std::vector<ObsFlow> Flows() const;
   Hub& hub() { return hub_; }
@@ -88,6 +115,9 @@ class Observer {
 
  private:
   Observer() = default;
+  friend class FlowTrace;
+  void Untrace(uint64_t cookie);
+  Status WriteConfigLocked();  // cfg_ into obs_cfg (cfg_mu_ held)
   Status Load(const ObserverOptions& opts, const std::atomic<bool>* cancel);
   // Loads program `name` from its own object (maps: skel_'s).
   Result<bpf_program*> LoadProgram(const char* name);
@@ -109,7 +139,9 @@ class Observer {
   std::vector<ObsHookStatus> hooks_;
   std::mutex ring_mu_;  // ring_buffer__poll/consume are not thread-safe
   RingBuffer ring_;
+  std::mutex cfg_mu_;  // cfg_ and traced_
   struct obs_config cfg_ {};
+  std::map<uint64_t, int> traced_;  // cookie -> traces of it
   Hub hub_;
   std::atomic<uint64_t> consumed_{0};
   std::vector<ObsEvent> batch_;  // read from the ring, not yet published (ring_mu_)

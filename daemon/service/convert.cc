@@ -1,5 +1,8 @@
 #include "service/convert.h"
 
+#include "common/clock.h"
+#include "observer/diagnosis.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -144,7 +147,7 @@ void EventToProto(const obs_event& e, v1::RetransmitEvent* out) {
   StateToProto(e.st, out->mutable_state());
 }
 
-void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out) {
+void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out, uint64_t closed_ns) {
   out->set_cookie(cookie);
   TupleToProto(f.tuple, out->mutable_tuple());
   out->set_cgroup_id(f.cgroup_id);
@@ -165,6 +168,94 @@ void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out) {
   out->set_max_backoff(f.max_backoff);
   out->set_preexisting(f.preexisting != 0);
   out->set_ca_state(f.ca_state);
+  uint64_t end = closed_ns ? closed_ns : MonotonicNs();
+  uint64_t life = end > f.opened_ns ? end - f.opened_ns : 0;
+  if (closed_ns) {
+    out->set_closed(true);
+    out->set_duration_ns(life);
+  }
+  FlowLimits l = LimitsOf(f, life);
+  auto& lim = *out->mutable_limit_ns();
+  lim["busy"] = l.busy_ns;
+  for (size_t i = 0; i < l.within_busy_ns.size(); i++)
+    lim[LimitName(static_cast<Limit>(i))] = l.within_busy_ns[i];
+  lim["idle"] = l.idle_ns;
+  out->set_dominant_limit(LimitName(l.dominant));
+  out->set_dominant_share(l.dominant_share);
+  out->set_stalls(f.stalls);
+  for (int c = 0; c < OBS_STALL_MAX; c++)
+    if (f.stall_ns[c]) (*out->mutable_stall_ns())[StallCauseName(c)] = f.stall_ns[c];
+  if (!closed_ns) out->set_stalled_ns(StalledFor(f, end));
+  out->set_min_rtt_us(f.min_rtt_us);
+}
+
+v1::StallCause StallCauseToProto(int c) {
+  switch (c) {
+    case OBS_STALL_RTO: return v1::STALL_CAUSE_RTO;
+    case OBS_STALL_TLP: return v1::STALL_CAUSE_TLP;
+    case OBS_STALL_FAST_RECOVERY: return v1::STALL_CAUSE_FAST_RECOVERY;
+    case OBS_STALL_ZERO_WINDOW: return v1::STALL_CAUSE_ZERO_WINDOW;
+    case OBS_STALL_RWND_LIMITED: return v1::STALL_CAUSE_RWND_LIMITED;
+    case OBS_STALL_NAGLE_DELAYED_ACK: return v1::STALL_CAUSE_NAGLE_DELAYED_ACK;
+    case OBS_STALL_CWND_LIMITED: return v1::STALL_CAUSE_CWND_LIMITED;
+    case OBS_STALL_SNDBUF_LIMITED: return v1::STALL_CAUSE_SNDBUF_LIMITED;
+    case OBS_STALL_APP_LIMITED: return v1::STALL_CAUSE_APP_LIMITED;
+    default: return v1::STALL_CAUSE_UNKNOWN;
+  }
+}
+
+void StallToProto(const obs_stall_event& e, v1::StallEvent* out) {
+  const obs_stall& s = e.stall;
+  out->set_start_mono_ns(s.start_ns);
+  out->set_duration_ns(s.duration_ns);
+  out->set_cookie(e.ev.cookie);
+  out->set_cgroup_id(e.ev.cgroup_id);
+  if (e.ev.cgroup_id) OwnerToProto(OwnerOfCgroupId(e.ev.cgroup_id), out->mutable_owner());
+  TupleToProto(e.ev.tuple, out->mutable_tuple());
+  out->set_cause(StallCauseToProto(static_cast<int>(s.cause)));
+  out->set_at_close((s.flags & OBS_STALL_F_AT_CLOSE) != 0);
+  out->set_threshold_ns(s.threshold_ns);
+  out->set_snd_una(s.snd_una);
+  out->set_ack_seq(s.ack_seq);
+  out->set_unsent_bytes(s.unsent);
+  if (s.rtx_type < OBS_RTX_MAX) {
+    out->set_first_retransmit(TypeToProto(static_cast<int>(s.rtx_type)));
+    out->set_first_retransmit_seq(s.rtx_seq);
+  }
+  out->set_retransmits(s.rtx_count);
+  out->set_backoff(s.backoff);
+  out->set_acks(s.acks);
+  out->set_min_window(s.min_wnd == 0xffffffff ? 0 : s.min_wnd);
+  out->set_min_rtt_us(s.min_rtt_us);
+  out->set_nagle((s.nonagle & 3) == 0);
+  StateToProto(e.ev.st, out->mutable_state());
+}
+
+void DropToProto(const loss_drop_range& d, v1::DropLink* out) {
+  out->set_rule_id(d.rule_id);
+  out->set_time_mono_ns(d.time_ns);
+  out->set_seq(d.seq);
+  out->set_length(d.len);
+  out->set_segments(d.segs);
+}
+
+void SampleToProto(const obs_sample_event& e, v1::TraceSample* out) {
+  const obs_sample& s = e.sample;
+  out->set_time_mono_ns(e.ev.time_ns);
+  out->set_ack_seq(s.ack_seq);
+  out->set_snd_una(s.snd_una);
+  out->set_snd_nxt(s.snd_nxt);
+  out->set_write_seq(s.write_seq);
+  out->set_cwnd(s.cwnd);
+  out->set_ssthresh(s.ssthresh);
+  out->set_srtt_us(s.srtt_us);
+  out->set_in_flight(s.in_flight);
+  out->set_snd_wnd(s.snd_wnd);
+  out->set_ack_window(s.ack_wnd);
+  out->set_sacked_out(s.sacked_out);
+  out->set_lost_out(s.lost_out);
+  out->set_ca_state(s.ca_state);
+  out->set_delivered(s.delivered);
 }
 
 }  // namespace lossd

@@ -33,6 +33,13 @@ Result<std::chrono::nanoseconds> StreamPeriod(uint64_t ns, const char* field);
 v1::RetransmitType TypeToProto(int obs_type);
 void TupleToProto(const obs_tuple& t, v1::Tuple* out);
 void EventToProto(const obs_event& e, v1::RetransmitEvent* out);
-void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out);
+// `closed_ns`: a closing summary's close time (the flow's life ends there;
+// closed and duration_ns set); 0: an open flow, as of now.
+void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out, uint64_t closed_ns = 0);
+v1::StallCause StallCauseToProto(int obs_cause);
+// Without caused_by, rule_ids (the service adds them).
+void StallToProto(const obs_stall_event& e, v1::StallEvent* out);
+void SampleToProto(const obs_sample_event& e, v1::TraceSample* out);
+void DropToProto(const loss_drop_range& d, v1::DropLink* out);
 
 }  // namespace lossd

@@ -75,6 +75,8 @@ grpc::ServerUnaryReactor* SystemService::GetCapabilities(grpc::CallbackServerCon
   ComponentStatus os = parts_->observer_status();
   if (Observer* obs = parts_->observer()) {
     for (const auto& h : obs->hooks()) AddHook(resp, h.name, h.attached, h.error, true);
+    resp->mutable_stall_threshold()->set_min_ns(obs->stall_min_ns());
+    resp->mutable_stall_threshold()->set_rtts(obs->stall_rtts());
   } else if (os.state != ComponentState::kLoading) {
     AddHook(resp, "observer", false, os.message, true);
   }
