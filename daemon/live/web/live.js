@@ -673,7 +673,7 @@ const MOD32 = 4294967296;
 const shortEnum = (v, prefix) => String(v || "").replace(prefix, "").toLowerCase();
 
 function newTrace() {
-  return { t0: null, baseSet: false, lastRaw: 0, last: 0, samples: 0, retransmits: 0, drops: 0,
+  return { t0: null, baseSet: false, lastRaw: 0, last: 0, samples: 0, retransmits: 0, rtxSegments: 0, drops: 0,
            lost: 0, stalls: [], flow: null, closed: null, dirty: false };
 }
 state.trace = newTrace();
@@ -802,6 +802,7 @@ function onTrace(m) {
     const e = m.retransmit;
     pushCapped(ds[2].data, { x: traceX(u64(e.time_mono_ns)), y: seqRel(Number(e.seq), false) / 1024 });
     tr.retransmits++;
+    tr.rtxSegments += Number(e.segments || 0);
   } else if (m.drop) {
     const d = m.drop.drop || {};
     pushCapped(ds[3].data, { x: traceX(u64(d.time_mono_ns)), y: seqRel(Number(d.seq), false) / 1024 });
@@ -894,7 +895,8 @@ function renderTrace() {
     setText("trace-title", "click a flow above");
     for (const id of ["flow-limit", "flow-time", "flow-stalls", "trace-counts"]) setText(id, "-");
   }
-  setText("trace-counts", fmtInt(tr.samples) + " samples, " + fmtInt(tr.retransmits) + " retransmissions, " +
+  setText("trace-counts", fmtInt(tr.samples) + " samples, " + fmtInt(tr.retransmits) + " retransmissions (" +
+          fmtInt(tr.rtxSegments) + " segments), " +
           fmtInt(tr.drops) + " drops, " + fmtInt(tr.stalls.length) + " stalls" +
           (tr.lost ? ", " + fmtInt(tr.lost) + " lost" : ""));
   setText("trace-state", tr.closed ? "the flow closed: trace complete" : tr.flow ? "tracing" : "");
