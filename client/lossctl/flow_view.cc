@@ -188,6 +188,7 @@ std::string StallLine(const v1::StallEvent& e, const std::string& time) {
   }
   if (!e.owner().path().empty() && e.owner().path() != "/")
     line += "; owner " + OwnerSummary(e.owner());
+  if (e.cookie()) line += "; cookie " + std::to_string(e.cookie());  // for `flow trace --cookie`
   return line;
 }
 

@@ -142,9 +142,10 @@ TEST(StallLine, TimeFlowCauseDurationEvidence) {
   auto e = Stall(v1::STALL_CAUSE_RTO);
   e.set_backoff(1);
   e.add_rule_ids(3);
+  e.set_cookie(4242);
   EXPECT_EQ(StallLine(e, "12:00:03.000001"),
             "12:00:03.000001 10.13.0.1:45678 > 10.13.0.2:8080 rto                  41ms  rto "
-            "backoff 1; rules 3");
+            "backoff 1; rules 3; cookie 4242");
   EXPECT_EQ(StallCauseText(v1::STALL_CAUSE_NAGLE_DELAYED_ACK), "nagle_delayed_ack");
   EXPECT_EQ(StallCauseText(static_cast<v1::StallCause>(77)), "cause 77");
 }

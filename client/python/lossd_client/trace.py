@@ -80,9 +80,12 @@ class Trace:
         lost = sum(g.count for g in self.gaps)
         f = self.last_flow
         who = ("flow %d %s" % (f.cookie, f.tuple)) if f else "no flow"
-        return ("%s: %d samples, %d retransmissions, %d drops, %d stalls%s"
-                % (who, len(self.samples), len(self.retransmits), len(self.drops),
-                   len(self.stalls), ", %d lost" % lost if lost else ""))
+        def n(count, what):
+            return "%d %s%s" % (count, what, "" if count == 1 else "s")
+        return "%s: %s, %s, %s, %s%s" % (
+            who, n(len(self.samples), "sample"), n(len(self.retransmits), "retransmission"),
+            n(len(self.drops), "drop"), n(len(self.stalls), "stall"),
+            ", %d lost" % lost if lost else "")
 
 
 def _time_of(item):

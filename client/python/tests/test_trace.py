@@ -205,7 +205,7 @@ class TraceFilesTest(support.StubsTestCase):
                             "--plot", png, "-o", csvp], env=env, capture_output=True, text=True,
                            timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("300 samples, 1 retransmissions, 1 drops, 1 stalls, 2 lost", r.stdout)
+        self.assertIn("300 samples, 1 retransmission, 1 drop, 1 stall, 2 lost", r.stdout)
         self.assertTrue(os.path.getsize(png) > 20000)
         r = subprocess.run([support.PYTHON, "-m", "lossd_client.trace", "--cookie", "1",
                             "-o", "x.txt"], env=env, capture_output=True, text=True, timeout=60)
