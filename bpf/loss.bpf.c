@@ -78,6 +78,23 @@ struct {
 	__type(value, struct loss_flow_state);
 } loss_flow_state SEC(".maps");
 
+/* The drop log (loss_abi.h): per TCP flow as on the wire, the last
+ * LOSS_DROP_RANGES sequence ranges a rule dropped. Written only on a drop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, LOSS_DROP_FLOWS);
+	__type(key, struct loss_drop_key);
+	__type(value, struct loss_drop_log);
+} loss_drops SEC(".maps");
+
+/* A flow's first log entry is built here: too large for the stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct loss_drop_log);
+} loss_drop_scratch SEC(".maps");
+
 /*
  * Which cgroup a cgroup_skb program runs for. The kernel runs the programs
  * attached to a socket's cgroup and to each of its ancestors (links are
@@ -344,6 +361,63 @@ static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct 
 	return 0;
 }
 
+/* ---- the drop log ------------------------------------------------------- */
+
+#define AF_INET_ 2
+#define AF_INET6_ 10
+#define L4OFF_MAX 512 /* deeper than any header chain the parser walks: not logged */
+_Static_assert((LOSS_DROP_RANGES & (LOSS_DROP_RANGES - 1)) == 0, "ring index by mask");
+
+/*
+ * Records a dropped TCP skb carrying payload in the flow's drop log: its
+ * first sequence number (read again here, from the header the parser found:
+ * nothing is read for packets that pass), payload bytes, wire segments, the
+ * rule's id and the time. Anything in doubt records nothing (the drop
+ * stands).
+ */
+static __always_inline void log_drop(const struct pkt *p, const struct loss_rule *r,
+				     struct loss_rule_stats *rs, void *base, void *end)
+{
+	if (p->l4proto != PROTO_TCP || !p->has_ports || !p->payload)
+		return;
+	__u32 off = p->l4off;
+	if (off > L4OFF_MAX)
+		return;
+	struct tcphdr *th = base + off;
+	if ((void *)(th + 1) > end)
+		return;
+	__u32 seq = bpf_ntohl(th->seq);
+
+	struct loss_drop_key k = {
+		.sport = p->sport,
+		.dport = p->dport,
+		.family = p->family == 6 ? AF_INET6_ : AF_INET_,
+	};
+	__builtin_memcpy(k.saddr, p->saddr, 16);
+	__builtin_memcpy(k.daddr, p->daddr, 16);
+	struct loss_drop_log *log = bpf_map_lookup_elem(&loss_drops, &k);
+	if (!log) {
+		__u32 zero = 0;
+		struct loss_drop_log *init = bpf_map_lookup_elem(&loss_drop_scratch, &zero);
+		if (!init)
+			return;
+		__builtin_memset(init, 0, sizeof(*init));
+		bpf_map_update_elem(&loss_drops, &k, init, BPF_NOEXIST);
+		log = bpf_map_lookup_elem(&loss_drops, &k);
+		if (!log)
+			return;
+	}
+	__u64 n = __sync_fetch_and_add(&log->drops, 1);
+	struct loss_drop_range *d = &log->ranges[n & (LOSS_DROP_RANGES - 1)];
+	d->time_ns = bpf_ktime_get_ns();
+	d->seq = seq;
+	d->len = p->payload;
+	d->rule_id = r->id;
+	d->segs = p->segs > 0xffff ? 0xffff : p->segs;
+	if (rs)
+		rs->logged_pkts++;
+}
+
 /* ---- the shared decision ------------------------------------------------ */
 
 /*
@@ -419,10 +493,12 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 			rs->dropped_bytes += p->len;
 		}
 	}
-	if (drop)
+	if (drop) {
 		hs->dropped++;
-	else
+		log_drop(p, r, rs, base, c->end);
+	} else {
 		hs->passed++;
+	}
 	return drop;
 }
 

@@ -105,7 +105,7 @@ struct loss_rule {
 	__u64 seed;	  /* LOSS_RULE_SEEDED */
 	__u64 expires_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns); 0 = never */
 	__u32 generation; /* bumped on every (re)use of the slot */
-	__u32 _pad1;
+	__u32 id;	  /* the rule's id (RuleInfo.id): what the drop log records */
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 168, "loss_rule layout");
 
@@ -171,8 +171,9 @@ struct loss_rule_stats {
 	__u64 dropped_pkts;
 	__u64 dropped_segs;
 	__u64 dropped_bytes;
+	__u64 logged_pkts; /* dropped TCP skbs with payload written to the drop log */
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_rule_stats) == 48, "loss_rule_stats layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_rule_stats) == 56, "loss_rule_stats layout");
 
 /* Per-hook counters (per-CPU). */
 struct loss_hook_stats {
@@ -229,7 +230,7 @@ struct loss_drop_range {
 	__u64 time_ns; /* bpf_ktime_get_ns at the drop (CLOCK_MONOTONIC) */
 	__u32 seq;     /* first sequence number of the dropped skb, host order */
 	__u32 len;     /* TCP payload bytes (a GSO skb: all its segments) */
-	__u32 rule_id; /* the rule that dropped it */
+	__u32 rule_id; /* the rule that dropped it (loss_rule.id) */
 	__u16 segs;    /* wire segments */
 	__u16 _pad;
 };

@@ -555,6 +555,7 @@ static __always_inline void stall_end(struct tcp_sock *tp, struct obs_flow *f, _
 	if (cause < OBS_STALL_MAX)
 		f->stall_ns[cause] += dur;
 	f->stalls++;
+	count(OBS_CNT_STALLS);
 
 	struct obs_stall_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
 	if (!e) {
@@ -594,6 +595,7 @@ static __always_inline void stall_end(struct tcp_sock *tp, struct obs_flow *f, _
 static __always_inline void trace_sample(struct tcp_sock *tp, const struct obs_flow *f,
 					 __u64 cookie, __u64 now, __u32 ack_seq, __u32 ack_wnd)
 {
+	count(OBS_CNT_SAMPLES);
 	struct obs_sample_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
 	if (!e) {
 		count(OBS_CNT_RING_LOST);

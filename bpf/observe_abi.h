@@ -64,7 +64,9 @@ enum obs_counter {
 	OBS_CNT_FLOW_TABLE_FULL = 4,
 	OBS_CNT_ARM_FAILED = 5,	    /* sockets whose retransmission callback could not be armed */
 	OBS_CNT_ARMED_EXISTING = 6, /* pre-existing sockets armed by the iterator */
-	OBS_CNT_MAX = 7,
+	OBS_CNT_STALLS = 7,	    /* stall events (in the ring, or in RING_LOST) */
+	OBS_CNT_SAMPLES = 8,	    /* ACK samples of traced flows (likewise) */
+	OBS_CNT_MAX = 9,
 };
 
 /* Ring wakeups: at most one per OBS_WAKEUP_NS, or when this much waits. */

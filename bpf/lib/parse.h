@@ -56,6 +56,9 @@ struct pkt {
 	__u32 len;	     /* bytes */
 	__u32 segs;	     /* wire segments (gso_segs, at least 1) */
 	__u64 attach_cgroup; /* cgroup_skb hooks: id of the cgroup this run's attachment is on */
+	__u32 payload; /* L4 payload bytes when the IP header gives them (0: none or unknown) */
+	__u16 l4off;   /* offset of the L4 header from the start of the data */
+	__u16 _pad2;
 };
 
 struct cursor {
@@ -155,6 +158,8 @@ static __always_inline int parse_l4(struct cursor *c, struct pkt *p, __u32 l4len
 		return PARSE_OK;
 	}
 	p->has_payload = l4len > hdr;
+	if (p->has_payload && l4len != ~0U)
+		p->payload = l4len - hdr;
 	return PARSE_OK;
 }
 
@@ -261,6 +266,7 @@ static __always_inline int parse_l3(struct cursor *c, __be16 eth_proto, struct p
 		if (!l4len)
 			l4len = ~0U; /* unknown: do not claim "no payload" */
 	}
+	p->l4off = c->pos - base;
 	return parse_l4(c, p, l4len);
 }
 

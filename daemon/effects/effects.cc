@@ -1,15 +1,67 @@
 #include "effects/effects.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
+#include "common/clock.h"
 #include "rules/match.h"
 #include "rules/model.h"
 
 namespace lossd {
 
+namespace {
+constexpr uint64_t kMs = 1000000;
+// A rule retired this recently may still see its last drops resent.
+constexpr uint64_t kLinkAfterRetireNs = 60000 * kMs;
+}  // namespace
+
+const std::array<uint64_t, DurationHist::kBounds> DurationHist::kBoundsNs = {
+    kMs / 10, kMs / 5,   kMs / 2,   kMs,       2 * kMs,    5 * kMs,    10 * kMs,   20 * kMs,
+    50 * kMs, 100 * kMs, 200 * kMs, 500 * kMs, 1000 * kMs, 2000 * kMs, 5000 * kMs, 10000 * kMs};
+
+void DurationHist::Add(uint64_t ns) {
+  count++;
+  sum_ns += ns;
+  max_ns = std::max(max_ns, ns);
+  size_t i = std::lower_bound(kBoundsNs.begin(), kBoundsNs.end(), ns) - kBoundsNs.begin();
+  counts[i]++;
+}
+
+void LimitTotals::Add(const FlowLimits& l) {
+  busy_ns += l.busy_ns;
+  idle_ns += l.idle_ns;
+  for (size_t i = 0; i < within_busy_ns.size(); i++) within_busy_ns[i] += l.within_busy_ns[i];
+}
+
+std::optional<DropRecord> NewestCovering(const FlowDrops& d, uint32_t seq,
+                                         uint64_t at_or_before_ns) {
+  for (auto it = d.ranges.rbegin(); it != d.ranges.rend(); ++it) {
+    if (it->time_ns > at_or_before_ns) continue;
+    if (uint32_t(seq - it->seq) >= it->len) continue;  // mod 2^32
+    DropRecord r;
+    r.rule_id = it->rule_id;
+    r.time_ns = it->time_ns;
+    r.seq = it->seq;
+    r.len = it->len;
+    r.segs = it->segs;
+    return r;
+  }
+  return std::nullopt;
+}
+
+loss_drop_key SentDropKey(const obs_tuple& t) {
+  return DropKey(t.family, t.saddr, t.sport, t.daddr, t.dport);
+}
+
 EffectTracker::EffectTracker(Injector* inj, Observer* obs) : inj_(inj) {
   for (const RuleInfo& r : inj_->Rules())
-    if (!r.expired && r.failed.empty()) rules_[r.id] = r.spec;
+    if (!r.expired && r.failed.empty()) {
+      rules_[r.id] = r.spec;
+      totals_[r.id];
+    }
   inj_->SetListener(this);
   if (obs) AttachObserver(obs);
 }
@@ -32,6 +84,7 @@ EffectTracker::~EffectTracker() {
 void EffectTracker::RulePublished(uint32_t id, const RuleSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   rules_[id] = spec;
+  totals_[id];  // known until forgotten: a retired rule's drops still link
   generation_++;
   if (cache_.size() > 65536) cache_.clear();
 }
@@ -40,6 +93,7 @@ void EffectTracker::RuleRetired(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   rules_.erase(id);
   generation_++;
+  retired_ns_ = MonotonicNs();
 }
 
 void EffectTracker::RuleForgotten(uint32_t id) {
@@ -48,18 +102,47 @@ void EffectTracker::RuleForgotten(uint32_t id) {
   totals_.erase(id);
 }
 
-RuleEffect EffectTracker::Effect(const RuleInfo& rule) const {
-  RuleEffect e;
-  const RuleCounters& c = rule.counters;
-  e.configured = ModelMeanLoss(rule.spec.model);
-  e.measured = c.matched_segs ? double(c.dropped_segs) / double(c.matched_segs) : 0;
-  // The interval comes from skbs: each skb is dropped with the configured
-  // probability, whole, so its segments are not independent trials.
-  WilsonInterval(c.dropped_pkts, c.matched_pkts, &e.ci_low, &e.ci_high);
-  e.configured_within_ci =
-      e.configured >= 0 && e.ci_low <= e.configured && e.configured <= e.ci_high;
-  e.caused = Totals(rule.id);
-  return e;
+RuleEffect EffectTracker::Effect(const RuleInfo& rule) {
+  return Effects({rule}).front();
+}
+
+std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rules) {
+  std::vector<RuleEffect> out;
+  out.reserve(rules.size());
+  std::map<uint32_t, size_t> index;
+  for (const RuleInfo& rule : rules) {
+    RuleEffect e;
+    const RuleCounters& c = rule.counters;
+    e.configured = ModelMeanLoss(rule.spec.model);
+    e.measured = c.matched_segs ? double(c.dropped_segs) / double(c.matched_segs) : 0;
+    // The interval comes from skbs: each skb is dropped with the configured
+    // probability, whole, so its segments are not independent trials.
+    WilsonInterval(c.dropped_pkts, c.matched_pkts, &e.ci_low, &e.ci_high);
+    e.configured_within_ci =
+        e.configured >= 0 && e.ci_low <= e.configured && e.configured <= e.ci_high;
+    e.caused = Totals(rule.id);
+    e.drops_recorded = c.logged_pkts;
+    index[rule.id] = out.size();
+    out.push_back(std::move(e));
+  }
+  // The open flows' limits as of now, added to the rules that cover them.
+  Observer* obs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    obs = obs_;
+  }
+  if (!obs || rules.empty()) return out;
+  uint64_t now = MonotonicNs();
+  for (const ObsFlow& f : obs->Flows()) {
+    std::vector<uint32_t> ids = RulesFor(f.cookie, f.flow.tuple);
+    if (ids.empty()) continue;
+    FlowLimits l = LimitsOf(f.flow, now > f.flow.opened_ns ? now - f.flow.opened_ns : 0);
+    for (uint32_t id : ids) {
+      auto it = index.find(id);
+      if (it != index.end()) out[it->second].caused.limits.Add(l);
+    }
+  }
+  return out;
 }
 
 std::vector<uint32_t> EffectTracker::RulesFor(uint64_t cookie, const obs_tuple& t) {
@@ -75,6 +158,19 @@ std::vector<uint32_t> EffectTracker::RulesFor(uint64_t cookie, const obs_tuple& 
   return ids;
 }
 
+std::optional<DropRecord> EffectTracker::DropCovering(const obs_tuple& t, uint32_t seq,
+                                                      uint64_t at_or_before_ns) const {
+  auto d = inj_->DropsOf(SentDropKey(t));
+  if (!d.ok()) return std::nullopt;
+  return NewestCovering(*d, seq, at_or_before_ns);
+}
+
+bool EffectTracker::MayLink(const std::vector<uint32_t>& ids) const {
+  if (!ids.empty()) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return retired_ns_ && MonotonicNs() - retired_ns_ < kLinkAfterRetireNs;
+}
+
 RuleEffectTotals EffectTracker::Totals(uint32_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = totals_.find(id);
@@ -86,24 +182,74 @@ void EffectTracker::Run() {
     auto e = sub_->Next(std::chrono::milliseconds(200));
     if (!e) continue;
     const obs_event& ev = e->data.ev;
-    if (ev.kind != OBS_EV_RETRANSMIT) {
-      if (ev.kind == OBS_EV_FLOW_CLOSE) {
-        std::lock_guard<std::mutex> lock(mu_);
-        cache_.erase(ev.cookie);
+    switch (ev.kind) {
+      case OBS_EV_RETRANSMIT: OnRetransmit(ev); break;
+      case OBS_EV_STALL: {
+        // The stall follows the event where a closing flow's record would.
+        static_assert(offsetof(obs_stall_event, stall) == offsetof(obs_close_event, flow),
+                      "a stall event's stall lies where ObsEvent keeps a flow");
+        obs_stall st;
+        std::memcpy(&st, &e->data.flow, sizeof(st));
+        OnStall(ev, st);
+        break;
       }
-      continue;
-    }
-    if (ev.outcome != OBS_SENT && ev.outcome != OBS_FAILED) continue;
-    auto ids = RulesFor(ev.cookie, ev.tuple);
-    if (ids.empty()) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    for (uint32_t id : ids) {
-      if (!rules_.count(id)) continue;  // forgotten since the look-up
-      auto& t = totals_[id];
-      if (ev.type < OBS_RTX_MAX) t.segs[ev.type] += ev.segs;
-      t.flows.insert(ev.cookie);
+      case OBS_EV_FLOW_CLOSE: OnClose(e->data); break;
+      default: break;
     }
   }
+}
+
+void EffectTracker::OnRetransmit(const obs_event& ev) {
+  if (ev.outcome != OBS_SENT && ev.outcome != OBS_FAILED) return;
+  auto ids = RulesFor(ev.cookie, ev.tuple);
+  // A resend that went out, of a range a rule dropped: linked to that drop.
+  std::optional<DropRecord> drop;
+  if (ev.outcome == OBS_SENT && ev.type < OBS_RTX_MAX && MayLink(ids))
+    drop = DropCovering(ev.tuple, ev.seq, ev.time_ns);
+  if (ids.empty() && !drop) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint32_t id : ids) {
+    if (!rules_.count(id)) continue;  // forgotten since the look-up
+    auto& t = totals_[id];
+    if (ev.type < OBS_RTX_MAX) t.segs[ev.type] += ev.segs;
+    t.flows.insert(ev.cookie);
+  }
+  auto linked = drop ? totals_.find(drop->rule_id) : totals_.end();
+  if (linked != totals_.end()) linked->second.recovery[ev.type].Add(ev.time_ns - drop->time_ns);
+}
+
+void EffectTracker::OnStall(const obs_event& ev, const obs_stall& st) {
+  if (st.cause >= OBS_STALL_MAX) return;
+  auto ids = RulesFor(ev.cookie, ev.tuple);
+  std::optional<DropRecord> drop;
+  if (MayLink(ids)) {
+    uint64_t end = st.start_ns + st.duration_ns;
+    drop = DropCovering(ev.tuple, st.snd_una, end);
+    if (!drop && st.rtx_type < OBS_RTX_MAX) drop = DropCovering(ev.tuple, st.rtx_seq, end);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint32_t id : ids) {
+    if (!rules_.count(id)) continue;
+    auto& s = totals_[id].stalls_on_flows[st.cause];
+    s.count++;
+    s.time_ns += st.duration_ns;
+  }
+  auto linked = drop ? totals_.find(drop->rule_id) : totals_.end();
+  if (linked != totals_.end()) {
+    auto& s = linked->second.stalls_caused[st.cause];
+    s.count++;
+    s.time_ns += st.duration_ns;
+  }
+}
+
+void EffectTracker::OnClose(const obs_close_event& c) {
+  auto ids = RulesFor(c.ev.cookie, c.flow.tuple);
+  FlowLimits l =
+      LimitsOf(c.flow, c.closed_ns > c.flow.opened_ns ? c.closed_ns - c.flow.opened_ns : 0);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint32_t id : ids)
+    if (rules_.count(id)) totals_[id].limits.Add(l);
+  cache_.erase(c.ev.cookie);
 }
 
 }  // namespace lossd

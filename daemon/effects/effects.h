@@ -1,8 +1,14 @@
 // Cause beside effect: attributes every retransmission the observer sees to
 // the rules whose match covers its flow, so a rule's drops can be shown next
 // to the retransmissions (by type) on the flows it matched. Learns of rules
-// from their owner (the injector, as its RuleListener), of retransmissions
-// from its own hub subscription; keeps per-rule totals and a per-flow cache.
+// from their owner (the injector, as its RuleListener), of retransmissions,
+// stalls and closing flows from its own hub subscription; keeps per-rule
+// totals and a per-flow cache.
+//
+// Cause and effect, drop by drop: a resend (or a stall's hole) is linked to
+// the newest drop in the injector's drop log (Injector::DropsOf) whose
+// sequence range covers it; the link gives the rule its recovery times and
+// the stalls it caused (docs/architecture.md#drops-to-effects).
 #pragma once
 
 #include <array>
@@ -11,21 +17,68 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "injector/injector.h"
+#include "observer/diagnosis.h"
 #include "observer/observer.h"
 #include "rules/rule.h"
 
 namespace lossd {
 
+// A distribution of durations over fixed bucket bounds (kBoundsNs: 100 us
+// .. 10 s in 1-2-5 steps); counts[i] holds values <= kBoundsNs[i] and above
+// the bound before, the last count the rest (the proto's Durations).
+struct DurationHist {
+  static constexpr size_t kBounds = 16;
+  static const std::array<uint64_t, kBounds> kBoundsNs;
+  uint64_t count = 0, sum_ns = 0, max_ns = 0;
+  std::array<uint64_t, kBounds + 1> counts{};
+  void Add(uint64_t ns);
+};
+
+struct StallTotal {
+  uint64_t count = 0, time_ns = 0;
+};
+
+// Where the time of flows went: busy, its parts (Limit), idle (FlowLimits).
+struct LimitTotals {
+  uint64_t busy_ns = 0, idle_ns = 0;
+  std::array<uint64_t, static_cast<size_t>(Limit::kCount)> within_busy_ns{};
+  void Add(const FlowLimits& l);
+};
+
 struct RuleEffectTotals {
   std::array<uint64_t, OBS_RTX_MAX> segs{};  // sent or failed after counting
   std::set<uint64_t> flows;                  // socket cookies
+  // Sent resends linked to one of the rule's drops, by obs_rtx_type: drop
+  // to resend time.
+  std::array<DurationHist, OBS_RTX_MAX> recovery{};
+  // Stalls (by obs_stall_cause) whose hole one of the rule's drops covers,
+  // and every stall on the flows the rule matched.
+  std::array<StallTotal, OBS_STALL_MAX> stalls_caused{}, stalls_on_flows{};
+  LimitTotals limits;  // the matched flows that closed (Effect() adds the open ones)
 };
+
+// One drop from the injector's drop log (loss_drop_range).
+struct DropRecord {
+  uint32_t rule_id = 0;
+  uint64_t time_ns = 0;  // CLOCK_MONOTONIC (bpf_ktime_get_ns)
+  uint32_t seq = 0;      // first sequence number of the dropped skb
+  uint32_t len = 0;      // payload bytes
+  uint32_t segs = 0;     // wire segments
+};
+
+// The newest of `d`'s kept ranges that covers `seq` (mod 2^32) and was
+// dropped at or before `at_or_before_ns`.
+std::optional<DropRecord> NewestCovering(const FlowDrops& d, uint32_t seq,
+                                         uint64_t at_or_before_ns);
+// The drop log's key of the data a flow sends: local -> remote.
+loss_drop_key SentDropKey(const obs_tuple& t);
 
 // A rule's drops held against its configured rate, and what they caused.
 struct RuleEffect {
@@ -33,7 +86,8 @@ struct RuleEffect {
   double measured = 0;             // dropped / matched segments
   double ci_low = 0, ci_high = 1;  // 99.9 % interval of the per-skb drop rate
   bool configured_within_ci = false;
-  RuleEffectTotals caused;  // retransmissions on the flows it matched
+  RuleEffectTotals caused;      // retransmissions on the flows it matched
+  uint64_t drops_recorded = 0;  // its dropped TCP skbs with payload in the drop log
 };
 
 class EffectTracker final : public RuleListener {
@@ -51,7 +105,14 @@ class EffectTracker final : public RuleListener {
   void RuleForgotten(uint32_t id) override;
 
   RuleEffectTotals Totals(uint32_t id) const;
-  RuleEffect Effect(const RuleInfo& rule) const;
+  // With the limits of the open flows it matches as of now (one read of the
+  // observer's flows for all of `rules`).
+  RuleEffect Effect(const RuleInfo& rule);
+  std::vector<RuleEffect> Effects(const std::vector<RuleInfo>& rules);
+  // The newest drop of any rule that covers `seq` in the data flow `t`
+  // sends (local -> remote), dropped at or before `at_or_before_ns`.
+  std::optional<DropRecord> DropCovering(const obs_tuple& t, uint32_t seq,
+                                         uint64_t at_or_before_ns) const;
   // Rules covering a flow tuple (cached per cookie and tuple: a listener's
   // SYN-ACK events carry the listener's cookie with each client's tuple).
   std::vector<uint32_t> RulesFor(uint64_t cookie, const obs_tuple& t);
@@ -62,6 +123,13 @@ class EffectTracker final : public RuleListener {
 
  private:
   void Run();
+  void OnRetransmit(const obs_event& ev);
+  void OnStall(const obs_event& ev, const obs_stall& st);
+  void OnClose(const obs_close_event& c);
+  // Whether a resend or stall of a flow that `ids` cover may be linked to a
+  // drop: some rule covers it, or one retired lately (its last drops' resends
+  // come after).
+  bool MayLink(const std::vector<uint32_t>& ids) const;
 
   Injector* inj_;
   Observer* obs_ = nullptr;  // set once (constructor or AttachObserver)
@@ -76,6 +144,7 @@ class EffectTracker final : public RuleListener {
   };
   std::unordered_map<uint64_t, CacheEntry> cache_;
   std::map<uint32_t, RuleEffectTotals> totals_;
+  uint64_t retired_ns_ = 0;  // CLOCK_MONOTONIC of the last RuleRetired
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

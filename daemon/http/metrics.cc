@@ -199,6 +199,29 @@ void InjectorMetrics(const Injector& inj, const Components& parts, EffectTracker
          "High end of the 99.9 % interval of the rule's drop rate (per packet)", MetricType::Gauge);
   Fam rtx(out, "lossd_rule_retransmitted_segments_total",
           "Retransmitted segments, by type, of the flows the rule matched", MetricType::Counter);
+  Fam logged(out, "lossd_rule_drops_recorded_total",
+             "Dropped TCP packets with payload whose sequence range the drop log recorded",
+             MetricType::Counter);
+  Fam linked(out, "lossd_rule_linked_retransmits_total",
+             "Resends, by type, linked to one of the rule's drops (the range they resent)",
+             MetricType::Counter);
+  Fam recovery(out, "lossd_rule_recovery_seconds_total",
+               "Drop-to-resend time, by resend type, summed over the linked resends",
+               MetricType::Counter);
+  Fam limit(out, "lossd_rule_flow_limit_seconds_total",
+            "Seconds by limit (busy, its parts, idle) of the flows the rule matched while it was "
+            "live: closed ones and the open ones as of this scrape",
+            MetricType::Counter);
+  Fam fstalls(out, "lossd_rule_flow_stalls_total",
+              "Stalls, by cause, on the flows the rule matched", MetricType::Counter);
+  Fam fstall_s(out, "lossd_rule_flow_stall_seconds_total",
+               "Stall time, by cause, on the flows the rule matched", MetricType::Counter);
+  Fam cstalls(out, "lossd_rule_caused_stalls_total",
+              "Stalls, by cause, whose hole one of the rule's drops covers", MetricType::Counter);
+  Fam cstall_s(out, "lossd_rule_caused_stall_seconds_total",
+               "Stall time, by cause, of the stalls the rule's drops caused", MetricType::Counter);
+  std::vector<RuleEffect> fx;
+  if (effects) fx = effects->Effects(std::vector<RuleInfo>(rules.begin(), rules.begin() + shown));
   for (size_t i = 0; i < shown; i++) {
     const RuleInfo& r = rules[i];
     const std::string id = std::to_string(r.id);
@@ -229,13 +252,40 @@ void InjectorMetrics(const Injector& inj, const Components& parts, EffectTracker
     db.Add(l, c.dropped_bytes);
     double configured = ModelMeanLoss(s.model);
     if (configured >= 0) conf.Add(l, configured);
+    logged.Add(l, c.logged_pkts);
     if (effects) {
-      RuleEffect e = effects->Effect(r);
+      const RuleEffect& e = fx[i];
       meas.Add(l, e.measured);
       lo.Add(l, e.ci_low);
       hi.Add(l, e.ci_high);
       for (int t = 0; t < OBS_RTX_MAX; t++)
         rtx.Add({{"rule", id}, {"type", RtxTypeName(t)}}, e.caused.segs[t]);
+      // Fixed label sets; a cause or type appears once it has happened.
+      for (int t = 0; t < OBS_RTX_MAX; t++) {
+        const DurationHist& h = e.caused.recovery[t];
+        if (!h.count) continue;
+        linked.Add({{"rule", id}, {"type", RtxTypeName(t)}}, h.count);
+        recovery.Add({{"rule", id}, {"type", RtxTypeName(t)}}, h.sum_ns / 1e9);
+      }
+      const LimitTotals& lt = e.caused.limits;
+      limit.Add({{"rule", id}, {"limit", "busy"}}, lt.busy_ns / 1e9);
+      for (size_t k = 0; k < lt.within_busy_ns.size(); k++)
+        limit.Add({{"rule", id}, {"limit", LimitName(static_cast<Limit>(k))}},
+                  lt.within_busy_ns[k] / 1e9);
+      limit.Add({{"rule", id}, {"limit", "idle"}}, lt.idle_ns / 1e9);
+      for (int cause = 0; cause < OBS_STALL_MAX; cause++) {
+        Labels cl{{"rule", id}, {"cause", StallCauseName(cause)}};
+        const StallTotal& on = e.caused.stalls_on_flows[cause];
+        if (on.count) {
+          fstalls.Add(cl, on.count);
+          fstall_s.Add(cl, on.time_ns / 1e9);
+        }
+        const StallTotal& by = e.caused.stalls_caused[cause];
+        if (by.count) {
+          cstalls.Add(cl, by.count);
+          cstall_s.Add(cl, by.time_ns / 1e9);
+        }
+      }
     }
   }
 }

@@ -84,6 +84,7 @@ RuleCounters Sum(const RuleCounters& a, const RuleCounters& b) {
   s.dropped_pkts = a.dropped_pkts + b.dropped_pkts;
   s.dropped_segs = a.dropped_segs + b.dropped_segs;
   s.dropped_bytes = a.dropped_bytes + b.dropped_bytes;
+  s.logged_pkts = a.logged_pkts + b.logged_pkts;
   return s;
 }
 
@@ -545,7 +546,7 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
 // Attaches and publishes; the caller holds mu_ and has checked (and
 // resolved the target).
 Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
-                                     uint64_t expires_ns) {
+                                     uint64_t expires_ns, uint32_t final_id) {
   const int ifindex = target.ifindex;
   const CgroupInfo& cg = target.cgroup;
   bool ingress = spec.dir != Direction::kEgress;
@@ -614,6 +615,7 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
   struct loss_rule enc =
       Encode(spec, static_cast<uint32_t>(ifindex), cg.id, cg.level, expires, gen);
   enc.m.hook_mask = mask;
+  enc.id = final_id ? final_id : next_id_;  // what the drop log records
   st = ResetCounters(slot);
   if (st.ok()) st = WriteRule(slot, enc);
   if (!st.ok()) {
@@ -702,7 +704,7 @@ Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
   if (it->second.retired_ns && LiveLocked() >= opts_.limits.max_rules)
     return ResourceExhausted("rule limit reached (" + std::to_string(opts_.limits.max_rules) +
                              " rules, --max-rules): delete rules first");
-  auto nid = AddLocked(spec, target);
+  auto nid = AddLocked(spec, target, 0, id);
   if (!nid.ok()) return nid.status();
   Rule& old = rules_.find(id)->second;
   Status st = old.live ? Retire(old) : Status::Ok();
@@ -836,7 +838,7 @@ void Injector::CheckAttachments() {
       where = "interface '" + r.info.spec.iface + "' was recreated (ifindex " +
               std::to_string(r.target.ifindex) + " -> " + std::to_string(*idx) + ")";
     }
-    auto fresh = AddLocked(r.info.spec, t, r.expires_ns);
+    auto fresh = AddLocked(r.info.spec, t, r.expires_ns, id);
     if (!fresh.ok()) {
       std::string reason =
           where + ", but re-attaching failed (retried): " + fresh.status().message();
@@ -896,6 +898,33 @@ HookCounters Injector::HookTotals(int hook) const {
   AddPerCpu<loss_hook_stats>(bpf_map__fd(skel_->maps.loss_hook_stats), static_cast<uint32_t>(hook),
                              ncpus_, &c);
   return c;
+}
+
+loss_drop_key DropKey(int family, const uint32_t src[4], uint16_t sport, const uint32_t dst[4],
+                      uint16_t dport) {
+  loss_drop_key k;
+  std::memset(&k, 0, sizeof(k));
+  std::memcpy(k.saddr, src, sizeof(k.saddr));
+  std::memcpy(k.daddr, dst, sizeof(k.daddr));
+  k.sport = sport;
+  k.dport = dport;
+  k.family = static_cast<uint16_t>(family);
+  return k;
+}
+
+Result<FlowDrops> Injector::DropsOf(const loss_drop_key& key) const {
+  loss_drop_log log;
+  FlowDrops out;
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.loss_drops), &key, &log)) {
+    if (errno == ENOENT) return out;
+    return Status::FromErrno(errno, "read the drop log");
+  }
+  out.total = log.drops;
+  uint64_t kept = std::min<uint64_t>(log.drops, LOSS_DROP_RANGES);
+  out.ranges.reserve(kept);
+  for (uint64_t i = log.drops - kept; i < log.drops; i++)
+    out.ranges.push_back(log.ranges[i % LOSS_DROP_RANGES]);
+  return out;
 }
 
 Capabilities Injector::Probe() const {

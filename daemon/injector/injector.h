@@ -68,6 +68,19 @@ struct RuleCounters : loss_rule_stats {
   RuleCounters() : loss_rule_stats{} {}
 };
 
+// A flow's drop log (bpf/loss_abi.h) as read: how many of its skbs with
+// payload rules dropped, ever, and the ranges of the last LOSS_DROP_RANGES of
+// them, oldest first.
+struct FlowDrops {
+  uint64_t total = 0;
+  std::vector<loss_drop_range> ranges;
+};
+
+// The drop log's key of a flow's data as on the wire, src -> dst (addresses
+// in network byte order, IPv4 in [0]; ports in host order; family AF_INET/6).
+loss_drop_key DropKey(int family, const uint32_t src[4], uint16_t sport, const uint32_t dst[4],
+                      uint16_t dport);
+
 // A rule as its owner holds it.
 struct RuleInfo {
   uint32_t id = 0;
@@ -165,6 +178,10 @@ class Injector {
   const RuleLimits& limits() const { return opts_.limits; }
   void SetListener(RuleListener* listener);
   HookCounters HookTotals(int hook) const;  // enum loss_hook
+  // The drops recorded for one flow (direction src -> dst of `key`); none
+  // (total 0) if rules dropped none of its data, or its entry was evicted
+  // (the log is an LRU of LOSS_DROP_FLOWS flows).
+  Result<FlowDrops> DropsOf(const loss_drop_key& key) const;
 
   // Extends the lease, removes expired rules and checks the attachments
   // (the background threads do this; exposed for callers that run without).
@@ -237,7 +254,10 @@ class Injector {
   Status Check(const RuleSpec& spec, Target* target) const;
   Status LoadProgramsFor(const RuleSpec& spec) const;  // before taking mu_
   // expires_ns: the data plane's deadline (CLOCK_MONOTONIC); 0: from spec.ttl.
-  Result<uint32_t> AddLocked(const RuleSpec& spec, const Target& target, uint64_t expires_ns = 0);
+  // final_id: the id the rule will be moved to (Replace, re-attach), which the
+  // data plane records in the drop log; 0: the new id this returns.
+  Result<uint32_t> AddLocked(const RuleSpec& spec, const Target& target, uint64_t expires_ns = 0,
+                             uint32_t final_id = 0);
   Status Acquire(const AttachKey& key, const RuleSpec& spec, const Target& target);
   void Release(const AttachKey& key);
   void ReleaseOffload(const std::string& ifname);

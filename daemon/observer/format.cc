@@ -195,6 +195,8 @@ Json TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hooks) {
           {"flow_table_full", U(t.counters[OBS_CNT_FLOW_TABLE_FULL])},
           {"arm_failed", U(t.counters[OBS_CNT_ARM_FAILED])},
           {"armed_existing", U(t.counters[OBS_CNT_ARMED_EXISTING])},
+          {"stalls", U(t.counters[OBS_CNT_STALLS])},
+          {"samples", U(t.counters[OBS_CNT_SAMPLES])},
           {"hooks", std::move(hs)}};
 }
 

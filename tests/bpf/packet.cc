@@ -52,7 +52,7 @@ std::vector<uint8_t> L4(const PacketSpec& s, bool later_fragment, size_t* need) 
     case 6: {  // TCP
       Put16(b, s.sport);
       Put16(b, s.dport);
-      Put32(b, 0x01020304);  // seq
+      Put32(b, s.seq);
       Put32(b, (s.tcp_flags & kAck) ? 0x0a0b0c0d : 0);
       Put8(b, uint8_t(s.tcp_doff << 4));
       Put8(b, s.tcp_flags);

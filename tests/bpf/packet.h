@@ -45,6 +45,7 @@ struct PacketSpec {
   uint8_t ip_version = 0;     // override the IP version nibble (malformed frames)
   int ihl_override = -1;      // override IPv4 ihl (malformed frames)
   int tot_len_override = -1;  // override IPv4 tot_len / IPv6 payload_len
+  uint32_t seq = 0x01020304;  // TCP sequence number
 };
 
 struct Packet {

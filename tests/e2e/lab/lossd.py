@@ -198,6 +198,7 @@ class Output:
         self.flows = [e["flow"] for e in by("flow")]
         self.retransmits = by("retransmit")
         self.closes = by("flow_close")
+        self.stalls = by("stall")
         fin = by("final")
         self.final = fin[-1] if fin else None
 
@@ -222,13 +223,15 @@ class Output:
                 if x["events"] or x["segs"]:
                     out["%s.%s" % (ty, o)] = [x["events"], x["segs"]]
         for k in ("ring_lost", "ring_consumed", "hub_published", "filtered", "flows_opened",
-                  "flows_closed", "recursion_misses", "flow_table_full", "arm_failed", "armed_existing"):
+                  "flows_closed", "recursion_misses", "flow_table_full", "arm_failed", "armed_existing",
+                  "stalls", "samples"):
             out[k] = t.get(k)
         if self.subscriber:
             out["sub_delivered"] = self.subscriber["delivered"]
             out["sub_lost"] = self.subscriber["lost"]
         out["retransmit_lines"] = len(self.retransmits)
         out["flow_close_lines"] = len(self.closes)
+        out["stall_lines"] = len(self.stalls)
         return out
 
 

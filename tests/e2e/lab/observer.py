@@ -70,18 +70,26 @@ def check_event_stream(tc, out, ctx):
     the hub published what was read, the subscriber delivered or counted the rest, and
     every delivered event was printed."""
     t, sub = out.totals, out.subscriber
-    wanted = out.all_events() - t["filtered"] + t["flows_closed"]
+    wanted = out.all_events() - t["filtered"] + t["flows_closed"] + t["stalls"] + t["samples"]
     tc.assertEqual(t["ring_consumed"] + t["ring_lost"], wanted,
-                   "ring_consumed + ring_lost != wanted events (all - filtered + flow closes): " + ctx)
+                   "ring_consumed + ring_lost != wanted events (all - filtered + flow closes + "
+                   "stalls + samples): " + ctx)
     tc.assertEqual(t["hub_published"], t["ring_consumed"], "hub_published != ring_consumed: " + ctx)
     tc.assertEqual(sub["delivered"] + sub["lost"], t["hub_published"],
                    "subscriber delivered + lost != hub_published: " + ctx)
-    tc.assertEqual(len(out.retransmits) + len(out.closes), sub["delivered"],
-                   "printed retransmit + flow_close lines != delivered: " + ctx)
+    tc.assertEqual(len(out.retransmits) + len(out.closes) + len(out.stalls), sub["delivered"],
+                   "printed retransmit + flow_close + stall lines != delivered: " + ctx)
     if t["ring_lost"] == 0 and sub["lost"] == 0:
         tc.assertEqual(len(out.retransmits), out.all_events() - t["filtered"],
                        "retransmit lines != all events - filtered: " + ctx)
         tc.assertEqual(len(out.closes), t["flows_closed"], "flow_close lines != flows_closed: " + ctx)
+        tc.assertEqual(len(out.stalls), t["stalls"], "stall lines != stalls: " + ctx)
+        # Each flow's record counts the stall events of its socket.
+        for c in out.closes:
+            mine = [s for s in out.stalls if s["cookie"] == c["cookie"]]
+            tc.assertEqual(c["flow"]["stalls"], len(mine), "stalls of flow %d: %s" % (c["cookie"], ctx))
+            tc.assertEqual(sum(c["flow"]["stall_ns"].values()), sum(s["duration_ns"] for s in mine),
+                           "stall time of flow %d: %s" % (c["cookie"], ctx))
         # Line by line, the events add up to the totals.
         for ty in TYPES:
             for o in OUTCOMES:
@@ -89,7 +97,7 @@ def check_event_stream(tc, out, ctx):
                 if not t["filtered"]:
                     tc.assertEqual(len(evs), out.ev(ty, o), "%s.%s events: %s" % (ty, o, ctx))
                     tc.assertEqual(sum(e["segs"] for e in evs), out.segs(ty, o), "%s.%s segs: %s" % (ty, o, ctx))
-    seqs = [e["seq"] for e in out.retransmits + out.closes]
+    seqs = [e["seq"] for e in out.retransmits + out.closes + out.stalls]
     tc.assertEqual(len(seqs), len(set(seqs)), "duplicate hub sequence numbers")
     if sub["lost"] == 0:
         tc.assertEqual(sorted(seqs), list(range(1, len(seqs) + 1)), "gaps in hub sequence numbers")
