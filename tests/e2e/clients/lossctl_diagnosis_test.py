@@ -4,7 +4,7 @@ One daemon in the sender's namespace A; a request/response client in A (tcpflow.
 14,480-byte requests, 10 segments each, answered by 100 bytes from B) through a rule on A's
 egress that drops 10 % of the data segments carrying PSH, the tail of each request: lost
 block tails, each waited out by a tail loss probe or an RTO (a stall of ~200 ms against a
-veth RTT of microseconds; P(no drop in 150 requests) = 0.9^150 ~ 1e-7).
+veth RTT of microseconds; 300 requests, 20 ms apart: ~30 lost tails (P(fewer than 3) < 1e-9), most waited out past the 10 ms threshold).
 
   test_trace_stalls_and_flows
     Started before the traffic: `lossctl stalls --port P --count 3` (text) and `-o json`;
@@ -39,7 +39,7 @@ from lab.daemon import wait_until
 from lab.netns import measured
 
 PORT = 5311
-REQUESTS = 150
+REQUESTS = 300
 NETWORK_CAUSES = ("STALL_CAUSE_TLP", "STALL_CAUSE_RTO")
 
 
@@ -91,7 +91,7 @@ class LossctlDiagnosis(ClientTestCase):
         c0 = lab.counters(lab.a)
         srv = traffic.rr_server(lab, lab.b, "0.0.0.0", PORT, conns=1)
         cli = lab.popen(lab.a, traffic.rr_cmd(lab.V4_B, PORT, "--request", 14480, "--response", 100,
-                                              "--count", REQUESTS, "--gap-ms", 5, "--no-latencies"),
+                                              "--count", REQUESTS, "--gap-ms", 20, "--no-latencies"),
                         stdout=subprocess.PIPE)
 
         # --- flows while it runs: a limit, and stalls

@@ -29,7 +29,7 @@ from lab.daemon import DaemonTestCase
 from lab.netns import measured
 
 PORT = 5461
-REQUESTS = 400
+REQUESTS = 600
 
 
 class LiveTraceTest(DaemonTestCase):
@@ -50,7 +50,7 @@ class LiveTraceTest(DaemonTestCase):
         c0 = lab.counters(lab.a)
         srv = traffic.rr_server(lab, lab.b, "0.0.0.0", PORT, conns=1)
         cli = lab.popen(lab.a, traffic.rr_cmd(lab.V4_B, PORT, "--request", 14480, "--response", 100,
-                                              "--count", REQUESTS, "--gap-ms", 10, "--no-latencies"),
+                                              "--count", REQUESTS, "--gap-ms", 20, "--no-latencies"),
                         stdout=subprocess.PIPE)
         self.addCleanup(lambda: [p.kill() for p in (cli, srv) if p.poll() is None])
 
