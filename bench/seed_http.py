@@ -48,16 +48,14 @@ import time
 
 from benchlib import logger, parse_args
 from lab.daemon import Daemon
-from lab.netns import Lab, sh
+from lab.netns import DelayLab, sh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = "/usr/bin/python3"
 GET = os.path.join(HERE, "workloads", "http_get.py")
 HTTP_SERVER = os.path.join(HERE, "workloads", "http_server.py")
-C_IP, S_IP, PORT = "192.0.2.1", "198.51.100.1", 8080
-D_IP0, D_IP1 = "192.0.2.126", "198.51.100.126"
-DELAY_LINE = os.path.join(HERE, "delay_line.py")
+C_IP, S_IP, PORT = DelayLab.C_IP, DelayLab.S_IP, 8080
 SIZES = (("996B", 996), ("25.1KB", 25100), ("227.2KB", 227200))
 SEED_MS = {"996B": {0.0: 1, 0.001: 1, 0.01: 31, 0.02: 42}, "25.1KB": {0.0: 3, 0.001: 3, 0.01: 41, 0.02: 60},
            "227.2KB": {0.0: 22, 0.001: 22, 0.01: 170, 0.02: 190}}
@@ -80,7 +78,7 @@ def main():
                     help="the server's TCP congestion control, set on its listening socket (default "
                          "cubic, Linux's usual default; this machine's own default is bbr)")
     a = parse_args(ap)
-    lab = Lab(pair=False)
+    lab = DelayLab(a.rtt_ms)
     tmp = tempfile.mkdtemp(prefix="lossd-http-")  # kept: the sweeps' outputs without --out
     out = os.path.abspath(a.out) if a.out else os.path.join(tmp, "out")
     os.makedirs(out, exist_ok=True)
@@ -92,35 +90,10 @@ def main():
            "repeat": a.repeat, "out": out}
     d = None
     try:
-        nsc, nsd, nss = (lab.netns(x) for x in "cds")
-        if a.rtt_ms > 0:
-            lab.veth(nsc, "c0", nsd, "d0")
-            lab.veth(nsd, "d1", nss, "s0")
-            addrs = ((nsc, "c0", C_IP), (nsd, "d0", D_IP0), (nsd, "d1", D_IP1), (nss, "s0", S_IP))
-        else:
-            lab.veth(nsc, "c0", nss, "s0")
-            addrs = ((nsc, "c0", C_IP), (nss, "s0", S_IP))
-        for ns, ifn, ip in addrs:
-            lab.addresses(ns, ifn, ip + "/25")
+        nsc, nss = lab.c, lab.s
         for ns, ifn in ((nsc, "c0"), (nss, "s0")):
             sh("tc", "-n", ns, "qdisc", "add", "dev", ifn, "root", "tbf", "rate", "%dmbit" % a.mbit,
                "burst", "64kb", "latency", "%dms" % (100 + 2 * a.rtt_ms))
-        if a.rtt_ms > 0:
-            sh("ip", "-n", nsc, "route", "add", "198.51.100.0/25", "via", D_IP0)
-            sh("ip", "-n", nss, "route", "add", "192.0.2.0/25", "via", D_IP1)
-            sh("ip", "netns", "exec", nsd, "sysctl", "-qw", "net.ipv4.ip_forward=1",
-               "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
-            dl = lab.popen(nsd, [PY, DELAY_LINE, "--dev", "dl0", "--delay-ms", str(a.rtt_ms / 2)],
-                           stdout=subprocess.PIPE)
-            if not dl.stdout.readline().startswith("READY"):
-                raise RuntimeError("delay line did not start")
-            sh("ip", "-n", nsd, "link", "set", "dl0", "up")
-            for ifn in ("d0", "d1"):
-                sh("ip", "-n", nsd, "rule", "add", "iif", ifn, "lookup", "100")
-            sh("ip", "-n", nsd, "route", "add", "default", "dev", "dl0", "table", "100")
-        else:
-            sh("ip", "-n", nsc, "route", "add", "198.51.100.0/25", "dev", "c0")
-            sh("ip", "-n", nss, "route", "add", "192.0.2.0/25", "dev", "s0")
         www = os.path.join(tmp, "www")
         os.makedirs(www)
         files = dict(SIZES, bulk=a.bulk_mb << 20)
@@ -180,8 +153,7 @@ def main():
             row["seed_ratio_to_0"] = row["seed_mbit"] / SEED_MBIT[0.0] if row["seed_mbit"] else None
         doc.update(latency=latency, throughput=thr)
         if a.rtt_ms > 0:
-            dl.send_signal(signal.SIGTERM)
-            doc["delay_line"] = json.loads(dl.communicate(timeout=30)[0].strip().splitlines()[-1])
+            doc["delay_line"] = lab.delay_report()
     except KeyboardInterrupt:
         log("interrupted")
         return 130

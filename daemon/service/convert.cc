@@ -231,7 +231,7 @@ void StallToProto(const obs_stall_event& e, v1::StallEvent* out) {
   StateToProto(e.ev.st, out->mutable_state());
 }
 
-void DropToProto(const loss_drop_range& d, v1::DropLink* out) {
+void DropToProto(const DropRecord& d, v1::DropLink* out) {
   out->set_rule_id(d.rule_id);
   out->set_time_mono_ns(d.time_ns);
   out->set_seq(d.seq);

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "common/status.h"
+#include "effects/effects.h"
 #include "host/targets.h"
 #include "injector/injector.h"
 #include "lossd/v1/lossd.pb.h"
@@ -40,6 +41,6 @@ v1::StallCause StallCauseToProto(int obs_cause);
 // Without caused_by, rule_ids (the service adds them).
 void StallToProto(const obs_stall_event& e, v1::StallEvent* out);
 void SampleToProto(const obs_sample_event& e, v1::TraceSample* out);
-void DropToProto(const loss_drop_range& d, v1::DropLink* out);
+void DropToProto(const DropRecord& d, v1::DropLink* out);
 
 }  // namespace lossd

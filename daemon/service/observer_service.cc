@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <deque>
+#include <optional>
+#include <thread>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -241,41 +243,45 @@ struct GapTracker {
   }
 };
 
-}  // namespace
-
-grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetransmits(
-    grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest* req) {
-  using Reactor = PumpReactor<v1::RetransmitStreamBatch>;
+// The event streams (WatchRetransmits, WatchStalls): events of one kind
+// through the request's allow/deny filters, in batches, with in-band gaps.
+// `fill(event, item)` writes one event into its batch item.
+template <typename Batch, typename Request, typename Fill>
+grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomic<int>* subs,
+                                             const Request* req, uint32_t kind,
+                                             const char* stream_name, Fill fill) {
+  using Reactor = PumpReactor<Batch>;
   std::vector<Filter> allow_list, deny_list;
   Status st =
-      CheckFilterCount(size_t(req->allow_size()) + req->deny_size(), parts_->api().max_filters);
+      CheckFilterCount(size_t(req->allow_size()) + req->deny_size(), parts->api().max_filters);
   if (st.ok()) st = ParseFilters(req->allow(), "allow", &allow_list);
   if (st.ok()) st = ParseFilters(req->deny(), "deny", &deny_list);
-  auto queue_len = parts_->streams().QueueLength(req->queue(), 65536, "queue");
+  auto queue_len = parts->streams().QueueLength(req->queue(), 65536, "queue");
   if (st.ok()) st = queue_len.status();
   size_t queue = queue_len.ok() ? *queue_len : 1;
   auto allow = std::make_shared<const FilterSet>(allow_list);
   auto deny = std::make_shared<const FilterSet>(deny_list);
-  auto need = parts_->NeedObserver();
+  auto need = parts->NeedObserver();
   Observer* obs = need.ok() ? *need : nullptr;
-  EffectTracker* effects = parts_->effects();
-  std::atomic<int>* subs = &subscribers_;
-  return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
+  EffectTracker* effects = parts->effects();
+  // Retransmissions filter by type; other kinds ignore the types.
+  bool typed = kind == OBS_EV_RETRANSMIT;
+  return new Reactor([=](typename Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return ToGrpc(need.status());
-    // The hub offers every retransmission; the filters run here, on this
+    // The hub offers every event of the kind; the filters run here, on this
     // stream's thread (an expensive filter set costs this stream only), and
     // this thread keeps taking events while a write is in flight, so what
     // this stream loses it loses after its filter: exactly counted.
     SubscribeOptions so;
     so.queue = queue;
-    so.kinds = KindBit(OBS_EV_RETRANSMIT);
+    so.kinds = KindBit(kind);
     if (!allow->empty() || !deny->empty())
       so.filter = [=](const obs_event& ev) {
-        return Wanted(*allow, *deny, ev.tuple, ev.cgroup_id, static_cast<int>(ev.type),
+        return Wanted(*allow, *deny, ev.tuple, ev.cgroup_id, typed ? static_cast<int>(ev.type) : -1,
                       FlowRules(effects, ev.cookie, ev.tuple));
       };
-    so.stream = "WatchRetransmits";
+    so.stream = stream_name;
     so.also_holds = Subscription::QueueBytes(queue);  // `waiting`, below
     auto opened = obs->hub().Subscribe(std::move(so));
     if (!opened.ok()) return ToGrpc(opened.status());
@@ -286,7 +292,6 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
     uint64_t seq = 0, own_lost = 0;
     std::deque<ObsEvent> waiting;  // wanted, not yet written (the client is slow)
     auto next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    grpc::Status result = grpc::Status::OK;
     // One write carries what waits (up to kMaxBatch items): while the
     // previous write is in flight, events gather here.
     constexpr size_t kMaxBatch = 512;
@@ -302,21 +307,17 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
         waiting.push_back(std::move(e));
       }
       if (sink.Busy()) continue;
-      v1::RetransmitStreamBatch batch;
+      Batch batch;
       while (!waiting.empty() && size_t(batch.items_size()) < kMaxBatch) {
-        const obs_event& ev = waiting.front().data.ev;
-        v1::RetransmitStreamMessage* m = batch.add_items();
+        auto* m = batch.add_items();
         m->set_seq(++seq);
-        EventToProto(ev, m->mutable_event());
-        if (effects)
-          for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple))
-            m->mutable_event()->add_rule_ids(id);
+        fill(waiting.front(), m->mutable_event());
         waiting.pop_front();
       }
       if (std::chrono::steady_clock::now() >= next_report) {
         next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         gaps.Report(obs, sub.get(), own_lost, [&](v1::GapSource src, uint64_t n) {
-          v1::RetransmitStreamMessage* m = batch.add_items();
+          auto* m = batch.add_items();
           m->set_seq(++seq);
           m->mutable_gap()->set_source(src);
           m->mutable_gap()->set_count(n);
@@ -326,8 +327,47 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
     }
     obs->hub().Unsubscribe(sub);
     (*subs)--;
-    return result;
+    return grpc::Status::OK;
   });
+}
+
+// A stall as the API shows it: with the rules covering its flow and the drop
+// of one of them that made its hole, if one did.
+void StallMessage(EffectTracker* effects, const obs_stall_event& e, v1::StallEvent* out) {
+  StallToProto(e, out);
+  if (!effects) return;
+  for (uint32_t id : effects->RulesFor(e.ev.cookie, e.ev.tuple)) out->add_rule_ids(id);
+  if (!out->rule_ids_size()) return;
+  uint64_t end = e.stall.start_ns + e.stall.duration_ns;
+  auto drop = effects->DropCovering(e.ev.tuple, e.stall.snd_una, end);
+  if (!drop && e.stall.rtx_type < OBS_RTX_MAX)
+    drop = effects->DropCovering(e.ev.tuple, e.stall.rtx_seq, end);
+  if (drop) DropToProto(*drop, out->mutable_caused_by());
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetransmits(
+    grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest* req) {
+  EffectTracker* effects = parts_->effects();
+  return EventStream<v1::RetransmitStreamBatch>(
+      parts_, &subscribers_, req, OBS_EV_RETRANSMIT, "WatchRetransmits",
+      [effects](const ObsEvent& e, v1::RetransmitEvent* out) {
+        EventToProto(e.data.ev, out);
+        if (effects)
+          for (uint32_t id : effects->RulesFor(e.data.ev.cookie, e.data.ev.tuple))
+            out->add_rule_ids(id);
+      });
+}
+
+grpc::ServerWriteReactor<v1::StallStreamBatch>* ObserverService::WatchStalls(
+    grpc::CallbackServerContext*, const v1::WatchStallsRequest* req) {
+  EffectTracker* effects = parts_->effects();
+  return EventStream<v1::StallStreamBatch>(
+      parts_, &subscribers_, req, OBS_EV_STALL, "WatchStalls",
+      [effects](const ObsEvent& e, v1::StallEvent* out) {
+        StallMessage(effects, e.As<obs_stall_event>(), out);
+      });
 }
 
 grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext* ctx,
@@ -426,12 +466,8 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
       // that closed before the snapshot was taken is in no snapshot.
       take(std::chrono::milliseconds(0));
       for (const ObsEvent& e : waiting) {
-        v1::Flow* f = m.add_flows();
-        FlowToProto(e.data.ev.cookie, e.data.flow, f);
-        f->set_closed(true);
-        f->set_duration_ns(e.data.closed_ns > e.data.flow.opened_ns
-                               ? e.data.closed_ns - e.data.flow.opened_ns
-                               : 0);
+        FlowToProto(e.data.ev.cookie, e.data.flow, m.add_flows(),
+                    std::max<uint64_t>(e.data.closed_ns, 1));
       }
       waiting.clear();
       gaps.Report(obs, closes.get(), own_lost, [&](v1::GapSource src, uint64_t n) {
@@ -511,6 +547,186 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
     }
     obs->hub().Unsubscribe(sub);
     (*subs)--;
+    return grpc::Status::OK;
+  });
+}
+
+namespace {
+
+// One flow's drops as the injector logged them (its data, local -> remote),
+// told once each: `seen` is how many of them the trace has told (or skipped).
+void NewDrops(Injector* inj, const obs_tuple& t, uint64_t* seen,
+              std::vector<loss_drop_range>* out, uint64_t* skipped) {
+  if (!inj) return;
+  auto drops = inj->DropsOf(SentDropKey(t));
+  if (!drops.ok() || drops->total <= *seen) return;
+  uint64_t fresh = drops->total - *seen;
+  size_t kept = drops->ranges.size();
+  if (fresh > kept) {
+    *skipped += fresh - kept;
+    fresh = kept;
+  }
+  out->insert(out->end(), drops->ranges.end() - static_cast<long>(fresh), drops->ranges.end());
+  *seen = drops->total;
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
+    grpc::CallbackServerContext*, const v1::TraceFlowRequest* req) {
+  using Reactor = PumpReactor<v1::TraceMessage>;
+  constexpr uint64_t kHour = 3600ull * 1000 * 1000 * 1000;
+  Status st;
+  std::vector<Filter> by;
+  bool by_filter = req->has_flow();
+  if (!req->cookie() && !by_filter)
+    st = InvalidArgument("name the flow to trace: cookie, or flow (an address and/or port)");
+  else if (req->cookie() && by_filter)
+    st = InvalidArgument("cookie and flow both set: name the flow one way");
+  if (st.ok() && by_filter) {
+    google::protobuf::RepeatedPtrField<v1::EventFilter> one;
+    *one.Add() = req->flow();
+    st = ParseFilters(one, "flow", &by);
+    if (st.ok() && !by[0].types.empty()) st = InvalidArgument("flow.types: a flow has no type");
+  }
+  if (st.ok() && req->wait_ns() > kHour) st = InvalidArgument("wait_ns: at most 1 h");
+  if (st.ok() && req->max_samples() > 1000000)
+    st = InvalidArgument("max_samples: at most 1,000,000 (got " +
+                         std::to_string(req->max_samples()) + ")");
+  if (st.ok() && req->duration_ns() > 24 * kHour) st = InvalidArgument("duration_ns: at most 24 h");
+  auto matcher = std::make_shared<const FilterSet>(by);
+  uint64_t cookie = req->cookie();
+  auto wait = std::chrono::nanoseconds(req->wait_ns() ? req->wait_ns() : 10000000000ull);
+  uint64_t max_samples = req->max_samples() ? req->max_samples() : 100000;
+  auto duration = std::chrono::nanoseconds(req->duration_ns());
+  size_t queue = *parts_->streams().QueueLength(0, 65536, "");
+  auto need = parts_->NeedObserver();
+  Observer* obs = need.ok() ? *need : nullptr;
+  const Components* parts = parts_;
+  return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
+    if (!st.ok()) return ToGrpc(st);
+    if (!obs) return ToGrpc(need.status());
+    EffectTracker* effects = parts->effects();
+    FilterSet none({});
+    // The flow: by cookie now, or the first that matches within `wait`.
+    auto find = [&]() -> std::optional<ObsFlow> {
+      for (const ObsFlow& f : obs->Flows()) {
+        if (cookie ? f.cookie == cookie
+                   : Wanted(*matcher, none, f.flow.tuple, f.flow.cgroup_id, -1,
+                            FlowRules(effects, f.cookie, f.flow.tuple)))
+          return f;
+      }
+      return std::nullopt;
+    };
+    auto give_up = std::chrono::steady_clock::now() + wait;
+    std::optional<ObsFlow> flow = find();
+    while (!flow && !cookie && !sink.done() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      flow = find();
+    }
+    if (sink.done()) return grpc::Status::CANCELLED;
+    if (!flow)
+      return ToGrpc(NotFound(cookie ? "no open flow with cookie " + std::to_string(cookie)
+                                    : "no open flow matched within " +
+                                          std::to_string(wait.count() / 1000000) + " ms"));
+    const uint64_t traced = flow->cookie;
+    const obs_tuple tuple = flow->flow.tuple;
+    // Subscribe first, then mark the flow traced: no sample is missed.
+    SubscribeOptions so;
+    so.queue = queue;
+    so.kinds = KindBit(OBS_EV_SAMPLE) | KindBit(OBS_EV_RETRANSMIT) | KindBit(OBS_EV_STALL) |
+               KindBit(OBS_EV_FLOW_CLOSE);
+    so.filter = [traced](const obs_event& ev) { return ev.cookie == traced; };
+    so.stream = "TraceFlow";
+    auto opened = obs->hub().Subscribe(std::move(so));
+    if (!opened.ok()) return ToGrpc(opened.status());
+    std::shared_ptr<Subscription> sub = *opened;
+    auto handle = obs->Trace(traced);
+    if (!handle.ok()) {
+      obs->hub().Unsubscribe(sub);
+      return ToGrpc(handle.status());
+    }
+    uint64_t seq = 0, samples = 0, drops_seen = 0, drops_skipped = 0, drops_reported = 0;
+    // Drops before the trace began are history: start from the log's count now.
+    {
+      std::vector<loss_drop_range> old;
+      uint64_t skipped = 0;
+      NewDrops(parts->injector(), tuple, &drops_seen, &old, &skipped);
+    }
+    GapTracker gaps;
+    gaps.ring_seen = obs->Totals().counters[OBS_CNT_RING_LOST];
+    v1::TraceMessage first;
+    first.set_seq(++seq);
+    FlowToProto(traced, flow->flow, first.mutable_flow());
+    bool ok = sink.Write(first);
+    auto end = duration.count() ? std::chrono::steady_clock::now() + duration
+                                : std::chrono::steady_clock::time_point::max();
+    auto next_poll = std::chrono::steady_clock::now();
+    bool closed = false;
+    while (ok && !closed && !sink.done() && samples < max_samples &&
+           std::chrono::steady_clock::now() < end) {
+      std::vector<v1::TraceMessage> out;
+      for (ObsEvent& e : sub->NextBatch(512, std::chrono::milliseconds(50))) {
+        v1::TraceMessage m;
+        switch (e.data.ev.kind) {
+          case OBS_EV_SAMPLE:
+            if (samples >= max_samples) continue;
+            samples++;
+            SampleToProto(e.As<obs_sample_event>(), m.mutable_sample());
+            break;
+          case OBS_EV_RETRANSMIT:
+            EventToProto(e.data.ev, m.mutable_retransmit());
+            break;
+          case OBS_EV_STALL:
+            StallMessage(effects, e.As<obs_stall_event>(), m.mutable_stall());
+            break;
+          case OBS_EV_FLOW_CLOSE:
+            FlowToProto(traced, e.data.flow, m.mutable_closed(),
+                        std::max<uint64_t>(e.data.closed_ns, 1));
+            closed = true;
+            break;
+          default: continue;
+        }
+        out.push_back(std::move(m));
+      }
+      if (closed || std::chrono::steady_clock::now() >= next_poll) {
+        next_poll = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+        std::vector<loss_drop_range> fresh;
+        NewDrops(parts->injector(), tuple, &drops_seen, &fresh, &drops_skipped);
+        // Drops go before what came after them (the trace is read in time order).
+        for (const loss_drop_range& d : fresh) {
+          v1::TraceMessage m;
+          DropToProto(DropRecord{d.rule_id, d.time_ns, d.seq, d.len, d.segs},
+                      m.mutable_drop()->mutable_drop());
+          out.insert(out.end() - (closed ? 1 : 0), std::move(m));
+        }
+        auto gap = [&](v1::GapSource src, uint64_t n) {
+          v1::TraceMessage m;
+          m.mutable_gap()->set_source(src);
+          m.mutable_gap()->set_count(n);
+          out.insert(out.end() - (closed ? 1 : 0), std::move(m));
+        };
+        gaps.Report(obs, sub.get(), 0, gap);
+        if (drops_skipped > drops_reported) gap(v1::GAP_SOURCE_DROP_LOG, drops_skipped - drops_reported);
+        drops_reported = drops_skipped;
+      }
+      for (v1::TraceMessage& m : out) {
+        m.set_seq(++seq);
+        if (!(ok = sink.Write(std::move(m)))) break;
+      }
+    }
+    handle->reset();
+    obs->hub().Unsubscribe(sub);
+    if (ok && !closed && !sink.done()) {
+      // Ended by max_samples or duration: the flow as it is now.
+      for (const ObsFlow& f : obs->Flows())
+        if (f.cookie == traced) {
+          v1::TraceMessage m;
+          m.set_seq(++seq);
+          FlowToProto(traced, f.flow, m.mutable_closed());
+          sink.Write(std::move(m));
+        }
+    }
     return grpc::Status::OK;
   });
 }

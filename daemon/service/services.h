@@ -57,6 +57,10 @@ class ObserverService final : public v1::Observer::CallbackService {
       grpc::CallbackServerContext*, const v1::WatchFlowsRequest*) override;
   grpc::ServerWriteReactor<v1::Aggregate>* WatchAggregates(
       grpc::CallbackServerContext*, const v1::WatchAggregatesRequest*) override;
+  grpc::ServerWriteReactor<v1::StallStreamBatch>* WatchStalls(
+      grpc::CallbackServerContext*, const v1::WatchStallsRequest*) override;
+  grpc::ServerWriteReactor<v1::TraceMessage>* TraceFlow(grpc::CallbackServerContext*,
+                                                        const v1::TraceFlowRequest*) override;
   int subscribers() const { return subscribers_; }
 
  private:

@@ -291,7 +291,7 @@ class StreamReader:
             for m in self.call:
                 self.go.wait()
                 with self.lock:
-                    if m.DESCRIPTOR.name == "RetransmitStreamBatch":
+                    if m.DESCRIPTOR.name in ("RetransmitStreamBatch", "StallStreamBatch"):
                         self.msgs.extend(m.items)  # the stream's items, in order
                     else:
                         self.msgs.append(m)

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from lab import stats
+from lab import config, stats
 from lab.lossd import Lossd
 
 PREFIX = "lossd-e2e"
@@ -419,3 +419,62 @@ class RouterLab(Lab):
         self.run(self.c, "ip", "route", "add", "198.51.100.0/25", "via", self.R_IP0)
         self.run(self.s, "ip", "route", "add", "192.0.2.0/25", "via", self.R_IP1)
         self.run(self.r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+
+
+class DelayLab(Lab):
+    """Client c -- delay d -- server s, with rtt_ms added to the round trip (c0 -- d0 on
+    192.0.2.0/25, d1 -- s0 on 198.51.100.0/25): d routes both directions through a tun
+    device whose reader (bench/delay_line.py) writes every packet back rtt_ms/2 later
+    (this kernel has no qdisc that delays: no netem, fq or etf). rtt_ms 0: c0 -- s0 directly,
+    no d. delay_report() stops the delay line and returns its JSON (packets carried, the
+    largest lateness)."""
+    C_IP, D_IP0, D_IP1, S_IP = "192.0.2.1", "192.0.2.126", "198.51.100.126", "198.51.100.1"
+    DELAY_LINE = os.path.join(config.REPO, "bench", "delay_line.py")
+
+    def __init__(self, rtt_ms):
+        super().__init__(pair=False)
+        self.rtt_ms = rtt_ms
+        self.dl = None
+        try:
+            self.c, self.s = self.netns("c"), self.netns("s")
+            if rtt_ms > 0:
+                self.d = self.netns("d")
+                self.veth(self.c, "c0", self.d, "d0")
+                self.veth(self.d, "d1", self.s, "s0")
+                addrs = ((self.c, "c0", self.C_IP), (self.d, "d0", self.D_IP0), (self.d, "d1", self.D_IP1),
+                         (self.s, "s0", self.S_IP))
+            else:
+                self.d = None
+                self.veth(self.c, "c0", self.s, "s0")
+                addrs = ((self.c, "c0", self.C_IP), (self.s, "s0", self.S_IP))
+            for ns, ifn, ip in addrs:
+                self.addresses(ns, ifn, ip + "/25")
+            if rtt_ms > 0:
+                sh("ip", "-n", self.c, "route", "add", "198.51.100.0/25", "via", self.D_IP0)
+                sh("ip", "-n", self.s, "route", "add", "192.0.2.0/25", "via", self.D_IP1)
+                self.run(self.d, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                         "net.ipv4.conf.default.rp_filter=0")
+                self.dl = self.popen(self.d, [config.PY, self.DELAY_LINE, "--dev", "dl0", "--delay-ms", str(rtt_ms / 2.0)],
+                                     stdout=subprocess.PIPE)
+                if not self.dl.stdout.readline().startswith("READY"):
+                    raise RuntimeError("delay line did not start")
+                sh("ip", "-n", self.d, "link", "set", "dl0", "up")
+                for ifn in ("d0", "d1"):
+                    sh("ip", "-n", self.d, "rule", "add", "iif", ifn, "lookup", "100")
+                sh("ip", "-n", self.d, "route", "add", "default", "dev", "dl0", "table", "100")
+            else:
+                sh("ip", "-n", self.c, "route", "add", "198.51.100.0/25", "dev", "c0")
+                sh("ip", "-n", self.s, "route", "add", "192.0.2.0/25", "dev", "s0")
+            log("lab up:", " ".join(self.namespaces), "rtt +%g ms" % rtt_ms)
+        except BaseException:
+            self.close()
+            raise
+
+    def delay_report(self):
+        """Stops the delay line; its JSON line (None without one)."""
+        if self.dl is None:
+            return None
+        self.dl.send_signal(signal.SIGTERM)
+        out = self.dl.communicate(timeout=30)[0]
+        self.dl = None
+        return json.loads(out.strip().splitlines()[-1])

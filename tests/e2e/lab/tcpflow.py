@@ -2,10 +2,14 @@
 """TCP traffic for the lossd e2e tests, benchmarks and sweeps (stdlib only). Run inside a
 namespace by lab.traffic; also a `lossctl sweep --workload` (rr).
 
-  tcpflow.py recv --bind ADDR --port P [--conns N]
+  tcpflow.py recv --bind ADDR --port P [--conns N] [--rcvbuf B]
+                  [--pause-after B --pause-secs S]
       Prints READY once listening, accepts N connections and reads each until EOF on its
       own thread, closing it only after the peer's EOF (so every byte sent was
-      delivered). Prints {"bytes": received, "conns": N} at the end.
+      delivered). Prints {"bytes": received, "conns": N} at the end. --rcvbuf: SO_RCVBUF
+      of the listener (inherited by the connections; the kernel doubles it and stops
+      tuning it). --pause-after: a connection stops reading once it has read B bytes, for
+      S seconds (its receive buffer fills: a zero window), then reads on.
 
   tcpflow.py send --dst ADDR --port P (--bytes N | --until-stdin) [--conns C]
                   [--rate-mbit R] [--cc NAME] [--timeout S] [--acked | --hold]
@@ -28,6 +32,7 @@ namespace by lab.traffic; also a `lossctl sweep --workload` (rr).
 
   tcpflow.py rr --dst ADDR --port P [--request 1448] [--response 0] [--count 1000]
                 [--seconds S] [--new-conn] [--nodelay] [--gap-ms G] [--no-latencies]
+                [--split B]
       Request/response: one connection (or one per request with --new-conn); each request
       is REQUEST bytes on the wire (header included: 1448 is one full segment), the reply
       RESPONSE bytes (0: the same as the request); the next request goes G ms after the
@@ -35,7 +40,8 @@ namespace by lab.traffic; also a `lossctl sweep --workload` (rr).
       ends with a shut write side and the server's EOF. Prints one JSON line: requests,
       bytes (both directions), response_bytes, secs, throughput_bps (request+reply
       bytes), sport and total_retrans (of the last connection), and latencies_ms (one per
-      request) unless --no-latencies.
+      request) unless --no-latencies. --split: each request in two writes, the last B
+      bytes in the second (without --nodelay: Nagle may hold it).
       Wire format: an 8-byte header (body length, reply length; network order) then the
       body (REQUEST - 8 bytes); the server replies with reply-length bytes.
 """
@@ -78,6 +84,8 @@ def outq(s):
 def listen(a):
     ls = socket.socket(family(a.bind), socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if getattr(a, "rcvbuf", 0):
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, a.rcvbuf)
     ls.bind((a.bind, a.port))
     ls.listen(128)
     print("READY", flush=True)
@@ -114,11 +122,15 @@ def recv(a):
     def handle(c):
         buf = bytearray(1 << 18)
         n = 0
+        pause = a.pause_after
         while True:
-            k = c.recv_into(buf)
+            k = c.recv_into(memoryview(buf)[:min(len(buf), pause - n)] if pause else buf)
             if k == 0:
                 break
             n += k
+            if pause and n >= pause:
+                time.sleep(a.pause_secs)
+                pause = 0
         c.close()
         with lock:
             total[0] += n
@@ -249,6 +261,8 @@ def rr(a):
     resp = a.response or a.request
     if a.request < HDR.size:
         raise SystemExit("--request: at least %d bytes (the header)" % HDR.size)
+    if a.split and not 0 < a.split < a.request:
+        raise SystemExit("--split: between 1 and --request - 1 bytes")
     body = a.request - HDR.size
     req = HDR.pack(body, resp) + bytes(body)
     buf = bytearray(max(resp, 1))
@@ -265,7 +279,11 @@ def rr(a):
                 if a.nodelay:
                     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             r0 = time.monotonic()
-            s.sendall(req)
+            if a.split:
+                s.sendall(req[:-a.split])
+                s.sendall(req[-a.split:])
+            else:
+                s.sendall(req)
             recv_exact(s, resp, buf)
             lat.append((time.monotonic() - r0) * 1e3)
             n += 1
@@ -300,6 +318,9 @@ def main():
     r.add_argument("--bind", required=True)
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--conns", type=int, default=1)
+    r.add_argument("--rcvbuf", type=int, default=0, help="SO_RCVBUF of the listener (bytes)")
+    r.add_argument("--pause-after", type=int, default=0, help="stop reading after this many bytes")
+    r.add_argument("--pause-secs", type=float, default=0, help="for this long")
     w = sub.add_parser("send")
     w.add_argument("--dst", required=True)
     w.add_argument("--port", type=int, required=True)
@@ -326,6 +347,7 @@ def main():
     c.add_argument("--timeout", type=float, default=30)
     c.add_argument("--new-conn", action="store_true")
     c.add_argument("--nodelay", action="store_true")
+    c.add_argument("--split", type=int, default=0, help="the last SPLIT bytes of a request in a second write")
     c.add_argument("--gap-ms", type=float, default=0)
     c.add_argument("--no-latencies", action="store_true")
     c.add_argument("--sport", type=int, default=0, help="local port of the connection")
