@@ -20,7 +20,7 @@ veth RTT of microseconds; 300 requests, 20 ms apart: ~30 lost tails (P(fewer tha
     retransmitted segments == the namespace's TcpRetransSegs delta, its stalls == the
     summary's stalls; the CSV has one row per sample and one per retransmit/stall/drop;
     the PNG is a valid PNG of at least 800x500 pixels and 20 KB, the SVG valid XML with
-    the plot's labels. Copies go to <build>/e2e-artifacts/lossctl_trace.{png,svg}.
+    the plot's labels. Copies go to <build>/e2e-artifacts/lossctl_trace.{json,csv,png,svg}.
 """
 import csv
 import json
@@ -66,7 +66,7 @@ class LossctlDiagnosis(ClientTestCase):
         p = client_popen(self.lab, self.d.ctl_cmd(*args), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                          env={"COLUMNS": str(columns)})
-        rc, out, err = finish(p, 30, "lossctl %s" % " ".join(args))
+        rc, out, err = finish(p, 30, "lossctl %s" % " ".join(map(str, args)))
         self.assertEqual(rc, 0, err)
         return out
 
@@ -86,7 +86,8 @@ class LossctlDiagnosis(ClientTestCase):
                             "--plot", files["png"], "--plot", files["svg"])
         time.sleep(3.0)  # the three streams are open (the Python client starts in ~1 s)
         for name, p in (("stalls", stalls_t), ("stalls -o json", stalls_j), ("flow trace", trace)):
-            self.assertIsNone(p.poll(), "lossctl %s ended early: %r" % (name, p.communicate()))
+            if p.poll() is not None:
+                self.fail("lossctl %s ended early: %r" % (name, p.communicate()))
 
         c0 = lab.counters(lab.a)
         srv = traffic.rr_server(lab, lab.b, "0.0.0.0", PORT, conns=1)
@@ -148,7 +149,7 @@ class LossctlDiagnosis(ClientTestCase):
         # --- the trace
         rc, out, err = finish(trace, 60, "lossctl flow trace")
         self.assertEqual(rc, 0, "stdout %r stderr %r" % (out, err))
-        for ext in ("png", "svg"):
+        for ext in ("json", "csv", "png", "svg"):
             shutil.copy(files[ext], artifact("lossctl_trace." + ext))
         with open(files["json"]) as fh:
             doc = json.load(fh)
