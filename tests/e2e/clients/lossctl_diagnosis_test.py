@@ -16,9 +16,9 @@ veth RTT of microseconds; 300 requests, 20 ms apart: ~30 lost tails (P(fewer tha
     JSON form three StallEvents of the flow, seq 1, 2, 3.
     After the flow closed: the trace command exits 0; the JSON has every message in order
     (seq 1..N without holes), the flow first and its closing summary last, samples in time
-    order, snd_una non-decreasing (mod 2^32), its retransmissions == the closing summary's
-    retransmitted segments == the namespace's TcpRetransSegs delta, its stalls == the
-    summary's stalls; the CSV has one row per sample and one per retransmit/stall/drop;
+    order, snd_una non-decreasing (mod 2^32), its retransmitted segments == the closing
+    summary's minus the first message's (the flow when the trace began), and the summary's
+    == the namespace's TcpRetransSegs delta; its stalls likewise; the CSV has one row per sample and one per retransmit/stall/drop;
     the PNG is a valid PNG of at least 800x500 pixels and 20 KB, the SVG valid XML with
     the plot's labels. Copies go to <build>/e2e-artifacts/lossctl_trace.{json,csv,png,svg}.
 """
@@ -173,18 +173,21 @@ class LossctlDiagnosis(ClientTestCase):
         self.assertGreaterEqual((una[-1] - una[0]) % (1 << 32), (REQUESTS - 1) * 14480)
         rtx_segs = sum(r["segments"] for r in rtx)
         flow_segs = sum(u64(v) for v in closed["retransmitted_segments"].values())
+        # The trace covers the flow from its first message (the flow as it was then) on.
+        before = sum(u64(v) for v in tm[0]["flow"]["retransmitted_segments"].values())
+        stalls_before = tm[0]["flow"].get("stalls", 0)
         nums = dict(samples=len(samples), retransmits=len(rtx), retransmitted_segments=rtx_segs,
-                    flow_retransmitted=flow_segs, kernel_retrans_segs=da["Tcp.RetransSegs"],
+                    flow_retransmitted=flow_segs, before_trace=before, stalls_before_trace=stalls_before, kernel_retrans_segs=da["Tcp.RetransSegs"],
                     stalls=len(stalls), flow_stalls=closed.get("stalls", 0),
                     causes=sorted({s["cause"] for s in stalls}),
                     stall_ns={k: u64(v) for k, v in closed["stall_ns"].items()},
                     dominant=(closed["dominant_limit"], closed["dominant_share"]), stdout=out.strip())
         measured("lossctl_trace", **nums)
         self.assertGreater(rtx_segs, 0, nums)
-        self.assertEqual(rtx_segs, flow_segs, nums)
+        self.assertEqual(rtx_segs, flow_segs - before, nums)
         self.assertEqual(flow_segs, da["Tcp.RetransSegs"], nums)
         self.assertGreaterEqual(len(stalls), 3, nums)
-        self.assertEqual(len(stalls), closed.get("stalls", 0), nums)
+        self.assertEqual(len(stalls), closed.get("stalls", 0) - stalls_before, nums)
         for s in stalls:
             self.assertIn(s["cause"], NETWORK_CAUSES, s)
         self.assertIn("%d samples" % len(samples), out)
