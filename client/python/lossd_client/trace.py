@@ -30,7 +30,6 @@ from . import cli
 from .errors import LossdError, LossdInputError
 from .types import (Gap, RetransmitEvent, StallEvent, TraceDrop, TraceFlow, TraceSample,
                     trace_item, trace_kind)
-from .units import format_duration
 
 MOD = 1 << 32
 
@@ -227,6 +226,15 @@ STALL_COLORS = {"rto": "#d62728", "tlp": "#ff7f0e", "fast_recovery": "#bcbd22",
 MAX_STALL_LABELS = 12
 
 
+def _short_duration(ns):
+    """Three significant digits: '208ms', '1.23s', '12.5ms'."""
+    for unit, div in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= div:
+            v = ns / div
+            return ("%.0f" if v >= 100 else "%.1f" if v >= 10 else "%.2f") % v + unit
+    return "%dns" % ns
+
+
 def _byte_scale(top):
     for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if top >= 4 * div:
@@ -268,8 +276,15 @@ def plot(trace, paths):
             a.axvspan(x, x + width, color=color, alpha=0.18, lw=0)
         if cause not in causes:
             causes.append(cause)
+    # Labels (rotated, one line high) of the longest stalls, none closer than 1.2 % of
+    # the time axis to another.
+    span = (max(s["t"]) - min(s["t"])) or 1.0
+    placed = []
     for x, width, cause, ns in longest:
-        ax.annotate("%s %s" % (cause.replace("_", " "), format_duration(ns)), xy=(x, 1),
+        if any(abs(x - p) < 0.012 * span for p in placed):
+            continue
+        placed.append(x)
+        ax.annotate("%s %s" % (cause.replace("_", " "), _short_duration(ns)), xy=(x, 1),
                     xycoords=("data", "axes fraction"), xytext=(2, -4),
                     textcoords="offset points", va="top", ha="left", fontsize=7, rotation=90,
                     color=STALL_COLORS.get(cause, "#000000"))
@@ -277,7 +292,7 @@ def plot(trace, paths):
     for c in causes:
         handles.append(Patch(color=STALL_COLORS.get(c, "#000000"), alpha=0.3))
         labels.append("stall: " + c.replace("_", " "))
-    ax.legend(handles, labels, loc="upper left", fontsize=8, framealpha=0.85)
+    ax.legend(handles, labels, loc="lower right", fontsize=8, framealpha=0.85)  # sequence grows: empty there
     ax.set_ylabel("sequence (%s from the first)" % unit)
     ax.grid(True, alpha=0.3)
     f = trace.last_flow

@@ -701,17 +701,20 @@ const stallShade = {
   beforeDatasetsDraw(chart) {
     const { ctx, chartArea: a, scales: { x } } = chart;
     const label = chart.canvas.id === "trace-chart";
+    let labelEnd = -Infinity;  // a label that would overlap the previous one is left out
     ctx.save();
+    ctx.font = "11px system-ui, sans-serif";
     for (const st of state.trace.stalls) {
       const x0 = Math.max(a.left, x.getPixelForValue(st.x0));
       const x1 = Math.min(a.right, x.getPixelForValue(st.x1));
       if (x1 < a.left || x0 > a.right) continue;
       ctx.fillStyle = (STALL_COLORS[st.cause] || "#111827") + "2e";
       ctx.fillRect(x0, a.top, Math.max(1, x1 - x0), a.bottom - a.top);
-      if (label) {
+      const text = st.cause.replace(/_/g, " ") + " " + fmtDuration(st.ns);
+      if (label && x0 + 2 > labelEnd) {
         ctx.fillStyle = STALL_COLORS[st.cause] || "#111827";
-        ctx.font = "11px system-ui, sans-serif";
-        ctx.fillText(st.cause.replace(/_/g, " ") + " " + fmtDuration(st.ns), x0 + 2, a.top + 12);
+        ctx.fillText(text, x0 + 2, a.top + 12);
+        labelEnd = x0 + 2 + ctx.measureText(text).width + 6;
       }
     }
     ctx.restore();
