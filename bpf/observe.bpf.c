@@ -592,9 +592,21 @@ static __always_inline void stall_end(struct tcp_sock *tp, struct obs_flow *f, _
 	bpf_ringbuf_submit(e, wakeup_flag(now));
 }
 
-static __always_inline void trace_sample(struct tcp_sock *tp, const struct obs_flow *f,
-					 __u64 cookie, __u64 now, __u32 ack_seq, __u32 ack_wnd)
+static __always_inline void trace_sample(struct tcp_sock *tp, const struct sk_buff *skb,
+					 const struct obs_flow *f, __u64 cookie, __u64 now,
+					 __u32 ack_seq)
 {
+	/* the window this ACK advertises, from its header (skb->data is the TCP
+	 * header in tcp_rcv_established). tcp_sock's bitfields are read as C
+	 * fields (vmlinux.h's preserve_access_index): libbpf's
+	 * BPF_CORE_READ_BITFIELD_PROBED read other bytes than rx_opt.snd_wscale
+	 * here, and BPF_CORE_READ_BITFIELD an offset past the struct (libbpf 1.1,
+	 * clang 14). */
+	__be16 raw_wnd = 0;
+	bpf_probe_read_kernel(&raw_wnd, sizeof(raw_wnd),
+			      skb->data + __builtin_offsetof(struct tcphdr, window));
+	__u32 wscale = tp->rx_opt.snd_wscale;
+	__u32 ack_wnd = (__u32)__builtin_bswap16(raw_wnd) << (wscale & 15);
 	count(OBS_CNT_SAMPLES);
 	struct obs_sample_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
 	if (!e) {
@@ -665,19 +677,13 @@ int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
 	account_limits(tp, f, now);
 
 	const struct tcp_skb_cb *cb = (const void *)skb->cb;
-	__u16 tcp_flags = BPF_CORE_READ(cb, tcp_flags);
+	__u16 tcp_flags = cb->tcp_flags; /* skb->cb: read in place (a BTF pointer) */
 	if (!(tcp_flags & TCPHDR_ACK))
 		return 0;
-	__u32 ack = BPF_CORE_READ(cb, ack_seq);
-	__be16 raw_wnd = 0;
-	bpf_probe_read_kernel(&raw_wnd, sizeof(raw_wnd),
-			      skb->data + __builtin_offsetof(struct tcphdr, window));
-	/* tcp_sock's bitfields read as C fields (a BTF pointer; vmlinux.h's
-	 * preserve_access_index): BPF_CORE_READ_BITFIELD_PROBED read other bytes
-	 * than rx_opt.snd_wscale here, and BPF_CORE_READ_BITFIELD an offset past
-	 * the struct (libbpf 1.1, clang 14) */
-	__u32 wscale = tp->rx_opt.snd_wscale;
-	__u32 wnd = (__u32)__builtin_bswap16(raw_wnd) << (wscale & 15);
+	__u32 ack = cb->ack_seq;
+	/* The window before this ACK: the one it advertises is snd_wnd at the
+	 * next ACK (a zero window is seen there, or at the stall's end). */
+	__u32 wnd = tp->snd_wnd;
 
 	__u32 min_rtt = tp->rtt_min.s[0].v;
 	if (min_rtt == 0xffffffff)
@@ -700,7 +706,7 @@ int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
 			f->st_backoff = backoff;
 	}
 	if (cfg->n_traced && bpf_map_lookup_elem(&obs_traced, &cookie))
-		trace_sample(tp, f, cookie, now, ack, wnd);
+		trace_sample(tp, skb, f, cookie, now, ack);
 	return 0;
 }
 
@@ -710,6 +716,12 @@ int BPF_PROG(obs_sendmsg, const struct sock *sk, const struct msghdr *msg,
 	     const struct sk_buff *skb, int size_goal)
 {
 	if (!sk)
+		return 0;
+	/* Runs for every sendmsg chunk of every socket of the host: a flow is
+	 * idle only with nothing written and unacknowledged, so a busy socket
+	 * returns before the cookie and the lookup (bench/diagnosis_cost.py). */
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (!tp || tp->write_seq != tp->snd_una)
 		return 0;
 	__u64 cookie = bpf_get_socket_cookie((void *)sk);
 	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &cookie);
