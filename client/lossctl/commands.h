@@ -21,7 +21,7 @@ void AddObserveCommands(CLI::App* app, const Globals* globals, Run* run);
 void AddSystemCommands(CLI::App* app, const Globals* globals, Run* run);
 // top (a live terminal view: retransmits, rules' effect, busiest flows)
 void AddTopCommand(CLI::App* app, const Globals* globals, Run* run);
-// sweep (runs client/python's lossd_client.sweep)
+// sweep, flow trace (run client/python's lossd_client.sweep, .trace)
 void AddSweepCommands(CLI::App* app, const Globals* globals, Run* run);
 
 }  // namespace lossctl

@@ -1,6 +1,8 @@
 // watch | flows | stats: the Observer service (and the Injector's counter
 // stream for `stats --rules`).
+#include <sys/ioctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cinttypes>
@@ -10,6 +12,7 @@
 #include "commands.h"
 #include "connect.h"
 #include "filter_flags.h"
+#include "flow_view.h"
 #include "format.h"
 #include "interrupt.h"
 #include "rule_flags.h"
@@ -150,12 +153,28 @@ void AddAllowFilterFlags(CLI::App* cmd, FilterFlags* f) {
       ->allow_extra_args(false);
 }
 
+void AddDenyFilterFlags(CLI::App* cmd, FilterFlags* f) {
+  cmd->add_option("--deny-addr", f->deny_addrs, "Leave out this address/CIDR (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--deny-port", f->deny_ports, "Leave out this port or LO-HI (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--deny-cgroup", f->deny_cgroups, "Leave out this cgroup id (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--deny-rule", f->deny_rules, "Leave out flows of this rule (repeatable)")
+      ->allow_extra_args(false);
+}
+
 // ---------------------------------------------------------------- watch --
 
 struct WatchFlags {
   FilterFlags filter;
   std::string queue, count;
 };
+
+void AddStreamFlags(CLI::App* cmd, WatchFlags* f) {
+  cmd->add_option("--queue", f->queue, "This client's queue in lossd, in events (default 65536)");
+  cmd->add_option("--count", f->count, "Stop after this many events");
+}
 
 int Watch(const Globals& g, const WatchFlags& f) {
   v1::WatchRetransmitsRequest req;
@@ -201,6 +220,19 @@ int Watch(const Globals& g, const WatchFlags& f) {
 
 // ---------------------------------------------------------------- flows --
 
+// The terminal's width (a table fits it), COLUMNS when stdout is not one;
+// 0: no limit.
+size_t TerminalWidth() {
+  struct winsize ws;
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col)
+    return ws.ws_col;
+  const char* c = getenv("COLUMNS");
+  uint64_t w;
+  std::string error;
+  if (c && *c && ParseUint(c, 1, 100000, "COLUMNS", &w, &error)) return w;
+  return 0;
+}
+
 int Flows(const Globals& g, const FilterFlags& f) {
   v1::ListFlowsRequest req;
   std::vector<v1::EventFilter> allow, deny;
@@ -222,34 +254,55 @@ int Flows(const Globals& g, const FilterFlags& f) {
     printf("no flows\n");
     return kExitOk;
   }
-  Table t({"LOCAL", "REMOTE", "CA", "CWND", "MIN-MAX", "SRTT", "MIN-MAX", "SENT", "ACKED",
-           "RETRANS", "BY-TYPE", "AGE", "COOKIE", "OWNER"});
-  for (size_t c : {3, 5, 7, 8, 9, 11, 12}) t.RightAlign(c);
-  uint64_t now = NowMonoNs();
-  for (const auto& fl : resp.flows()) {
-    uint64_t total = 0;
-    std::string by_type;
-    for (const auto& kv : OrderedByType(fl.retransmitted_segments())) {
-      if (!kv.second) continue;
-      total += kv.second;
-      by_type += (by_type.empty() ? "" : ",") + kv.first + ":" + std::to_string(kv.second);
-    }
-    std::string age = "-";
-    if (fl.closed())
-      age = FormatDuration(fl.duration_ns());
-    else if (conn->same_host() && fl.opened_mono_ns() && fl.opened_mono_ns() <= now)
-      age = (fl.preexisting() ? ">" : "") + FormatDuration(now - fl.opened_mono_ns());
-    t.AddRow(
-        {FormatEndpoint(fl.tuple().local_addr(), fl.tuple().local_port()),
-         FormatEndpoint(fl.tuple().remote_addr(), fl.tuple().remote_port()),
-         CaStateName(fl.ca_state()) + (fl.closed() ? " (closed)" : ""), std::to_string(fl.cwnd()),
-         std::to_string(fl.cwnd_min()) + "-" + std::to_string(fl.cwnd_max()), Srtt(fl.srtt_us()),
-         Srtt(fl.srtt_min_us()) + "-" + Srtt(fl.srtt_max_us()), FormatBytes(fl.bytes_sent()),
-         FormatBytes(fl.bytes_acked()), std::to_string(total), by_type.empty() ? "-" : by_type, age,
-         std::to_string(fl.cookie()), OwnerSummary(fl.owner())});
-  }
-  t.Print(stdout);
+  uint64_t now = conn->same_host() ? NowMonoNs() : 0;
+  for (const auto& line : FlowsTable(resp, now, TerminalWidth()))
+    if (!PrintLine(line, false)) return kExitOk;  // stdout closed
+  fflush(stdout);
   return kExitOk;
+}
+
+// --------------------------------------------------------------- stalls --
+
+int Stalls(const Globals& g, const WatchFlags& f) {
+  v1::WatchStallsRequest req;
+  std::vector<v1::EventFilter> allow, deny;
+  std::string error;
+  if (!BuildFilters(f.filter, &allow, &deny, &error)) return UsageError(error);
+  for (auto& a : allow) *req.add_allow() = std::move(a);
+  for (auto& d : deny) *req.add_deny() = std::move(d);
+  if (!f.queue.empty()) {
+    uint64_t q;
+    if (!ParseUint(f.queue, 1, UINT32_MAX, "--queue", &q, &error)) return UsageError(error);
+    req.set_queue(static_cast<uint32_t>(q));
+  }
+  uint64_t count;
+  if (!ParseCount(f.count, &count, &error)) return UsageError(error);
+
+  bool same_host = false;
+  uint64_t events = 0;
+  auto start = [&](Connection& c, grpc::ClientContext* ctx) {
+    same_host = c.same_host();
+    return c.observer().WatchStalls(ctx, req);
+  };
+  return Stream(g, "stalls", start, [&](const v1::StallStreamBatch& b) {
+    for (const v1::StallStreamMessage& m : b.items()) {
+      std::string line;
+      if (g.json())
+        line = ToJson(m);
+      else if (m.has_event())
+        line = StallLine(m.event(), EventTime(m.event().start_mono_ns(), same_host));
+      else if (m.has_gap())
+        line = GapLine(m.gap());
+      else
+        continue;
+      if (!PrintLine(line, false)) return false;  // stdout closed
+      if (m.has_event() && count && ++events >= count) {
+        fflush(stdout);
+        return false;
+      }
+    }
+    return fflush(stdout) == 0;  // once per batch
+  });
 }
 
 // ---------------------------------------------------------------- stats --
@@ -414,29 +467,23 @@ void AddObserveCommands(CLI::App* app, const Globals* g, Run* run) {
       ->add_option("--type", wf->filter.types,
                    "fast | rto | loss | tlp | syn | synack | probe0 | unknown (repeatable or a,b)")
       ->allow_extra_args(false);
-  watch
-      ->add_option("--deny-addr", wf->filter.deny_addrs, "Leave out this address/CIDR (repeatable)")
-      ->allow_extra_args(false);
-  watch
-      ->add_option("--deny-port", wf->filter.deny_ports,
-                   "Leave out this port or LO-HI (repeatable)")
-      ->allow_extra_args(false);
-  watch
-      ->add_option("--deny-cgroup", wf->filter.deny_cgroups,
-                   "Leave out this cgroup id (repeatable)")
-      ->allow_extra_args(false);
+  AddDenyFilterFlags(watch, &wf->filter);
   watch
       ->add_option("--deny-type", wf->filter.deny_types,
                    "Leave out these types (repeatable or a,b)")
       ->allow_extra_args(false);
-  watch
-      ->add_option("--deny-rule", wf->filter.deny_rules,
-                   "Leave out flows of this rule (repeatable)")
-      ->allow_extra_args(false);
-  watch->add_option("--queue", wf->queue,
-                    "This client's queue in lossd, in events (default 65536)");
-  watch->add_option("--count", wf->count, "Stop after this many events");
+  AddStreamFlags(watch, wf.get());
   watch->callback([g, wf, run] { *run = [g, wf] { return Watch(*g, *wf); }; });
+
+  // stalls
+  auto stf = std::make_shared<WatchFlags>();
+  CLI::App* stalls = app->add_subcommand(
+      "stalls",
+      "Print TCP stalls (no delivery past the threshold) with their cause, one line each");
+  AddAllowFilterFlags(stalls, &stf->filter);
+  AddDenyFilterFlags(stalls, &stf->filter);
+  AddStreamFlags(stalls, stf.get());
+  stalls->callback([g, stf, run] { *run = [g, stf] { return Stalls(*g, *stf); }; });
 
   // flows
   auto ff = std::make_shared<FilterFlags>();

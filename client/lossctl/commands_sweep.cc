@@ -1,8 +1,9 @@
-// lossctl sweep: runs the Python package's sweep (client/python/lossd_client/
-// sweep.py: one implementation, with its plots drawn by matplotlib) against
-// the daemon lossctl was pointed at. Every argument after `sweep` is the
-// sweep's own (lossctl sweep --help shows them); lossctl replaces itself with
-// the Python process, so Ctrl-C and exit codes are the sweep's.
+// lossctl sweep and lossctl flow trace: run the Python package's modules
+// (client/python/lossd_client/sweep.py, trace.py: one implementation each,
+// their plots drawn by matplotlib) against the daemon lossctl was pointed
+// at. Every argument after the command is the module's own (--help shows
+// them); lossctl replaces itself with the Python process, so Ctrl-C and exit
+// codes are the module's.
 #include <unistd.h>
 
 #include <cerrno>
@@ -39,12 +40,14 @@ std::vector<std::string> ConnectionArgs(const Globals& g) {
   return out;
 }
 
-int Sweep(const Globals& g, const std::vector<std::string>& rest) {
+// `what`: the command's name in messages; `module`: lossd_client.<module>.
+int RunPython(const Globals& g, const std::string& what, const std::string& module,
+              const std::vector<std::string>& rest) {
   const char* dir = getenv("LOSSCTL_PYTHON_DIR");
   std::string pydir = dir && *dir ? dir : LOSSCTL_PYTHON_DIR;
-  if (pydir.empty() || access((pydir + "/lossd_client/sweep.py").c_str(), R_OK) != 0)
+  if (pydir.empty() || access((pydir + "/lossd_client/" + module + ".py").c_str(), R_OK) != 0)
     return Fail(kExitError,
-                "sweep: the Python package lossd_client is not at '" + pydir +
+                what + ": the Python package lossd_client is not at '" + pydir +
                     "': set LOSSCTL_PYTHON_DIR to the directory holding it (client/python)");
   std::string pypath = pydir;
   if (const char* old = getenv("PYTHONPATH"); old && *old) pypath += std::string(":") + old;
@@ -52,7 +55,8 @@ int Sweep(const Globals& g, const std::vector<std::string>& rest) {
   if (!getenv("LOSSD_PYTHON_STUBS") && *LOSSCTL_STUBS_DIR)
     setenv("LOSSD_PYTHON_STUBS", LOSSCTL_STUBS_DIR, 1);
 
-  std::vector<std::string> args = {kPython, "-m", "lossd_client.sweep"};
+  setenv("LOSSCTL_COMMAND", what.c_str(), 1);  // the module's usage names the command
+  std::vector<std::string> args = {kPython, "-m", "lossd_client." + module};
   bool help = false;
   for (const auto& r : rest) help |= r == "-h" || r == "--help";
   if (!help)
@@ -62,7 +66,7 @@ int Sweep(const Globals& g, const std::vector<std::string>& rest) {
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
   execv(kPython, argv.data());
-  return Fail(kExitError, std::string("sweep: cannot run ") + kPython + ": " + strerror(errno));
+  return Fail(kExitError, what + ": cannot run " + kPython + ": " + strerror(errno));
 }
 
 }  // namespace
@@ -75,7 +79,21 @@ void AddSweepCommands(CLI::App* app, const Globals* g, Run* run) {
   sweep->fallthrough(false);  // lossctl options go before `sweep`
   sweep->callback([g, run, sweep] {
     std::vector<std::string> rest = sweep->remaining();
-    *run = [g, rest] { return Sweep(*g, rest); };
+    *run = [g, rest] { return RunPython(*g, "sweep", "sweep", rest); };
+  });
+
+  CLI::App* flow = app->add_subcommand("flow", "One flow: flow trace");
+  flow->require_subcommand(1);
+  CLI::App* trace = flow->add_subcommand(
+      "trace",
+      "Trace one flow (per-ACK samples, drops, retransmits, stalls) into JSON/CSV and draw "
+      "its time-sequence plot, PNG/SVG (flow trace --help)");
+  trace->prefix_command();
+  trace->set_help_flag();
+  trace->fallthrough(false);
+  trace->callback([g, run, trace] {
+    std::vector<std::string> rest = trace->remaining();
+    *run = [g, rest] { return RunPython(*g, "flow trace", "trace", rest); };
   });
 }
 

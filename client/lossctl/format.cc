@@ -325,6 +325,29 @@ std::vector<std::string> Table::Lines() const {
   return out;
 }
 
+std::vector<std::string> Table::FitLines(size_t max_width,
+                                         const std::vector<size_t>& drop_order) const {
+  auto widest = [](const std::vector<std::string>& lines) {
+    size_t w = 0;
+    for (const auto& l : lines) w = std::max(w, l.size());
+    return w;
+  };
+  std::vector<std::string> lines = Lines();
+  Table t = *this;
+  std::vector<size_t> order = drop_order;  // column indexes of t as columns go
+  for (size_t i = 0; i < order.size() && max_width && widest(lines) > max_width; i++) {
+    size_t c = order[i];
+    if (c >= t.header_.size()) continue;
+    t.header_.erase(t.header_.begin() + c);
+    t.right_.erase(t.right_.begin() + c);
+    for (auto& r : t.rows_) r.erase(r.begin() + c);
+    for (size_t j = i + 1; j < order.size(); j++)
+      if (order[j] > c) order[j]--;
+    lines = t.Lines();
+  }
+  return lines;
+}
+
 void Table::Print(FILE* out) const {
   for (const auto& l : Lines()) fprintf(out, "%s\n", l.c_str());
   fflush(out);

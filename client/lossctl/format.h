@@ -75,6 +75,9 @@ class Table {
   size_t rows() const { return rows_.size(); }
   // The header and each row as one line, without the newline.
   std::vector<std::string> Lines() const;
+  // Lines() without the columns of `drop_order` (in that order, as many as it
+  // takes) while a line is wider than max_width (0: no limit).
+  std::vector<std::string> FitLines(size_t max_width, const std::vector<size_t>& drop_order) const;
   void Print(FILE* out) const;
 
  private:

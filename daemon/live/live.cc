@@ -17,6 +17,10 @@ namespace lossd {
 namespace {
 
 constexpr auto kPeriod = std::chrono::seconds(1);
+// The followed flow's trace samples, at most one per this (the chart's
+// resolution); its drops, retransmits, stalls and gaps all go.
+constexpr uint64_t kTraceSampleNs = 5000000;
+constexpr uint32_t kTraceMaxSamples = 1000000;  // TraceFlowRequest's maximum
 constexpr auto kCallDeadline = std::chrono::seconds(2);
 
 // protobuf JSON as lossctl -o json prints it: field names as in the .proto,
@@ -131,22 +135,51 @@ class LiveSession {
         }
         return reader->Finish();
       });
+      if (query_.flow) trace_.Start([this](grpc::ClientContext* ctx) { return Trace(ctx); });
     }
   }
   void Stop() {
     queue_.Close();
     flows_.Stop();
     retransmits_.Stop();
+    trace_.Stop();
   }
   SseQueue& queue() { return queue_; }
   uint64_t flow() const { return query_.flow; }
 
  private:
+  // The followed flow's TraceFlow, as "trace" messages (v1.TraceMessage),
+  // samples thinned to one per kTraceSampleNs. Tried again (the observer
+  // loading) until the trace ended with the flow's closing summary.
+  grpc::Status Trace(grpc::ClientContext* ctx) {
+    if (trace_done_) return grpc::Status::OK;
+    v1::TraceFlowRequest req;
+    req.set_cookie(query_.flow);
+    req.set_max_samples(kTraceMaxSamples);
+    auto reader = page_->observer_->TraceFlow(ctx, req);
+    v1::TraceMessage m;
+    uint64_t last_sample = 0;
+    while (reader->Read(&m)) {
+      if (m.has_sample()) {
+        uint64_t t = m.sample().time_mono_ns();
+        if (last_sample && t >= last_sample && t - last_sample < kTraceSampleNs) continue;
+        last_sample = t;
+      }
+      if (m.has_closed()) trace_done_ = true;
+      queue_.Push("trace", ProtoJson(m));
+    }
+    grpc::Status st = reader->Finish();
+    // The flow is gone (closed before the trace began): nothing to try again.
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) trace_done_ = true;
+    return st;
+  }
+
   LivePage* page_;
   const EventsQuery query_;
   const v1::EventFilter filter_;
   SseQueue queue_;
-  StreamLoop flows_, retransmits_;
+  StreamLoop flows_, retransmits_, trace_;
+  bool trace_done_ = false;  // the trace thread's: the flow's trace ended (closed)
 };
 
 LivePage::LivePage(std::shared_ptr<grpc::Channel> api, LiveOptions opts)

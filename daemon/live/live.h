@@ -24,6 +24,10 @@
 //                 namespace's own counters, beside lossd's
 //   retransmit    v1.RetransmitStreamMessage: only with ?flow=COOKIE or ?rule=ID,
 //                 the individual events of that flow / rule (never the firehose)
+//   trace         v1.TraceMessage: only with ?flow=COOKIE, that flow's TraceFlow
+//                 (first its Flow, then samples, drops, retransmits, stalls, gaps,
+//                 last its closing summary), samples thinned to one per 5 ms
+//                 (the chart's resolution; lossctl flow trace has every one)
 //   gap           {"source", "count", "stream"}: messages of `stream` lost: the
 //                 daemon's gaps of the retransmit stream, and messages this
 //                 connection's queue (?queue=N, default 1024) could not hold

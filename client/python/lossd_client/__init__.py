@@ -15,9 +15,10 @@ from ._stubs import ENV_VAR as STUBS_ENV_VAR, StubsNotFound, load_stubs
 from .client import DEFAULT_SOCKET, DEFAULT_TARGET, Client, Stream, normalize_target
 from .errors import LossdError, LossdInputError
 from .spec import Filter, Spec, event_filter, rule_spec
-from .types import (Aggregate, Capabilities, Counters, CountersUpdate, Flow, FlowUpdate, Gap,
-                    Health, HookAvailability, LossModel, Match, RetransmitEvent, Rule, RuleEffect,
-                    Tuple, Version)
+from .types import (Aggregate, Capabilities, Counters, CountersUpdate, DropLink, Flow,
+                    FlowUpdate, Gap, Health, HookAvailability, LossModel, Match, RetransmitEvent,
+                    Rule, RuleEffect, StallEvent, TraceDrop, TraceFlow, TraceSample, Tuple,
+                    Version)
 from .units import (format_duration, format_rate, parse_duration, parse_ports, parse_rate,
                     wilson_interval)
 
@@ -27,6 +28,7 @@ __all__ = [
     "rule_spec", "Spec", "event_filter", "Filter",
     "Rule", "RuleEffect", "Counters", "Match", "LossModel", "CountersUpdate",
     "RetransmitEvent", "Gap", "Flow", "FlowUpdate", "Aggregate", "Tuple",
+    "StallEvent", "DropLink", "TraceSample", "TraceDrop", "TraceFlow",
     "Capabilities", "HookAvailability", "Health", "Version",
     "parse_rate", "format_rate", "parse_duration", "format_duration", "parse_ports",
     "wilson_interval",

@@ -351,6 +351,58 @@ class Client(_Closing):
             return [x for x in map(convert_one, batch.items) if x is not None]
         return self._stream(self._observer.WatchRetransmits, req, convert, timeout)
 
+    def watch_stalls(self, allow=None, *, deny=None, queue=None, timeout=None, **filter_kw):
+        """Stream of StallEvent and Gap records: each stall of a flow (no
+        delivery past the threshold) with its cause and evidence.
+
+        Filters as in watch_retransmits (types= is ignored by the daemon).
+        """
+        req = self.pb2.WatchStallsRequest(
+            allow=self._filters(allow, filter_kw), deny=self._filters(deny, None, "deny"))
+        if queue is not None:
+            req.queue = _spec._uint(queue, "queue", minimum=1)
+        pb2 = self.pb2
+
+        def convert_one(m):
+            which = m.WhichOneof("msg")
+            if which == "event":
+                return _t.StallEvent.from_proto(m.seq, m.event, pb2)
+            if which == "gap":
+                return _t.Gap.from_proto(m.seq, m.gap, pb2)
+            return None
+
+        def convert(batch):
+            return [x for x in map(convert_one, batch.items) if x is not None]
+        return self._stream(self._observer.WatchStalls, req, convert, timeout)
+
+    def trace_flow(self, cookie=None, *, addr=None, port=None, wait=None, max_samples=None,
+                   duration=None, timeout=None):
+        """Stream of one flow's trace: TraceFlow (first, final=False), then
+        TraceSample (one per ACK), RetransmitEvent, StallEvent, TraceDrop and
+        Gap in the order they happened, and last TraceFlow (final=True).
+
+        The flow: cookie (ListFlows), or the first flow matching addr= and/or
+        port=, waited for up to wait (default 10 s). It ends when the flow
+        closes, after max_samples samples (default 100,000) or duration.
+        """
+        req = self.pb2.TraceFlowRequest()
+        if cookie is not None:
+            if addr is not None or port is not None:
+                raise LossdInputError("trace_flow: give cookie or addr/port, not both")
+            req.cookie = _spec._uint(cookie, "cookie", bits=64, minimum=1)
+        elif addr is None and port is None:
+            raise LossdInputError("trace_flow: give cookie, or addr and/or port")
+        else:
+            req.flow.CopyFrom(_spec.filter_to_proto(_spec.event_filter(addr=addr, port=port), self.pb2))
+        if wait is not None:
+            req.wait_ns = parse_duration(wait, "wait")
+        if max_samples is not None:
+            req.max_samples = _spec._uint(max_samples, "max_samples", minimum=1)
+        if duration is not None:
+            req.duration_ns = parse_duration(duration, "duration")
+        pb2 = self.pb2
+        return self._stream(self._observer.TraceFlow, req, lambda m: _t.trace_item(m, pb2), timeout)
+
     def flows(self, filters=None, timeout=None, **filter_kw):
         """The flows the observer tracks (filters as in watch_retransmits)."""
         req = self.pb2.ListFlowsRequest(filter=self._filters(filters, filter_kw, "filter"))

@@ -349,10 +349,11 @@ class Gap:
     seq: int
     source: str               # 'kernel_ring', 'daemon_hub', 'subscriber'
     count: int
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
     def from_proto(cls, seq, m, pb2):
-        return cls(seq, _enum_name(pb2.GapSource, m.source, "GAP_SOURCE_"), m.count)
+        return cls(seq, _enum_name(pb2.GapSource, m.source, "GAP_SOURCE_"), m.count, raw=m)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,17 +377,177 @@ class Flow:
     ca_state: int
     closed: bool
     duration_ns: int
+    # Where its time went (docs/observer.md#limits): {'busy': ns, 'rwnd_limited': ns,
+    # 'sndbuf_limited', 'cwnd_limited', 'app_limited', 'idle'}; the largest limit of
+    # busy time and its share ('' while nothing was busy).
+    limit_ns: dict = dataclasses.field(default_factory=dict)
+    dominant_limit: str = ""
+    dominant_share: float = 0.0
+    stalls: int = 0                # stalls that ended
+    stall_ns: dict = dataclasses.field(default_factory=dict)   # their time by cause name
+    stalled_ns: int = 0            # > 0: stalled now, for this long
+    min_rtt_us: int = 0
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
     def from_proto(cls, m):
         return _from_proto(cls, m, tuple=Tuple.from_proto(m.tuple),
                            retransmitted_segments=type_counts(m.retransmitted_segments),
-                           ca_time_ns={k.lower(): v for k, v in m.ca_time_ns.items()})
+                           ca_time_ns={k.lower(): v for k, v in m.ca_time_ns.items()},
+                           limit_ns=dict(m.limit_ns), stall_ns=dict(m.stall_ns))
 
     @property
     def retransmitted_total(self):
         return sum(self.retransmitted_segments.values())
+
+    @property
+    def stall_total_ns(self):
+        return sum(self.stall_ns.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class DropLink:
+    """One drop of a rule as the injector recorded it (rule_id 0: none linked)."""
+    rule_id: int
+    time_mono_ns: int
+    tcp_seq: int              # first TCP sequence number of the dropped skb
+    length: int               # payload bytes
+    segments: int
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.rule_id, m.time_mono_ns, m.seq, m.length, m.segments)
+
+    def __str__(self):
+        return "rule %d's drop of seq %d+%d" % (self.rule_id, self.tcp_seq, self.length)
+
+
+@dataclasses.dataclass(frozen=True)
+class StallEvent:
+    """A stall: data to deliver, nothing delivered past the threshold
+    (docs/observer.md#stalls), with its cause and the evidence for it."""
+    seq: int                  # stream sequence number
+    start_mono_ns: int
+    duration_ns: int
+    cookie: int
+    cgroup_id: int
+    tuple: Tuple
+    cause: str                # 'rto', 'tlp', 'fast_recovery', 'zero_window', 'rwnd_limited',
+                              # 'nagle_delayed_ack', 'cwnd_limited', 'sndbuf_limited',
+                              # 'app_limited', 'unknown'
+    at_close: bool
+    threshold_ns: int
+    snd_una: int              # the hole: first byte not delivered during it
+    ack_seq: int              # the ACK that ended it
+    unsent_bytes: int
+    first_retransmit: str     # a retransmit type name, '' when none in it
+    first_retransmit_seq: int
+    retransmits: int
+    backoff: int
+    acks: int
+    min_window: int
+    min_rtt_us: int
+    nagle: bool
+    state: typing.Any         # the lossd.v1.SocketState message at its end
+    caused_by: typing.Optional[DropLink]   # the rule drop that made the hole, or None
+    rule_ids: tuple
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, seq, m, pb2):
+        first = _enum_name(pb2.RetransmitType, m.first_retransmit, "RETRANSMIT_TYPE_")
+        return cls(seq, m.start_mono_ns, m.duration_ns, m.cookie, m.cgroup_id,
+                   Tuple.from_proto(m.tuple), _enum_name(pb2.StallCause, m.cause, "STALL_CAUSE_"),
+                   m.at_close, m.threshold_ns, m.snd_una, m.ack_seq, m.unsent_bytes,
+                   "" if first == "unspecified" else first, m.first_retransmit_seq,
+                   m.retransmits, m.backoff, m.acks, m.min_window, m.min_rtt_us, m.nagle, m.state,
+                   DropLink.from_proto(m.caused_by) if m.caused_by.rule_id else None,
+                   tuple(m.rule_ids), raw=m)
+
+    @property
+    def end_mono_ns(self):
+        return self.start_mono_ns + self.duration_ns
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceSample:
+    """One ACK of a traced flow (TraceFlow): the sender's state before it."""
+    seq: int                  # stream sequence number
+    time_mono_ns: int
+    ack_seq: int
+    snd_una: int
+    snd_nxt: int
+    write_seq: int
+    cwnd: int
+    ssthresh: int
+    srtt_us: int
+    in_flight: int
+    snd_wnd: int
+    ack_window: int
+    sacked_out: int
+    lost_out: int
+    ca_state: int
+    delivered: int
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    FIELDS = ("time_mono_ns", "ack_seq", "snd_una", "snd_nxt", "write_seq", "cwnd", "ssthresh",
+              "srtt_us", "in_flight", "snd_wnd", "ack_window", "sacked_out", "lost_out",
+              "ca_state", "delivered")
+
+    @classmethod
+    def from_proto(cls, seq, m):
+        return cls(seq, *(getattr(m, f) for f in cls.FIELDS), raw=m)
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceDrop:
+    """A drop of the traced flow by a rule."""
+    seq: int
+    drop: DropLink
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @property
+    def time_mono_ns(self):
+        return self.drop.time_mono_ns
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceFlow:
+    """The traced flow: first (final False: as the trace began) and last
+    (final True: its closing summary, or its state when the trace ended)."""
+    seq: int
+    flow: Flow
+    final: bool
+
+    @property
+    def raw(self):
+        return self.flow.raw
+
+
+def trace_item(m, pb2):
+    """A TraceMessage as its view (None: a kind these stubs do not know)."""
+    which = m.WhichOneof("msg")
+    if which == "sample":
+        return TraceSample.from_proto(m.seq, m.sample)
+    if which == "retransmit":
+        return RetransmitEvent.from_proto(m.seq, m.retransmit, pb2)
+    if which == "stall":
+        return StallEvent.from_proto(m.seq, m.stall, pb2)
+    if which == "drop":
+        return TraceDrop(m.seq, DropLink.from_proto(m.drop.drop), raw=m.drop)
+    if which == "gap":
+        return Gap.from_proto(m.seq, m.gap, pb2)
+    if which in ("flow", "closed"):
+        return TraceFlow(m.seq, Flow.from_proto(getattr(m, which)), which == "closed")
+    return None
+
+
+# The TraceMessage field of each view (trace_item's inverse).
+def trace_kind(item):
+    if isinstance(item, TraceFlow):
+        return "closed" if item.final else "flow"
+    return {TraceSample: "sample", RetransmitEvent: "retransmit", StallEvent: "stall",
+            TraceDrop: "drop", Gap: "gap"}[type(item)]
 
 
 @dataclasses.dataclass(frozen=True)

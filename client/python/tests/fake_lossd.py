@@ -406,6 +406,100 @@ class FakeLossd:
             with self.lock:
                 self.subscribers.remove(q)
 
+    def stall(self, cause="rto", cookie=1, lport=8080, rid=0, duration_ns=210 * 10**6):
+        pb2 = self.pb2
+        ev = pb2.StallEvent(
+            start_mono_ns=time.monotonic_ns(), duration_ns=duration_ns, cookie=cookie,
+            tuple=pb2.Tuple(local_addr="192.0.2.1", local_port=lport,
+                            remote_addr="192.0.2.2", remote_port=40000 + cookie % 1000),
+            cause=getattr(pb2, "STALL_CAUSE_" + cause.upper()), threshold_ns=200 * 10**6,
+            snd_una=1000, backoff=1 if cause == "rto" else 0, retransmits=1,
+            first_retransmit=pb2.RETRANSMIT_TYPE_RTO, first_retransmit_seq=1000,
+            state=pb2.SocketState(cwnd=1, srtt_us=100), rule_ids=[rid] if rid else [])
+        if rid:
+            ev.caused_by.CopyFrom(pb2.DropLink(rule_id=rid, seq=1000, length=1448, segments=1))
+        return ev
+
+    def Observer_WatchStalls(self, req, context):
+        """Serves the stalls published as ("stall", StallEvent) or ("gap", Gap)."""
+        self._record("WatchStalls", req)
+        q = queue.Queue(maxsize=req.queue or 65536)
+        with self.lock:
+            self.subscribers.append(q)
+        seq = 0
+        try:
+            while context.is_active() and not self.stopping.is_set():
+                try:
+                    kind, msg = q.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if kind == "stall":
+                    if req.allow and not any(self._match(f, msg) for f in req.allow):
+                        continue
+                    if any(self._match(f, msg) for f in req.deny):
+                        continue
+                    seq += 1
+                    yield self.pb2.StallStreamBatch(
+                        items=[self.pb2.StallStreamMessage(seq=seq, event=msg)])
+                elif kind == "gap":
+                    seq += 1
+                    yield self.pb2.StallStreamBatch(
+                        items=[self.pb2.StallStreamMessage(seq=seq, gap=msg)])
+        finally:
+            with self.lock:
+                self.subscribers.remove(q)
+
+    def trace_messages(self, cookie=7, samples=300, start_seq=(1 << 32) - 100000):
+        """A made-up trace (TraceMessage list) whose sequence numbers wrap:
+        samples every ms, one drop, its RTO retransmission 200 ms later and
+        the stall between, a gap, the closing summary."""
+        pb2 = self.pb2
+        t0 = 10**12
+        tup = pb2.Tuple(local_addr="192.0.2.1", local_port=8080, remote_addr="192.0.2.2",
+                        remote_port=40007)
+        out = [pb2.TraceMessage(flow=pb2.Flow(cookie=cookie, tuple=tup))]
+        una = start_seq
+        for i in range(samples):
+            t = t0 + i * 10**6 + (200 * 10**6 if i >= 100 else 0)
+            if i == 100:
+                drop_seq = una
+                out.append(pb2.TraceMessage(drop=pb2.TraceDrop(drop=pb2.DropLink(
+                    rule_id=3, time_mono_ns=t0 + 99 * 10**6, seq=drop_seq, length=1448,
+                    segments=1))))
+                out.append(pb2.TraceMessage(retransmit=pb2.RetransmitEvent(
+                    time_mono_ns=t - 10**5, cookie=cookie, tuple=tup,
+                    type=pb2.RETRANSMIT_TYPE_RTO, seq=drop_seq, segments=1, rule_ids=[3])))
+                out.append(pb2.TraceMessage(stall=pb2.StallEvent(
+                    start_mono_ns=t0 + 99 * 10**6, duration_ns=201 * 10**6, cookie=cookie,
+                    tuple=tup, cause=pb2.STALL_CAUSE_RTO, snd_una=drop_seq, backoff=1,
+                    caused_by=pb2.DropLink(rule_id=3, seq=drop_seq, length=1448))))
+            if i == 150:
+                out.append(pb2.TraceMessage(gap=pb2.Gap(source=pb2.GAP_SOURCE_KERNEL_RING,
+                                                        count=2)))
+            nxt = (una + 14480) % (1 << 32)
+            out.append(pb2.TraceMessage(sample=pb2.TraceSample(
+                time_mono_ns=t, ack_seq=(una + 1448) % (1 << 32), snd_una=una, snd_nxt=nxt,
+                cwnd=10 if i < 100 else 1 + min(i - 100, 20), in_flight=10 if i < 100 else 1,
+                srtt_us=1000, snd_wnd=65535, ack_window=65535)))
+            una = (una + 1448) % (1 << 32)
+        closed = pb2.Flow(cookie=cookie, tuple=tup, closed=True, stalls=1,
+                          dominant_limit="cwnd_limited", dominant_share=0.8)
+        closed.stall_ns["rto"] = 201 * 10**6
+        closed.retransmitted_segments["rto"] = 1
+        out.append(pb2.TraceMessage(closed=closed))
+        for n, m in enumerate(out, 1):
+            m.seq = n
+        return out
+
+    def Observer_TraceFlow(self, req, context):
+        self._record("TraceFlow", req)
+        if req.cookie == 404:
+            context.abort(grpc.StatusCode.NOT_FOUND, "no flow with cookie 404")
+        for m in self.trace_messages(cookie=req.cookie or 7):
+            if not context.is_active():
+                return
+            yield m
+
     def _flows(self):
         pb2 = self.pb2
         out = []

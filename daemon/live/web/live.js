@@ -204,6 +204,7 @@ function connect() {
   on("capabilities", onCapabilities);
   on("kernel", onKernel);
   on("retransmit", onRetransmit);
+  on("trace", onTrace);
   on("gap", (g) => addGap(g.stream, g.source, u64(g.count)));
   es.onerror = () => setConn(es.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting",
                              "pill-bad");
@@ -483,7 +484,10 @@ function onFlows(m) {
     if (prev && !f.closed && now > prev.t && u64(f.bytes_sent) >= u64(prev.flow.bytes_sent))
       rec.rate = (u64(f.bytes_sent) - u64(prev.flow.bytes_sent)) / ((now - prev.t) / 1000);
     state.flows.set(key, rec);
-    if (key === state.selectedFlow) pushFlowPoint(f, null, now);
+    if (key === state.selectedFlow) {
+      pushFlowPoint(f, null, now);
+      renderFlowDiagnosis(f);
+    }
   }
   // Closed flows stay 10 s, greyed, then go.
   for (const [k, r] of state.flows) if (r.closedAt && now - r.closedAt > 10000) state.flows.delete(k);
@@ -533,9 +537,24 @@ function flowKey(r, key) {
     case "acked": return u64(f.bytes_acked);
     case "rate": return r.rate || 0;
     case "retrans": return sumMap(f.retransmitted_segments);
+    case "limit": return f.dominant_limit || "~";
+    case "stalls": return sumMap(f.stall_ns) + u64(f.stalled_ns);
     case "age": return -u64(f.opened_mono_ns);
   }
   return 0;
+}
+
+// The dominant limit and its share of busy time ("rwnd 96 %"), "-" while nothing was busy.
+function limitText(f) {
+  if (!f.dominant_limit) return "-";
+  return f.dominant_limit.replace("_limited", "") + " " + Math.round(100 * Number(f.dominant_share || 0)) + " %";
+}
+// Stalls that ended, count / total time, and "stalled 2.1 s" while one lasts.
+function stallsText(f) {
+  const n = Number(f.stalls || 0);
+  let s = n ? n + " / " + fmtDuration(sumMap(f.stall_ns)) : "-";
+  if (u64(f.stalled_ns)) s += " stalled " + fmtDuration(u64(f.stalled_ns));
+  return s;
 }
 
 function renderFlows() {
@@ -568,7 +587,8 @@ function renderFlows() {
         ["num", fmtBytes(u64(f.bytes_sent))], ["num", fmtBytes(u64(f.bytes_acked))],
         ["num", r.rate === null ? "-" : fmtBytes(r.rate) + "/s"],
         ["num retrans", fmtInt(sumMap(f.retransmitted_segments))],
-        ["", byType(f.retransmitted_segments)], ["num", (f.preexisting ? "> " : "") + age],
+        ["", byType(f.retransmitted_segments)], ["limit", limitText(f)], ["num", stallsText(f)],
+        ["num", (f.preexisting ? "> " : "") + age],
       ],
     };
   });
@@ -578,6 +598,7 @@ function renderFlows() {
     state.flowRules = new Set();
     flowChart.data.datasets.forEach((d) => (d.data = []));
     flowChart.update("none");
+    resetTrace();
     updateUrl();
     connect();
   });
@@ -640,6 +661,255 @@ function onRetransmit(m) {
   }
   state.events.push(t);
 }
+
+// ---- the followed flow's trace (TraceFlow) -----------------------------------------------------
+const STALL_COLORS = {
+  rto: "#dc2626", tlp: "#f97316", fast_recovery: "#ca8a04", zero_window: "#7c3aed",
+  rwnd_limited: "#92400e", nagle_delayed_ack: "#db2777", cwnd_limited: "#0891b2",
+  sndbuf_limited: "#6b7280", app_limited: "#9ca3af", unknown: "#111827",
+};
+const TRACE_MAX_POINTS = 20000;  // samples kept in the chart (the oldest go)
+const MOD32 = 4294967296;
+const shortEnum = (v, prefix) => String(v || "").replace(prefix, "").toLowerCase();
+
+function newTrace() {
+  return { t0: null, baseSet: false, lastRaw: 0, last: 0, samples: 0, retransmits: 0, rtxSegments: 0, drops: 0,
+           lost: 0, stalls: [], flow: null, closed: null, dirty: false };
+}
+state.trace = newTrace();
+
+// 32-bit sequence numbers as bytes past the first snd_una, across wraps.
+function seqRel(raw, advance) {
+  const tr = state.trace;
+  if (!tr.baseSet) { tr.baseSet = true; tr.lastRaw = raw; tr.last = 0; }
+  let d = (raw - tr.lastRaw) % MOD32;
+  if (d < 0) d += MOD32;
+  if (d >= MOD32 / 2) d -= MOD32;
+  const v = tr.last + d;
+  if (advance) { tr.lastRaw = raw; tr.last = v; }
+  return v;
+}
+function traceX(monoNs) {
+  const tr = state.trace;
+  if (tr.t0 === null) tr.t0 = monoNs;
+  return (monoNs - tr.t0) / 1e9;
+}
+
+// Stalls shaded behind the data, labelled with their cause.
+const stallShade = {
+  id: "stallShade",
+  beforeDatasetsDraw(chart) {
+    const { ctx, chartArea: a, scales: { x } } = chart;
+    const label = chart.canvas.id === "trace-chart";
+    let labelEnd = -Infinity;  // a label that would overlap the previous one is left out
+    ctx.save();
+    ctx.font = "11px system-ui, sans-serif";
+    for (const st of state.trace.stalls) {
+      const x0 = Math.max(a.left, x.getPixelForValue(st.x0));
+      const x1 = Math.min(a.right, x.getPixelForValue(st.x1));
+      if (x1 < a.left || x0 > a.right) continue;
+      ctx.fillStyle = (STALL_COLORS[st.cause] || "#111827") + "2e";
+      ctx.fillRect(x0, a.top, Math.max(1, x1 - x0), a.bottom - a.top);
+      const text = st.cause.replace(/_/g, " ") + " " + fmtDuration(st.ns);
+      if (label && x0 + 2 > labelEnd) {
+        ctx.fillStyle = STALL_COLORS[st.cause] || "#111827";
+        ctx.fillText(text, x0 + 2, a.top + 12);
+        labelEnd = x0 + 2 + ctx.measureText(text).width + 6;
+      }
+    }
+    ctx.restore();
+  },
+};
+
+const traceChart = new Chart($("trace-chart"), {
+  type: "line",
+  data: {
+    datasets: [
+      { label: "snd_una (acknowledged)", data: [], borderColor: "#2563eb", backgroundColor: "#2563eb",
+        pointRadius: 0, borderWidth: 1.5, stepped: true },
+      { label: "snd_nxt (sent)", data: [], borderColor: "#16a34a", backgroundColor: "#16a34a",
+        pointRadius: 0, borderWidth: 1, stepped: true },
+      { label: "retransmission", data: [], type: "scatter", pointStyle: "crossRot", pointRadius: 5,
+        borderWidth: 2, borderColor: "#dc2626", backgroundColor: "#dc2626" },
+      { label: "dropped by a rule", data: [], type: "scatter", pointStyle: "triangle", pointRadius: 5,
+        rotation: 180, borderColor: "#111827", backgroundColor: "#111827" },
+    ],
+  },
+  options: {
+    maintainAspectRatio: false,
+    parsing: false,
+    interaction: { mode: "nearest", intersect: false },
+    scales: {
+      x: { type: "linear", title: { display: true, text: "time (s from the first ACK traced)" } },
+      y: { title: { display: true, text: "sequence (KiB from the first)" } },
+    },
+    plugins: { legend: { position: "top", labels: { boxWidth: 12 } } },
+  },
+  plugins: [stallShade],
+});
+
+const traceCwndChart = new Chart($("trace-cwnd-chart"), {
+  type: "line",
+  data: {
+    datasets: [
+      { label: "cwnd", data: [], borderColor: "#7c3aed", backgroundColor: "#7c3aed", pointRadius: 0,
+        borderWidth: 1.5, stepped: true },
+      { label: "in flight", data: [], borderColor: "#f97316", backgroundColor: "#f97316", pointRadius: 0,
+        borderWidth: 1, stepped: true },
+    ],
+  },
+  options: {
+    maintainAspectRatio: false,
+    parsing: false,
+    scales: {
+      x: { type: "linear", title: { display: false } },
+      y: { beginAtZero: true, title: { display: true, text: "segments" } },
+    },
+    plugins: { legend: { position: "right", labels: { boxWidth: 12 } } },
+  },
+  plugins: [stallShade],
+});
+
+function resetTrace() {
+  state.trace = newTrace();
+  for (const c of [traceChart, traceCwndChart]) {
+    c.data.datasets.forEach((d) => (d.data = []));
+    c.update("none");
+  }
+  renderTrace();
+}
+
+function pushCapped(data, p) {
+  data.push(p);
+  if (data.length > TRACE_MAX_POINTS) data.shift();
+}
+
+function onTrace(m) {
+  const tr = state.trace;
+  const ds = traceChart.data.datasets, dc = traceCwndChart.data.datasets;
+  if (m.flow) {
+    // A trace begins (a new connection traces from now on).
+    resetTrace();
+    state.trace.flow = m.flow;
+    setText("trace-title", tupleText(m.flow.tuple) + "  (cookie " + m.flow.cookie + ")");
+    renderFlowDiagnosis(m.flow);
+  } else if (m.sample) {
+    const s = m.sample;
+    const x = traceX(u64(s.time_mono_ns));
+    pushCapped(ds[0].data, { x, y: seqRel(Number(s.snd_una), true) / 1024 });
+    pushCapped(ds[1].data, { x, y: seqRel(Number(s.snd_nxt), false) / 1024 });
+    pushCapped(dc[0].data, { x, y: Number(s.cwnd) });
+    pushCapped(dc[1].data, { x, y: Number(s.in_flight) });
+    tr.samples++;
+  } else if (m.retransmit) {
+    const e = m.retransmit;
+    pushCapped(ds[2].data, { x: traceX(u64(e.time_mono_ns)), y: seqRel(Number(e.seq), false) / 1024 });
+    tr.retransmits++;
+    tr.rtxSegments += Number(e.segments || 0);
+  } else if (m.drop) {
+    const d = m.drop.drop || {};
+    pushCapped(ds[3].data, { x: traceX(u64(d.time_mono_ns)), y: seqRel(Number(d.seq), false) / 1024 });
+    tr.drops++;
+  } else if (m.stall) {
+    const st = m.stall;
+    const x0 = traceX(u64(st.start_mono_ns));
+    tr.stalls.push({ x0, x1: x0 + u64(st.duration_ns) / 1e9, ns: u64(st.duration_ns),
+                     cause: shortEnum(st.cause, "STALL_CAUSE_"), ev: st });
+    renderStalls();
+  } else if (m.gap) {
+    tr.lost += u64(m.gap.count);
+    addGap("trace", m.gap.source, u64(m.gap.count));
+  } else if (m.closed) {
+    tr.closed = m.closed;
+    renderFlowDiagnosis(m.closed);
+  }
+  tr.dirty = true;
+}
+
+// What decided a stall's cause (as lossctl stalls prints it).
+function stallEvidence(e) {
+  const parts = [];
+  const n = (v) => Number(v || 0);
+  const resends = () => {
+    if (n(e.retransmits)) parts.push(n(e.retransmits) + " resend" + (n(e.retransmits) === 1 ? "" : "s"));
+  };
+  switch (shortEnum(e.cause, "STALL_CAUSE_")) {
+    case "rto": parts.push("rto backoff " + n(e.backoff)); resends(); break;
+    case "tlp": parts.push("tail loss probe"); resends(); break;
+    case "fast_recovery": parts.push("fast retransmit after " + n(e.acks) + " dupacks"); resends(); break;
+    case "zero_window": parts.push("zero window, " + n(e.acks) + " probe answers"); break;
+    case "rwnd_limited": parts.push("peer window " + fmtBytes(n(e.min_window))); break;
+    case "nagle_delayed_ack":
+      parts.push("nagle: " + fmtBytes(n(e.unsent_bytes)) + " held, peer ACK after " + fmtDuration(u64(e.duration_ns)));
+      break;
+    case "cwnd_limited": parts.push("in flight >= cwnd " + n(e.state && e.state.cwnd)); break;
+    case "sndbuf_limited": parts.push("send buffer full"); break;
+    case "app_limited": parts.push("nothing more to send (not a network stall)"); break;
+    default:
+      parts.push("hole at seq " + n(e.snd_una), n(e.acks) + " acks delivering nothing",
+                 "window " + fmtBytes(n(e.min_window)), fmtBytes(n(e.unsent_bytes)) + " unsent");
+      resends();
+  }
+  if (e.caused_by && n(e.caused_by.rule_id))
+    parts.push("caused by rule " + n(e.caused_by.rule_id) + "'s drop of seq " + n(e.caused_by.seq) + "+" +
+               n(e.caused_by.length));
+  if (e.at_close) parts.push("ended by the close");
+  return parts.join(", ");
+}
+
+function renderStalls() {
+  const list = state.trace.stalls.slice(-200).reverse();
+  $("stalls-empty").style.display = list.length ? "none" : "block";
+  const rows = list.map((st, i) => ({
+    id: i, selected: false, cls: "",
+    cells: [["num", st.x0.toFixed(3) + " s"], ["", st.cause.replace(/_/g, " ")],
+            ["num", fmtDuration(st.ns)], ["", stallEvidence(st.ev)]],
+  }));
+  fillTable(document.querySelector("#stalls tbody"), rows, "data-stall", () => {});
+}
+
+// The flow's limits and stalls (Flow: limit_ns, dominant_limit/share, stalls, stall_ns, stalled_ns).
+function renderFlowDiagnosis(f) {
+  if (!f || String(f.cookie) !== state.selectedFlow) return;
+  const lim = f.limit_ns || {};
+  setText("flow-limit", f.dominant_limit
+    ? f.dominant_limit.replace("_limited", "") + " " + Math.round(100 * Number(f.dominant_share || 0)) + " % of busy time"
+    : "- (nothing busy yet)");
+  const parts = ["busy " + fmtDuration(u64(lim.busy))];
+  for (const k of ["rwnd_limited", "sndbuf_limited", "cwnd_limited", "app_limited"])
+    if (u64(lim[k])) parts.push(k.replace("_limited", "") + " " + fmtDuration(u64(lim[k])));
+  parts.push("idle " + fmtDuration(u64(lim.idle)));
+  setText("flow-time", parts.join(" · "));
+  const byCause = [];
+  let total = 0;
+  for (const k in f.stall_ns || {}) {
+    total += u64(f.stall_ns[k]);
+    if (u64(f.stall_ns[k])) byCause.push(k.replace(/_/g, " ") + " " + fmtDuration(u64(f.stall_ns[k])));
+  }
+  let text = fmtInt(Number(f.stalls || 0)) + (Number(f.stalls || 0) ? " (" + fmtDuration(total) + ": " + byCause.join(", ") + ")" : "");
+  if (u64(f.stalled_ns)) text += ", stalled now for " + fmtDuration(u64(f.stalled_ns));
+  setText("flow-stalls", text);
+}
+
+function renderTrace() {
+  const tr = state.trace;
+  $("trace-none").style.display = state.selectedFlow ? "none" : "flex";
+  if (!state.selectedFlow) {
+    setText("trace-title", "click a flow above");
+    for (const id of ["flow-limit", "flow-time", "flow-stalls", "trace-counts"]) setText(id, "-");
+  }
+  setText("trace-counts", fmtInt(tr.samples) + " samples, " + fmtInt(tr.retransmits) + " retransmissions (" +
+          fmtInt(tr.rtxSegments) + " segments), " +
+          fmtInt(tr.drops) + " drops, " + fmtInt(tr.stalls.length) + " stalls" +
+          (tr.lost ? ", " + fmtInt(tr.lost) + " lost" : ""));
+  setText("trace-state", tr.closed ? "the flow closed: trace complete" : tr.flow ? "tracing" : "");
+  if (tr.dirty) {
+    tr.dirty = false;
+    traceChart.update("none");
+    traceCwndChart.update("none");
+  }
+}
+setInterval(renderTrace, 500);
 
 connect();
 // Time left and ages move even when nothing else changes.

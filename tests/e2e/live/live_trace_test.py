@@ -1,0 +1,122 @@
+"""The live page's flow view with a real flow's trace, in a real browser (headless Chromium in
+the daemon's namespace A, driven by selenium).
+
+A request/response client in A (tcpflow.py rr: 14,480-byte requests, answered by 100 bytes
+from B) through a rule on A's egress dropping 10 % of the data segments that carry PSH (the
+tail of each request): lost block tails, each a ~200 ms stall (tail loss probe or RTO)
+against a veth RTT of microseconds.
+
+  test_flow_trace_view
+    1. The flow's row in the flows table shows its limit ("app 97 %") and stalls; clicked,
+       the page follows it: GET /api/v1/events?flow=COOKIE carries its TraceFlow as "trace"
+       events. The flow view's time-sequence chart fills: snd_una points non-decreasing
+       (relative bytes), snd_nxt >= snd_una, retransmission and drop markers, cwnd / in
+       flight points; at least two stalls shaded and listed with a network cause (tlp or
+       rto) and their evidence; the flow's limit ("... % of busy time") and stalls shown.
+    2. After the client ends, the page shows the trace complete (the closing summary came)
+       and its counts reconcile: the retransmitted segments marked == the closing summary's
+       minus the first trace message's (the flow when the page began tracing it), and the
+       summary's == the namespace's TcpRetransSegs delta; the stalls listed likewise.
+       No console errors. Screenshot: <build>/e2e-artifacts/live_trace.png.
+"""
+import re
+import subprocess
+import time
+
+from lab import traffic
+from lab.browser import Browser
+from lab.config import artifact, main
+from lab.daemon import DaemonTestCase
+from lab.netns import measured
+
+PORT = 5461
+REQUESTS = 600
+
+
+class LiveTraceTest(DaemonTestCase):
+    daemon_args = ("--http", "127.0.0.1:0")
+
+    def js(self, b, expr):
+        return b.driver.execute_script("return " + expr)
+
+    def test_flow_trace_view(self):
+        d, lab = self.d, self.lab
+        url = "http://127.0.0.1:%d/" % d.ready["http_port"]
+        d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=(PORT, PORT),
+                 payload="only", tcp_flags="psh", rate=0.1)
+        b = Browser(lab, lab.a, height=2300)
+        b.open(url)
+        b.wait(lambda: b.text("#conn") == "live", 20, "the page live")
+
+        c0 = lab.counters(lab.a)
+        srv = traffic.rr_server(lab, lab.b, "0.0.0.0", PORT, conns=1)
+        cli = lab.popen(lab.a, traffic.rr_cmd(lab.V4_B, PORT, "--request", 14480, "--response", 100,
+                                              "--count", REQUESTS, "--gap-ms", 20, "--no-latencies"),
+                        stdout=subprocess.PIPE)
+        self.addCleanup(lambda: [p.kill() for p in (cli, srv) if p.poll() is None])
+
+        # 1. the flow's row (limit and stalls), clicked
+        sel = "#flows tbody tr"
+
+        def row_of_flow():
+            for i, r in enumerate(b.texts(sel)):
+                if "192.0.2.2:%d" % PORT in r and "(closed)" not in r:
+                    return i + 1
+            return None
+        i = b.wait(row_of_flow, 15, "the flow in the flows table")
+        b.click("%s:nth-child(%d)" % (sel, i))
+        b.wait(lambda: "192.0.2.2:%d" % PORT in (b.text("#trace-title") or ""), 15, "the trace view's title")
+        b.wait(lambda: self.js(b, "state.trace.samples") > 100 and self.js(b, "state.trace.stalls.length") >= 2
+               and self.js(b, "state.trace.retransmits") >= 1, 40,
+               "samples, two stalls and a retransmission in the trace view")
+        b.wait(lambda: re.match(r"^(rwnd|sndbuf|cwnd|app) \d+ % of busy time$", b.text("#flow-limit") or ""),
+               10, "the flow's limit")
+        b.wait(lambda: re.match(r"^[1-9]\d* \(", b.text("#flow-stalls") or ""), 10, "the flow's stalls")
+        row = b.texts(sel + ".selected td")
+        self.assertTrue(row, "the followed flow's row is selected")
+        self.assertTrue(any(re.match(r"^(rwnd|sndbuf|cwnd|app) \d+ %$", c) for c in row), row)
+        self.assertTrue(any(re.match(r"^\d+ / [\d.]+ (ms|s)", c) for c in row), row)
+        una = self.js(b, "traceChart.data.datasets[0].data.map(p => p.y)")
+        nxt = self.js(b, "traceChart.data.datasets[1].data.map(p => p.y)")
+        xs = self.js(b, "traceChart.data.datasets[0].data.map(p => p.x)")
+        self.assertEqual(una, sorted(una), "snd_una went backwards on the chart")
+        self.assertEqual(xs, sorted(xs), "samples out of time order")
+        self.assertTrue(all(n >= u for u, n in zip(una, nxt)), "snd_nxt below snd_una")
+        self.assertGreater(len(self.js(b, "traceChart.data.datasets[2].data")), 0, "no retransmission marker")
+        self.assertGreater(len(self.js(b, "traceCwndChart.data.datasets[0].data")), 100, "no cwnd points")
+        stalls = b.texts("#stalls tbody tr")
+        self.assertGreaterEqual(len(stalls), 2, stalls)
+        for s in stalls:
+            self.assertRegex(s, r"(tlp|rto) .*(tail loss probe|rto backoff \d+)", s)
+
+        # 2. the end: the closing summary, reconciled
+        rr = traffic.finish(cli, timeout=180)
+        traffic.finish(srv, timeout=30)
+        self.assertEqual(rr["requests"], REQUESTS, rr)
+        lab.wait_idle(port=PORT)
+        retrans = (lab.counters(lab.a) - c0)["Tcp.RetransSegs"]
+        b.wait(lambda: b.text("#trace-state") == "the flow closed: trace complete", 15, "the trace complete")
+        time.sleep(1.0)  # one more redraw
+        closed = self.js(b, "state.trace.closed")
+        first = self.js(b, "state.trace.flow")  # the flow when the page began tracing it
+        segs = lambda f: sum(int(v) for v in f["retransmitted_segments"].values())
+        nums = dict(page_rtx_segments=self.js(b, "state.trace.rtxSegments"),
+                    page_retransmits=self.js(b, "state.trace.retransmits"),
+                    flow_retransmitted=segs(closed), before_trace=segs(first),
+                    kernel_retrans_segs=retrans, page_stalls=self.js(b, "state.trace.stalls.length"),
+                    flow_stalls=closed.get("stalls", 0), stalls_before_trace=first.get("stalls", 0), page_samples=self.js(b, "state.trace.samples"),
+                    page_drops=self.js(b, "state.trace.drops"), counts=b.text("#trace-counts"),
+                    limit=b.text("#flow-limit"), time=b.text("#flow-time"), stalls=b.text("#flow-stalls"))
+        b.driver.execute_script("document.getElementById('card-trace').scrollIntoView()")
+        time.sleep(0.5)
+        nums["screenshot"] = b.screenshot(artifact("live_trace.png"))
+        measured("live_trace", **nums)
+        self.assertEqual(nums["page_rtx_segments"], nums["flow_retransmitted"] - nums["before_trace"], nums)
+        self.assertEqual(nums["flow_retransmitted"], retrans, nums)
+        self.assertEqual(nums["page_stalls"], nums["flow_stalls"] - nums["stalls_before_trace"], nums)
+        errors = b.console_errors()
+        self.assertEqual(errors, [], errors)
+
+
+if __name__ == "__main__":
+    main()
