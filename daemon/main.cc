@@ -156,7 +156,7 @@ void AddOptions(CLI::App& app, Flags& f) {
       ->capture_default_str();
   daemon
       ->add_option("--max-queue", api.streams.max_queue,
-                   "Longest queue (events, ~416 bytes each) a subscriber may ask for")
+                   "Longest queue (events, ~600 bytes each) a subscriber may ask for")
       ->capture_default_str();
   daemon
       ->add_option("--max-stream-memory", f.max_stream_mib,

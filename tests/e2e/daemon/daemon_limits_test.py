@@ -2,7 +2,7 @@
 Each test failed before its fix (checked against the build of the commit before it).
 
 DaemonLimits: one daemon in namespace A with small limits (--max-streams 4
---max-streams-per-kind 3 --max-queue 2000 --max-stream-memory 4 --max-filters 8 --max-labels 4
+--max-streams-per-kind 3 --max-queue 2000 --max-stream-memory 6 --max-filters 8 --max-labels 4
 --max-label-bytes 16 --max-batch 5 --max-message-bytes 65536).
 
   test_capabilities_report_the_limits
@@ -11,11 +11,11 @@ DaemonLimits: one daemon in namespace A with small limits (--max-streams 4
       WatchRetransmits(queue=2^32-1) was accepted: one client that stops reading could make
       the daemon hold 2^32-1 events of ~416 bytes. Now INVALID_ARGUMENT naming --max-queue.
   test_queue_memory_is_budgeted
-      Three WatchRetransmits of queue 2000 (each holds up to 2 x 2000 events of 416 bytes,
-      1.6 MiB) pass the 4 MiB budget: the third is RESOURCE_EXHAUSTED naming
+      Three WatchRetransmits of queue 2000 (each holds up to 2 x 2000 hub events of 600 bytes,
+      2.3 MiB) pass the 6 MiB budget: the third is RESOURCE_EXHAUSTED naming
       --max-stream-memory; once one ends, the budget is back.
   test_streams_are_counted_in_total_and_per_kind
-      A fourth WatchFlows (queue 1: each holds 2000 + 1 closes, 0.8 MiB) is RESOURCE_EXHAUSTED
+      A fourth WatchFlows (queue 1: each holds 2000 + 1 closes, 1.1 MiB) is RESOURCE_EXHAUSTED
       naming --max-streams-per-kind; a fifth stream of
       any kind (WatchRuleCounters) naming --max-streams; Health.streams counts them, and an
       ended stream gives its place back.
@@ -63,7 +63,7 @@ PORT = 5201
 
 class DaemonLimits(DaemonTestCase):
     daemon_args = ["--max-streams", "4", "--max-streams-per-kind", "3", "--max-queue", "2000",
-                   "--max-stream-memory", "4", "--max-filters", "8", "--max-labels", "4",
+                   "--max-stream-memory", "6", "--max-filters", "8", "--max-labels", "4",
                    "--max-label-bytes", "16", "--max-batch", "5", "--max-message-bytes", "65536"]
 
     def setUp(self):
@@ -88,7 +88,7 @@ class DaemonLimits(DaemonTestCase):
         self.assertEqual((lim.max_streams, lim.max_streams_per_kind, lim.max_queue,
                           lim.max_stream_memory_bytes, lim.max_filters, lim.max_labels,
                           lim.max_label_bytes, lim.max_batch, lim.max_message_bytes),
-                         (4, 3, 2000, 4 << 20, 8, 4, 16, 5, 65536))
+                         (4, 3, 2000, 6 << 20, 8, 4, 16, 5, 65536))
 
     def test_queue_longer_than_max_queue_is_refused(self):
         pb = self.pb
