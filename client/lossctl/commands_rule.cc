@@ -2,6 +2,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
@@ -10,6 +11,8 @@
 #include <iterator>
 #include <memory>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "connect.h"
@@ -349,6 +352,31 @@ int Effect(const Globals& g, const std::string& id_text) {
   if (c.dropped_segments() > 0)
     KeyValue("ratio", Ratio(static_cast<double>(total) / c.dropped_segments()) +
                           " retransmitted per dropped segment");
+  // Drop by drop: the resends of its drops and the time they took, the stalls they made.
+  KeyValue("drops logged", std::to_string(e.drops_recorded()) + " TCP data skbs (their ranges kept)");
+  std::string recovery;
+  for (const std::string& type : RetransmitTypeNames()) {
+    auto it = e.recovery().find(type);
+    if (it == e.recovery().end() || !it->second.count()) continue;
+    const v1::Durations& d = it->second;
+    recovery += (recovery.empty() ? "" : ", ") + type + " " + std::to_string(d.count()) +
+                " (mean " + FormatDuration(d.sum_ns() / d.count()) + ", max " +
+                FormatDuration(d.max_ns()) + ")";
+  }
+  KeyValue("resent drops", recovery.empty() ? "-" : recovery + ": drop to resend");
+  auto stalls = [](const google::protobuf::Map<std::string, v1::StallTotals>& m) {
+    std::vector<std::pair<uint64_t, std::string>> by_time;
+    for (const auto& kv : m)
+      if (kv.second.count()) by_time.emplace_back(kv.second.time_ns(), kv.first);
+    std::sort(by_time.rbegin(), by_time.rend());
+    std::string out;
+    for (const auto& [ns, cause] : by_time)
+      out += (out.empty() ? "" : ", ") + cause + " " + std::to_string(m.at(cause).count()) + "/" +
+             FormatDuration(ns);
+    return out.empty() ? std::string("-") : out;
+  };
+  KeyValue("stalls caused", stalls(e.stalls_caused()) + " (by its drops; count/time)");
+  KeyValue("stalls on flows", stalls(e.stalls_on_flows()) + " (every stall of the flows matched)");
   return kExitOk;
 }
 

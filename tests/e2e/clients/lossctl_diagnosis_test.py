@@ -210,6 +210,16 @@ class LossctlDiagnosis(ClientTestCase):
         for label in ("snd_una", "retransmission", "stall: ", "cwnd", "in flight", "sequence"):
             self.assertIn(label, svg)
 
+        # The rule's effect, drop by drop: its tail drops' resends and the stalls they made.
+        out = self.d.ctl_ok("rule", "effect", str(rid)).out
+        caused = [l for l in out.splitlines() if l.strip().startswith("stalls caused")]
+        self.assertEqual(len(caused), 1, out)
+        self.assertRegex(caused[0], r"(tlp|rto) \d+/[\d.]+(ms|s)", out)
+        resent = [l for l in out.splitlines() if l.strip().startswith("resent drops")]
+        self.assertRegex(resent[0], r"(tlp|rto|fast|loss) \d+ \(mean [\d.]+(us|ms|s), max", out)
+        logged = [l for l in out.splitlines() if l.strip().startswith("drops logged")]
+        self.assertRegex(logged[0], r"drops logged +[1-9]\d* TCP data skbs", out)
+
 
 if __name__ == "__main__":
     main()
