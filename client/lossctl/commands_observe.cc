@@ -176,34 +176,43 @@ void AddStreamFlags(CLI::App* cmd, WatchFlags* f) {
   cmd->add_option("--count", f->count, "Stop after this many events");
 }
 
-int Watch(const Globals& g, const WatchFlags& f) {
-  v1::WatchRetransmitsRequest req;
+// A filtered event stream's request from the command line (watch, stalls):
+// its allow/deny filters and queue; *count from --count. Exit code, kExitOk.
+template <typename Req>
+int StreamRequest(const WatchFlags& f, Req* req, uint64_t* count) {
   std::vector<v1::EventFilter> allow, deny;
   std::string error;
   if (!BuildFilters(f.filter, &allow, &deny, &error)) return UsageError(error);
-  for (auto& a : allow) *req.add_allow() = std::move(a);
-  for (auto& d : deny) *req.add_deny() = std::move(d);
+  for (auto& a : allow) *req->add_allow() = std::move(a);
+  for (auto& d : deny) *req->add_deny() = std::move(d);
   if (!f.queue.empty()) {
     uint64_t q;
     if (!ParseUint(f.queue, 1, UINT32_MAX, "--queue", &q, &error)) return UsageError(error);
-    req.set_queue(static_cast<uint32_t>(q));
+    req->set_queue(static_cast<uint32_t>(q));
   }
-  uint64_t count;
-  if (!ParseCount(f.count, &count, &error)) return UsageError(error);
+  if (!ParseCount(f.count, count, &error)) return UsageError(error);
+  return kExitOk;
+}
 
+// Prints a stream of batches of event/gap items, one line each (JSON with -o
+// json), until --count events (0: until interrupted). `event_line(event,
+// same_host)` renders an event.
+template <typename Batch, typename Call, typename EventLine>
+int PrintEvents(const Globals& g, const char* name, uint64_t count, Call call,
+                EventLine event_line) {
   bool same_host = false;
   uint64_t events = 0;
   auto start = [&](Connection& c, grpc::ClientContext* ctx) {
     same_host = c.same_host();
-    return c.observer().WatchRetransmits(ctx, req);
+    return call(c, ctx);
   };
-  return Stream(g, "watch", start, [&](const v1::RetransmitStreamBatch& b) {
-    for (const v1::RetransmitStreamMessage& m : b.items()) {
+  return Stream(g, name, start, [&](const Batch& b) {
+    for (const auto& m : b.items()) {
       std::string line;
       if (g.json())
         line = ToJson(m);
       else if (m.has_event())
-        line = EventLine(m.event(), same_host);
+        line = event_line(m.event(), same_host);
       else if (m.has_gap())
         line = GapLine(m.gap());
       else
@@ -216,6 +225,16 @@ int Watch(const Globals& g, const WatchFlags& f) {
     }
     return fflush(stdout) == 0;  // once per batch
   });
+}
+
+int Watch(const Globals& g, const WatchFlags& f) {
+  v1::WatchRetransmitsRequest req;
+  uint64_t count;
+  if (int rc = StreamRequest(f, &req, &count)) return rc;
+  return PrintEvents<v1::RetransmitStreamBatch>(
+      g, "watch", count,
+      [&](Connection& c, grpc::ClientContext* ctx) { return c.observer().WatchRetransmits(ctx, req); },
+      [](const v1::RetransmitEvent& e, bool same_host) { return EventLine(e, same_host); });
 }
 
 // ---------------------------------------------------------------- flows --
@@ -265,44 +284,14 @@ int Flows(const Globals& g, const FilterFlags& f) {
 
 int Stalls(const Globals& g, const WatchFlags& f) {
   v1::WatchStallsRequest req;
-  std::vector<v1::EventFilter> allow, deny;
-  std::string error;
-  if (!BuildFilters(f.filter, &allow, &deny, &error)) return UsageError(error);
-  for (auto& a : allow) *req.add_allow() = std::move(a);
-  for (auto& d : deny) *req.add_deny() = std::move(d);
-  if (!f.queue.empty()) {
-    uint64_t q;
-    if (!ParseUint(f.queue, 1, UINT32_MAX, "--queue", &q, &error)) return UsageError(error);
-    req.set_queue(static_cast<uint32_t>(q));
-  }
   uint64_t count;
-  if (!ParseCount(f.count, &count, &error)) return UsageError(error);
-
-  bool same_host = false;
-  uint64_t events = 0;
-  auto start = [&](Connection& c, grpc::ClientContext* ctx) {
-    same_host = c.same_host();
-    return c.observer().WatchStalls(ctx, req);
-  };
-  return Stream(g, "stalls", start, [&](const v1::StallStreamBatch& b) {
-    for (const v1::StallStreamMessage& m : b.items()) {
-      std::string line;
-      if (g.json())
-        line = ToJson(m);
-      else if (m.has_event())
-        line = StallLine(m.event(), EventTime(m.event().start_mono_ns(), same_host));
-      else if (m.has_gap())
-        line = GapLine(m.gap());
-      else
-        continue;
-      if (!PrintLine(line, false)) return false;  // stdout closed
-      if (m.has_event() && count && ++events >= count) {
-        fflush(stdout);
-        return false;
-      }
-    }
-    return fflush(stdout) == 0;  // once per batch
-  });
+  if (int rc = StreamRequest(f, &req, &count)) return rc;
+  return PrintEvents<v1::StallStreamBatch>(
+      g, "stalls", count,
+      [&](Connection& c, grpc::ClientContext* ctx) { return c.observer().WatchStalls(ctx, req); },
+      [](const v1::StallEvent& e, bool same_host) {
+        return StallLine(e, EventTime(e.start_mono_ns(), same_host));
+      });
 }
 
 // ---------------------------------------------------------------- stats --

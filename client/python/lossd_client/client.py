@@ -333,23 +333,8 @@ class Client(_Closing):
         (event_filter(...) or dicts of those arguments), OR across a list.
         queue: this subscriber's queue length (daemon default 65536).
         """
-        req = self.pb2.WatchRetransmitsRequest(
-            allow=self._filters(allow, filter_kw), deny=self._filters(deny, None, "deny"))
-        if queue is not None:
-            req.queue = _spec._uint(queue, "queue", minimum=1)
-        pb2 = self.pb2
-
-        def convert_one(m):
-            which = m.WhichOneof("msg")
-            if which == "event":
-                return _t.RetransmitEvent.from_proto(m.seq, m.event, pb2)
-            if which == "gap":
-                return _t.Gap.from_proto(m.seq, m.gap, pb2)
-            return None  # a kind these stubs do not know
-
-        def convert(batch):
-            return [x for x in map(convert_one, batch.items) if x is not None]
-        return self._stream(self._observer.WatchRetransmits, req, convert, timeout)
+        return self._event_stream(self._observer.WatchRetransmits, self.pb2.WatchRetransmitsRequest,
+                                  _t.RetransmitEvent, allow, deny, queue, timeout, filter_kw)
 
     def watch_stalls(self, allow=None, *, deny=None, queue=None, timeout=None, **filter_kw):
         """Stream of StallEvent and Gap records: each stall of a flow (no
@@ -357,8 +342,12 @@ class Client(_Closing):
 
         Filters as in watch_retransmits (types= is ignored by the daemon).
         """
-        req = self.pb2.WatchStallsRequest(
-            allow=self._filters(allow, filter_kw), deny=self._filters(deny, None, "deny"))
+        return self._event_stream(self._observer.WatchStalls, self.pb2.WatchStallsRequest,
+                                  _t.StallEvent, allow, deny, queue, timeout, filter_kw)
+
+    def _event_stream(self, rpc, request, event_type, allow, deny, queue, timeout, filter_kw):
+        """A filtered stream of event_type and Gap records (WatchRetransmits, WatchStalls)."""
+        req = request(allow=self._filters(allow, filter_kw), deny=self._filters(deny, None, "deny"))
         if queue is not None:
             req.queue = _spec._uint(queue, "queue", minimum=1)
         pb2 = self.pb2
@@ -366,14 +355,14 @@ class Client(_Closing):
         def convert_one(m):
             which = m.WhichOneof("msg")
             if which == "event":
-                return _t.StallEvent.from_proto(m.seq, m.event, pb2)
+                return event_type.from_proto(m.seq, m.event, pb2)
             if which == "gap":
                 return _t.Gap.from_proto(m.seq, m.gap, pb2)
-            return None
+            return None  # a kind these stubs do not know
 
         def convert(batch):
             return [x for x in map(convert_one, batch.items) if x is not None]
-        return self._stream(self._observer.WatchStalls, req, convert, timeout)
+        return self._stream(rpc, req, convert, timeout)
 
     def trace_flow(self, cookie=None, *, addr=None, port=None, wait=None, max_samples=None,
                    duration=None, timeout=None):

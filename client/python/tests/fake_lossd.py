@@ -620,3 +620,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+

@@ -7,6 +7,7 @@ is an error; without it, and with no importable lossd.v1, they are skipped.
 
 import os
 import sys
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,6 +34,34 @@ class StubsTestCase(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.pb2 = stubs().pb2
+
+
+class FakeLossdTestCase(unittest.TestCase):
+    """A FakeLossd (fake_lossd.py) per test, a Client of it as self.c, the generated
+    messages as self.pb2."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stubs = stubs()
+        cls.pb2 = cls.stubs.pb2
+
+    def setUp(self):
+        from fake_lossd import FakeLossd
+        from lossd_client import Client
+        self.fake = FakeLossd(self.stubs).start()
+        self.c = Client(self.fake.target, timeout=5)
+
+    def tearDown(self):
+        self.c.close()
+        self.fake.stop()
+
+    def wait_for(self, cond, timeout=5):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if cond():
+                return
+            time.sleep(0.02)
+        self.fail("timed out")
 
 
 def child_env(stubs_root):

@@ -10,30 +10,11 @@ import grpc
 
 import support
 from fake_lossd import FakeLossd
+from support import FakeLossdTestCase
 from lossd_client import Client, Gap, LossdError, LossdInputError, RetransmitEvent, rule_spec
 
 
-class ClientTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.stubs = support.stubs()
-        cls.pb2 = cls.stubs.pb2
-
-    def setUp(self):
-        self.fake = FakeLossd(self.stubs).start()
-        self.c = Client(self.fake.target, timeout=5)
-
-    def tearDown(self):
-        self.c.close()
-        self.fake.stop()
-
-    def wait_for(self, cond, timeout=5):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if cond():
-                return
-            time.sleep(0.02)
-        self.fail("timed out")
+class ClientTest(FakeLossdTestCase):
 
     # ----------------------------------------------------------- start-up --
 

@@ -13,6 +13,7 @@ import unittest
 
 import support
 from fake_lossd import FakeLossd
+from support import FakeLossdTestCase
 from lossd_client import (Client, DropLink, Gap, LossdError, LossdInputError, RetransmitEvent,
                           StallEvent, TraceDrop, TraceFlow, TraceSample)
 from lossd_client import trace as tr
@@ -26,27 +27,7 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
-class WrappersTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.stubs = support.stubs()
-        cls.pb2 = cls.stubs.pb2
-
-    def setUp(self):
-        self.fake = FakeLossd(self.stubs).start()
-        self.c = Client(self.fake.target, timeout=5)
-
-    def tearDown(self):
-        self.c.close()
-        self.fake.stop()
-
-    def wait_for(self, cond, timeout=5):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if cond():
-                return
-            time.sleep(0.02)
-        self.fail("timed out")
+class WrappersTest(FakeLossdTestCase):
 
     def test_watch_stalls_filters_and_converts(self):
         s = self.c.watch_stalls(port=9090, deny={"rule": 5}, queue=10)
