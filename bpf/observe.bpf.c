@@ -457,6 +457,19 @@ int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_
 	return 0;
 }
 
+/* The common head of a record about a flow (stall, sample, close). */
+static __always_inline void event_head(struct obs_event *e, __u32 kind, __u64 now, __u64 cookie,
+				       const struct obs_flow *f)
+{
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = kind;
+	e->cpu = bpf_get_smp_processor_id();
+	e->time_ns = now;
+	e->cookie = cookie;
+	e->cgroup_id = f->cgroup_id;
+	e->tuple = f->tuple;
+}
+
 /*
  * Where the time went: the kernel's chrono stats (busy, rwnd and sndbuf
  * limited: tcp_get_info_chrono_stats, in jiffies), and the cwnd-limited part
@@ -562,13 +575,7 @@ static __always_inline void stall_end(struct tcp_sock *tp, struct obs_flow *f, _
 		count(OBS_CNT_RING_LOST);
 		return;
 	}
-	__builtin_memset(&e->ev, 0, sizeof(e->ev));
-	e->ev.kind = OBS_EV_STALL;
-	e->ev.cpu = bpf_get_smp_processor_id();
-	e->ev.time_ns = now;
-	e->ev.cookie = cookie;
-	e->ev.cgroup_id = f->cgroup_id;
-	e->ev.tuple = f->tuple;
+	event_head(&e->ev, OBS_EV_STALL, now, cookie, f);
 	e->ev.seq = tp->snd_una;
 	e->ev.type = OBS_RTX_MAX;
 	read_state(tp, &e->ev.st);
@@ -613,13 +620,7 @@ static __always_inline void trace_sample(struct tcp_sock *tp, const struct sk_bu
 		count(OBS_CNT_RING_LOST);
 		return;
 	}
-	__builtin_memset(&e->ev, 0, sizeof(e->ev));
-	e->ev.kind = OBS_EV_SAMPLE;
-	e->ev.cpu = bpf_get_smp_processor_id();
-	e->ev.time_ns = now;
-	e->ev.cookie = cookie;
-	e->ev.cgroup_id = f->cgroup_id;
-	e->ev.tuple = f->tuple;
+	event_head(&e->ev, OBS_EV_SAMPLE, now, cookie, f);
 	e->ev.type = OBS_RTX_MAX;
 	struct obs_sample *s = &e->sample;
 	s->ack_seq = ack_seq;
@@ -803,13 +804,7 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 		count(OBS_CNT_FLOWS_CLOSED);
 		return 0;
 	}
-	__builtin_memset(&e->ev, 0, sizeof(e->ev));
-	e->ev.kind = OBS_EV_FLOW_CLOSE;
-	e->ev.cpu = bpf_get_smp_processor_id();
-	e->ev.time_ns = now;
-	e->ev.cookie = cookie;
-	e->ev.cgroup_id = f->cgroup_id;
-	e->ev.tuple = f->tuple;
+	event_head(&e->ev, OBS_EV_FLOW_CLOSE, now, cookie, f);
 	if (tp) {
 		read_state(tp, &e->ev.st);
 		/* tcp_probe runs in ESTABLISHED only: the bytes acked after the
