@@ -139,7 +139,7 @@ class LiveEvents(DaemonTestCase):
         s = self.stream("/api/v1/events?rule=%d&queue=64" % rid, rcvbuf=4096)
         msgs = s.read(1.0)
         wait_until(lambda: d.health().subscribers >= 4, 10, "the page's retransmit subscriber")
-        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT + 1, 120e6, 200)
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT + 1, 40e6, 200)
         self.addCleanup(flow.close)
         time.sleep(1.0)
         n_pace = len(pace_r.snapshot())
