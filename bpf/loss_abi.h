@@ -212,7 +212,7 @@ LOSS_STATIC_ASSERT(sizeof(struct loss_flow_state) == 24, "loss_flow_state layout
  * Drop log: per TCP flow (as on the wire: src -> dst), the sequence ranges of
  * the last LOSS_DROP_RANGES skbs with payload a rule dropped, so the daemon
  * can link a retransmission or a stall to the drop that caused it
- * (docs/observer.md#drops-to-stalls). Written only on a drop.
+ * (docs/architecture.md#drops-to-effects). Written only on a drop.
  */
 #define LOSS_DROP_RANGES 16
 #define LOSS_DROP_FLOWS 16384 /* LRU */
