@@ -86,8 +86,12 @@ class LiveTraceTest(DaemonTestCase):
         self.assertGreater(len(self.js(b, "traceCwndChart.data.datasets[0].data")), 100, "no cwnd points")
         stalls = b.texts("#stalls tbody tr")
         self.assertGreaterEqual(len(stalls), 2, stalls)
-        for s in stalls:
-            self.assertRegex(s, r"(tlp|rto) .*(tail loss probe|rto backoff \d+)", s)
+        # The rule's lost tails make tlp / rto stalls; a busy machine adds the odd other one
+        # (e.g. app limited: a delayed ACK of a request when nothing more was queued).
+        self.assertTrue([s for s in stalls if re.search(r"(tlp|rto) .*(tail loss probe|rto backoff \d+)", s)],
+                        stalls)
+        for s in stalls:  # start, cause, duration, the evidence that decided it
+            self.assertRegex(s, r"^-?[\d.]+ s \S.* [\d.]+ (µs|us|ms|s) \S", s)  # a stall may start before the trace
 
         # 2. the end: the closing summary, reconciled
         rr = traffic.finish(cli, timeout=180)
