@@ -134,11 +134,15 @@ class PrometheusScrape(unittest.TestCase):
 
             def agrees():
                 v = prom_view()
-                for inst in instances:
+                for i, inst in enumerate(instances):
                     c, _ = g[inst]
                     if any(v[f].get(inst) != getattr(c, f) for f in fields):
                         return None
                     if v["total"].get(inst, 0) - p0.get(inst, 0) != kernel[inst]:
+                        return None
+                    # node_exporter is scraped on its own schedule: wait for its last sample too
+                    node_inst = "%s:9100" % addrs(i + 1)[1]
+                    if v["node"].get(node_inst, 0) - k0[i]["Tcp.RetransSegs"] != kernel[inst]:
                         return None
                 return v
             try:
