@@ -169,6 +169,13 @@ std::optional<DropRecord> EffectTracker::DropCovering(const obs_tuple& t, uint32
   return NewestCovering(*d, seq, at_or_before_ns);
 }
 
+std::optional<DropRecord> EffectTracker::StallDrop(const obs_tuple& t, const obs_stall& st) const {
+  uint64_t end = st.start_ns + st.duration_ns;
+  auto drop = DropCovering(t, st.snd_una, end);
+  if (!drop && st.rtx_type < OBS_RTX_MAX) drop = DropCovering(t, st.rtx_seq, end);
+  return drop;
+}
+
 bool EffectTracker::MayLink(const std::vector<uint32_t>& ids) const {
   if (!ids.empty()) return true;
   std::lock_guard<std::mutex> lock(mu_);
@@ -188,15 +195,7 @@ void EffectTracker::Run() {
     const obs_event& ev = e->data.ev;
     switch (ev.kind) {
       case OBS_EV_RETRANSMIT: OnRetransmit(ev); break;
-      case OBS_EV_STALL: {
-        // The stall follows the event where a closing flow's record would.
-        static_assert(offsetof(obs_stall_event, stall) == offsetof(obs_close_event, flow),
-                      "a stall event's stall lies where ObsEvent keeps a flow");
-        obs_stall st;
-        std::memcpy(&st, &e->data.flow, sizeof(st));
-        OnStall(ev, st);
-        break;
-      }
+      case OBS_EV_STALL: OnStall(ev, e->As<obs_stall_event>().stall); break;
       case OBS_EV_FLOW_CLOSE: OnClose(e->data); break;
       default: break;
     }
@@ -226,11 +225,7 @@ void EffectTracker::OnStall(const obs_event& ev, const obs_stall& st) {
   if (st.cause >= OBS_STALL_MAX) return;
   auto ids = RulesFor(ev.cookie, ev.tuple);
   std::optional<DropRecord> drop;
-  if (MayLink(ids)) {
-    uint64_t end = st.start_ns + st.duration_ns;
-    drop = DropCovering(ev.tuple, st.snd_una, end);
-    if (!drop && st.rtx_type < OBS_RTX_MAX) drop = DropCovering(ev.tuple, st.rtx_seq, end);
-  }
+  if (MayLink(ids)) drop = StallDrop(ev.tuple, st);
   std::lock_guard<std::mutex> lock(mu_);
   for (uint32_t id : ids) {
     if (!rules_.count(id)) continue;

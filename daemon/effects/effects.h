@@ -113,6 +113,9 @@ class EffectTracker final : public RuleListener {
   // sends (local -> remote), dropped at or before `at_or_before_ns`.
   std::optional<DropRecord> DropCovering(const obs_tuple& t, uint32_t seq,
                                          uint64_t at_or_before_ns) const;
+  // The drop that made a stall's hole: the one covering snd_una, else the one
+  // its first resend repaired, dropped before the stall ended.
+  std::optional<DropRecord> StallDrop(const obs_tuple& t, const obs_stall& st) const;
   // Rules covering a flow tuple (cached per cookie and tuple: a listener's
   // SYN-ACK events carry the listener's cookie with each client's tuple).
   std::vector<uint32_t> RulesFor(uint64_t cookie, const obs_tuple& t);

@@ -5,8 +5,8 @@
 #include <cctype>
 #include <deque>
 #include <optional>
-#include <thread>
 #include <set>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -338,11 +338,8 @@ void StallMessage(EffectTracker* effects, const obs_stall_event& e, v1::StallEve
   if (!effects) return;
   for (uint32_t id : effects->RulesFor(e.ev.cookie, e.ev.tuple)) out->add_rule_ids(id);
   if (!out->rule_ids_size()) return;
-  uint64_t end = e.stall.start_ns + e.stall.duration_ns;
-  auto drop = effects->DropCovering(e.ev.tuple, e.stall.snd_una, end);
-  if (!drop && e.stall.rtx_type < OBS_RTX_MAX)
-    drop = effects->DropCovering(e.ev.tuple, e.stall.rtx_seq, end);
-  if (drop) DropToProto(*drop, out->mutable_caused_by());
+  if (auto drop = effects->StallDrop(e.ev.tuple, e.stall))
+    DropToProto(*drop, out->mutable_caused_by());
 }
 
 }  // namespace
@@ -363,11 +360,10 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
 grpc::ServerWriteReactor<v1::StallStreamBatch>* ObserverService::WatchStalls(
     grpc::CallbackServerContext*, const v1::WatchStallsRequest* req) {
   EffectTracker* effects = parts_->effects();
-  return EventStream<v1::StallStreamBatch>(
-      parts_, &subscribers_, req, OBS_EV_STALL, "WatchStalls",
-      [effects](const ObsEvent& e, v1::StallEvent* out) {
-        StallMessage(effects, e.As<obs_stall_event>(), out);
-      });
+  return EventStream<v1::StallStreamBatch>(parts_, &subscribers_, req, OBS_EV_STALL, "WatchStalls",
+                                           [effects](const ObsEvent& e, v1::StallEvent* out) {
+                                             StallMessage(effects, e.As<obs_stall_event>(), out);
+                                           });
 }
 
 grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext* ctx,
@@ -555,8 +551,8 @@ namespace {
 
 // One flow's drops as the injector logged them (its data, local -> remote),
 // told once each: `seen` is how many of them the trace has told (or skipped).
-void NewDrops(Injector* inj, const obs_tuple& t, uint64_t* seen,
-              std::vector<loss_drop_range>* out, uint64_t* skipped) {
+void NewDrops(Injector* inj, const obs_tuple& t, uint64_t* seen, std::vector<loss_drop_range>* out,
+              uint64_t* skipped) {
   if (!inj) return;
   auto drops = inj->DropsOf(SentDropKey(t));
   if (!drops.ok() || drops->total <= *seen) return;
@@ -674,9 +670,7 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
             samples++;
             SampleToProto(e.As<obs_sample_event>(), m.mutable_sample());
             break;
-          case OBS_EV_RETRANSMIT:
-            EventToProto(e.data.ev, m.mutable_retransmit());
-            break;
+          case OBS_EV_RETRANSMIT: EventToProto(e.data.ev, m.mutable_retransmit()); break;
           case OBS_EV_STALL:
             StallMessage(effects, e.As<obs_stall_event>(), m.mutable_stall());
             break;
@@ -707,7 +701,8 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
           out.insert(out.end() - (closed ? 1 : 0), std::move(m));
         };
         gaps.Report(obs, sub.get(), 0, gap);
-        if (drops_skipped > drops_reported) gap(v1::GAP_SOURCE_DROP_LOG, drops_skipped - drops_reported);
+        if (drops_skipped > drops_reported)
+          gap(v1::GAP_SOURCE_DROP_LOG, drops_skipped - drops_reported);
         drops_reported = drops_skipped;
       }
       for (v1::TraceMessage& m : out) {
