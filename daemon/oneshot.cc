@@ -1,15 +1,21 @@
 #include "oneshot.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -29,9 +35,125 @@ double Elapsed() {
   return MonotonicNs() / 1e9;
 }  // for --duration: no clock steps
 
+// How long stdout may take, after a signal, to take the events still queued,
+// and then the final report (each): a reader that is slow or stopped cannot
+// hold lossd past them (what was not written is counted on stderr).
+constexpr uint64_t kExitEventsNs = 1'500'000'000;
+constexpr uint64_t kExitReportNs = 1'500'000'000;
+
+// stdout, line by line, from the printer and the main thread: write(2) only
+// after poll says the fd takes it, in chunks a pipe takes whole (PIPE_BUF),
+// so that no write blocks past the deadline once one is set.
+class Stdout {
+ public:
+  // Past `deadline_ns` (MonotonicNs; 0: none) no line is written.
+  void SetDeadline(uint64_t deadline_ns) { deadline_ns_ = deadline_ns; }
+  // False if the line was not (wholly) written: the deadline, or a reader gone.
+  bool Line(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_) return false;
+    std::string buf = text + "\n";
+    size_t off = 0;
+    while (off < buf.size()) {
+      int timeout_ms = 100;  // a deadline set meanwhile is seen within this
+      if (uint64_t d = deadline_ns_) {
+        uint64_t now = MonotonicNs();
+        if (now >= d) return Unwritten();
+        timeout_ms = static_cast<int>(std::min<uint64_t>((d - now) / 1000000 + 1, 100));
+      }
+      struct pollfd p = {STDOUT_FILENO, POLLOUT, 0};
+      int r = poll(&p, 1, timeout_ms);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 || (p.revents & (POLLERR | POLLHUP | POLLNVAL))) return Broken();
+      if (r == 0) continue;  // the deadline is checked above
+      ssize_t n = write(STDOUT_FILENO, buf.data() + off, std::min<size_t>(buf.size() - off, PIPE_BUF));
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) return Broken();
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // Whoever read stdout is gone (`| head` exited, the terminal closed): a
+  // write failed (SIGPIPE is ignored), or the pipe or tty reports an error or
+  // hang-up.
+  // Takes no lock: a writer may wait in Line() (for up to its deadline).
+  bool Gone() const {
+    struct pollfd p = {STDOUT_FILENO, 0, 0};
+    return broken_ || (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)));
+  }
+  uint64_t unwritten() const { return unwritten_; }
+
+ private:
+  bool Unwritten() {
+    unwritten_++;
+    return false;
+  }
+  bool Broken() {
+    broken_ = true;
+    return Unwritten();
+  }
+  std::mutex mu_;  // one line at a time (held while a line waits for the fd)
+  std::atomic<uint64_t> deadline_ns_{0};
+  std::atomic<bool> broken_{false};
+  std::atomic<uint64_t> unwritten_{0};
+};
+
+Stdout g_out;
+
 void Print(const Json& j) {
-  printf("%s\n", JsonLine(j).c_str());
+  g_out.Line(JsonLine(j));
 }
+
+// SIGINT, SIGTERM and SIGHUP, taken by a thread of their own from the start,
+// so that one during a load cancels it (the observer's load checks the flag
+// between programs) and one at any other time ends the wait at once.
+class Signals {
+ public:
+  // Blocks the signals in the calling thread (and the threads it starts).
+  Signals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] { Watch(); });
+  }
+  ~Signals() {
+    done_ = true;
+    thread_.join();
+  }
+  Signals(const Signals&) = delete;
+  Signals& operator=(const Signals&) = delete;
+
+  const std::atomic<bool>* flag() const { return &stop_; }
+  bool stopped() const { return stop_; }
+  // Sleeps `ns`; false if a signal came (before or during it).
+  bool Sleep(uint64_t ns) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return !cv_.wait_for(lock, std::chrono::nanoseconds(ns), [this] { return stop_.load(); });
+  }
+
+ private:
+  void Watch() {
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    while (!done_) {
+      int sig = sigtimedwait(&set_, nullptr, &ts);
+      if (sig <= 0) continue;
+      LOG_INFO("signal %d: detaching", sig);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+    }
+  }
+  sigset_t set_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 // final_counters: the counters Remove() returned (the rule is gone by then).
 void Report(const Injector& inj, uint32_t id, bool json, bool final,
@@ -66,23 +188,25 @@ void Report(const Injector& inj, uint32_t id, bool json, bool final,
     Print(j);
   } else if (c.ok()) {
     double rate = c->matched_segs ? 100.0 * c->dropped_segs / c->matched_segs : 0;
-    printf(
-        "rule %u: matched %llu pkts / %llu segs, dropped %llu pkts / %llu segs (%.4f%% of "
-        "segments)\n",
-        id, c->matched_pkts, c->matched_segs, c->dropped_pkts, c->dropped_segs, rate);
+    char line[256];
+    snprintf(line, sizeof(line),
+             "rule %u: matched %llu pkts / %llu segs, dropped %llu pkts / %llu segs (%.4f%% of "
+             "segments)",
+             id, c->matched_pkts, c->matched_segs, c->dropped_pkts, c->dropped_segs, rate);
+    g_out.Line(line);
   } else {
-    printf("rule %u: %s\n", id, c.status().message().c_str());
+    g_out.Line("rule " + std::to_string(id) + ": " + c.status().message());
   }
-  fflush(stdout);
 }
 
 // The observer with, for --events, the thread printing its events.
 class ObserverRun {
  public:
-  static Result<std::unique_ptr<ObserverRun>> Start(const OneShotOptions& o) {
+  static Result<std::unique_ptr<ObserverRun>> Start(const OneShotOptions& o,
+                                                    const std::atomic<bool>* cancel) {
     ObserverOptions oo;
     oo.filters = o.filters;
-    auto obs = Observer::Create(oo);
+    auto obs = Observer::Create(oo, cancel);
     if (!obs.ok()) return obs.status();
     std::unique_ptr<ObserverRun> run(new ObserverRun(std::move(*obs)));
     for (const auto& h : run->obs_->hooks())
@@ -95,14 +219,20 @@ class ObserverRun {
   }
   ~ObserverRun() { StopPrinter(); }
 
-  // At exit: every event printed, then the totals, the subscriber's
-  // delivered/lost counts, and every flow.
+  // At exit: the reader stops, every event read is printed (within
+  // kExitEventsNs), then the totals, the subscriber's delivered/lost counts
+  // and every flow (within kExitReportNs).
   void Finish() {
-    obs_->Drain();
+    obs_->StopAndDrain();
+    g_out.SetDeadline(MonotonicNs() + kExitEventsNs);
     StopPrinter();
+    g_out.SetDeadline(MonotonicNs() + kExitReportNs);
     Print(TotalsJson(obs_->Totals(), obs_->hooks()));
     if (sub_)
-      Print({{"event", "subscriber"}, {"delivered", sub_->delivered()}, {"lost", sub_->lost()}});
+      Print({{"event", "subscriber"},
+             {"delivered", sub_->delivered()},
+             {"lost", sub_->lost()},
+             {"unprinted", unprinted_.load()}});
     for (const auto& fl : obs_->Flows()) Print({{"event", "flow"}, {"flow", FlowJson(fl)}});
   }
 
@@ -112,37 +242,33 @@ class ObserverRun {
   void PrintEvents() {
     for (;;) {
       auto e = sub_->Next(std::chrono::milliseconds(100));
-      if (e)
-        Print(EventJson(*e));
-      else if (!printing_)
+      if (e) {
+        if (!g_out.Line(JsonLine(EventJson(*e)))) unprinted_++;
+      } else if (!printing_) {
         break;
+      }
     }
-    fflush(stdout);
   }
 
   void StopPrinter() {
     if (!printer_.joinable()) return;
-    printing_ = false;  // the printer empties its queue, then stops
+    printing_ = false;  // the printer empties its queue (or meets the deadline), then stops
     printer_.join();
+    if (unprinted_) LOG_WARN("%" PRIu64 " events not printed: stdout was not read in time",
+                             unprinted_.load());
   }
 
   std::unique_ptr<Observer> obs_;
   std::shared_ptr<Subscription> sub_;
   std::thread printer_;
   std::atomic<bool> printing_{true};
+  std::atomic<uint64_t> unprinted_{0};
 };
-
-// Whoever read stdout is gone (`| head` exited, the terminal closed): a write
-// failed (SIGPIPE is ignored), or the pipe or tty reports an error or hang-up.
-bool StdoutGone() {
-  struct pollfd p = {STDOUT_FILENO, 0, 0};
-  return ferror(stdout) || (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)));
-}
 
 // Sleeps until the next report is due; false at a signal (INT, TERM, HUP),
 // when stdout's reader is gone, or at the end of the duration.
-bool WaitForReport(const sigset_t& sigs, const OneShotOptions& o, double start) {
-  if (StdoutGone()) {
+bool WaitForReport(Signals& sigs, const OneShotOptions& o, double start) {
+  if (g_out.Gone()) {
     LOG_INFO("stdout closed: detaching");
     return false;
   }
@@ -152,27 +278,20 @@ bool WaitForReport(const sigset_t& sigs, const OneShotOptions& o, double start) 
     if (left <= 0) return false;
     if (left < wait.count() / 1e9) wait = std::chrono::nanoseconds(int64_t(left * 1e9));
   }
-  struct timespec ts = {static_cast<time_t>(wait.count() / 1000000000),
-                        static_cast<long>(wait.count() % 1000000000)};
-  int sig = sigtimedwait(&sigs, nullptr, &ts);
-  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
-    LOG_INFO("signal %d: detaching", sig);
-    return false;
-  }
-  return true;
+  return sigs.Sleep(static_cast<uint64_t>(wait.count()));
+}
+
+int Failed(const Status& st) {
+  fprintf(stderr, "lossd: %s\n", st.ToString().c_str());
+  return 1;
 }
 
 }  // namespace
 
 int RunOneShot(const OneShotOptions& o) {
-  // Signals are taken synchronously in the loop below.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  // A closed stdout must not kill the run before it detaches (see StdoutGone).
+  // Signals go to a thread of their own, from before any other thread starts.
+  Signals sigs;
+  // A closed stdout must not kill the run before it detaches (see Stdout::Gone).
   signal(SIGPIPE, SIG_IGN);
 
   // The injector only for a rule: --observe alone leaves the data plane, its
@@ -187,29 +306,24 @@ int RunOneShot(const OneShotOptions& o) {
     }
     state_lock = std::move(*l);
     auto r = Injector::Create(o.injector);
-    if (!r.ok()) {
-      fprintf(stderr, "lossd: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
+    if (!r.ok()) return Failed(r.status());
     inj = std::move(*r);
   }
   std::unique_ptr<ObserverRun> obs;
-  if (o.observe) {
-    auto r = ObserverRun::Start(o);
-    if (!r.ok()) {
-      fprintf(stderr, "lossd: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
-    obs = std::move(*r);
+  if (o.observe && !sigs.stopped()) {
+    auto r = ObserverRun::Start(o, sigs.flag());
+    if (!r.ok() && !sigs.stopped()) return Failed(r.status());
+    if (r.ok()) obs = std::move(*r);
+  }
+  if (sigs.stopped()) {  // signalled while loading: nothing was attached to report on
+    LOG_INFO("stopped before ready");
+    return 0;
   }
 
   uint32_t id = 0;
   if (o.rule) {
     auto r = inj->Add(*o.rule);
-    if (!r.ok()) {
-      fprintf(stderr, "lossd: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
+    if (!r.ok()) return Failed(r.status());
     id = *r;
     auto info = inj->Get(id);
     std::string hooks;
@@ -222,11 +336,10 @@ int RunOneShot(const OneShotOptions& o) {
              {"cgroup", info->cgroup},
              {"cgroup_id", info->cgroup_id}});
     else
-      printf("rule %u active: %s\n", id, hooks.c_str());
+      g_out.Line("rule " + std::to_string(id) + " active: " + hooks);
   } else if (o.json) {  // --observe alone
     Print({{"event", "ready"}, {"pid", getpid()}});
   }
-  fflush(stdout);
 
   double start = Elapsed();
   while (WaitForReport(sigs, o, start))
@@ -235,9 +348,11 @@ int RunOneShot(const OneShotOptions& o) {
   if (id) {
     // Detach first, then report: no drop can happen after the final count.
     auto gone = inj->Remove(id);
+    g_out.SetDeadline(MonotonicNs() + kExitReportNs);
     Report(*inj, id, o.json, true, gone.ok() ? &gone->counters : nullptr);
   }
-  fflush(stdout);
+  if (g_out.unwritten()) LOG_WARN("%" PRIu64 " lines not written: stdout was not read in time",
+                                  g_out.unwritten());
   return 0;  // the injector's destructor detaches everything
 }
 

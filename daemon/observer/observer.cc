@@ -231,9 +231,13 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
 }
 
 Observer::~Observer() {
+  StopReader();
+  hub_.CloseAll();
+}
+
+void Observer::StopReader() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
-  hub_.CloseAll();
 }
 
 int Observer::OnEvent(void* ctx, void* data, size_t size) {
@@ -261,7 +265,6 @@ void Observer::Run() {
   int quiet_polls = 0;
   while (!stop_) {
     int timeout_ms = quiet_polls < 500 ? 2 : 100;
-    std::lock_guard<std::mutex> lock(ring_mu_);
     int n = ring_buffer__poll(ring_.get(), timeout_ms);
     // On a timeout ring_buffer__poll reads nothing: records submitted without
     // a wakeup since the last one are read here.
@@ -275,8 +278,11 @@ void Observer::Run() {
   }
 }
 
-void Observer::Drain() {
-  std::lock_guard<std::mutex> lock(ring_mu_);
+// The reader thread owns the ring while it runs (ring_buffer__poll/consume are
+// not thread-safe): it is stopped and joined first, so nothing here waits on
+// it for longer than one poll (at most 100 ms).
+void Observer::StopAndDrain() {
+  StopReader();
   ring_buffer__consume(ring_.get());
   Flush();
 }

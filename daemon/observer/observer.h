@@ -110,8 +110,9 @@ class Observer {
   ObsTotals Totals() const;
   std::vector<ObsFlow> Flows() const;
   Hub& hub() { return hub_; }
-  // Reads what is in the ring now (the reader thread does this continuously).
-  void Drain();
+  // Stops the ring reader thread, then reads what is left in the ring (at a
+  // one-shot's exit: every event reaches the hub). No event is read after it.
+  void StopAndDrain();
 
  private:
   Observer() = default;
@@ -123,8 +124,9 @@ class Observer {
   Result<bpf_program*> LoadProgram(const char* name);
   bpf_program* Program(const char* name) const;  // loaded, or null
   void Run();
+  void StopReader();  // sets stop_, joins the reader (idempotent)
   static int OnEvent(void* ctx, void* data, size_t size);
-  void Flush();  // publishes batch_ (holding ring_mu_)
+  void Flush();  // publishes batch_ (the reader's, or after StopReader)
 
   struct SkelDeleter {
     void operator()(observe_bpf* s) const;
@@ -137,14 +139,13 @@ class Observer {
   std::mutex load_mu_;  // the two above, while programs load on two threads
   std::vector<BpfLink> links_;
   std::vector<ObsHookStatus> hooks_;
-  std::mutex ring_mu_;  // ring_buffer__poll/consume are not thread-safe
-  RingBuffer ring_;
+  RingBuffer ring_;  // read by the reader thread only, until StopReader()
   std::mutex cfg_mu_;  // cfg_ and traced_
   struct obs_config cfg_ {};
   std::map<uint64_t, int> traced_;  // cookie -> traces of it
   Hub hub_;
   std::atomic<uint64_t> consumed_{0};
-  std::vector<ObsEvent> batch_;  // read from the ring, not yet published (ring_mu_)
+  std::vector<ObsEvent> batch_;  // read from the ring, not yet published (reader's)
   std::atomic<bool> stop_{false};
   std::thread thread_;
   int ncpus_ = 1;

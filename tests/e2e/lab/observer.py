@@ -77,6 +77,7 @@ def check_event_stream(tc, out, ctx):
     tc.assertEqual(t["hub_published"], t["ring_consumed"], "hub_published != ring_consumed: " + ctx)
     tc.assertEqual(sub["delivered"] + sub["lost"], t["hub_published"],
                    "subscriber delivered + lost != hub_published: " + ctx)
+    tc.assertEqual(sub.get("unprinted", 0), 0, "delivered events not printed: " + ctx)
     tc.assertEqual(len(out.retransmits) + len(out.closes) + len(out.stalls), sub["delivered"],
                    "printed retransmit + flow_close + stall lines != delivered: " + ctx)
     if t["ring_lost"] == 0 and sub["lost"] == 0:
