@@ -4,6 +4,9 @@
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# Tests run side by side: most e2e tests wait on paced traffic and timers, not
+# the CPU (tests/e2e/CMakeLists.txt says which run alone and why).
+TEST_JOBS ?= 4
 CTEST_ARGS ?=
 RUN_ARGS ?=
 
@@ -56,7 +59,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS) $(CTEST_ARGS)
 
 # The unit and bpf tests under ASan + UBSan (-DLOSSD_SANITIZE=ON, Debug: quicker to
 # build); not the clients-only tree, the fuzzer (sanitized already) or the Python tests.
