@@ -34,7 +34,10 @@ Status Status::FromErrno(int err, const std::string& context) {
     case ELOOP:
     case ENAMETOOLONG: code = Code::kInvalidArgument; break;
     case ENOSPC:
+    case EDQUOT:
     case ENOMEM:
+    case EMFILE:  // out of file descriptors: the process's, or the host's
+    case ENFILE:
     case E2BIG: code = Code::kResourceExhausted; break;
     case EOPNOTSUPP:  // == ENOTSUP on Linux
     case ENOSYS: code = Code::kFailedPrecondition; break;

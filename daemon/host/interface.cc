@@ -2,6 +2,8 @@
 
 #include <net/if.h>
 
+#include <cerrno>
+
 #include "host/ethtool.h"
 
 namespace lossd {
@@ -10,6 +12,8 @@ Result<int> IfIndex(const std::string& ifname) {
   if (ifname.empty() || ifname.size() >= IFNAMSIZ)
     return InvalidArgument("invalid interface name '" + Shown(ifname) + "'");
   unsigned idx = if_nametoindex(ifname.c_str());
+  if (!idx && errno != ENODEV && errno != ENXIO)  // it could not look (e.g. EMFILE): not "absent"
+    return Status::FromErrno(errno, "look up interface '" + Shown(ifname) + "'");
   if (!idx)
     return NotFound("interface '" + Shown(ifname) + "' not found in this network namespace");
   return static_cast<int>(idx);

@@ -1,5 +1,6 @@
 #include "host/offloads.h"
 
+#include <fcntl.h>
 #include <linux/ethtool.h>
 #include <net/if.h>
 #include <sys/stat.h>
@@ -7,11 +8,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/log.h"
 #include "host/ethtool.h"
 #include "host/netlink.h"
@@ -38,30 +43,6 @@ Status SetOffloads(const std::string& ifname, Offloads o) {
   return Status::Ok();
 }
 
-// No state file (an empty path: --state-dir '') reads as empty and writes nothing.
-std::vector<std::string> ReadLines(const std::string& file) {
-  std::vector<std::string> lines;
-  if (file.empty()) return lines;
-  std::ifstream in(file);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) lines.push_back(l);
-  return lines;
-}
-
-void WriteLines(const std::string& file, const std::vector<std::string>& lines) {
-  if (file.empty()) return;
-  if (lines.empty()) {
-    unlink(file.c_str());
-    return;
-  }
-  std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& l : lines) out << l << "\n";
-  }
-  rename(tmp.c_str(), file.c_str());
-}
-
 struct Record {
   uint64_t netns = 0;  // 0: a record of an older lossd (name only, this namespace)
   uint32_t ifindex = 0;
@@ -69,28 +50,139 @@ struct Record {
   Offloads saved;
 };
 
+// The kernel's bounds (GSO_MAX_SEGS, a boolean GRO, IFNAMSIZ): a record
+// outside them was not written by lossd and is never applied.
+constexpr uint64_t kMaxGsoSegs = 65535;
+bool ValidIfname(const std::string& n) {
+  if (n.empty() || n.size() >= IFNAMSIZ) return false;
+  for (unsigned char c : n)
+    if (c <= ' ' || c == '/' || c >= 0x7f) return false;
+  return true;
+}
+
 bool ParseRecord(const std::string& line, Record* r) {
   std::istringstream in(line);
   std::vector<std::string> f;
   for (std::string w; in >> w;) f.push_back(w);
-  try {
-    if (f.size() == 5) {
-      r->netns = std::stoull(f[0]);
-      r->ifindex = static_cast<uint32_t>(std::stoul(f[1]));
-      r->ifname = f[2];
-      r->saved.gro = static_cast<uint32_t>(std::stoul(f[3]));
-      r->saved.gso_max_segs = static_cast<uint32_t>(std::stoul(f[4]));
-      return true;
-    }
-    if (f.size() == 3) {
-      r->ifname = f[0];
-      r->saved.gro = static_cast<uint32_t>(std::stoul(f[1]));
-      r->saved.gso_max_segs = static_cast<uint32_t>(std::stoul(f[2]));
-      return true;
-    }
-  } catch (const std::exception&) {
+  auto num = [](const std::string& w, uint64_t max, uint64_t* out) {
+    if (w.empty() || w.size() > 20 || w.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    errno = 0;
+    unsigned long long v = std::strtoull(w.c_str(), nullptr, 10);
+    if (errno == ERANGE || v > max) return false;
+    *out = v;
+    return true;
+  };
+  size_t at = 0;
+  uint64_t netns = 0, ifindex = 0, gro = 0, gso = 0;
+  if (f.size() == 5) {
+    if (!num(f[0], UINT64_MAX, &netns) || netns == 0 || !num(f[1], INT32_MAX, &ifindex) ||
+        ifindex == 0)
+      return false;
+    at = 2;
+  } else if (f.size() != 3) {
+    return false;
   }
-  return false;
+  if (!ValidIfname(f[at]) || !num(f[at + 1], 1, &gro) || !num(f[at + 2], kMaxGsoSegs, &gso) ||
+      gso == 0)
+    return false;
+  r->netns = netns;
+  r->ifindex = static_cast<uint32_t>(ifindex);
+  r->ifname = f[at];
+  r->saved.gro = static_cast<uint32_t>(gro);
+  r->saved.gso_max_segs = static_cast<uint32_t>(gso);
+  return true;
+}
+
+// A record is ~50 bytes; a file past this was not written by lossd (the rest
+// of it is dropped, as junk lines are).
+constexpr size_t kMaxStateFileBytes = 1 << 20;
+
+// The valid records of the state file; junk (unparsable or out of range
+// lines, anything past kMaxStateFileBytes) is logged and dropped, so the next
+// write leaves it out. No file, or no state file (an empty path: --state-dir
+// ''), reads as empty; a file that cannot be read is an error (writing over
+// it would lose its records).
+Result<std::vector<std::string>> ReadRecords(const std::string& file) {
+  std::vector<std::string> lines;
+  if (file.empty()) return lines;
+  UniqueFd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid() && errno == ENOENT) return lines;
+  if (!fd.valid()) return Status::FromErrno(errno, "read the offload records " + file);
+  std::string data(kMaxStateFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < data.size()) {
+    ssize_t n = read(fd.get(), &data[got], data.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno(errno, "read the offload records " + file);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > kMaxStateFileBytes) {
+    LOG_WARN("%s is over %zu bytes: only its first %zu are read", file.c_str(),
+             kMaxStateFileBytes, kMaxStateFileBytes);
+    got = kMaxStateFileBytes;
+  }
+  data.resize(got);
+  size_t junk = 0;
+  std::istringstream in(data);
+  for (std::string l; std::getline(in, l);) {
+    if (l.empty()) continue;
+    Record r;
+    if (ParseRecord(l, &r)) {
+      lines.push_back(l);
+    } else if (++junk <= 3) {
+      LOG_WARN("offload record '%s' in %s is not valid: dropped", Shown(l.substr(0, 80)).c_str(),
+               file.c_str());
+    }
+  }
+  if (junk > 3) LOG_WARN("%zu invalid offload records in %s dropped", junk, file.c_str());
+  return lines;
+}
+
+// Replaces the state file with `lines` (none: removes it): a new file,
+// written whole, fsynced, then renamed over the old one and the directory
+// fsynced, so that a crash or a full disk leaves the old records or the new
+// ones, never a torn or empty file. RESOURCE_EXHAUSTED (naming the file)
+// when the disk is full.
+Status WriteRecords(const std::string& file, const std::vector<std::string>& lines) {
+  if (file.empty()) return Status::Ok();
+  if (lines.empty()) {
+    if (unlink(file.c_str()) != 0 && errno != ENOENT)
+      return Status::FromErrno(errno, "remove " + file);
+    return Status::Ok();
+  }
+  std::string data;
+  for (const auto& l : lines) data += l + "\n";
+  std::string tmp = file + ".tmp";
+  auto fail = [&](const char* what) {
+    Status st = Status::FromErrno(errno, std::string(what) + " " + tmp +
+                                             " (the offload records cannot be stored)");
+    unlink(tmp.c_str());
+    return st;
+  };
+  {
+    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd.valid()) return fail("create");
+    for (size_t off = 0; off < data.size();) {
+      ssize_t n = write(fd.get(), data.data() + off, data.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n == 0) errno = ENOSPC;
+        return fail("write");
+      }
+      off += static_cast<size_t>(n);
+    }
+    if (fsync(fd.get()) != 0) return fail("fsync");
+    if (close(fd.Release()) != 0) return fail("close");
+  }
+  if (rename(tmp.c_str(), file.c_str()) != 0) return fail("rename");
+  std::string dir = file.substr(0, file.find_last_of('/') == std::string::npos
+                                       ? 0
+                                       : file.find_last_of('/'));
+  UniqueFd d(open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d.valid()) fsync(d.get());  // the rename itself is durable; a failure here loses nothing
+  return Status::Ok();
 }
 
 }  // namespace
@@ -114,10 +206,13 @@ Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& i
   if (ifindex == 0) return Status::FromErrno(errno, "interface " + Shown(ifname));
   g->record_ = std::to_string(CurrentNetnsIno()) + " " + std::to_string(ifindex) + " " + ifname +
                " " + std::to_string(saved.gro) + " " + std::to_string(saved.gso_max_segs);
-  // Record before changing, so a crash in between is recoverable.
-  auto lines = ReadLines(state_file);
-  lines.push_back(g->record_);
-  WriteLines(state_file, lines);
+  // Record before changing, so a crash in between is recoverable; no record,
+  // no change (the rule is refused).
+  auto lines = ReadRecords(state_file);
+  if (!lines.ok()) return lines.status();
+  lines->push_back(g->record_);
+  LOSSD_RETURN_IF_ERROR(WriteRecords(state_file, *lines));
+  g->recorded_ = true;
   Offloads one;
   one.gro = 0;
   one.gso_max_segs = 1;
@@ -130,27 +225,33 @@ OffloadGuard::~OffloadGuard() {
   Offloads o;
   o.gro = gro_;
   o.gso_max_segs = gso_max_segs_;
+  if (!recorded_) return;  // nothing was changed
   Status st = SetOffloads(ifname_, o);
   if (!st.ok()) LOG_WARN("restore offloads: %s", st.message().c_str());
   if (!st.ok()) return;  // the record stays: the next start tries again
-  auto lines = ReadLines(state_file_);
-  auto it = std::find(lines.begin(), lines.end(), record_);
-  if (it != lines.end()) lines.erase(it);
-  WriteLines(state_file_, lines);
+  auto lines = ReadRecords(state_file_);
+  if (!lines.ok()) {
+    LOG_WARN("%s (the record of %s stays)", lines.status().message().c_str(), ifname_.c_str());
+    return;
+  }
+  auto it = std::find(lines->begin(), lines->end(), record_);
+  if (it != lines->end()) lines->erase(it);
+  st = WriteRecords(state_file_, *lines);
+  if (!st.ok()) LOG_WARN("%s", st.message().c_str());
 }
 
 int RestoreOffloads(const std::string& state_file) {
   int restored = 0;
   uint64_t here = CurrentNetnsIno();
   std::vector<std::string> kept;
-  for (const auto& line : ReadLines(state_file)) {
+  auto lines = ReadRecords(state_file);
+  if (!lines.ok()) {
+    LOG_WARN("%s: no offload restored", lines.status().message().c_str());
+    return 0;
+  }
+  for (const auto& line : *lines) {
     Record r;
-    if (!ParseRecord(line, &r)) {
-      LOG_WARN("offload record '%s' in %s is unreadable: kept", Shown(line).c_str(),
-               state_file.c_str());
-      kept.push_back(line);
-      continue;
-    }
+    ParseRecord(line, &r);  // valid: ReadRecords kept only those
     if (r.netns && r.netns != here) {  // cannot be reached from here
       LOG_INFO("offload record of %s (ifindex %u) is of network namespace %llu, not this one: kept",
                r.ifname.c_str(), r.ifindex, static_cast<unsigned long long>(r.netns));
@@ -176,7 +277,8 @@ int RestoreOffloads(const std::string& state_file) {
       kept.push_back(line);
     }
   }
-  WriteLines(state_file, kept);
+  Status st = WriteRecords(state_file, kept);
+  if (!st.ok()) LOG_WARN("%s", st.message().c_str());
   return restored;
 }
 

@@ -17,7 +17,11 @@ namespace lossd {
 // settings are written to state_file first, so that a crashed owner's
 // changes are undone at the next start (RestoreOffloads). A record names the
 // interface by network namespace (inode of /proc/self/ns/net) and ifindex,
-// beside its name: "<netns> <ifindex> <ifname> <gro> <gso_max_segs>".
+// beside its name: "<netns> <ifindex> <ifname> <gro> <gso_max_segs>". The
+// record is stored (written, fsynced, renamed) before any change, and a rule
+// whose record cannot be stored is refused (RESOURCE_EXHAUSTED when the disk
+// is full). Records are validated when read (the kernel's ranges); junk is
+// dropped and logged, and the file is read up to 1 MiB.
 class OffloadGuard {
  public:
   static Result<std::unique_ptr<OffloadGuard>> Disable(const std::string& ifname,
@@ -30,6 +34,7 @@ class OffloadGuard {
   OffloadGuard() = default;
   std::string ifname_, state_file_, record_;
   uint32_t gro_ = 0, gso_max_segs_ = 0;
+  bool recorded_ = false;  // the record is stored: changes may have been made
 };
 
 // Restores the interfaces that state_file lists in this network namespace;

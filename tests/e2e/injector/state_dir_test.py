@@ -16,10 +16,22 @@ by network namespace and ifindex (issue 10 item 11). Each test failed before the
       The SIGKILLed owner's interface is renamed before the next start: that start restores
       it under its new name (the record's ifindex). Before: restored by the old name, which
       no longer existed, and the record was deleted.
+  test_full_state_dir_refuses_the_rule (issue 25 item 6)
+      The state dir is a full tmpfs: a --per-segment rule is refused (RESOURCE_EXHAUSTED,
+      naming the file) and the interface keeps its gso_max_segs. Before: the record writer
+      renamed an empty temp file over the records, the rule was created anyway, and after a
+      SIGKILL nothing could restore the interface.
+  test_invalid_records_are_dropped (issue 25 item 7)
+      Records with gso_max_segs 0 or 2^32, junk lines and a 50 MB junk file: none is applied,
+      the junk is dropped from the file (a valid record of another namespace stays), and a
+      start over the 50 MB file is ready and ends on time. Before: gso 0 was applied (the
+      interface left at gso_max_segs 0), junk was kept for ever, and the 50 MB file kept a
+      daemon from being ready for over 15 s.
 """
 import json
 import os
 import subprocess
+import time
 import unittest
 
 from lab import config
@@ -132,6 +144,73 @@ class StateDir(unittest.TestCase):
                 lab.run(lab.a, "ip", "link", "set", "dev", new, "down", check=False)
                 lab.run(lab.a, "ip", "link", "set", "dev", new, "name", lab.IF_A, check=False)
                 lab.run(lab.a, "ip", "link", "set", "dev", lab.IF_A, "up", check=False)
+
+    def test_full_state_dir_refuses_the_rule(self):
+        with Lab() as lab:
+            sd = lab.tempdir()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", sd], check=True)
+            try:
+                with open(os.path.join(sd, "lock"), "w") as f:  # its page, before the disk fills
+                    f.write("0\n")
+                fd = os.open(os.path.join(sd, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+                try:
+                    while os.write(fd, b"x" * 4096) > 0:
+                        pass
+                except OSError:  # ENOSPC: full
+                    pass
+                finally:
+                    os.close(fd)
+                before = gso_max_segs(lab, lab.a, lab.IF_A)
+                r = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A, *RULE,
+                            "--duration", "1s", check=False, timeout=60)
+                after = gso_max_segs(lab, lab.a, lab.IF_A)
+                measured("state_dir_full", rc=r.returncode, stderr=r.stderr.strip()[-300:],
+                         segs_before=before, segs_after=after)
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn("RESOURCE_EXHAUSTED", r.stderr)
+                self.assertIn(os.path.join(sd, "offloads"), r.stderr)
+                self.assertEqual(after, before, "the interface changed without a record")
+                self.assertEqual(records(sd), [])
+            finally:
+                subprocess.run(["umount", sd], check=False)
+
+    def test_invalid_records_are_dropped(self):
+        with Lab() as lab:
+            sd = lab.tempdir()
+            netns_a = os.stat("/run/netns/" + lab.a).st_ino
+            ifindex = json.loads(lab.run(lab.a, "ip", "-j", "link", "show", "dev", lab.IF_A).stdout)[0]["ifindex"]
+            before = gso_max_segs(lab, lab.a, lab.IF_A)
+            other = "%d 7 eth9 1 64" % (netns_a + 1)  # valid, of another namespace: kept
+            lines = ["%d %d %s 1 0" % (netns_a, ifindex, lab.IF_A),            # gso_max_segs 0
+                     "%d %d %s 1 4294967296" % (netns_a, ifindex, lab.IF_A),   # wraps to 0
+                     "%d %d %s 7 64" % (netns_a, ifindex, lab.IF_A),           # gro 7
+                     "%s 1 -5" % lab.IF_A, "hello world", "\x01\x02 3 4 5 6", other]
+            with open(os.path.join(sd, "offloads"), "w") as f:
+                f.write("\n".join(lines) + "\n")
+            r = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
+                        "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
+                        check=False, timeout=60)
+            after = gso_max_segs(lab, lab.a, lab.IF_A)
+            left = records(sd)
+            measured("state_dir_invalid_records", rc=r.returncode, segs_before=before, segs_after=after,
+                     left=left, stderr=r.stderr.strip()[-400:])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(after, before, "an invalid record was applied")
+            self.assertEqual(left, [other], "junk kept, or a valid record dropped")
+            self.assertIn("not valid: dropped", r.stderr)
+            # 50 MB of junk: read up to 1 MiB, dropped; the start is not held by it.
+            with open(os.path.join(sd, "offloads"), "w") as f:
+                line = "junk " * 20 + "\n"
+                f.write(line * (50_000_000 // len(line)))
+            t0 = time.monotonic()
+            r = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
+                        "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
+                        check=False, timeout=60)
+            took = time.monotonic() - t0
+            measured("state_dir_50mb_junk", rc=r.returncode, secs=round(took, 2), left=len(records(sd)))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(records(sd), [], "junk kept")
+            self.assertIn("only its first", r.stderr)
 
 
 if __name__ == "__main__":
