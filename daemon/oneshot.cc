@@ -8,8 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cmath>
 #include <condition_variable>
@@ -35,48 +35,54 @@ double Elapsed() {
   return MonotonicNs() / 1e9;
 }  // for --duration: no clock steps
 
-// How long stdout may take, after a signal, to take the events still queued,
-// and then the final report (each): a reader that is slow or stopped cannot
-// hold lossd past them (what was not written is counted on stderr).
-constexpr uint64_t kExitEventsNs = 1'500'000'000;
-constexpr uint64_t kExitReportNs = 1'500'000'000;
+// After a signal, stdout gets every line still to print as long as its
+// reader takes them; a reader that takes nothing for kExitStallNs (stopped,
+// or gone without closing) is given up on, once for the queued events and
+// once for the final report, so such a reader holds lossd at most twice that.
+// A second signal gives up at once. What was not written is counted on stderr.
+constexpr uint64_t kExitStallNs = 1'500'000'000;
 
 // stdout, line by line, from the printer and the main thread: write(2) only
 // after poll says the fd takes it, in chunks a pipe takes whole (PIPE_BUF),
-// so that no write blocks past the deadline once one is set.
+// so that no write blocks for longer than a poll.
 class Stdout {
  public:
-  // Past `deadline_ns` (MonotonicNs; 0: none) no line is written.
-  void SetDeadline(uint64_t deadline_ns) { deadline_ns_ = deadline_ns; }
-  // False if the line was not (wholly) written: the deadline, or a reader gone.
+  // From now on, give up on a reader that takes nothing for stall_ns.
+  void Exiting(uint64_t stall_ns) {
+    stall_ns_ = stall_ns;
+    progress_ns_ = MonotonicNs();
+    abandoned_ = false;
+  }
+  void Abandon() { abandoned_ = true; }
+  // False if the line was not (wholly) written: given up on, or a reader gone.
   bool Line(const std::string& text) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (broken_) return false;
+    if (broken_) return Unwritten();
     std::string buf = text + "\n";
     size_t off = 0;
     while (off < buf.size()) {
-      int timeout_ms = 100;  // a deadline set meanwhile is seen within this
-      if (uint64_t d = deadline_ns_) {
-        uint64_t now = MonotonicNs();
-        if (now >= d) return Unwritten();
-        timeout_ms = static_cast<int>(std::min<uint64_t>((d - now) / 1000000 + 1, 100));
+      if (abandoned_) return Unwritten();
+      if (uint64_t stall = stall_ns_; stall && MonotonicNs() - progress_ns_ > stall) {
+        abandoned_ = true;
+        return Unwritten();
       }
       struct pollfd p = {STDOUT_FILENO, POLLOUT, 0};
-      int r = poll(&p, 1, timeout_ms);
+      int r = poll(&p, 1, 100);  // Exiting() and Abandon() are seen within this
       if (r < 0 && errno == EINTR) continue;
       if (r < 0 || (p.revents & (POLLERR | POLLHUP | POLLNVAL))) return Broken();
-      if (r == 0) continue;  // the deadline is checked above
-      ssize_t n = write(STDOUT_FILENO, buf.data() + off, std::min<size_t>(buf.size() - off, PIPE_BUF));
+      if (r == 0) continue;
+      ssize_t n =
+          write(STDOUT_FILENO, buf.data() + off, std::min<size_t>(buf.size() - off, PIPE_BUF));
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) return Broken();
       off += static_cast<size_t>(n);
+      progress_ns_ = MonotonicNs();
     }
     return true;
   }
   // Whoever read stdout is gone (`| head` exited, the terminal closed): a
   // write failed (SIGPIPE is ignored), or the pipe or tty reports an error or
-  // hang-up.
-  // Takes no lock: a writer may wait in Line() (for up to its deadline).
+  // hang-up. Takes no lock: a writer may wait in Line().
   bool Gone() const {
     struct pollfd p = {STDOUT_FILENO, 0, 0};
     return broken_ || (poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)));
@@ -92,8 +98,10 @@ class Stdout {
     broken_ = true;
     return Unwritten();
   }
-  std::mutex mu_;  // one line at a time (held while a line waits for the fd)
-  std::atomic<uint64_t> deadline_ns_{0};
+  std::mutex mu_;                         // one line at a time (held while a line waits for the fd)
+  std::atomic<uint64_t> stall_ns_{0};     // 0: wait for the reader for ever (until exiting)
+  std::atomic<uint64_t> progress_ns_{0};  // the last write that took bytes
+  std::atomic<bool> abandoned_{false};
   std::atomic<bool> broken_{false};
   std::atomic<uint64_t> unwritten_{0};
 };
@@ -139,6 +147,11 @@ class Signals {
     while (!done_) {
       int sig = sigtimedwait(&set_, nullptr, &ts);
       if (sig <= 0) continue;
+      if (stop_) {  // a second one: stop waiting for stdout's reader
+        LOG_INFO("signal %d again: not waiting for stdout", sig);
+        g_out.Abandon();
+        continue;
+      }
       LOG_INFO("signal %d: detaching", sig);
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -219,14 +232,14 @@ class ObserverRun {
   }
   ~ObserverRun() { StopPrinter(); }
 
-  // At exit: the reader stops, every event read is printed (within
-  // kExitEventsNs), then the totals, the subscriber's delivered/lost counts
-  // and every flow (within kExitReportNs).
+  // At exit: the reader stops, every event read is printed (unless stdout
+  // stalls: kExitStallNs), then the totals, the subscriber's delivered/lost
+  // counts (and how many delivered events were not printed) and every flow.
   void Finish() {
     obs_->StopAndDrain();
-    g_out.SetDeadline(MonotonicNs() + kExitEventsNs);
+    g_out.Exiting(kExitStallNs);
     StopPrinter();
-    g_out.SetDeadline(MonotonicNs() + kExitReportNs);
+    g_out.Exiting(kExitStallNs);
     Print(TotalsJson(obs_->Totals(), obs_->hooks()));
     if (sub_)
       Print({{"event", "subscriber"},
@@ -252,10 +265,10 @@ class ObserverRun {
 
   void StopPrinter() {
     if (!printer_.joinable()) return;
-    printing_ = false;  // the printer empties its queue (or meets the deadline), then stops
+    printing_ = false;  // the printer empties its queue (or gives up on stdout), then stops
     printer_.join();
-    if (unprinted_) LOG_WARN("%" PRIu64 " events not printed: stdout was not read in time",
-                             unprinted_.load());
+    if (unprinted_)
+      LOG_WARN("%" PRIu64 " events not printed: stdout was not read in time", unprinted_.load());
   }
 
   std::unique_ptr<Observer> obs_;
@@ -348,11 +361,11 @@ int RunOneShot(const OneShotOptions& o) {
   if (id) {
     // Detach first, then report: no drop can happen after the final count.
     auto gone = inj->Remove(id);
-    g_out.SetDeadline(MonotonicNs() + kExitReportNs);
+    g_out.Exiting(kExitStallNs);
     Report(*inj, id, o.json, true, gone.ok() ? &gone->counters : nullptr);
   }
-  if (g_out.unwritten()) LOG_WARN("%" PRIu64 " lines not written: stdout was not read in time",
-                                  g_out.unwritten());
+  if (g_out.unwritten())
+    LOG_WARN("%" PRIu64 " lines not written: stdout was not read in time", g_out.unwritten());
   return 0;  // the injector's destructor detaches everything
 }
 

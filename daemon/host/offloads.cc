@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -119,8 +119,8 @@ Result<std::vector<std::string>> ReadRecords(const std::string& file) {
     got += static_cast<size_t>(n);
   }
   if (got > kMaxStateFileBytes) {
-    LOG_WARN("%s is over %zu bytes: only its first %zu are read", file.c_str(),
-             kMaxStateFileBytes, kMaxStateFileBytes);
+    LOG_WARN("%s is over %zu bytes: only its first %zu are read", file.c_str(), kMaxStateFileBytes,
+             kMaxStateFileBytes);
     got = kMaxStateFileBytes;
   }
   data.resize(got);
@@ -156,8 +156,8 @@ Status WriteRecords(const std::string& file, const std::vector<std::string>& lin
   for (const auto& l : lines) data += l + "\n";
   std::string tmp = file + ".tmp";
   auto fail = [&](const char* what) {
-    Status st = Status::FromErrno(errno, std::string(what) + " " + tmp +
-                                             " (the offload records cannot be stored)");
+    Status st = Status::FromErrno(
+        errno, std::string(what) + " " + tmp + " (the offload records cannot be stored)");
     unlink(tmp.c_str());
     return st;
   };
@@ -177,9 +177,8 @@ Status WriteRecords(const std::string& file, const std::vector<std::string>& lin
     if (close(fd.Release()) != 0) return fail("close");
   }
   if (rename(tmp.c_str(), file.c_str()) != 0) return fail("rename");
-  std::string dir = file.substr(0, file.find_last_of('/') == std::string::npos
-                                       ? 0
-                                       : file.find_last_of('/'));
+  std::string dir =
+      file.substr(0, file.find_last_of('/') == std::string::npos ? 0 : file.find_last_of('/'));
   UniqueFd d(open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (d.valid()) fsync(d.get());  // the rename itself is durable; a failure here loses nothing
   return Status::Ok();
@@ -251,7 +250,7 @@ int RestoreOffloads(const std::string& state_file) {
   }
   for (const auto& line : *lines) {
     Record r;
-    ParseRecord(line, &r);  // valid: ReadRecords kept only those
+    ParseRecord(line, &r);             // valid: ReadRecords kept only those
     if (r.netns && r.netns != here) {  // cannot be reached from here
       LOG_INFO("offload record of %s (ifindex %u) is of network namespace %llu, not this one: kept",
                r.ifname.c_str(), r.ifindex, static_cast<unsigned long long>(r.netns));

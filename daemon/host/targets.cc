@@ -152,12 +152,25 @@ Result<ToolRun> RunTool(const std::vector<std::string>& args, int timeout_ms,
     if (n <= 0) break;
     if (r.out.size() < 65536) r.out.append(buf, static_cast<size_t>(n));
   }
+  // Its stdout ended (or the time is up): its exit, within what is left of
+  // the time (a tool may close stdout before it exits).
   int status = 0;
-  if (waitpid(pid, &status, WNOHANG) == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return Status(Code::kUnavailable,
-                  args[0] + " did not answer within " + std::to_string(timeout_ms) + " ms");
+  for (;;) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) return Status::FromErrno(errno, "wait for " + args[0]);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long left =
+        timeout_ms - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+    if (left <= 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return Status(Code::kUnavailable,
+                    args[0] + " did not answer within " + std::to_string(timeout_ms) + " ms");
+    }
+    struct timespec nap = {0, 5 * 1000 * 1000};  // 5 ms
+    nanosleep(&nap, nullptr);
   }
   r.status = status;
   return r;
@@ -283,25 +296,43 @@ Result<std::string> PodUid(const std::string& asked) {
     return uid;
   }
   std::string ns = asked.substr(0, slash), name = asked.substr(slash + 1);
-  auto dns = [](const std::string& s) {
-    if (s.empty() || s.size() > 253) return false;
+  // Kubernetes' names (RFC 1123): a namespace is a label (at most 63 of a-z
+  // 0-9 -, starting and ending alphanumeric), a pod name a subdomain (such
+  // labels joined by dots, at most 253): neither can start with '-', so
+  // neither reads as a kubectl flag.
+  auto label = [](const std::string& s) {
+    auto alnum = [](char c) {
+      return std::islower(static_cast<unsigned char>(c)) ||
+             std::isdigit(static_cast<unsigned char>(c));
+    };
+    if (s.empty() || s.size() > 63 || !alnum(s.front()) || !alnum(s.back())) return false;
     for (char c : s)
-      if (!std::islower(static_cast<unsigned char>(c)) &&
-          !std::isdigit(static_cast<unsigned char>(c)) && c != '-' && c != '.')
-        return false;
+      if (!alnum(c) && c != '-') return false;
     return true;
   };
-  if (!dns(ns) || !dns(name))
+  auto subdomain = [&](const std::string& s) {
+    if (s.empty() || s.size() > 253) return false;
+    for (size_t at = 0;;) {
+      size_t dot = s.find('.', at);
+      if (!label(s.substr(at, dot == std::string::npos ? std::string::npos : dot - at)))
+        return false;
+      if (dot == std::string::npos) return true;
+      at = dot + 1;
+    }
+  };
+  if (!label(ns) || !subdomain(name))
     return InvalidArgument("pod '" + Shown(asked) +
-                           "': NAMESPACE/NAME must be Kubernetes names (a-z 0-9 - .)");
+                           "': NAMESPACE/NAME must be Kubernetes names (a-z 0-9 and '-', "
+                           "starting and ending with a letter or digit; the name may have dots)");
   if (!OnPath("kubectl"))
     return FailedPrecondition("pod " + asked +
                               ": a pod named by NAMESPACE/NAME is found through kubectl, which is "
                               "not on lossd's PATH; give the pod's UID instead (kubectl get pod "
                               "-n " +
                               ns + " " + name + " -o jsonpath='{.metadata.uid}')");
-  auto r = RunTool({"kubectl", "get", "pod", "-n", ns, name, "-o", "jsonpath={.metadata.uid}"},
-                   10000, true);
+  auto r = RunTool(
+      {"kubectl", "get", "pod", "--namespace=" + ns, "-o", "jsonpath={.metadata.uid}", "--", name},
+      10000, true);
   if (!r.ok()) return FailedPrecondition("pod " + asked + ": " + r.status().message());
   bool ok = WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0;
   // The UID is the output's first line (jsonpath, no newline); what kubectl
@@ -313,9 +344,9 @@ Result<std::string> PodUid(const std::string& asked) {
   size_t nl = said.find_last_of('\n');
   if (nl != std::string::npos) said = said.substr(nl + 1);
   if (said.size() > 200) said = said.substr(0, 197) + "...";
-  std::string what = "pod " + asked + ": kubectl get pod -n " + ns + " " + name + " (exit status " +
-                     std::to_string(WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1) +
-                     "): " + said;
+  std::string what =
+      "pod " + asked + ": kubectl get pod --namespace=" + ns + " -- " + name + " (exit status " +
+      std::to_string(WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1) + "): " + said;
   if (said.find("NotFound") != std::string::npos || said.find("not found") != std::string::npos)
     return NotFound(what);
   return FailedPrecondition(what + "; give the pod's UID instead");

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -496,8 +497,32 @@ std::string ServiceTarget::Describe() const {
   return d;
 }
 
+Status CheckNoControlChars(const std::string& what, const std::string& text) {
+  auto control = [](unsigned char c) { return c < 0x20 || c == 0x7f; };
+  size_t at = 0;
+  while (at < text.size() && !control(static_cast<unsigned char>(text[at]))) at++;
+  if (at == text.size()) return Status::Ok();
+  std::string shown;  // the input quoted with its control characters as \xNN
+  for (unsigned char c : Shown(text)) {
+    char esc[8];
+    snprintf(esc, sizeof(esc), "\\x%02x", c);
+    shown += control(c) ? std::string(esc) : std::string(1, static_cast<char>(c));
+  }
+  return InvalidArgument(what + " holds a control character at byte " + std::to_string(at) + ": '" +
+                         shown + "'");
+}
+
 Status Validate(const RuleSpec& s) {
   const ServiceTarget& t = s.service;
+  LOSSD_RETURN_IF_ERROR(CheckNoControlChars("interface name", s.iface));
+  LOSSD_RETURN_IF_ERROR(CheckNoControlChars("cgroup path", s.cgroup));
+  LOSSD_RETURN_IF_ERROR(CheckNoControlChars("unit name", t.unit));
+  LOSSD_RETURN_IF_ERROR(CheckNoControlChars("container name", t.container));
+  LOSSD_RETURN_IF_ERROR(CheckNoControlChars("pod name", t.pod));
+  for (const auto& [k, v] : s.labels) {
+    LOSSD_RETURN_IF_ERROR(CheckNoControlChars("label key", k));
+    LOSSD_RETURN_IF_ERROR(CheckNoControlChars("label '" + Shown(k) + "'", v));
+  }
   if (s.iface.empty() && !NamesCgroup(s))
     return InvalidArgument(
         "a rule needs a target: an interface, a cgroup, or a pid, unit, container or pod");

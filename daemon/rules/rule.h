@@ -157,4 +157,10 @@ inline bool NamesCgroup(const RuleSpec& s) {
 // and cgroups are resolved by the injector).
 Status Validate(const RuleSpec& spec);
 
+// INVALID_ARGUMENT naming `what` if `text` holds a NUL or another control
+// character (below 0x20, or 0x7f): the kernel and the C library stop at a NUL,
+// so "v0\0 decoy" would act on v0 while every listing showed something else.
+// Every name and label a client gives passes here.
+Status CheckNoControlChars(const std::string& what, const std::string& text);
+
 }  // namespace lossd

@@ -1,11 +1,13 @@
 #include "service/channel.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/server_posix.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -80,17 +82,39 @@ Result<std::unique_ptr<UnixSocketListener>> UnixSocketListener::Bind(const std::
             static_cast<unsigned>(*group), Shown(dir).c_str());
     }
   }
-  if (SocketInUse(addr))
+  std::unique_ptr<UnixSocketListener> l(new UnixSocketListener(""));
+  // Claim the path before looking at it: a lossd that bound it but does not
+  // listen yet refuses connections just as a dead one's file does.
+  std::string lock_path = path + ".lock";
+  l->lock_fd_ = UniqueFd(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!l->lock_fd_.valid()) return Status::FromErrno(errno, "--socket: open " + Shown(lock_path));
+  if (flock(l->lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      return Status(Code::kAlreadyExists, "another lossd is serving on " + Shown(path) +
+                                              " (it holds " + Shown(lock_path) + ")");
+    return Status::FromErrno(errno, "--socket: lock " + Shown(lock_path));
+  }
+  if (SocketInUse(addr))  // a lossd from before the lock file (it never takes it)
     return Status(Code::kAlreadyExists, "another lossd is serving on " + Shown(path));
-  unlink(path.c_str());  // left by a dead daemon
+  struct stat old;
+  if (lstat(path.c_str(), &old) == 0) {  // left by a dead daemon: ours now (we hold the lock)
+    if (!S_ISSOCK(old.st_mode))
+      return Status(Code::kAlreadyExists,
+                    "--socket: " + Shown(path) + " exists and is not a socket: not removed");
+    if (unlink(path.c_str()) != 0)
+      return Status::FromErrno(errno, "--socket: remove the stale " + Shown(path));
+  }
 
-  std::unique_ptr<UnixSocketListener> l(new UnixSocketListener(path));
   l->listen_fd_ = UniqueFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!l->listen_fd_.valid()) return Status::FromErrno(errno, "--socket: socket(AF_UNIX)");
-  if (bind(l->listen_fd_.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
-    l->path_.clear();  // not ours to unlink
+  if (bind(l->listen_fd_.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0)
     return Status::FromErrno(errno, "--socket: bind " + Shown(path));
-  }
+  struct stat mine;
+  if (lstat(path.c_str(), &mine) != 0)
+    return Status::FromErrno(errno, "--socket: stat " + Shown(path));
+  l->path_ = path;  // bound here: removed at exit while it is still this file
+  l->dev_ = mine.st_dev;
+  l->ino_ = mine.st_ino;
   // Mode and group before listen() (in Start): until then a connect is refused.
   if (chmod(path.c_str(), 0660) != 0)
     return Status::FromErrno(errno, "--socket: chmod " + Shown(path));
@@ -103,7 +127,9 @@ Result<std::unique_ptr<UnixSocketListener>> UnixSocketListener::Bind(const std::
 
 UnixSocketListener::~UnixSocketListener() {
   Stop();
-  if (!path_.empty()) unlink(path_.c_str());
+  struct stat st;
+  if (!path_.empty() && lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_)
+    unlink(path_.c_str());  // still the socket bound here (the lock is released after)
 }
 
 Status UnixSocketListener::Start(grpc::Server* server) {

@@ -35,10 +35,13 @@ class UnixSocketListener {
   // Binds path (mode 0660, group `group` if given; the directory is created
   // 0750, and given that group when lossd creates it); refuses a path another
   // live lossd serves on, removes one a dead one left. Until Start() a
-  // connect is refused, as if nobody served.
+  // connect is refused, as if nobody served: so the path is claimed first by
+  // an flock on "<path>.lock", held while this listener lives, and only its
+  // holder may remove a file at the path (a second lossd starting while the
+  // first is still loading is refused, ALREADY_EXISTS, and removes nothing).
   static Result<std::unique_ptr<UnixSocketListener>> Bind(const std::string& path,
                                                           std::optional<gid_t> group);
-  ~UnixSocketListener();  // Stop(), then the path is removed
+  ~UnixSocketListener();  // Stop(), then the path is removed if it is still the socket bound here
   UnixSocketListener(const UnixSocketListener&) = delete;
   UnixSocketListener& operator=(const UnixSocketListener&) = delete;
 
@@ -52,7 +55,10 @@ class UnixSocketListener {
   explicit UnixSocketListener(std::string path) : path_(std::move(path)) {}
   void Loop(grpc::Server* server);
 
-  std::string path_;
+  std::string path_;  // empty: nothing of ours to remove
+  UniqueFd lock_fd_;  // the flock on <path>.lock
+  dev_t dev_ = 0;     // the socket file bound here (removed at exit only if still it)
+  ino_t ino_ = 0;
   UniqueFd listen_fd_, stop_fd_;  // stop_fd_: an eventfd the loop polls
   std::thread thread_;
 };

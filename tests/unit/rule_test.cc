@@ -215,6 +215,35 @@ TEST(Validate, ServiceTargets) {
   EXPECT_EQ(t.Describe(), "pod p, container c");
 }
 
+TEST(Validate, RefusesControlCharactersInNamesAndLabels) {
+  using namespace std::string_literals;
+  auto refused = [](RuleSpec s, const std::string& words) {
+    Status st = Validate(s);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find('\0'), std::string::npos) << "the message quotes a raw NUL";
+  };
+  RuleSpec s = Base();
+  s.iface = "v0\0 decoy"s;
+  refused(s, "interface name holds a control character at byte 2: 'v0\\x00 decoy'");
+  s = Base();
+  s.cgroup = "x\0/../../.."s;
+  refused(s, "cgroup path holds a control character at byte 1");
+  s = Base();
+  s.iface.clear();
+  s.service.unit = "web\n.service";
+  refused(s, "unit name");
+  s = Base();
+  s.labels["team"] = "a\x7f";
+  refused(s, "label 'team' holds");
+  s = Base();
+  s.labels["t\te"] = "x";
+  refused(s, "label key");
+  s = Base();
+  s.labels["team"] = "caf\xc3\xa9 ok";  // UTF-8 is not a control character
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).ToString();
+}
+
 TEST(Validate, EachBadInputHasAClearError) {
   RuleSpec s = Base();
   s.iface.clear();

@@ -15,6 +15,12 @@ observer's ~3.7 million verified instructions keep it LOADING well past the firs
       add` right after the ready line succeeds; the Python client's flows() waits too
   test_sigterm_while_loading
       SIGTERM while the observer is LOADING: exit 0, the socket file is gone
+  test_second_daemon_during_sync_start (issue 25 item 8)
+      a second daemon on the same socket and state dir, started while the first is still in
+      its --sync-start load (bound, not yet listening): it exits 1 and the first's socket is
+      still there and serves; the first removes it at its exit. Before: the second found
+      the bound socket refusing connections, deleted it, and the first stayed "ready" and
+      unreachable.
   test_no_observer
       --no-observer: the observer is DISABLED at once, its RPCs answer FAILED_PRECONDITION
       (not "loading"), the injector READY
@@ -142,6 +148,25 @@ class DaemonStartup(unittest.TestCase):
         self.assertEqual(before["observer"], LOADING, before)
         self.assertEqual(rc, 0, d.stderr())
         self.assertFalse(os.path.exists(d.sock), "the socket file is still there")
+
+    def test_second_daemon_during_sync_start(self):
+        lab = self.lab
+        first = Daemon(lab, lab.a, ["--sync-start"], ready=False)
+        # Until the first has bound its socket (its file exists) and is still loading.
+        wait_until(lambda: os.path.exists(first.sock) or first.proc.poll() is not None, 30,
+                   "the first daemon's socket file", step=0.01)
+        self.assertIsNone(first.proc.poll(), first.stderr())
+        second = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", first.state_dir,
+                         "--socket", first.sock, "--http", "127.0.0.1:0", check=False, timeout=60)
+        still_loading = first.p.ready is None and not first.p.events
+        first.wait_ready(60)
+        measured("second_daemon_during_sync_start", second_rc=second.returncode,
+                 second_stderr=second.stderr.strip()[-300:], first_still_loading=still_loading)
+        self.assertEqual(second.returncode, 1, second.stderr)
+        self.assertTrue(os.path.exists(first.sock), "the second daemon removed the first's socket")
+        self.assertTrue(first.alive(), "the first daemon does not answer on its socket")
+        self.assertEqual(first.term(), 0, first.stderr())
+        self.assertFalse(os.path.exists(first.sock), "the socket file is still there")
 
     def test_no_observer(self):
         pb = self.pb
