@@ -3,8 +3,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 
@@ -12,6 +14,14 @@
 
 namespace lossd {
 namespace {
+
+// An HTTP token (RFC 9110 tchar): what a header field name is made of.
+bool IsToken(const std::string& s) {
+  if (s.empty()) return false;
+  for (unsigned char c : s)
+    if (c == 0 || !(std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr)) return false;
+  return true;
+}
 
 constexpr size_t kMaxHeaderBytes = 8192;
 constexpr size_t kMaxHeaderFields = 64;
@@ -294,6 +304,24 @@ httplib::Server::HandlerResponse HttpServer::PreRoute(const httplib::Request& re
                   "request headers too large (at most " + std::to_string(kMaxHeaderBytes) +
                       " bytes in " + std::to_string(kMaxHeaderFields) + " fields)");
     return R::Handled;
+  }
+  // RFC 9112: a field name is a token (no space before the colon: "Transfer-Encoding :"
+  // would slip past the check below), and a message whose Content-Length fields
+  // differ has no reliable length; both are 400.
+  for (const auto& h : req.headers) {
+    if (!IsToken(h.first)) {
+      refused_.fetch_add(1);
+      PlainAndClose(res, 400, "malformed header field name '" + Shown(h.first) + "'");
+      return R::Handled;
+    }
+  }
+  auto lengths = req.headers.equal_range("Content-Length");
+  for (auto it = lengths.first; it != lengths.second; ++it) {
+    if (it->second != lengths.first->second) {
+      refused_.fetch_add(1);
+      PlainAndClose(res, 400, "differing Content-Length fields");
+      return R::Handled;
+    }
   }
   if (req.has_header("Transfer-Encoding") ||
       (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0")) {

@@ -110,6 +110,17 @@ class HttpListener(DaemonTestCase):
         got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde")
         s.close()
         self.assertEqual(web.status_of(got), 413, got[:200])
+        # RFC 9112 framing (issue 25 item 13): a space before the colon, differing lengths.
+        for head in (b"Transfer-Encoding : chunked\r\n", b"Content-Length: 0\r\nContent-Length: 5\r\n",
+                     b"X Bad: 1\r\n"):
+            s = web.connect(self.d.ns, "127.0.0.1", self.d.http_port)
+            got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n")
+            s.close()
+            self.assertEqual(web.status_of(got), 400, (head, got[:200]))
+        s = web.connect(self.d.ns, "127.0.0.1", self.d.http_port)  # the same length twice is one
+        got = web.raw(s, b"GET /healthz-none HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n")
+        s.close()
+        self.assertEqual(web.status_of(got), 404, got[:200])
         many = {"X-F%d" % i: "a" * 100 for i in range(100)}
         self.assertEqual(self.get("/metrics", headers=many).status, 431)
         self.assertEqual(self.get("/metrics", headers={"X-Big": "a" * 9000}).status, 400)
