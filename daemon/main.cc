@@ -10,8 +10,12 @@
 //
 // This file reads the flags and dispatches; the rule's flags, their
 // spellings and help are the rule library's (rules/flags.h), shared with lossctl.
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -231,6 +235,22 @@ Status InjectorFlags(const Flags& f, InjectorOptions* opts) {
   return Status::Ok();
 }
 
+// The soft NOFILE limit up to the hard one: systemd gives a unit a soft
+// limit of 1,024 (for select()), which the daemon's connections, maps and
+// links would reach; lossd uses poll and epoll only.
+void RaiseFileLimit() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    LOG_WARN("raise the open-file limit from %llu: %s", static_cast<unsigned long long>(was),
+             strerror(errno));
+  else
+    LOG_DEBUG("open-file limit %llu (was %llu)", static_cast<unsigned long long>(rl.rlim_cur),
+              static_cast<unsigned long long>(was));
+}
+
 int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"lossd: eBPF packet-loss injector"};
@@ -246,6 +266,7 @@ int Main(int argc, char** argv) {
     return Usage("--log-level must be debug, info, warn or error");
   SetLogLevel(level);
   RouteLibbpfLogs();
+  RaiseFileLimit();
   if (f.events) f.observe = true;
   if (f.observe) f.json = true;
   std::vector<ObsFilterSpec> filters;
@@ -277,7 +298,8 @@ int Main(int argc, char** argv) {
     d.injector.keep_retired_max = f.keep_expired_max;
     std::chrono::nanoseconds stall_min;
     st = DurationFlag("--stall-min", f.stall_min, true, &stall_min);
-    if (st.ok() && (stall_min < std::chrono::milliseconds(1) || stall_min > std::chrono::minutes(1)))
+    if (st.ok() &&
+        (stall_min < std::chrono::milliseconds(1) || stall_min > std::chrono::minutes(1)))
       st = InvalidArgument("--stall-min must lie between 1ms and 1min (got " + Shown(f.stall_min) +
                            ")");
     if (st.ok() && (d.stall_rtts < 1 || d.stall_rtts > 1000))

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace lossd {
@@ -56,8 +57,44 @@ Result<gid_t> ParseGroup(const std::string& text) {
   return grp.gr_gid;
 }
 
+ConnectionTable::ConnectionTable(SocketLimits limits, Alive alive)
+    : limits_(limits), alive_(std::move(alive)) {}
+
+void ConnectionTable::Prune() {
+  size_t kept = 0;
+  for (const Conn& c : conns_)
+    if (alive_(c.fd, c.ino)) conns_[kept++] = c;
+  conns_.resize(kept);
+}
+
+bool ConnectionTable::Admit(uid_t uid, int fd, ino_t ino, std::string* why) {
+  Prune();
+  size_t mine = 0;
+  for (const Conn& c : conns_) mine += c.uid == uid;
+  size_t cap = limits_.max_connections + (uid == 0 ? limits_.root_reserve : 0);
+  if (mine >= limits_.max_per_uid) {
+    *why = std::to_string(mine) + " connections of uid " + std::to_string(uid) +
+           " are open (at most " + std::to_string(limits_.max_per_uid) + " per user)";
+    return false;
+  }
+  if (conns_.size() >= cap) {
+    *why = std::to_string(conns_.size()) + " connections are open (at most " +
+           std::to_string(limits_.max_connections) + ", and " +
+           std::to_string(limits_.root_reserve) + " more for root)";
+    return false;
+  }
+  conns_.push_back({fd, ino, uid});
+  return true;
+}
+
+bool SocketStillOpen(int fd, ino_t ino) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == ino;
+}
+
 Result<std::unique_ptr<UnixSocketListener>> UnixSocketListener::Bind(const std::string& path,
-                                                                     std::optional<gid_t> group) {
+                                                                     std::optional<gid_t> group,
+                                                                     SocketLimits limits) {
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path))
@@ -82,7 +119,7 @@ Result<std::unique_ptr<UnixSocketListener>> UnixSocketListener::Bind(const std::
             static_cast<unsigned>(*group), Shown(dir).c_str());
     }
   }
-  std::unique_ptr<UnixSocketListener> l(new UnixSocketListener(""));
+  std::unique_ptr<UnixSocketListener> l(new UnixSocketListener(limits));
   // Claim the path before looking at it: a lossd that bound it but does not
   // listen yet refuses connections just as a dead one's file does.
   std::string lock_path = path + ".lock";
@@ -166,8 +203,31 @@ void UnixSocketListener::Loop(grpc::Server* server) {
       if (poll(&stop, 1, 100) > 0) return;
       continue;
     }
+    if (!Admitted(fd)) continue;
     grpc::AddInsecureChannelFromFd(server, fd);  // gRPC owns fd from here
   }
+}
+
+bool UnixSocketListener::Admitted(int fd) {
+  struct ucred cred = {};
+  socklen_t len = sizeof(cred);
+  struct stat st;
+  std::string why;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || fstat(fd, &st) != 0) {
+    why = std::string("its credentials are unknown: ") + std::strerror(errno);
+  } else if (conns_.Admit(cred.uid, fd, st.st_ino, &why)) {
+    return true;
+  }
+  close(fd);
+  refused_++;
+  uint64_t now = MonotonicNs();
+  if (now - last_refusal_log_ns_ >= 1'000'000'000) {  // at most one line a second
+    last_refusal_log_ns_ = now;
+    LOG_WARN("%s: refused a connection of uid %u pid %d: %s (%llu refused so far)",
+             Shown(path_).c_str(), static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid),
+             why.c_str(), static_cast<unsigned long long>(refused_));
+  }
+  return false;
 }
 
 std::string DescribePeer(const grpc::ServerContextBase& ctx) {

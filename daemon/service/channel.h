@@ -12,10 +12,13 @@
 
 #include <sys/types.h>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/fd.h"
 #include "common/status.h"
@@ -30,6 +33,45 @@ namespace lossd {
 // --socket-group: a group name or a numeric gid.
 Result<gid_t> ParseGroup(const std::string& name_or_gid);
 
+// How many connections the Unix socket keeps open: per peer uid
+// (SO_PEERCRED), and in all, with a reserve for root past the total so that
+// no local user can keep root out. A connection over a limit is closed as
+// soon as it is accepted (the client sees the connection end: UNAVAILABLE),
+// never left to queue in the backlog.
+struct SocketLimits {
+  size_t max_connections = 512;  // every peer's together (root may use the reserve past it)
+  size_t max_per_uid = 64;       // one uid's, root's included
+  size_t root_reserve = 32;
+};
+
+// The connections handed to gRPC that are still open. gRPC closes them
+// without telling, so each is known by its fd and its socket's inode: when
+// that fd is closed, or names another socket (sockfs inodes are never
+// reused while the host runs), the connection is gone.
+class ConnectionTable {
+ public:
+  using Alive = std::function<bool(int fd, ino_t ino)>;
+  explicit ConnectionTable(SocketLimits limits, Alive alive);
+  // Forgets the connections that are gone, then admits one of `uid` (true)
+  // or says in *why which limit it meets (false).
+  bool Admit(uid_t uid, int fd, ino_t ino, std::string* why);
+  size_t open() const { return conns_.size(); }
+
+ private:
+  struct Conn {
+    int fd;
+    ino_t ino;
+    uid_t uid;
+  };
+  void Prune();
+  SocketLimits limits_;
+  Alive alive_;
+  std::vector<Conn> conns_;
+};
+
+// fstat(fd) names socket inode `ino`: the connection accepted as (fd, ino) is open.
+bool SocketStillOpen(int fd, ino_t ino);
+
 class UnixSocketListener {
  public:
   // Binds path (mode 0660, group `group` if given; the directory is created
@@ -40,7 +82,8 @@ class UnixSocketListener {
   // holder may remove a file at the path (a second lossd starting while the
   // first is still loading is refused, ALREADY_EXISTS, and removes nothing).
   static Result<std::unique_ptr<UnixSocketListener>> Bind(const std::string& path,
-                                                          std::optional<gid_t> group);
+                                                          std::optional<gid_t> group,
+                                                          SocketLimits limits = {});
   ~UnixSocketListener();  // Stop(), then the path is removed if it is still the socket bound here
   UnixSocketListener(const UnixSocketListener&) = delete;
   UnixSocketListener& operator=(const UnixSocketListener&) = delete;
@@ -52,14 +95,18 @@ class UnixSocketListener {
   void Stop();
 
  private:
-  explicit UnixSocketListener(std::string path) : path_(std::move(path)) {}
+  explicit UnixSocketListener(SocketLimits limits) : conns_(limits, SocketStillOpen) {}
   void Loop(grpc::Server* server);
+  bool Admitted(int fd);  // within the limits (else closed, counted, logged)
 
   std::string path_;  // empty: nothing of ours to remove
   UniqueFd lock_fd_;  // the flock on <path>.lock
   dev_t dev_ = 0;     // the socket file bound here (removed at exit only if still it)
   ino_t ino_ = 0;
   UniqueFd listen_fd_, stop_fd_;  // stop_fd_: an eventfd the loop polls
+  ConnectionTable conns_;         // the accept loop's
+  uint64_t refused_ = 0;          // connections closed at a limit (the accept loop's)
+  uint64_t last_refusal_log_ns_ = 0;
   std::thread thread_;
 };
 

@@ -7,8 +7,12 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <set>
 #include <string>
+#include <utility>
 
 namespace lossd {
 namespace {
@@ -34,6 +38,49 @@ TEST(SocketGroup, NameOrGid) {
   auto huge = ParseGroup(std::string(100000, 'g'));
   ASSERT_FALSE(huge.ok());
   EXPECT_LT(huge.status().message().size(), 200u);  // the input is quoted bounded
+}
+
+// The connection table with a fake of "is (fd, inode) still open".
+TEST(ConnectionTable, PerUidTotalAndRootReserve) {
+  std::set<std::pair<int, ino_t>> open;
+  ConnectionTable t(SocketLimits{4, 2, 1}, [&](int fd, ino_t ino) {
+    return open.count({fd, ino}) > 0;
+  });
+  std::string why;
+  auto admit = [&](uid_t uid, int fd, ino_t ino) {
+    bool ok = t.Admit(uid, fd, ino, &why);
+    if (ok) open.insert({fd, ino});
+    return ok;
+  };
+  EXPECT_TRUE(admit(1000, 10, 100));
+  EXPECT_TRUE(admit(1000, 11, 101));
+  EXPECT_FALSE(admit(1000, 12, 102));  // its 2
+  EXPECT_NE(why.find("2 connections of uid 1000"), std::string::npos) << why;
+  EXPECT_TRUE(admit(1001, 12, 102));
+  EXPECT_TRUE(admit(1002, 13, 103));
+  EXPECT_FALSE(admit(1003, 14, 104));  // 4 in all
+  EXPECT_NE(why.find("4 connections are open"), std::string::npos) << why;
+  EXPECT_TRUE(admit(0, 14, 104));   // root's reserve
+  EXPECT_FALSE(admit(0, 15, 105));  // reserve used
+  // gRPC closed fd 10; fd 11 now names another socket (inode 200): both gone.
+  open.erase({10, 100});
+  open.erase({11, 101});
+  open.insert({11, 200});
+  EXPECT_TRUE(admit(1000, 16, 106));   // 4 again: 1001, 1002, root, this
+  EXPECT_FALSE(admit(1000, 17, 107));  // root's connection counts toward the total
+  EXPECT_EQ(t.open(), 4u);
+}
+
+TEST(ConnectionTable, SocketStillOpenByInode) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  struct stat st;
+  ASSERT_EQ(fstat(sv[0], &st), 0);
+  EXPECT_TRUE(SocketStillOpen(sv[0], st.st_ino));
+  EXPECT_FALSE(SocketStillOpen(sv[0], st.st_ino + 1));
+  close(sv[0]);
+  EXPECT_FALSE(SocketStillOpen(sv[0], st.st_ino));
+  close(sv[1]);
 }
 
 TEST(UnixSocket, BoundWithModeAndRefusedUntilStarted) {

@@ -17,6 +17,13 @@
       too, created 0750 in that group); a real unprivileged user in the group connects and
       creates a rule, and the log names that user's uid and the client's pid; a user outside
       the group gets EACCES; an unknown group is refused at start.
+  test_connection_caps (issue 25 item 1)
+      an unprivileged member of the socket group opens 1,100 idle connections (under a soft
+      open-file limit of 1,024, which lossd raises to its hard limit): lossd keeps 64 of
+      them (its per-user cap) and closes the rest at once; root's GetHealth and CreateRule
+      still answer, and once the user's connections close, the user connects again. Before:
+      every connection was kept, lossd ran out of descriptors (GetHealth timed out,
+      CreateRule failed INTERNAL or a false NOT_FOUND).
   test_unix_peer_logged
       Every change to rules (create, update, delete, clear) is logged with the peer's
       SO_PEERCRED uid and pid (none was).
@@ -29,9 +36,12 @@
 """
 
 import errno
+import json
 import os
 import re
+import resource
 import stat
+import subprocess
 import time
 
 from lab import config
@@ -43,6 +53,29 @@ from lab.netns import Lab, measured
 import unittest
 
 NO_OBSERVER = ["--no-observer"]
+# Opens N connections to a Unix socket, waits 1.5 s, prints how many lossd kept (no EOF yet)
+# and closed, then holds them until stdin closes.
+HOG = r"""
+import json, socket, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+conns = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    conns.append(s)
+time.sleep(1.5)
+closed = 0
+for s in conns:
+    s.setblocking(False)
+    try:
+        closed += s.recv(1 << 16) == b""  # EOF: lossd closed it
+    except BlockingIOError:
+        pass
+    except ConnectionResetError:
+        closed += 1
+print(json.dumps({"opened": len(conns), "kept": len(conns) - closed, "closed": closed}), flush=True)
+sys.stdin.read()
+"""
 UNIT = os.path.join(config.REPO, "dist", "lossd.service")
 CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39,
             "CAP_SYS_RESOURCE": 24, "CAP_NET_RAW": 13, "CAP_DAC_OVERRIDE": 1, "CAP_SYS_PTRACE": 19}
@@ -150,6 +183,44 @@ class ChannelTest(unittest.TestCase):
         r = call(lab, "127.0.0.1:7073", "create", ns=lab.a, **udp_rule(lab, 9003))
         self.assertTrue(r["ok"], r)
         self.logged(d, r"CreateRule by ipv4:127\.0\.0\.1:\d+ \(no client certificate\): rule %d" % r["id"])
+
+    def test_connection_caps(self):
+        lab = self.lab
+        group = lab.make_group()
+        user = lab.make_user(groups=[group])
+        top = lab.tempdir()
+        os.chmod(top, 0o755)
+        sockdir = os.path.join(top, "run")
+        d = Daemon(lab, lab.a, ["--socket-group", group] + NO_OBSERVER, sockdir=sockdir,
+                   wrap=("prlimit", "--nofile=1024:%d" % resource.getrlimit(resource.RLIMIT_NOFILE)[1], "--"))
+        self.addCleanup(lambda: self.assertEqual(d.term(), 0, d.stderr()))
+        hog = lab.popen(None, ["prlimit", "--nofile=4096:4096", "--", "setpriv", "--reuid=%d" % user[1], "--regid=%d" % user[2], "--init-groups",
+                               "--", config.PY, "-c", HOG, d.sock, "1100"],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        line = hog.stdout.readline()
+        self.assertTrue(line, "the hog printed nothing")
+        held = json.loads(line)
+        fds = len(os.listdir("/proc/%d/fd" % d.pid))
+        h = d.health()
+        r = d.create(interface=lab.IF_A, protocol="udp", dport=9004, rate=0.5)
+        measured("connection_caps", opened=held["opened"], kept=held["kept"], closed=held["closed"],
+                 lossd_fds=fds)
+        self.assertEqual(held["opened"], 1100, held)
+        self.assertEqual(held["kept"], 64, held)
+        self.assertTrue(h.serving)
+        self.assertGreater(r.id, 0)
+        self.assertLess(fds, 400, "lossd holds the refused connections' descriptors")
+        self.logged(d, r"refused a connection of uid %d pid \d+: 64 connections of uid %d are open"
+                    % (user[1], user[1]))
+        hog.stdin.close()  # the hog closes its connections and exits
+        hog.wait(30)
+        again = lab.popen(None, ["prlimit", "--nofile=4096:4096", "--", "setpriv", "--reuid=%d" % user[1], "--regid=%d" % user[2], "--init-groups",
+                                 "--", config.PY, "-c", HOG, d.sock, "10"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        held = json.loads(again.stdout.readline())
+        again.stdin.close()
+        again.wait(30)
+        self.assertEqual(held["kept"], 10, "the user's closed connections still count: %s" % held)
 
     def test_socket_group(self):
         lab = self.lab
