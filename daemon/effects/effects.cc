@@ -41,15 +41,19 @@ std::optional<DropRecord> NewestCovering(const FlowDrops& d, uint32_t seq,
   for (auto it = d.ranges.rbegin(); it != d.ranges.rend(); ++it) {
     if (it->time_ns > at_or_before_ns) continue;
     if (uint32_t(seq - it->seq) >= it->len) continue;  // mod 2^32
-    DropRecord r;
-    r.rule_id = it->rule_id;
-    r.time_ns = it->time_ns;
-    r.seq = it->seq;
-    r.len = it->len;
-    r.segs = it->segs;
-    return r;
+    return DropOf(*it);
   }
   return std::nullopt;
+}
+
+DropRecord DropOf(const loss_drop_range& d) {
+  DropRecord r;
+  r.rule_id = d.rule_id;
+  r.time_ns = d.time_ns;
+  r.seq = d.seq;
+  r.len = d.len;
+  r.segs = d.segs;
+  return r;
 }
 
 loss_drop_key SentDropKey(const obs_tuple& t) {

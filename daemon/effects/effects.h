@@ -72,6 +72,8 @@ struct DropRecord {
   uint32_t len = 0;      // payload bytes
   uint32_t segs = 0;     // wire segments
 };
+// One range of the drop log as a DropRecord.
+DropRecord DropOf(const loss_drop_range& r);
 
 // The newest of `d`'s kept ranges that covers `seq` (mod 2^32) and was
 // dropped at or before `at_or_before_ns`.

@@ -119,6 +119,13 @@ std::shared_ptr<Subscription> Hub::Subscribe(size_t capacity, EventFilterFn filt
   return *Subscribe(std::move(o));  // not a client stream: never refused
 }
 
+Result<StreamSubscription> Hub::OpenStream(StreamOptions o) {
+  o.subscribe.also_holds += Subscription::QueueBytes(o.waiting);
+  auto sub = Subscribe(std::move(o.subscribe));
+  if (!sub.ok()) return sub.status();
+  return StreamSubscription(this, std::move(*sub), o.waiting, o.counted_in);
+}
+
 void Hub::Unsubscribe(const std::shared_ptr<Subscription>& s) {
   s->Close();
   std::lock_guard<std::mutex> lock(mu_);
@@ -146,6 +153,62 @@ uint64_t Hub::published() const {
 void Hub::CloseAll() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& s : subs_) s->Close();
+}
+
+StreamSubscription::StreamSubscription(Hub* hub, std::shared_ptr<Subscription> sub, size_t waiting,
+                                       std::atomic<int>* counted_in)
+    : hub_(hub),
+      sub_(std::move(sub)),
+      counted_in_(counted_in),
+      room_(waiting),
+      ring_seen_(hub->ring_lost()) {
+  if (counted_in_) (*counted_in_)++;
+}
+
+StreamSubscription::StreamSubscription(StreamSubscription&& o) noexcept
+    : hub_(o.hub_),
+      sub_(std::move(o.sub_)),
+      counted_in_(o.counted_in_),
+      room_(o.room_),
+      waiting_(std::move(o.waiting_)),
+      own_lost_(o.own_lost_),
+      ring_seen_(o.ring_seen_),
+      sub_seen_(o.sub_seen_),
+      own_seen_(o.own_seen_) {
+  o.counted_in_ = nullptr;  // sub_ moved: o holds nothing
+}
+
+StreamSubscription::~StreamSubscription() {
+  if (!sub_) return;
+  hub_->Unsubscribe(sub_);
+  if (counted_in_) (*counted_in_)--;
+}
+
+void StreamSubscription::Take(size_t max, std::chrono::milliseconds timeout,
+                              const std::function<bool(const ObsEvent&)>& keep) {
+  for (ObsEvent& e : sub_->NextBatch(max, timeout)) {
+    if (keep && !keep(e)) continue;
+    if (waiting_.size() >= room_) {
+      own_lost_++;
+      continue;
+    }
+    waiting_.push_back(std::move(e));
+  }
+}
+
+std::vector<StreamLoss> StreamSubscription::TakeLosses() {
+  std::vector<StreamLoss> out;
+  uint64_t ring = hub_->ring_lost();
+  if (ring > ring_seen_) out.push_back({LossSource::kKernelRing, ring - ring_seen_});
+  ring_seen_ = ring;
+  uint64_t lost = sub_->lost();
+  if (lost > sub_seen_)
+    out.push_back(
+        {sub_->filtered() ? LossSource::kHub : LossSource::kSubscriber, lost - sub_seen_});
+  sub_seen_ = lost;
+  if (own_lost_ > own_seen_) out.push_back({LossSource::kSubscriber, own_lost_ - own_seen_});
+  own_seen_ = own_lost_;
+  return out;
 }
 
 }  // namespace lossd

@@ -8,6 +8,7 @@
 // subscriber can tell where it lost some.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -98,14 +99,44 @@ class Subscription {
   StreamBudget::Ticket ticket_;  // a client stream's share of the budget
 };
 
+// Where a stream's events were lost (the API's GapSource).
+enum class LossSource {
+  kKernelRing,  // the observer's ring buffer was full (lost for every subscriber)
+  kHub,         // did not fit a filtered subscription's queue before its filter saw them:
+                // at most that many were wanted
+  kSubscriber,  // wanted, and the stream was too slow for them: exact
+  kDropLog,     // a traced flow's drops that left the injector's drop log unread
+};
+struct StreamLoss {
+  LossSource source;
+  uint64_t count;
+};
+
+class StreamSubscription;
+
+struct StreamOptions {
+  SubscribeOptions subscribe;  // the hub's queue for the stream (`stream` names its kind)
+  // The stream's own queue (StreamSubscription::Take): events taken from the
+  // hub, not yet written; at most this many, budgeted beside the hub's queue.
+  size_t waiting = 0;
+  std::atomic<int>* counted_in = nullptr;  // a count of such streams, while it lives
+};
+
 class Hub {
  public:
   // Client streams (options.stream set) are counted against `budget` (may be
   // null: no limits, e.g. a one-shot run); it must outlive the hub.
   void SetBudget(StreamBudget* budget) { budget_ = budget; }
+  // Where the events the kernel's ring lost are counted (the observer's
+  // OBS_CNT_RING_LOST; unset: none); set before the first subscriber.
+  void SetRingLost(std::function<uint64_t()> ring_lost) { ring_lost_ = std::move(ring_lost); }
+  uint64_t ring_lost() const { return ring_lost_ ? ring_lost_() : 0; }
   // RESOURCE_EXHAUSTED (naming the limit and its flag) when a client stream
   // would pass the budget.
   Result<std::shared_ptr<Subscription>> Subscribe(SubscribeOptions options);
+  // A client stream's subscription, released when it is destroyed; refused
+  // as Subscribe.
+  Result<StreamSubscription> OpenStream(StreamOptions options);
   // An in-process consumer (not budgeted) of every event.
   std::shared_ptr<Subscription> Subscribe(size_t capacity, EventFilterFn filter = nullptr);
   void Unsubscribe(const std::shared_ptr<Subscription>& s);
@@ -121,6 +152,44 @@ class Hub {
   std::vector<std::shared_ptr<Subscription>> subs_;
   uint64_t seq_ = 0;
   StreamBudget* budget_ = nullptr;
+  std::function<uint64_t()> ring_lost_;
+};
+
+// A client stream's hold on the hub, for as long as the stream lives (RAII):
+// subscribed when opened (Hub::OpenStream), unsubscribed when destroyed, in
+// StreamOptions::counted_in meanwhile; and the one account of what the
+// stream lost, by source, since it opened (TakeLosses).
+class StreamSubscription {
+ public:
+  StreamSubscription(StreamSubscription&& o) noexcept;
+  StreamSubscription& operator=(StreamSubscription&&) = delete;
+  StreamSubscription(const StreamSubscription&) = delete;
+  ~StreamSubscription();
+
+  Subscription* operator->() const { return sub_.get(); }
+  // Takes up to `max` events from the hub (waiting up to `timeout`) into the
+  // stream's own queue, those `keep` wants (null: all); one that finds the
+  // queue full (StreamOptions::waiting) is the stream's loss (kSubscriber).
+  void Take(size_t max, std::chrono::milliseconds timeout,
+            const std::function<bool(const ObsEvent&)>& keep = nullptr);
+  std::deque<ObsEvent>& waiting() { return waiting_; }
+  // What was lost since the last call (or the opening), in this order: the
+  // kernel ring's, the hub queue's (kHub if filtered there, else kSubscriber)
+  // and the stream's own queue's (kSubscriber). Sources without loss are left out.
+  std::vector<StreamLoss> TakeLosses();
+
+ private:
+  friend class Hub;
+  StreamSubscription(Hub* hub, std::shared_ptr<Subscription> sub, size_t waiting,
+                     std::atomic<int>* counted_in);
+
+  Hub* hub_;
+  std::shared_ptr<Subscription> sub_;
+  std::atomic<int>* counted_in_;
+  const size_t room_;                                     // of waiting_
+  std::deque<ObsEvent> waiting_;                          // taken, not yet written
+  uint64_t own_lost_ = 0;                                 // events that found waiting_ full
+  uint64_t ring_seen_ = 0, sub_seen_ = 0, own_seen_ = 0;  // reported so far
 };
 
 }  // namespace lossd

@@ -56,6 +56,8 @@ Result<std::unique_ptr<Observer>> Observer::Create(const ObserverOptions& opts,
                                                    const std::atomic<bool>* cancel) {
   std::unique_ptr<Observer> o(new Observer());
   LOSSD_RETURN_IF_ERROR(o->Load(opts, cancel));
+  // What a stream reports as the kernel ring's losses (StreamSubscription).
+  o->hub_.SetRingLost([p = o.get()] { return p->Totals().counters[OBS_CNT_RING_LOST]; });
   o->thread_ = std::thread([p = o.get()] { p->Run(); });
   return o;
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 namespace lossd {
 
@@ -71,6 +72,56 @@ void RuleToProto(const RuleInfo& r, v1::Rule* out) {
     out->set_cgroup_id(r.cgroup_id);
     OwnerToProto(CgroupOwnerOf(rel), out->mutable_owner());
   }
+}
+
+namespace {
+
+// Where the time of flows went (FlowLimits of one flow, LimitTotals of a
+// rule's): Flow.limit_ns and RuleEffect.limit_ns.
+template <typename Limits>
+void LimitsToProto(const Limits& l, google::protobuf::Map<std::string, uint64_t>* out) {
+  auto& lim = *out;
+  lim["busy"] = l.busy_ns;
+  for (size_t i = 0; i < l.within_busy_ns.size(); i++)
+    lim[LimitName(static_cast<Limit>(i))] = l.within_busy_ns[i];
+  lim["idle"] = l.idle_ns;
+}
+
+}  // namespace
+
+void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* out) {
+  out->set_id(r.id);
+  out->set_configured_rate(e.configured);
+  out->set_measured_rate(e.measured);
+  out->set_rate_ci_low(e.ci_low);
+  out->set_rate_ci_high(e.ci_high);
+  out->set_configured_within_ci(e.configured_within_ci);
+  CountersToProto(r.counters, out->mutable_counters());
+  for (int ty = 0; ty < OBS_RTX_MAX; ty++)
+    (*out->mutable_retransmitted_segments())[RtxTypeName(ty)] = e.caused.segs[ty];
+  out->set_flows(e.caused.flows.size());
+  out->set_drops_recorded(e.drops_recorded);
+  for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
+    const DurationHist& h = e.caused.recovery[ty];
+    if (!h.count) continue;
+    v1::Durations& d = (*out->mutable_recovery())[RtxTypeName(ty)];
+    d.set_count(h.count);
+    d.set_sum_ns(h.sum_ns);
+    d.set_max_ns(h.max_ns);
+    for (uint64_t b : DurationHist::kBoundsNs) d.add_bounds_ns(b);
+    for (uint64_t c : h.counts) d.add_counts(c);
+  }
+  for (int c = 0; c < OBS_STALL_MAX; c++) {
+    auto put = [&](const StallTotal& t, google::protobuf::Map<std::string, v1::StallTotals>* m) {
+      if (!t.count) return;
+      v1::StallTotals& o = (*m)[StallCauseName(c)];
+      o.set_count(t.count);
+      o.set_time_ns(t.time_ns);
+    };
+    put(e.caused.stalls_caused[c], out->mutable_stalls_caused());
+    put(e.caused.stalls_on_flows[c], out->mutable_stalls_on_flows());
+  }
+  LimitsToProto(e.caused.limits, out->mutable_limit_ns());
 }
 
 void CountersToProto(const RuleCounters& c, v1::RuleCounters* out) {
@@ -175,11 +226,7 @@ void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out, uint64_t clo
     out->set_duration_ns(life);
   }
   FlowLimits l = LimitsOf(f, life);
-  auto& lim = *out->mutable_limit_ns();
-  lim["busy"] = l.busy_ns;
-  for (size_t i = 0; i < l.within_busy_ns.size(); i++)
-    lim[LimitName(static_cast<Limit>(i))] = l.within_busy_ns[i];
-  lim["idle"] = l.idle_ns;
+  LimitsToProto(l, out->mutable_limit_ns());
   out->set_dominant_limit(LimitName(l.dominant));
   out->set_dominant_share(l.dominant_share);
   out->set_stalls(f.stalls);
@@ -237,6 +284,59 @@ void DropToProto(const DropRecord& d, v1::DropLink* out) {
   out->set_seq(d.seq);
   out->set_length(d.len);
   out->set_segments(d.segs);
+}
+
+void GapToProto(const StreamLoss& l, v1::Gap* out) {
+  switch (l.source) {
+    case LossSource::kKernelRing: out->set_source(v1::GAP_SOURCE_KERNEL_RING); break;
+    case LossSource::kHub: out->set_source(v1::GAP_SOURCE_DAEMON_HUB); break;
+    case LossSource::kSubscriber: out->set_source(v1::GAP_SOURCE_SUBSCRIBER); break;
+    case LossSource::kDropLog: out->set_source(v1::GAP_SOURCE_DROP_LOG); break;
+  }
+  out->set_count(l.count);
+}
+
+Status FiltersFromProto(const google::protobuf::RepeatedPtrField<v1::EventFilter>& in,
+                        const char* field, std::vector<StreamFilter>* out) {
+  for (int i = 0; i < in.size(); i++) {
+    const v1::EventFilter& f = in[i];
+    std::string name = std::string(field) + "[" + std::to_string(i) + "]";
+    StreamFilter p;
+    if (!f.addr().empty()) {
+      auto c = ParseCidr(f.addr());
+      if (!c.ok()) return InvalidArgument(name + ".addr: " + c.status().message());
+      p.addr = *c;
+    }
+    if (f.port().lo() || f.port().hi()) {
+      uint32_t hi = f.port().hi() ? f.port().hi() : f.port().lo();
+      if (f.port().lo() > hi || hi > 65535) return InvalidArgument(name + ".port: invalid range");
+      p.port.lo = static_cast<uint16_t>(f.port().lo());
+      p.port.hi = static_cast<uint16_t>(hi);
+    }
+    p.cgroup_id = f.cgroup_id();
+    if (f.types_size() > v1::RetransmitType_ARRAYSIZE * 4)
+      return InvalidArgument(name + ".types: " + std::to_string(f.types_size()) +
+                             " entries (there are " +
+                             std::to_string(v1::RetransmitType_ARRAYSIZE - 1) + " types)");
+    for (int t : f.types()) {
+      if (t <= v1::RETRANSMIT_TYPE_UNSPECIFIED || t > v1::RETRANSMIT_TYPE_UNKNOWN)
+        return InvalidArgument(name + ".types: unknown type " + std::to_string(t));
+      p.types.insert(t - 1);  // proto enum = obs_rtx_type + 1
+    }
+    p.rule_id = f.rule_id();
+    for (auto [field, in, to] : {std::make_tuple("cgroup", &f.cgroup(), &p.cgroup),
+                                 std::make_tuple("unit", &f.unit(), &p.unit),
+                                 std::make_tuple("container", &f.container(), &p.container),
+                                 std::make_tuple("pod", &f.pod(), &p.pod)}) {
+      if (in->size() > kMaxInputLength)
+        return InvalidArgument(name + "." + field + ": at most " + std::to_string(kMaxInputLength) +
+                               " characters: '" + Shown(*in) + "'");
+      *to = *in;
+    }
+    p.NormalizeOwner();
+    out->push_back(p);
+  }
+  return Status::Ok();
 }
 
 void SampleToProto(const obs_sample_event& e, v1::TraceSample* out) {

@@ -12,6 +12,8 @@
 #include "host/targets.h"
 #include "injector/injector.h"
 #include "lossd/v1/lossd.pb.h"
+#include "observer/filters.h"
+#include "observer/hub.h"
 #include "observer/observer.h"
 #include "rules/match.h"
 #include "rules/model.h"
@@ -25,6 +27,7 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const Status& 
 
 void CountersToProto(const RuleCounters& c, v1::RuleCounters* out);
 void RuleToProto(const RuleInfo& r, v1::Rule* out);
+void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* out);
 void OwnerToProto(const CgroupOwner& o, v1::CgroupOwner* out);
 
 // A stream's period (interval_ns, window_ns): 0 means the default of 1 s;
@@ -42,5 +45,11 @@ v1::StallCause StallCauseToProto(int obs_cause);
 void StallToProto(const obs_stall_event& e, v1::StallEvent* out);
 void SampleToProto(const obs_sample_event& e, v1::TraceSample* out);
 void DropToProto(const DropRecord& d, v1::DropLink* out);
+void GapToProto(const StreamLoss& l, v1::Gap* out);
+
+// The typed filters of a request (`field`: allow, deny, filter, ...):
+// INVALID_ARGUMENT naming the filter and its field (e.g. "allow[2].port").
+Status FiltersFromProto(const google::protobuf::RepeatedPtrField<v1::EventFilter>& in,
+                        const char* field, std::vector<StreamFilter>* out);
 
 }  // namespace lossd

@@ -204,44 +204,7 @@ grpc::ServerUnaryReactor* InjectorService::GetRuleEffect(grpc::CallbackServerCon
   if (!inj.ok()) return Reply(ctx, inj.status());
   auto info = (*inj)->Get(req->id());
   if (!info.ok()) return Reply(ctx, info.status());
-  RuleEffect e = parts_->effects()->Effect(*info);
-  resp->set_id(req->id());
-  resp->set_configured_rate(e.configured);
-  resp->set_measured_rate(e.measured);
-  resp->set_rate_ci_low(e.ci_low);
-  resp->set_rate_ci_high(e.ci_high);
-  resp->set_configured_within_ci(e.configured_within_ci);
-  CountersToProto(info->counters, resp->mutable_counters());
-  for (int ty = 0; ty < OBS_RTX_MAX; ty++)
-    (*resp->mutable_retransmitted_segments())[RtxTypeName(ty)] = e.caused.segs[ty];
-  resp->set_flows(e.caused.flows.size());
-  resp->set_drops_recorded(e.drops_recorded);
-  for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
-    const DurationHist& h = e.caused.recovery[ty];
-    if (!h.count) continue;
-    v1::Durations& d = (*resp->mutable_recovery())[RtxTypeName(ty)];
-    d.set_count(h.count);
-    d.set_sum_ns(h.sum_ns);
-    d.set_max_ns(h.max_ns);
-    for (uint64_t b : DurationHist::kBoundsNs) d.add_bounds_ns(b);
-    for (uint64_t c : h.counts) d.add_counts(c);
-  }
-  for (int c = 0; c < OBS_STALL_MAX; c++) {
-    auto put = [&](const StallTotal& t, google::protobuf::Map<std::string, v1::StallTotals>* m) {
-      if (!t.count) return;
-      v1::StallTotals& o = (*m)[StallCauseName(c)];
-      o.set_count(t.count);
-      o.set_time_ns(t.time_ns);
-    };
-    put(e.caused.stalls_caused[c], resp->mutable_stalls_caused());
-    put(e.caused.stalls_on_flows[c], resp->mutable_stalls_on_flows());
-  }
-  const LimitTotals& l = e.caused.limits;
-  auto& lim = *resp->mutable_limit_ns();
-  lim["busy"] = l.busy_ns;
-  for (size_t i = 0; i < l.within_busy_ns.size(); i++)
-    lim[LimitName(static_cast<Limit>(i))] = l.within_busy_ns[i];
-  lim["idle"] = l.idle_ns;
+  RuleEffectToProto(*info, parts_->effects()->Effect(*info), resp);
   return Reply(ctx, Status::Ok());
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -200,6 +201,107 @@ TEST(Hub, UnsubscribeAndCloseWakeReaders) {
   t.join();
   hub.Publish(Ev(1));
   EXPECT_EQ(s->delivered() + s->lost(), 0u);  // not offered after unsubscribing
+}
+
+// The RAII hold a client stream has on the hub: subscribed, budgeted (its own
+// queue too) and counted while it lives; released, with its count, when it goes.
+TEST(StreamSubscription, SubscribedBudgetedAndCountedWhileItLives) {
+  StreamBudget b(StreamLimits{});
+  Hub hub;
+  hub.SetBudget(&b);
+  std::atomic<int> subscribers{0};
+  {
+    StreamOptions o;
+    o.subscribe.queue = 100;
+    o.subscribe.stream = "WatchRetransmits";
+    o.waiting = 50;
+    o.counted_in = &subscribers;
+    auto s = hub.OpenStream(std::move(o));
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(subscribers, 1);
+    EXPECT_EQ(b.open("WatchRetransmits"), 1u);
+    EXPECT_EQ(b.queue_bytes(), Subscription::QueueBytes(100) + Subscription::QueueBytes(50));
+    hub.Publish(Ev(3));
+    auto e = (*s)->Next(std::chrono::milliseconds(10));
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->data.ev.segs, 3u);
+    // Moved (as Result hands it out): still one subscription, counted once.
+    StreamSubscription moved(std::move(*s));
+    EXPECT_EQ(subscribers, 1);
+    hub.Publish(Ev(4));
+    EXPECT_EQ(moved->Next(std::chrono::milliseconds(10))->data.ev.segs, 4u);
+  }
+  EXPECT_EQ(subscribers, 0);
+  EXPECT_EQ(b.open(), 0u);
+  EXPECT_EQ(b.queue_bytes(), 0u);
+  // Refused by the budget: nothing held, nothing counted.
+  StreamLimits one;
+  one.max_streams = 1;
+  StreamBudget tight(one);
+  hub.SetBudget(&tight);
+  StreamOptions o;
+  o.subscribe.stream = "WatchStalls";
+  o.counted_in = &subscribers;
+  auto first = hub.OpenStream(o);
+  ASSERT_TRUE(first.ok());
+  auto second = hub.OpenStream(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Code::kResourceExhausted);
+  EXPECT_EQ(subscribers, 1);
+  // Not counted unless asked (WatchFlows, TraceFlow).
+  Hub other;
+  auto third = other.OpenStream(StreamOptions{});
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(subscribers, 1);
+}
+
+TEST(StreamSubscription, LossesBySourceOnceEach) {
+  Hub hub;
+  uint64_t ring = 5;  // lost before the stream opened: not its loss
+  hub.SetRingLost([&] { return ring; });
+  StreamOptions o;
+  o.subscribe.queue = 4;
+  o.waiting = 2;
+  auto s = hub.OpenStream(std::move(o));
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->TakeLosses().empty());
+  for (int i = 0; i < 10; i++) hub.Publish(Ev(i));  // 4 queued, 6 lost at the hub
+  s->Take(100, std::chrono::milliseconds(10));      // 2 wait, 2 find no room
+  EXPECT_EQ(s->waiting().size(), 2u);
+  EXPECT_EQ(s->waiting().front().data.ev.segs, 0u);
+  ring = 8;
+  auto losses = s->TakeLosses();
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_EQ(losses[0].source, LossSource::kKernelRing);
+  EXPECT_EQ(losses[0].count, 3u);
+  EXPECT_EQ(losses[1].source, LossSource::kSubscriber);  // unfiltered: every one was wanted
+  EXPECT_EQ(losses[1].count, 6u);
+  EXPECT_EQ(losses[2].source, LossSource::kSubscriber);  // the stream's own queue
+  EXPECT_EQ(losses[2].count, 2u);
+  EXPECT_TRUE(s->TakeLosses().empty());  // each told once
+  // `keep` filters before the room is checked: what it drops is no loss.
+  s->waiting().clear();
+  for (uint32_t i = 0; i < 4; i++) hub.Publish(Ev(i));
+  s->Take(100, std::chrono::milliseconds(10),
+          [](const ObsEvent& e) { return e.data.ev.segs >= 2; });
+  EXPECT_EQ(s->waiting().size(), 2u);
+  EXPECT_TRUE(s->TakeLosses().empty());
+}
+
+TEST(StreamSubscription, FilteredAtTheHubLosesBeforeItsFilter) {
+  Hub hub;
+  StreamOptions o;
+  o.subscribe.queue = 3;
+  o.subscribe.filter = [](const obs_event& e) { return e.segs % 2 == 0; };
+  auto s = hub.OpenStream(std::move(o));
+  ASSERT_TRUE(s.ok());
+  for (uint32_t i = 0; i < 8; i++) hub.Publish(Ev(i));
+  auto got = (*s)->NextBatch(10, std::chrono::milliseconds(10));
+  EXPECT_EQ(got.size(), 2u);  // 0 and 2 of the 3 queued
+  auto losses = s->TakeLosses();
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_EQ(losses[0].source, LossSource::kHub);  // at most that many were wanted
+  EXPECT_EQ(losses[0].count, 5u);
 }
 
 }  // namespace

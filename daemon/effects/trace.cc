@@ -1,0 +1,154 @@
+#include "effects/trace.h"
+
+#include <thread>
+
+namespace lossd {
+
+TraceSources TraceSources::Of(Observer* obs) {
+  TraceSources s;
+  s.hub = &obs->hub();
+  s.flows = [obs] { return obs->Flows(); };
+  s.trace = [obs](uint64_t cookie) { return obs->Trace(cookie); };
+  return s;
+}
+
+Result<ObsFlow> FindTracedFlow(const TraceSources& src, uint64_t cookie, const StreamFilters& by,
+                               std::chrono::nanoseconds wait, const std::function<bool()>& stop) {
+  auto find = [&]() -> std::optional<ObsFlow> {
+    for (const ObsFlow& f : src.flows()) {
+      if (cookie ? f.cookie == cookie : by.WantsFlow(f.cookie, f.flow)) return f;
+    }
+    return std::nullopt;
+  };
+  auto give_up = std::chrono::steady_clock::now() + wait;
+  std::optional<ObsFlow> flow = find();
+  while (!flow && !cookie && !stop() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    flow = find();
+  }
+  if (flow) return *flow;
+  return NotFound(cookie ? "no open flow with cookie " + std::to_string(cookie)
+                         : "no open flow matched within " + std::to_string(wait.count() / 1000000) +
+                               " ms");
+}
+
+Result<std::unique_ptr<FlowTracer>> FlowTracer::Start(const TraceSources& src, const ObsFlow& flow,
+                                                      const TraceOptions& opts) {
+  const uint64_t traced = flow.cookie;
+  // Subscribe first, then mark the flow traced: no sample is missed.
+  StreamOptions so;
+  so.subscribe.queue = opts.queue;
+  so.subscribe.kinds = KindBit(OBS_EV_SAMPLE) | KindBit(OBS_EV_RETRANSMIT) | KindBit(OBS_EV_STALL) |
+                       KindBit(OBS_EV_FLOW_CLOSE);
+  so.subscribe.filter = [traced](const obs_event& ev) { return ev.cookie == traced; };
+  so.subscribe.stream = "TraceFlow";
+  auto sub = src.hub->OpenStream(std::move(so));
+  if (!sub.ok()) return sub.status();
+  auto handle = src.trace(traced);
+  if (!handle.ok()) return handle.status();  // unsubscribes
+  std::unique_ptr<FlowTracer> t(new FlowTracer(src, flow, opts, std::move(*sub)));
+  t->trace_ = std::move(*handle);
+  // Drops before the trace began are history: start from the log's count now.
+  std::vector<DropRecord> old;
+  uint64_t skipped = 0;
+  t->NewDrops(&old, &skipped);
+  return t;
+}
+
+FlowTracer::FlowTracer(const TraceSources& src, const ObsFlow& flow, const TraceOptions& opts,
+                       StreamSubscription sub)
+    : src_(src),
+      cookie_(flow.cookie),
+      tuple_(flow.flow.tuple),
+      opts_(opts),
+      sub_(std::move(sub)),
+      end_(opts.duration.count() ? std::chrono::steady_clock::now() + opts.duration
+                                 : std::chrono::steady_clock::time_point::max()),
+      next_poll_(std::chrono::steady_clock::now()) {}
+
+bool FlowTracer::running() const {
+  return sub_ && !closed_ && samples_ < opts_.max_samples &&
+         std::chrono::steady_clock::now() < end_;
+}
+
+void FlowTracer::Stop() {
+  trace_.reset();
+  sub_.reset();
+}
+
+std::optional<ObsFlow> FlowTracer::FlowNow() const {
+  for (const ObsFlow& f : src_.flows())
+    if (f.cookie == cookie_) return f;
+  return std::nullopt;
+}
+
+// One flow's drops as the injector logged them (its data, local -> remote),
+// told once each: drops_seen_ is how many of them the trace has told (or skipped).
+void FlowTracer::NewDrops(std::vector<DropRecord>* out, uint64_t* skipped) {
+  if (!src_.drops) return;
+  auto drops = src_.drops(SentDropKey(tuple_));
+  if (!drops.ok() || drops->total <= drops_seen_) return;
+  uint64_t fresh = drops->total - drops_seen_;
+  size_t kept = drops->ranges.size();
+  if (fresh > kept) {
+    *skipped += fresh - kept;
+    fresh = kept;
+  }
+  for (auto it = drops->ranges.end() - static_cast<long>(fresh); it != drops->ranges.end(); ++it)
+    out->push_back(DropOf(*it));
+  drops_seen_ = drops->total;
+}
+
+std::vector<TraceItem> FlowTracer::Next() {
+  std::vector<TraceItem> out;
+  if (!sub_) return out;
+  bool closing = false;
+  for (ObsEvent& e : (*sub_)->NextBatch(512, std::chrono::milliseconds(50))) {
+    TraceItem item;
+    switch (e.data.ev.kind) {
+      case OBS_EV_SAMPLE:
+        if (samples_ >= opts_.max_samples) continue;
+        samples_++;
+        item.kind = TraceItem::Kind::kSample;
+        break;
+      case OBS_EV_RETRANSMIT: item.kind = TraceItem::Kind::kRetransmit; break;
+      case OBS_EV_STALL: item.kind = TraceItem::Kind::kStall; break;
+      case OBS_EV_FLOW_CLOSE:
+        item.kind = TraceItem::Kind::kClosed;
+        closed_ = closing = true;
+        break;
+      default: continue;
+    }
+    item.event = std::move(e);
+    out.push_back(std::move(item));
+  }
+  if (closing || std::chrono::steady_clock::now() >= next_poll_) Poll(&out, closing);
+  return out;
+}
+
+void FlowTracer::Poll(std::vector<TraceItem>* out, bool closing) {
+  next_poll_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  // Drops and gaps go before what came after them (the trace is read in
+  // time order): before the close, which is last.
+  auto add = [&](TraceItem item) { out->insert(out->end() - (closing ? 1 : 0), std::move(item)); };
+  std::vector<DropRecord> fresh;
+  NewDrops(&fresh, &drops_skipped_);
+  for (const DropRecord& d : fresh) {
+    TraceItem item;
+    item.kind = TraceItem::Kind::kDrop;
+    item.drop = d;
+    add(std::move(item));
+  }
+  std::vector<StreamLoss> losses = sub_->TakeLosses();
+  if (drops_skipped_ > drops_reported_)
+    losses.push_back({LossSource::kDropLog, drops_skipped_ - drops_reported_});
+  drops_reported_ = drops_skipped_;
+  for (const StreamLoss& l : losses) {
+    TraceItem item;
+    item.kind = TraceItem::Kind::kGap;
+    item.gap = l;
+    add(std::move(item));
+  }
+}
+
+}  // namespace lossd

@@ -1,0 +1,97 @@
+// One flow's trace, in time order: its ACK samples, resends, stalls and
+// close from the observer's hub, the drops rules made of its data from the
+// injector's drop log, and what of either was lost (what TraceFlow streams:
+// docs/architecture.md#stalls-limits-and-traces).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "effects/effects.h"
+#include "injector/injector.h"
+#include "observer/filters.h"
+#include "observer/hub.h"
+#include "observer/observer.h"
+
+namespace lossd {
+
+// What a trace reads (the observer's and the injector's; a test's fakes).
+struct TraceSources {
+  Hub* hub = nullptr;
+  std::function<std::vector<ObsFlow>()> flows;  // the open flows (Observer::Flows)
+  // Marks a flow traced while the handle lives (Observer::Trace).
+  std::function<Result<std::unique_ptr<FlowTrace>>(uint64_t cookie)> trace;
+  // One flow's drop log (Injector::DropsOf); null: no drops.
+  std::function<Result<FlowDrops>(const loss_drop_key& key)> drops;
+  // The observer's hub, flows and traces (drops not set).
+  static TraceSources Of(Observer* obs);
+};
+
+// The flow to trace: the open flow with this cookie, or (cookie 0) the
+// first open flow `by` wants, looked for again every 20 ms for up to `wait`
+// while `stop()` is false. NOT_FOUND otherwise.
+Result<ObsFlow> FindTracedFlow(const TraceSources& src, uint64_t cookie, const StreamFilters& by,
+                               std::chrono::nanoseconds wait, const std::function<bool()>& stop);
+
+// One message of a trace.
+struct TraceItem {
+  enum class Kind { kSample, kRetransmit, kStall, kClosed, kDrop, kGap };
+  Kind kind;
+  ObsEvent event;    // kSample, kRetransmit, kStall; kClosed: its data.flow and data.closed_ns
+  DropRecord drop;   // kDrop
+  StreamLoss gap{};  // kGap
+};
+
+struct TraceOptions {
+  size_t queue = 65536;                  // the hub's queue for the trace
+  uint64_t max_samples = 0;              // the trace ends after this many samples
+  std::chrono::nanoseconds duration{0};  // ... or after this long (0: until the flow closes)
+};
+
+class FlowTracer {
+ public:
+  // Subscribes to the flow's events, then marks it traced (no sample is
+  // missed); RESOURCE_EXHAUSTED from either, nothing held then. Drops
+  // logged before now are history: not told.
+  static Result<std::unique_ptr<FlowTracer>> Start(const TraceSources& src, const ObsFlow& flow,
+                                                   const TraceOptions& opts);
+  // Until the flow closed, max_samples were taken or the duration passed.
+  bool running() const;
+  bool closed() const { return closed_; }
+  // What came since the last call (waiting up to 50 ms for events), in time
+  // order; every 100 ms, and with the close, also the drops logged since and
+  // the losses (gaps), before the close.
+  std::vector<TraceItem> Next();
+  // Ends the trace and its subscription (the destructor does it too).
+  void Stop();
+  // The flow as it is now (while it is open).
+  std::optional<ObsFlow> FlowNow() const;
+
+ private:
+  FlowTracer(const TraceSources& src, const ObsFlow& flow, const TraceOptions& opts,
+             StreamSubscription sub);
+  // The drops logged since the last look, and how many left the log unread.
+  void NewDrops(std::vector<DropRecord>* out, uint64_t* skipped);
+  // The drops and losses since the last poll into *out (before its last
+  // item, the close, when `closing`).
+  void Poll(std::vector<TraceItem>* out, bool closing);
+
+  TraceSources src_;
+  const uint64_t cookie_;
+  const obs_tuple tuple_;
+  const TraceOptions opts_;
+  // Released in reverse: the trace ends, then the subscription.
+  std::optional<StreamSubscription> sub_;
+  std::unique_ptr<FlowTrace> trace_;
+  const std::chrono::steady_clock::time_point end_;
+  std::chrono::steady_clock::time_point next_poll_;
+  uint64_t samples_ = 0;
+  uint64_t drops_seen_ = 0, drops_skipped_ = 0, drops_reported_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace lossd

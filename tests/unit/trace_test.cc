@@ -1,0 +1,264 @@
+// One flow's trace (effects/trace.h) over a real hub and fake flows, trace
+// registration and drop log: the flow chosen, the events in order, the
+// drops told once each and merged before the close, the gaps by source.
+#include "effects/trace.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <thread>
+
+namespace lossd {
+namespace {
+
+using Kind = TraceItem::Kind;
+
+ObsFlow Flow(uint64_t cookie, uint16_t lport, uint16_t rport) {
+  ObsFlow f;
+  f.cookie = cookie;
+  f.flow.tuple.family = AF_INET;
+  inet_pton(AF_INET, "10.0.0.1", f.flow.tuple.saddr);
+  inet_pton(AF_INET, "10.0.0.2", f.flow.tuple.daddr);
+  f.flow.tuple.sport = lport;
+  f.flow.tuple.dport = rport;
+  return f;
+}
+
+ObsEvent Ev(uint32_t kind, uint64_t cookie, uint32_t n = 0) {
+  ObsEvent e;
+  e.data.ev.kind = kind;
+  e.data.ev.cookie = cookie;
+  e.data.ev.segs = n;
+  return e;
+}
+
+loss_drop_range Drop(uint32_t rule, uint32_t seq) {
+  loss_drop_range d{};
+  d.rule_id = rule;
+  d.seq = seq;
+  d.len = 1000;
+  d.segs = 1;
+  d.time_ns = seq;
+  return d;
+}
+
+// The observer's and the injector's parts, faked.
+struct Fakes {
+  Hub hub;
+  std::vector<ObsFlow> flows;
+  int flow_reads = 0, flows_after = 0;  // flows appear after that many reads
+  FlowDrops drops;
+  std::vector<loss_drop_key> drop_keys;
+  std::vector<uint64_t> traced;
+  bool refuse_trace = false;
+  std::function<void()> on_trace;
+
+  TraceSources Sources() {
+    TraceSources s;
+    s.hub = &hub;
+    s.flows = [this] { return ++flow_reads > flows_after ? flows : std::vector<ObsFlow>{}; };
+    s.trace = [this](uint64_t cookie) -> Result<std::unique_ptr<FlowTrace>> {
+      if (on_trace) on_trace();
+      if (refuse_trace) return ResourceExhausted("16 flows traced already");
+      traced.push_back(cookie);
+      return std::unique_ptr<FlowTrace>();  // nothing to mark in a test
+    };
+    s.drops = [this](const loss_drop_key& key) -> Result<FlowDrops> {
+      drop_keys.push_back(key);
+      return drops;
+    };
+    return s;
+  }
+};
+
+std::vector<Kind> Kinds(const std::vector<TraceItem>& items) {
+  std::vector<Kind> k;
+  for (const TraceItem& i : items) k.push_back(i.kind);
+  return k;
+}
+
+const StreamFilters kNoFilter({}, {}, FilterLookups{});
+auto kNever = [] { return false; };
+
+TEST(FindTracedFlow, ByCookieNowOnly) {
+  Fakes f;
+  f.flows = {Flow(1, 80, 5000), Flow(2, 81, 5001)};
+  auto got = FindTracedFlow(f.Sources(), 2, kNoFilter, std::chrono::seconds(5), kNever);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->cookie, 2u);
+  f.flow_reads = 0;
+  auto missing = FindTracedFlow(f.Sources(), 3, kNoFilter, std::chrono::seconds(5), kNever);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_EQ(missing.status().message(), "no open flow with cookie 3");
+  EXPECT_EQ(f.flow_reads, 1);  // a cookie is looked up once: no waiting
+}
+
+TEST(FindTracedFlow, ByFilterTheFirstWithinTheWait) {
+  Fakes f;
+  f.flows = {Flow(1, 80, 5000), Flow(2, 81, 5001), Flow(3, 81, 5002)};
+  f.flows_after = 2;  // the flows open while it waits
+  StreamFilters port81({[] {
+                         StreamFilter p;
+                         p.port.lo = p.port.hi = 81;
+                         return p;
+                       }()},
+                       {}, FilterLookups{});
+  auto got = FindTracedFlow(f.Sources(), 0, port81, std::chrono::seconds(5), kNever);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->cookie, 2u);
+  EXPECT_EQ(f.flow_reads, 3);
+  f.flows.clear();
+  auto none = FindTracedFlow(f.Sources(), 0, port81, std::chrono::milliseconds(50), kNever);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().message(), "no open flow matched within 50 ms");
+  // Stopped (the client went away): it does not wait on.
+  f.flow_reads = 0;
+  auto stopped =
+      FindTracedFlow(f.Sources(), 0, port81, std::chrono::seconds(30), [] { return true; });
+  EXPECT_FALSE(stopped.ok());
+  EXPECT_EQ(f.flow_reads, 1);
+}
+
+TEST(FlowTracer, SubscribesBeforeTracingAndTellsOnlyItsFlow) {
+  Fakes f;
+  ObsFlow flow = Flow(7, 80, 5000);
+  // What the flow sends the moment it is traced is in the trace.
+  f.on_trace = [&] { f.hub.Publish(Ev(OBS_EV_SAMPLE, 7, 1)); };
+  TraceOptions o;
+  o.max_samples = 100;
+  auto t = FlowTracer::Start(f.Sources(), flow, o);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(f.traced, std::vector<uint64_t>{7});
+  f.hub.Publish(Ev(OBS_EV_RETRANSMIT, 8));  // another flow
+  f.hub.Publish(Ev(OBS_EV_RETRANSMIT, 7, 2));
+  f.hub.Publish(Ev(OBS_EV_STALL, 7, 3));
+  auto items = (*t)->Next();
+  EXPECT_EQ(Kinds(items), (std::vector<Kind>{Kind::kSample, Kind::kRetransmit, Kind::kStall}));
+  EXPECT_EQ(items[1].event.data.ev.segs, 2u);
+  EXPECT_TRUE((*t)->running());
+  EXPECT_FALSE((*t)->closed());
+  // The drop log it reads is the data the flow sends: local -> remote.
+  ASSERT_FALSE(f.drop_keys.empty());
+  loss_drop_key want = SentDropKey(flow.flow.tuple);
+  EXPECT_EQ(std::memcmp(&f.drop_keys.back(), &want, sizeof(want)), 0);
+}
+
+TEST(FlowTracer, RefusedTraceHoldsNothing) {
+  StreamBudget b(StreamLimits{});
+  Fakes f;
+  f.hub.SetBudget(&b);
+  f.refuse_trace = true;
+  auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), TraceOptions{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Code::kResourceExhausted);
+  EXPECT_EQ(b.open(), 0u);  // the subscription went with it
+  f.refuse_trace = false;
+  auto ok = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), TraceOptions{});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(b.open("TraceFlow"), 1u);
+  (*ok)->Stop();
+  EXPECT_EQ(b.open(), 0u);
+  EXPECT_FALSE((*ok)->running());
+}
+
+TEST(FlowTracer, DropsToldOnceOldOnesNotAndBeforeTheClose) {
+  Fakes f;
+  f.drops.total = 2;  // before the trace: history
+  f.drops.ranges = {Drop(1, 100), Drop(1, 200)};
+  TraceOptions o;
+  o.max_samples = 100;
+  auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
+  ASSERT_TRUE(t.ok());
+  FlowTracer& tr = **t;
+  EXPECT_TRUE(tr.Next().empty());  // polled: nothing new
+  f.drops.total = 3;
+  f.drops.ranges.push_back(Drop(2, 300));
+  f.hub.Publish(Ev(OBS_EV_SAMPLE, 7));
+  ObsEvent close = Ev(OBS_EV_FLOW_CLOSE, 7);
+  close.data.closed_ns = 12345;
+  f.hub.Publish(close);
+  // The close brings a poll at once; the drop and the gaps go before it.
+  auto items = tr.Next();
+  ASSERT_EQ(Kinds(items), (std::vector<Kind>{Kind::kSample, Kind::kDrop, Kind::kClosed}));
+  EXPECT_EQ(items[1].drop.rule_id, 2u);
+  EXPECT_EQ(items[1].drop.seq, 300u);
+  EXPECT_EQ(items[1].drop.len, 1000u);
+  EXPECT_EQ(items[2].event.data.closed_ns, 12345u);
+  EXPECT_TRUE(tr.closed());
+  EXPECT_FALSE(tr.running());
+}
+
+TEST(FlowTracer, DropsThatLeftTheLogAreAGap) {
+  Fakes f;
+  TraceOptions o;
+  o.max_samples = 100;
+  auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
+  ASSERT_TRUE(t.ok());
+  FlowTracer& tr = **t;
+  // 5 drops since, the log keeps the last 2: 3 left it unread.
+  f.drops.total = 5;
+  f.drops.ranges = {Drop(1, 400), Drop(1, 500)};
+  auto items = tr.Next();  // the first call polls at once
+  ASSERT_EQ(Kinds(items), (std::vector<Kind>{Kind::kDrop, Kind::kDrop, Kind::kGap}));
+  EXPECT_EQ(items[0].drop.seq, 400u);
+  EXPECT_EQ(items[1].drop.seq, 500u);
+  EXPECT_EQ(items[2].gap.source, LossSource::kDropLog);
+  EXPECT_EQ(items[2].gap.count, 3u);
+  // Nothing new by the next poll (100 ms on): told once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(110));
+  EXPECT_TRUE(tr.Next().empty());
+}
+
+TEST(FlowTracer, HubLossIsAGapOfItsFilteredQueue) {
+  Fakes f;
+  uint64_t ring = 0;
+  f.hub.SetRingLost([&] { return ring; });
+  TraceOptions o;
+  o.queue = 2;
+  o.max_samples = 100;
+  auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
+  ASSERT_TRUE(t.ok());
+  for (int i = 0; i < 5; i++) f.hub.Publish(Ev(OBS_EV_SAMPLE, 7));
+  ring = 4;
+  auto items = (*t)->Next();
+  ASSERT_EQ(Kinds(items),
+            (std::vector<Kind>{Kind::kSample, Kind::kSample, Kind::kGap, Kind::kGap}));
+  EXPECT_EQ(items[2].gap.source, LossSource::kKernelRing);
+  EXPECT_EQ(items[2].gap.count, 4u);
+  EXPECT_EQ(items[3].gap.source, LossSource::kHub);  // filtered by cookie at the hub
+  EXPECT_EQ(items[3].gap.count, 3u);
+}
+
+TEST(FlowTracer, EndsAfterMaxSamplesOrDuration) {
+  Fakes f;
+  ObsFlow flow = Flow(7, 80, 5000);
+  f.flows = {flow};
+  TraceOptions o;
+  o.max_samples = 2;
+  auto t = FlowTracer::Start(f.Sources(), flow, o);
+  ASSERT_TRUE(t.ok());
+  for (int i = 0; i < 4; i++) f.hub.Publish(Ev(OBS_EV_SAMPLE, 7));
+  f.hub.Publish(Ev(OBS_EV_RETRANSMIT, 7));
+  auto items = (*t)->Next();
+  EXPECT_EQ(Kinds(items), (std::vector<Kind>{Kind::kSample, Kind::kSample, Kind::kRetransmit}));
+  EXPECT_FALSE((*t)->running());
+  EXPECT_FALSE((*t)->closed());
+  (*t)->Stop();
+  auto now = (*t)->FlowNow();  // the closing message's flow
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(now->cookie, 7u);
+  TraceOptions brief;
+  brief.max_samples = 100;
+  brief.duration = std::chrono::milliseconds(30);
+  auto d = FlowTracer::Start(f.Sources(), flow, brief);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE((*d)->running());
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  EXPECT_FALSE((*d)->running());
+}
+
+}  // namespace
+}  // namespace lossd
