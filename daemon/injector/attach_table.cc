@@ -9,12 +9,6 @@
 
 namespace lossd {
 
-namespace {
-bool IsCgroupKind(int kind) {
-  return kind == LOSS_HOOK_CGROUP_INGRESS || kind == LOSS_HOOK_CGROUP_EGRESS;
-}
-}  // namespace
-
 Result<std::unique_ptr<Attachment>> KernelAttacher::Attach(int kind, const std::string& iface,
                                                            const Target& target,
                                                            ClsactQdiscs* qdiscs) {
@@ -113,7 +107,7 @@ std::set<AttachKey> AttachTable::Dead() const {
 std::string AttachTable::WhyDead(const AttachKey& key, const std::string& iface,
                                  const Target& target) const {
   std::string what = Describe(key);
-  if (IsCgroupKind(key.kind))
+  if (key.kind == LOSS_HOOK_CGROUP_INGRESS || key.kind == LOSS_HOOK_CGROUP_EGRESS)
     return "cgroup " + target.cgroup.path + " (id " + std::to_string(target.cgroup.id) +
            ") was deleted (" + what + " is gone)";
   auto now = attacher_->IfIndex(iface);
