@@ -1,40 +1,36 @@
 // The loss injector: the one owner of every rule's state (spec, labels,
-// times, state, limits, slot, attachments) and of the BPF skeleton (maps and
-// programs). It checks and turns rules into map entries, attaches the
-// programs each rule needs (shared and reference-counted per interface/cgroup
-// and hook), keeps the lease that makes a dead owner's leftover filters stop
-// dropping, reaps expired rules, reads the counters, and tells a listener
-// (the effect tracker) of every change. See docs/architecture.md.
+// times, state, limits, slot, attachments) and its lifecycle. It checks and
+// turns rules into map entries (RuleMaps, over the BPF maps: maps.h),
+// attaches the programs each rule needs (AttachTable: shared and
+// reference-counted per interface/cgroup and hook; the programs load on
+// first use: programs.h), keeps the lease that makes a dead owner's leftover
+// filters stop dropping, reaps expired rules, follows targets that go and
+// come back, reads the counters, and tells a listener (the effect tracker)
+// of every change. See docs/architecture.md.
 #pragma once
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
-#include <thread>
-#include <tuple>
 #include <vector>
 
 #include "common/split_load.h"
 #include "common/status.h"
-#include "host/cgroup.h"
-#include "host/offloads.h"
-#include "injector/anchor_index.h"
 #include "injector/attach.h"
-#include "injector/encode.h"
+#include "injector/attach_table.h"
 #include "injector/guard.h"
+#include "injector/maps.h"
+#include "injector/probe.h"
+#include "injector/programs.h"
+#include "injector/rule_maps.h"
+#include "injector/watch.h"
 #include "loss_abi.h"
 #include "rules/rule.h"
-
-struct loss_bpf;  // generated skeleton
 
 namespace lossd {
 
@@ -62,24 +58,6 @@ struct InjectorOptions {
   // the interfaces and cgroups the rules are attached to.
   bool background = true;
 };
-
-// The data plane's own counters (bpf/loss_abi.h), summed over CPUs.
-struct RuleCounters : loss_rule_stats {
-  RuleCounters() : loss_rule_stats{} {}
-};
-
-// A flow's drop log (bpf/loss_abi.h) as read: how many of its skbs with
-// payload rules dropped, ever, and the ranges of the last LOSS_DROP_RANGES of
-// them, oldest first.
-struct FlowDrops {
-  uint64_t total = 0;
-  std::vector<loss_drop_range> ranges;
-};
-
-// The drop log's key of a flow's data as on the wire, src -> dst (addresses
-// in network byte order, IPv4 in [0]; ports in host order; family AF_INET/6).
-loss_drop_key DropKey(int family, const uint32_t src[4], uint16_t sport, const uint32_t dst[4],
-                      uint16_t dport);
 
 // A rule as its owner holds it.
 struct RuleInfo {
@@ -111,10 +89,6 @@ struct RuleInfo {
   RuleCounters counters;         // live, or final once expired
 };
 
-struct HookCounters : loss_hook_stats {
-  HookCounters() : loss_hook_stats{} {}
-};
-
 // Told of every rule change, under the injector's lock (so in order, and
 // never after SetListener(nullptr) returns). Must not call the injector.
 class RuleListener {
@@ -130,19 +104,6 @@ class RuleListener {
   virtual void RuleForgotten(uint32_t id) = 0;
 };
 
-// What this kernel supports (Injector::Probe).
-struct Capabilities {
-  std::string kernel;
-  bool btf = false;
-  bool xdp = false, tc = false, cgroup_skb = false;
-  bool tcx = false;     // tcx links (tc ingress without netlink)
-  bool clsact = false;  // netlink clsact (egress with STOLEN)
-  std::string cgroup2;  // mount point, "" if none
-  std::vector<std::string> notes;
-};
-
-const char* LossHookName(int hook);  // enum loss_hook -> "xdp", "tc_ingress", ...
-
 class Injector {
  public:
   // Creates the BPF maps, removes stale filters and offload changes a dead
@@ -150,6 +111,11 @@ class Injector {
   // on first use, one at a time (a rule that needs one, ProgFd, LoadAllPrograms):
   // see docs/architecture.md#start-up.
   static Result<std::unique_ptr<Injector>> Create(const InjectorOptions& opts);
+  // An injector on maps and an attacher of the caller's (the unit tests'
+  // fakes): no program of its own, no previous owner's leftovers removed.
+  static Result<std::unique_ptr<Injector>> Create(const InjectorOptions& opts,
+                                                  std::unique_ptr<LossMaps> maps,
+                                                  std::unique_ptr<Attacher> attacher);
   // What Create refuses in `opts` before touching the kernel.
   static Status CheckOptions(const InjectorOptions& opts);
   ~Injector();
@@ -177,11 +143,13 @@ class Injector {
   size_t LiveCount() const;
   const RuleLimits& limits() const { return opts_.limits; }
   void SetListener(RuleListener* listener);
-  HookCounters HookTotals(int hook) const;  // enum loss_hook
+  HookCounters HookTotals(int hook) const {  // enum loss_hook
+    return hook < 0 || hook >= LOSS_HOOK_MAX ? HookCounters() : maps_.HookTotals(uint32_t(hook));
+  }
   // The drops recorded for one flow (direction src -> dst of `key`); none
   // (total 0) if rules dropped none of its data, or its entry was evicted
   // (the log is an LRU of LOSS_DROP_FLOWS flows).
-  Result<FlowDrops> DropsOf(const loss_drop_key& key) const;
+  Result<FlowDrops> DropsOf(const loss_drop_key& key) const { return maps_.DropsOf(key); }
 
   // Extends the lease, removes expired rules and checks the attachments
   // (the background threads do this; exposed for callers that run without).
@@ -204,38 +172,15 @@ class Injector {
 
   // Program fds (loaded here if not yet), for BPF_PROG_TEST_RUN in tests
   // and benchmarks; -1 if it cannot load (logged).
-  int ProgFd(int hook) const;
+  int ProgFd(int hook) const { return programs_->LoadedFd(hook); }
   // Loads the program of `hook` (enum loss_hook) unless it is loaded.
   // Thread-safe; does not hold the rules' lock while the verifier runs.
-  Status LoadProgram(int hook) const;
-  Status LoadAllPrograms() const;
+  Status LoadProgram(int hook) const { return programs_->Load(hook); }
+  Status LoadAllPrograms() const { return programs_->LoadAll(); }
   // The programs loaded so far, with what each cost to load.
-  std::vector<ProgLoadStats> LoadedPrograms() const;
+  std::vector<ProgLoadStats> LoadedPrograms() const { return programs_->Loaded(); }
 
  private:
-  // What an attachment is shared by: the hook and the target's kernel
-  // identity (the ifindex in the daemon's network namespace, or the cgroup
-  // id), never its name: a recreated interface is another target.
-  struct AttachKey {
-    int kind;         // enum loss_hook
-    uint64_t target;  // ifindex, or cgroup id
-    bool operator<(const AttachKey& o) const {
-      return std::tie(kind, target) < std::tie(o.kind, o.target);
-    }
-  };
-  struct Attached {
-    std::unique_ptr<Attachment> attachment;
-    int refs = 0;
-  };
-  struct Offload {
-    std::unique_ptr<OffloadGuard> guard;
-    int refs = 0;
-  };
-  // A rule's resolved target: the interface's index, the cgroup's id and depth.
-  struct Target {
-    int ifindex = 0;
-    CgroupInfo cgroup;
-  };
   struct Rule {
     RuleInfo info;  // info.counters: the final ones, once retired
     uint32_t slot = 0;
@@ -248,8 +193,13 @@ class Injector {
     RuleCounters before;      // what it counted before it failed and re-attached
   };
 
-  explicit Injector(const InjectorOptions& opts);
-  Status Load();
+  Injector(const InjectorOptions& opts, std::unique_ptr<LossMaps> maps,
+           std::unique_ptr<HookPrograms> programs, std::unique_ptr<Attacher> attacher);
+  // Both Creates end here: the config written, a first Tick, the threads.
+  static Result<std::unique_ptr<Injector>> Start(const InjectorOptions& opts,
+                                                 std::unique_ptr<LossMaps> maps,
+                                                 std::unique_ptr<HookPrograms> programs,
+                                                 std::unique_ptr<Attacher> attacher);
   // Validation, the limits, the target, host protection: all but attaching.
   Status Check(const RuleSpec& spec, Target* target) const;
   Status LoadProgramsFor(const RuleSpec& spec) const;  // before taking mu_
@@ -258,72 +208,38 @@ class Injector {
   // data plane records in the drop log; 0: the new id this returns.
   Result<uint32_t> AddLocked(const RuleSpec& spec, const Target& target, uint64_t expires_ns = 0,
                              uint32_t final_id = 0);
-  Status Acquire(const AttachKey& key, const RuleSpec& spec, const Target& target);
-  void Release(const AttachKey& key);
-  void ReleaseOffload(const std::string& ifname);
-  Status WriteLists(const std::vector<AnchorKey>& keys);
-  Status BloomRef(uint32_t kind, const uint32_t* addr, int delta);
-  Status WriteConfig();
-  Status WriteRule(uint32_t slot, const struct loss_rule& r);
-  Status ResetCounters(uint32_t slot);
   Status Retire(Rule& r);
   Result<RuleInfo> RemoveLocked(uint32_t id);
   // Moves the rule that AddLocked created under `fresh` to `id` (Replace, re-attach).
   void MoveRuleLocked(uint32_t fresh, uint32_t id);
   void FailLocked(uint32_t id, Rule& r, const std::string& reason);
+  void ReattachLocked(uint32_t id);
+  void Reap();
   void ReapLocked();
   // Rules counted against --max-rules: every listed one but the history
   // (a failed rule waiting to re-attach counts: it will take a slot).
   size_t LiveLocked() const { return rules_.size() - expired_.size(); }
+  Status CheckLiveLimitLocked() const;
   RuleInfo Snapshot(const Rule& r) const;
-  Result<RuleCounters> ReadCounters(uint32_t slot) const;
-  void RunLease();
-  void RunWatch(UniqueFd links);
+  Result<RuleCounters> LiveCounters(const Rule& r) const;
 
   InjectorOptions opts_;
   mutable HostGuard guard_;
-  struct SkelDeleter {
-    void operator()(loss_bpf* s) const;
-  };
-  // The maps (no program: loaded with autoload off), and one object per
-  // hook program loaded so far, whose maps are skel_'s.
-  std::unique_ptr<loss_bpf, SkelDeleter> skel_;
-  // Hook programs: one load (a verifier run) at a time under load_mu_, never
-  // under mu_; the loaded objects under prog_mu_ (held briefly, after mu_
-  // when both are); their fds published last, read without a lock.
-  mutable std::mutex load_mu_;
-  mutable std::mutex prog_mu_;
-  mutable std::array<std::unique_ptr<loss_bpf, SkelDeleter>, LOSS_HOOK_MAX> progs_;
-  mutable std::array<ProgLoadStats, LOSS_HOOK_MAX> prog_stats_;
-  mutable std::array<std::atomic<int>, LOSS_HOOK_MAX> prog_fds_;  // -1: not loaded
-  int ncpus_ = 1;
+  // The maps' side of every rule (slots, lists, config, lease): the maps
+  // object goes last, after the programs and the attachments.
+  RuleMaps maps_;
+  std::unique_ptr<HookPrograms> programs_;
+  std::unique_ptr<Attacher> attacher_;  // attaches programs_ (the kernel's)
 
   mutable std::mutex mu_;
   RuleListener* listener_ = nullptr;
-  AnchorIndex index_;
-  // The config as written to loss_cfg, and its write: under cfg_mu_ (after
-  // mu_ when both are), which the lease thread takes alone.
-  mutable std::mutex cfg_mu_;
-  struct loss_config cfg_ {};
   std::map<uint32_t, Rule> rules_;
   // The history: ids of retained expired and failed rules, oldest first.
   std::deque<uint32_t> expired_;
-  // Before attached_: its qdiscs outlive the filters in them.
-  mutable ClsactQdiscs qdiscs_;  // Probe() may create one on lo
-  std::map<AttachKey, Attached> attached_;
-  std::map<std::string, Offload> offloads_;
-  std::vector<uint32_t> free_slots_;
-  // Host pre-filter: rules per bit, and the words as written to the map.
-  std::map<uint32_t, uint32_t> bloom_refs_;  // kind * LOSS_BLOOM_BITS + bit
-  std::vector<uint64_t> bloom_words_ = std::vector<uint64_t>(2 * LOSS_BLOOM_WORDS);
-  std::set<AnchorKey> hosts_present_;
-  std::array<uint32_t, LOSS_MAX_RULES> generation_{};
+  AttachTable attach_;  // with the clsact qdiscs lossd created
   uint32_t next_id_ = 1;
 
-  std::thread lease_thread_, watch_thread_;
-  std::mutex stop_mu_;          // never mu_: the lease thread must not wait for it
-  std::condition_variable cv_;  // with stop_mu_: wakes the lease thread to stop
-  bool stop_ = false;
-  UniqueFd stop_fd_;  // eventfd: wakes the watch thread to stop
+  // Renew the lease (never under mu_), reap, check the attachments.
+  std::unique_ptr<WatchThreads> threads_;
 };
 }  // namespace lossd

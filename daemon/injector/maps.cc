@@ -1,0 +1,157 @@
+#include "injector/maps.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include <cstring>
+#include <string>
+
+#include "common/bpf_objects.h"
+#include "common/split_load.h"
+#include "loss.skel.h"
+
+namespace lossd {
+
+RuleCounters Sum(const RuleCounters& a, const RuleCounters& b) {
+  RuleCounters s;
+  s.matched_pkts = a.matched_pkts + b.matched_pkts;
+  s.matched_segs = a.matched_segs + b.matched_segs;
+  s.matched_bytes = a.matched_bytes + b.matched_bytes;
+  s.dropped_pkts = a.dropped_pkts + b.dropped_pkts;
+  s.dropped_segs = a.dropped_segs + b.dropped_segs;
+  s.dropped_bytes = a.dropped_bytes + b.dropped_bytes;
+  s.logged_pkts = a.logged_pkts + b.logged_pkts;
+  return s;
+}
+
+loss_drop_key DropKey(int family, const uint32_t src[4], uint16_t sport, const uint32_t dst[4],
+                      uint16_t dport) {
+  loss_drop_key k;
+  std::memset(&k, 0, sizeof(k));
+  std::memcpy(k.saddr, src, sizeof(k.saddr));
+  std::memcpy(k.daddr, dst, sizeof(k.daddr));
+  k.sport = sport;
+  k.dport = dport;
+  k.family = static_cast<uint16_t>(family);
+  return k;
+}
+
+LossObject LossObject::Open() {
+  LossObject o;
+  o.skel_ = loss_bpf__open();
+  return o;
+}
+
+LossObject& LossObject::operator=(LossObject&& o) noexcept {
+  if (this != &o) {
+    if (skel_) loss_bpf__destroy(skel_);
+    skel_ = o.skel_;
+    o.skel_ = nullptr;
+  }
+  return *this;
+}
+
+LossObject::~LossObject() {
+  if (skel_) loss_bpf__destroy(skel_);
+}
+
+bpf_object* LossObject::get() const {
+  return skel_ ? skel_->obj : nullptr;
+}
+
+int LossObject::Load() {
+  return loss_bpf__load(skel_);
+}
+
+Result<std::unique_ptr<BpfMaps>> BpfMaps::Create() {
+  std::unique_ptr<BpfMaps> m(new BpfMaps());
+  m->obj_ = LossObject::Open();
+  if (!m->obj_) return Status::FromErrno(errno, "open BPF object");
+  AutoloadNone(m->obj_.get());  // the maps only; programs load on first use
+  int err = m->obj_.Load();
+  if (err)
+    return Status::FromErrno(-err, "create the injector's BPF maps (see the libbpf log above)");
+  int n = libbpf_num_possible_cpus();
+  if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
+  m->ncpus_ = n;
+  const auto& maps = m->obj_.skel_->maps;
+  m->rules_fd_ = bpf_map__fd(maps.loss_rules);
+  m->stats_fd_ = bpf_map__fd(maps.loss_rule_stats);
+  m->port_fd_ = bpf_map__fd(maps.loss_port_idx);
+  m->host_fd_ = bpf_map__fd(maps.loss_host_idx);
+  m->bloom_fd_ = bpf_map__fd(maps.loss_host_bloom);
+  m->cfg_fd_ = bpf_map__fd(maps.loss_cfg);
+  m->hook_stats_fd_ = bpf_map__fd(maps.loss_hook_stats);
+  m->drops_fd_ = bpf_map__fd(maps.loss_drops);
+  m->cg_self_fd_ = bpf_map__fd(maps.loss_cg_self);
+  return m;
+}
+
+Status BpfMaps::WriteRule(uint32_t slot, const struct loss_rule& r) {
+  if (bpf_map_update_elem(rules_fd_, &slot, &r, BPF_ANY))
+    return Status::FromErrno(errno, "write rule slot " + std::to_string(slot));
+  return Status::Ok();
+}
+
+Status BpfMaps::ResetCounters(uint32_t slot) {
+  std::vector<struct loss_rule_stats> zero(ncpus_);
+  std::memset(zero.data(), 0, zero.size() * sizeof(zero[0]));
+  if (bpf_map_update_elem(stats_fd_, &slot, zero.data(), BPF_ANY))
+    return Status::FromErrno(errno, "reset counters of slot " + std::to_string(slot));
+  return Status::Ok();
+}
+
+Result<RuleCounters> BpfMaps::ReadCounters(uint32_t slot) const {
+  RuleCounters c;
+  Status st = AddPerCpu<loss_rule_stats>(stats_fd_, slot, ncpus_, &c);
+  if (!st.ok())
+    return Status(st.code(), "counters of slot " + std::to_string(slot) + ": " + st.message());
+  return c;
+}
+
+Status BpfMaps::WritePortList(uint32_t key, const struct loss_bucket& b) {
+  if (bpf_map_update_elem(port_fd_, &key, &b, BPF_ANY))
+    return Status::FromErrno(errno, "write port index");
+  return Status::Ok();
+}
+
+Status BpfMaps::WriteHostList(const struct loss_host_key& key, const struct loss_bucket& b) {
+  if (bpf_map_update_elem(host_fd_, &key, &b, BPF_ANY))
+    return Status::FromErrno(errno, "write host index");
+  return Status::Ok();
+}
+
+Status BpfMaps::DeleteHostList(const struct loss_host_key& key) {
+  if (bpf_map_delete_elem(host_fd_, &key) && errno != ENOENT)
+    return Status::FromErrno(errno, "delete host index entry");
+  return Status::Ok();
+}
+
+Status BpfMaps::WriteBloomWord(uint32_t word, uint64_t bits) {
+  if (bpf_map_update_elem(bloom_fd_, &word, &bits, BPF_ANY))
+    return Status::FromErrno(errno, "write host pre-filter");
+  return Status::Ok();
+}
+
+Status BpfMaps::WriteConfig(const struct loss_config& cfg) {
+  uint32_t zero = 0;
+  if (bpf_map_update_elem(cfg_fd_, &zero, &cfg, BPF_ANY))
+    return Status::FromErrno(errno, "write loss_cfg");
+  return Status::Ok();
+}
+
+HookCounters BpfMaps::ReadHookTotals(uint32_t hook) const {
+  HookCounters c;
+  AddPerCpu<loss_hook_stats>(hook_stats_fd_, hook, ncpus_, &c);
+  return c;
+}
+
+Result<bool> BpfMaps::ReadDrops(const loss_drop_key& key, loss_drop_log* log) const {
+  if (bpf_map_lookup_elem(drops_fd_, &key, log)) {
+    if (errno == ENOENT) return false;
+    return Status::FromErrno(errno, "read the drop log");
+  }
+  return true;
+}
+
+}  // namespace lossd

@@ -1,0 +1,162 @@
+#include "injector/rule_maps.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/log.h"
+
+namespace lossd {
+
+RuleMaps::RuleMaps(std::unique_ptr<LossMaps> maps) : maps_(std::move(maps)) {
+  for (uint32_t s = LOSS_MAX_RULES; s > 0; s--) free_slots_.push_back(s - 1);
+}
+
+Status RuleMaps::WriteConfig() {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  cfg_.n_port_rules = index_.port_rules();
+  cfg_.n_dhost_rules = index_.dhost_rules();
+  cfg_.n_shost_rules = index_.shost_rules();
+  const auto& scan = index_.scan();
+  cfg_.n_scan = static_cast<uint32_t>(scan.size());
+  for (size_t i = 0; i < LOSS_SCAN_MAX; i++) cfg_.scan[i] = i < scan.size() ? scan[i].slot : 0;
+  return maps_->WriteConfig(cfg_);
+}
+
+void RuleMaps::RenewLease(uint64_t until_ns) {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  cfg_.lease_until_ns = until_ns;
+  Status st = maps_->WriteConfig(cfg_);
+  if (!st.ok()) LOG_ERROR("renew lease: %s", st.message().c_str());
+}
+
+uint64_t RuleMaps::LeaseUntilNs() const {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  return cfg_.lease_until_ns;
+}
+
+Status RuleMaps::CheckFreeSlot() const {
+  if (free_slots_.empty())
+    return ResourceExhausted("all " + std::to_string(LOSS_MAX_RULES) + " rule slots are in use");
+  return Status::Ok();
+}
+
+Result<uint32_t> RuleMaps::Publish(const RuleSpec& spec, struct loss_rule rule) {
+  LOSSD_RETURN_IF_ERROR(CheckFreeSlot());
+  uint32_t slot = free_slots_.back();
+  rule.generation = ++generation_[slot];
+  Status st = maps_->ResetCounters(slot);
+  if (st.ok()) st = maps_->WriteRule(slot, rule);
+  if (!st.ok()) return st;
+  auto placed = index_.Insert(slot, spec);
+  if (!placed.ok()) {
+    rule.flags = 0;
+    maps_->WriteRule(slot, rule);
+    return placed.status();
+  }
+  st = WriteLists(*placed);
+  if (!st.ok()) {
+    WriteLists(index_.Remove(slot));
+    rule.flags = 0;
+    maps_->WriteRule(slot, rule);
+    return st;
+  }
+  free_slots_.pop_back();
+  return slot;
+}
+
+Status RuleMaps::Withdraw(uint32_t slot) {
+  Status st = WriteLists(index_.Remove(slot));
+  struct loss_rule off;
+  std::memset(&off, 0, sizeof(off));
+  off.generation = generation_[slot];
+  Status st2 = maps_->WriteRule(slot, off);
+  return st.ok() ? st2 : st;
+}
+
+void RuleMaps::Free(uint32_t slot) {
+  free_slots_.push_back(slot);
+}
+
+Result<FlowDrops> RuleMaps::DropsOf(const loss_drop_key& key) const {
+  loss_drop_log log;
+  FlowDrops out;
+  auto found = maps_->ReadDrops(key, &log);
+  if (!found.ok()) return found.status();
+  if (!*found) return out;
+  out.total = log.drops;
+  uint64_t kept = std::min<uint64_t>(log.drops, LOSS_DROP_RANGES);
+  out.ranges.reserve(kept);
+  for (uint64_t i = log.drops - kept; i < log.drops; i++)
+    out.ranges.push_back(log.ranges[i % LOSS_DROP_RANGES]);
+  return out;
+}
+
+// Counts one more (or one fewer) host anchored on addr's pre-filter bit and
+// writes the word when the bit changes.
+Status RuleMaps::BloomRef(uint32_t kind, const uint32_t* addr, int delta) {
+  uint32_t bit = loss_addr_hash(addr) & (LOSS_BLOOM_BITS - 1);
+  uint32_t ref = kind * LOSS_BLOOM_BITS + bit;
+  auto it = bloom_refs_.find(ref);
+  const uint32_t before = it == bloom_refs_.end() ? 0 : it->second;
+  const uint32_t n = delta > 0 ? before + 1 : (before ? before - 1 : 0);
+  // The count by value: erasing the entry must not leave a reference to it.
+  if (n == 0) {
+    if (it != bloom_refs_.end()) bloom_refs_.erase(it);
+  } else {
+    bloom_refs_[ref] = n;
+  }
+  if ((before == 0) == (n == 0)) return Status::Ok();
+  uint32_t word = kind * LOSS_BLOOM_WORDS + bit / 64;
+  if (n)
+    bloom_words_[word] |= 1ULL << (bit % 64);
+  else
+    bloom_words_[word] &= ~(1ULL << (bit % 64));
+  return maps_->WriteBloomWord(word, bloom_words_[word]);
+}
+
+// A host anchor's list: published before the pre-filter opens for it, and
+// the pre-filter closed before it goes.
+Status RuleMaps::WriteHostList(const AnchorKey& k, const struct loss_bucket& b) {
+  struct loss_host_key hk;
+  std::memset(&hk, 0, sizeof(hk));
+  hk.kind = k.kind == AnchorKey::kDhost ? LOSS_ANCHOR_DHOST : LOSS_ANCHOR_SHOST;
+  hk.family = static_cast<uint32_t>(k.family);
+  std::memcpy(hk.addr, k.addr.data(), 16);
+  bool present = b.n > 0, was = hosts_present_.count(k) > 0;
+  if (present && !was) {
+    LOSSD_RETURN_IF_ERROR(maps_->WriteHostList(hk, b));
+    hosts_present_.insert(k);
+    return BloomRef(hk.kind, hk.addr, +1);
+  }
+  if (!present && was) {
+    hosts_present_.erase(k);
+    LOSSD_RETURN_IF_ERROR(BloomRef(hk.kind, hk.addr, -1));
+    return maps_->DeleteHostList(hk);
+  }
+  return present ? maps_->WriteHostList(hk, b) : Status::Ok();
+}
+
+// Writes the candidate lists of `keys`, then the config (its counts tell the
+// data plane which indexes to consult; it holds the scan list).
+Status RuleMaps::WriteLists(const std::vector<AnchorKey>& keys) {
+  for (const auto& k : keys) {
+    const auto& list = index_.List(k);
+    struct loss_bucket b;
+    std::memset(&b, 0, sizeof(b));
+    b.n = static_cast<uint32_t>(std::min<size_t>(list.size(), LOSS_BUCKET_SLOTS));
+    for (uint32_t i = 0; i < b.n; i++) b.slot[i] = list[i].slot;
+    switch (k.kind) {
+      case AnchorKey::kDport:
+      case AnchorKey::kSport:
+        LOSSD_RETURN_IF_ERROR(maps_->WritePortList(uint32_t(k.kind) * 65536 + k.port, b));
+        break;
+      case AnchorKey::kDhost:
+      case AnchorKey::kShost: LOSSD_RETURN_IF_ERROR(WriteHostList(k, b)); break;
+      case AnchorKey::kScan: break;
+    }
+  }
+  return WriteConfig();
+}
+
+}  // namespace lossd

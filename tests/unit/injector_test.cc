@@ -1,0 +1,538 @@
+// The rule lifecycle (Add, Replace, expiry and the history, a target that goes
+// and comes back) on fakes of the maps (LossMaps) and of the attacher: what is
+// written to the maps and attached, in which order, and what the listener
+// hears. No root, no kernel: the kernel's side is tests/bpf and tests/e2e.
+#include "injector/injector.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace lossd {
+namespace {
+
+using namespace std::chrono_literals;
+
+// One log for the maps and the attachments, so that the order across both
+// shows: "attach tc_ingress eth-t#7", "reset 0", "rule 0 on id 1 gen 1",
+// "port dport 80 [0]", "cfg ports 1 dhost 0 shost 0 scan []", "read 0", ...
+using Log = std::vector<std::string>;
+
+std::string Slots(const struct loss_bucket& b) {
+  std::string s = "[";
+  for (uint32_t i = 0; i < b.n; i++) s += (i ? " " : "") + std::to_string(b.slot[i]);
+  return s + "]";
+}
+
+class FakeMaps final : public LossMaps {
+ public:
+  explicit FakeMaps(Log* log) : log_(log) {}
+
+  Status WriteRule(uint32_t slot, const struct loss_rule& r) override {
+    if (fail_rules) return Internal("fake: write rule slot " + std::to_string(slot));
+    rules[slot] = r;
+    log_->push_back("rule " + std::to_string(slot) + (r.flags & LOSS_RULE_ACTIVE ? " on" : " off") +
+                    " id " + std::to_string(r.id) + " gen " + std::to_string(r.generation));
+    return Status::Ok();
+  }
+  Status ResetCounters(uint32_t slot) override {
+    counters[slot] = RuleCounters();
+    log_->push_back("reset " + std::to_string(slot));
+    return Status::Ok();
+  }
+  Result<RuleCounters> ReadCounters(uint32_t slot) const override {
+    log_->push_back("read " + std::to_string(slot));
+    auto it = counters.find(slot);
+    return it == counters.end() ? RuleCounters() : it->second;
+  }
+  Status WritePortList(uint32_t key, const struct loss_bucket& b) override {
+    if (fail_lists) return Internal("fake: write port index");
+    log_->push_back(std::string("port ") +
+                    (key / 65536 == LOSS_ANCHOR_DPORT ? "dport " : "sport ") +
+                    std::to_string(key % 65536) + " " + Slots(b));
+    return Status::Ok();
+  }
+  Status WriteHostList(const struct loss_host_key& key, const struct loss_bucket& b) override {
+    log_->push_back(std::string("host ") + (key.kind == LOSS_ANCHOR_DHOST ? "dst " : "src ") +
+                    Slots(b));
+    return Status::Ok();
+  }
+  Status DeleteHostList(const struct loss_host_key& key) override {
+    log_->push_back(std::string("host ") + (key.kind == LOSS_ANCHOR_DHOST ? "dst" : "src") +
+                    " deleted");
+    return Status::Ok();
+  }
+  Status WriteBloomWord(uint32_t, uint64_t bits) override {
+    log_->push_back(bits ? "bloom set" : "bloom clear");
+    return Status::Ok();
+  }
+  Status WriteConfig(const struct loss_config& c) override {
+    cfg = c;
+    std::string scan = "[";
+    for (uint32_t i = 0; i < c.n_scan; i++) scan += (i ? " " : "") + std::to_string(c.scan[i]);
+    log_->push_back("cfg ports " + std::to_string(c.n_port_rules) + " dhost " +
+                    std::to_string(c.n_dhost_rules) + " shost " + std::to_string(c.n_shost_rules) +
+                    " scan " + scan + "]");
+    return Status::Ok();
+  }
+  HookCounters ReadHookTotals(uint32_t) const override { return HookCounters(); }
+  Result<bool> ReadDrops(const loss_drop_key&, loss_drop_log*) const override { return false; }
+
+  std::map<uint32_t, struct loss_rule> rules;  // as last written
+  std::map<uint32_t, RuleCounters> counters;   // what the data plane counted
+  struct loss_config cfg {};                   // as last written
+  bool fail_rules = false, fail_lists = false;
+
+ private:
+  Log* log_;
+};
+
+class FakeAttachment final : public Attachment {
+ public:
+  FakeAttachment(std::string what, std::shared_ptr<bool> alive, Log* log)
+      : what_(std::move(what)), alive_(std::move(alive)), log_(log) {}
+  ~FakeAttachment() override { log_->push_back("detach " + what_); }
+  std::string Describe() const override { return what_; }
+  bool Attached() const override { return *alive_; }
+
+ private:
+  std::string what_;
+  std::shared_ptr<bool> alive_;
+  Log* log_;
+};
+
+// Interfaces and cgroups as the test sets them; attachments that the test
+// can kill ("tc_ingress eth-t#7", "cgroup_egress cg#100").
+class FakeAttacher final : public Attacher {
+ public:
+  explicit FakeAttacher(Log* log) : log_(log) {}
+
+  Status Load(int kind) override {
+    loaded.insert(kind);
+    return Status::Ok();
+  }
+  Result<std::unique_ptr<Attachment>> Attach(int kind, const std::string& iface,
+                                             const Target& target, ClsactQdiscs*) override {
+    std::string what = std::string(LossHookName(kind)) + " " +
+                       (target.cgroup.path.empty() ? iface + "#" + std::to_string(target.ifindex)
+                                                   : "cg#" + std::to_string(target.cgroup.id));
+    if (refuse.count(kind)) return FailedPrecondition("fake: cannot attach " + what);
+    if (!loaded.count(kind)) return Internal("fake: not loaded: " + what);
+    log_->push_back("attach " + what);
+    alive[what] = std::make_shared<bool>(true);
+    return std::unique_ptr<Attachment>(new FakeAttachment(what, alive[what], log_));
+  }
+  Result<int> IfIndex(const std::string& name) const override {
+    auto it = ifindex.find(name);
+    if (it == ifindex.end()) return NotFound("fake: no interface " + name);
+    return it->second;
+  }
+  Result<CgroupInfo> Cgroup(const std::string& path) const override {
+    auto it = cgroups.find(path);
+    if (it == cgroups.end()) return NotFound("fake: no cgroup " + path);
+    return it->second;
+  }
+  uint64_t CgroupId(const std::string& path) const override {
+    auto it = cgroups.find(path);
+    return it == cgroups.end() ? 0 : it->second.id;
+  }
+
+  std::set<int> loaded, refuse;
+  std::map<std::string, int> ifindex{{"eth-t", 7}, {"eth-u", 9}};
+  std::map<std::string, CgroupInfo> cgroups;
+  std::map<std::string, std::shared_ptr<bool>> alive;  // by attachment
+
+ private:
+  Log* log_;
+};
+
+class Heard final : public RuleListener {
+ public:
+  void RulePublished(uint32_t id, const RuleSpec&) override { Add("published", id); }
+  void RuleRetired(uint32_t id) override { Add("retired", id); }
+  void RuleForgotten(uint32_t id) override { Add("forgotten", id); }
+  std::vector<std::string> calls;
+
+ private:
+  void Add(const char* what, uint32_t id) { calls.push_back(what + (" " + std::to_string(id))); }
+};
+
+const char* kCgroup = "/sys/fs/cgroup/svc";
+
+RuleSpec PortRule(uint16_t dport, const std::string& iface = "eth-t") {
+  RuleSpec s;
+  s.iface = iface;
+  s.hook = Hook::kTc;
+  s.dir = Direction::kIngress;
+  s.dport.lo = s.dport.hi = dport;
+  s.model.p = 0.5;
+  return s;
+}
+
+RuleSpec CgroupRule() {
+  RuleSpec s;
+  s.cgroup = kCgroup;
+  s.hook = Hook::kCgroup;
+  s.dir = Direction::kEgress;
+  s.model.p = 0.5;
+  return s;
+}
+
+RuleCounters Dropped(uint64_t n) {
+  RuleCounters c;
+  c.dropped_pkts = n;
+  return c;
+}
+
+class InjectorTest : public ::testing::Test {
+ protected:
+  static InjectorOptions Options() {
+    InjectorOptions o;
+    o.lease = std::chrono::hours(1);
+    o.background = false;  // the test ticks
+    o.state_dir = "";
+    o.limits.protected_ports.clear();  // no host guard: it would read /proc
+    return o;
+  }
+  void SetUp() override { Make(Options()); }
+  void Make(const InjectorOptions& opts) {
+    inj_.reset();
+    auto maps = std::make_unique<FakeMaps>(&log_);
+    auto host = std::make_unique<FakeAttacher>(&log_);
+    maps_ = maps.get();
+    host_ = host.get();
+    host_->cgroups[kCgroup] = CgroupInfo{kCgroup, "/sys/fs/cgroup", 100, 1};
+    auto inj = Injector::Create(opts, std::move(maps), std::move(host));
+    ASSERT_TRUE(inj.ok()) << inj.status().ToString();
+    inj_ = std::move(*inj);
+    inj_->SetListener(&heard_);
+    log_.clear();
+  }
+  uint32_t Add(const RuleSpec& spec) {
+    auto id = inj_->Add(spec);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return id.ok() ? *id : 0;
+  }
+  // The log since the last call.
+  Log Take() {
+    Log out;
+    out.swap(log_);
+    return out;
+  }
+  // Tick (reap, check the attachments, renew the lease), and the log of
+  // what it did before the lease's config write, which it ends with.
+  Log Tick() {
+    inj_->Tick();
+    Log out = Take();
+    EXPECT_FALSE(out.empty());
+    if (!out.empty()) {
+      EXPECT_EQ(out.back().rfind("cfg ", 0), 0u) << out.back();
+      out.pop_back();
+    }
+    return out;
+  }
+
+  Log log_;
+  Heard heard_;  // outlives the injector, which tells it of the last removals
+  FakeMaps* maps_ = nullptr;
+  FakeAttacher* host_ = nullptr;
+  std::unique_ptr<Injector> inj_;
+};
+
+TEST_F(InjectorTest, AddAttachesThenWritesTheRuleThenItsListThenTheConfig) {
+  uint32_t id = Add(PortRule(80));
+  EXPECT_EQ(id, 1u);
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "rule 0 on id 1 gen 1",
+                         "port dport 80 [0]", "cfg ports 1 dhost 0 shost 0 scan []"}));
+  EXPECT_EQ(maps_->rules[0].m.ifindex, 7u);
+  EXPECT_EQ(maps_->rules[0].m.hook_mask, 1u << LOSS_HOOK_TC_INGRESS);
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1"}));
+  EXPECT_GT(inj_->LeaseRemainingNs(), 0u);
+}
+
+TEST_F(InjectorTest, HostAnchorListIsWrittenBeforeItsPrefilterBitAndDeletedAfter) {
+  RuleSpec s = PortRule(0);
+  s.dport = PortRange();
+  s.dst = *ParseCidr("10.0.0.1");
+  uint32_t id = Add(s);
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "rule 0 on id 1 gen 1",
+                         "host dst [0]", "bloom set", "cfg ports 0 dhost 1 shost 0 scan []"}));
+  ASSERT_TRUE(inj_->Remove(id).ok());
+  EXPECT_EQ(Take(), (Log{"bloom clear", "host dst deleted", "cfg ports 0 dhost 0 shost 0 scan []",
+                         "rule 0 off id 0 gen 1", "detach tc_ingress eth-t#7", "read 0"}));
+}
+
+TEST_F(InjectorTest, ReplacePublishesTheNewRuleBeforeWithdrawingTheOld) {
+  uint32_t id = Add(PortRule(80));
+  uint64_t created = inj_->Get(id)->created_unix_ns;
+  maps_->counters[0] = Dropped(5);
+  Take();
+  ASSERT_TRUE(inj_->Replace(id, PortRule(81, "eth-u")).ok());
+  EXPECT_EQ(Take(), (Log{// the new one, under the old id (the drop log's), in the next slot
+                         "attach tc_ingress eth-u#9", "reset 1", "rule 1 on id 1 gen 1",
+                         "port dport 81 [1]", "cfg ports 2 dhost 0 shost 0 scan []",
+                         // then the old one out: lists, entry, attachment, final counters
+                         "port dport 80 []", "cfg ports 1 dhost 0 shost 0 scan []",
+                         "rule 0 off id 0 gen 1", "detach tc_ingress eth-t#7", "read 0"}));
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->spec.dport.lo, 81);
+  EXPECT_EQ(info->spec.iface, "eth-u");
+  EXPECT_EQ(info->created_unix_ns, created);
+  EXPECT_EQ(info->counters.dropped_pkts, 0u);  // counters restart
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "published 1"}));
+  EXPECT_EQ(inj_->LiveCount(), 1u);
+  // The old slot is free again, its generation bumped when reused.
+  Take();
+  Add(PortRule(82));
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "rule 0 on id 3 gen 2",
+                         "port dport 82 [0]", "cfg ports 2 dhost 0 shost 0 scan []"}));
+}
+
+TEST_F(InjectorTest, ReplaceOnTheSameTargetSharesTheAttachment) {
+  uint32_t id = Add(PortRule(80));
+  Take();
+  ASSERT_TRUE(inj_->Replace(id, PortRule(81)).ok());
+  Log l = Take();
+  EXPECT_EQ(std::count_if(l.begin(), l.end(),
+                          [](const std::string& e) {
+                            return e.rfind("attach", 0) == 0 || e.rfind("detach", 0) == 0;
+                          }),
+            0);
+}
+
+TEST_F(InjectorTest, ReplaceOfAnExpiredRuleCountsAgainstTheLimit) {
+  InjectorOptions o = Options();
+  o.limits.max_rules = 1;
+  Make(o);
+  RuleSpec brief = PortRule(80);
+  brief.ttl = 1ms;
+  uint32_t old = Add(brief);
+  std::this_thread::sleep_for(20ms);
+  inj_->Tick();
+  ASSERT_TRUE(inj_->Get(old)->expired);
+  uint32_t other = Add(PortRule(81));
+  Status st = inj_->Replace(old, PortRule(82));
+  EXPECT_EQ(st.code(), Code::kResourceExhausted) << st.ToString();
+  ASSERT_TRUE(inj_->Remove(other).ok());
+  ASSERT_TRUE(inj_->Replace(old, PortRule(82)).ok());
+  auto info = inj_->Get(old);
+  EXPECT_FALSE(info->expired);
+  EXPECT_EQ(info->expires_unix_ns, 0u);
+  EXPECT_EQ(inj_->LiveCount(), 1u);  // out of the history
+}
+
+TEST_F(InjectorTest, ExpiryTakesTheRuleOutAndKeepsItsFinalCounters) {
+  RuleSpec brief = PortRule(80);
+  brief.ttl = 1ms;
+  uint32_t id = Add(brief);
+  EXPECT_GT(maps_->rules[0].expires_ns, 0u);  // the data plane stops on its own
+  maps_->counters[0] = Dropped(4);
+  Take();
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(Tick(), (Log{"port dport 80 []", "cfg ports 0 dhost 0 shost 0 scan []",
+                         "rule 0 off id 0 gen 1", "detach tc_ingress eth-t#7", "read 0"}));
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->expired);
+  EXPECT_EQ(info->counters.dropped_pkts, 4u);
+  EXPECT_EQ(inj_->Counters(id)->dropped_pkts, 4u);
+  EXPECT_EQ(inj_->LiveCount(), 0u);
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1"}));
+  // Removing it forgets it, with nothing left to write.
+  ASSERT_TRUE(inj_->Remove(id).ok());
+  EXPECT_EQ(Take(), Log{});
+  EXPECT_EQ(heard_.calls.back(), "forgotten 1");
+}
+
+TEST_F(InjectorTest, ExpiredRulesAreForgottenAfterKeepExpired) {
+  InjectorOptions o = Options();
+  o.keep_retired = 100ms;
+  Make(o);
+  RuleSpec brief = PortRule(80);
+  brief.ttl = 1ms;
+  uint32_t id = Add(brief);
+  std::this_thread::sleep_for(20ms);
+  inj_->Tick();
+  EXPECT_TRUE(inj_->Get(id).ok());
+  Take();
+  std::this_thread::sleep_for(150ms);
+  EXPECT_EQ(Tick(), Log{});  // forgotten: nothing was left in the maps
+  EXPECT_EQ(inj_->Get(id).status().code(), Code::kNotFound);
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1", "forgotten 1"}));
+}
+
+TEST_F(InjectorTest, AtMostKeepExpiredMaxAreKeptOldestForgottenFirst) {
+  InjectorOptions o = Options();
+  o.keep_retired_max = 2;
+  Make(o);
+  RuleSpec brief = PortRule(80);
+  brief.ttl = 1ms;
+  for (int i = 0; i < 3; i++) Add(brief);
+  std::this_thread::sleep_for(20ms);
+  inj_->Tick();
+  std::vector<uint32_t> ids;
+  for (const auto& r : inj_->Rules()) ids.push_back(r.id);
+  EXPECT_EQ(ids, (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(heard_.calls.back(), "forgotten 1");
+  // keep-expired 0: forgotten at once.
+  o.keep_retired = 0ns;
+  Make(o);
+  uint32_t id = Add(brief);
+  std::this_thread::sleep_for(20ms);
+  inj_->Tick();
+  EXPECT_EQ(inj_->Get(id).status().code(), Code::kNotFound);
+}
+
+TEST_F(InjectorTest, DeletedInterfaceFailsTheRuleAndItReattachesToTheNextOne) {
+  RuleSpec s = PortRule(80);
+  s.reattach = true;
+  s.ttl = std::chrono::hours(1);
+  uint32_t id = Add(s);
+  uint64_t deadline = maps_->rules[0].expires_ns;
+  uint64_t expires_unix = inj_->Get(id)->expires_unix_ns;
+  maps_->counters[0] = Dropped(5);
+  Take();
+  // The interface goes: out of the maps, FAILED, waiting (counted against the limit).
+  *host_->alive["tc_ingress eth-t#7"] = false;
+  host_->ifindex.erase("eth-t");
+  EXPECT_EQ(Tick(), (Log{"port dport 80 []", "cfg ports 0 dhost 0 shost 0 scan []",
+                         "rule 0 off id 0 gen 1", "detach tc_ingress eth-t#7", "read 0"}));
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->failed,
+            "interface 'eth-t' (ifindex 7) was deleted; waiting for an interface of that name to "
+            "re-attach");
+  EXPECT_TRUE(info->hooks.empty());
+  EXPECT_EQ(info->counters.dropped_pkts, 5u);
+  EXPECT_EQ(inj_->LiveCount(), 1u);
+  EXPECT_EQ(Tick(), Log{});  // still gone: nothing to do
+  // An interface of its name comes back: attached there, the same id in the
+  // drop log, the same deadline; counters go on from where they were.
+  host_->ifindex["eth-t"] = 8;
+  EXPECT_EQ(Tick(), (Log{"attach tc_ingress eth-t#8", "reset 0", "rule 0 on id 1 gen 2",
+                         "port dport 80 [0]", "cfg ports 1 dhost 0 shost 0 scan []"}));
+  EXPECT_EQ(maps_->rules[0].m.ifindex, 8u);
+  EXPECT_EQ(maps_->rules[0].expires_ns, deadline);
+  maps_->counters[0] = Dropped(2);
+  info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->failed, "");
+  EXPECT_EQ(info->note, "interface 'eth-t' was recreated (ifindex 7 -> 8): re-attached");
+  EXPECT_EQ(info->counters.dropped_pkts, 7u);
+  EXPECT_EQ(info->expires_unix_ns, expires_unix);
+  EXPECT_EQ(info->hooks, (std::vector<std::string>{"tc_ingress eth-t#8"}));
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1", "published 1"}));
+}
+
+TEST_F(InjectorTest, ReattachThatFailsIsRecordedAndRetried) {
+  RuleSpec s = PortRule(80);
+  s.reattach = true;
+  uint32_t id = Add(s);
+  *host_->alive["tc_ingress eth-t#7"] = false;
+  host_->ifindex["eth-t"] = 8;
+  host_->refuse.insert(LOSS_HOOK_TC_INGRESS);
+  inj_->Tick();
+  auto info = inj_->Get(id);
+  EXPECT_EQ(info->failed,
+            "interface 'eth-t' was recreated (ifindex 7 -> 8), but re-attaching failed (retried): "
+            "fake: cannot attach tc_ingress eth-t#8");
+  host_->refuse.clear();
+  Take();
+  EXPECT_EQ(Tick(), (Log{"attach tc_ingress eth-t#8", "reset 0", "rule 0 on id 1 gen 2",
+                         "port dport 80 [0]", "cfg ports 1 dhost 0 shost 0 scan []"}));
+  EXPECT_EQ(inj_->Get(id)->failed, "");
+}
+
+TEST_F(InjectorTest, WithoutReattachAFailedRuleJoinsTheHistory) {
+  uint32_t id = Add(PortRule(80));
+  *host_->alive["tc_ingress eth-t#7"] = false;  // detached, the interface still there
+  inj_->Tick();
+  auto info = inj_->Get(id);
+  EXPECT_EQ(info->failed, "tc_ingress eth-t#7 was detached by something other than lossd");
+  EXPECT_EQ(inj_->LiveCount(), 0u);
+  host_->ifindex["eth-t"] = 8;
+  Take();
+  EXPECT_EQ(Tick(), Log{});  // never re-attached
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1"}));
+}
+
+TEST_F(InjectorTest, CgroupRuleFollowsItsRecreatedCgroup) {
+  uint32_t id = Add(CgroupRule());
+  EXPECT_EQ(Take(), (Log{"attach cgroup_egress cg#100", "reset 0", "rule 0 on id 1 gen 1",
+                         "cfg ports 0 dhost 0 shost 0 scan [0]"}));
+  EXPECT_EQ(maps_->rules[0].m.cgroup_id, 100u);
+  EXPECT_EQ(inj_->Get(id)->failed, "");
+  // Recreated at its path: reads say so before the watch re-attaches.
+  host_->cgroups[kCgroup].id = 101;
+  auto info = inj_->Get(id);
+  EXPECT_EQ(info->failed,
+            "cgroup /sys/fs/cgroup/svc (id 100) was recreated (id 101): re-attaching");
+  EXPECT_TRUE(info->hooks.empty());
+  Take();
+  // Its link reports the old cgroup gone: failed, then re-attached at once.
+  *host_->alive["cgroup_egress cg#100"] = false;
+  EXPECT_EQ(Tick(),
+            (Log{"cfg ports 0 dhost 0 shost 0 scan []", "rule 0 off id 0 gen 1",
+                 "detach cgroup_egress cg#100", "read 0", "attach cgroup_egress cg#101", "reset 0",
+                 "rule 0 on id 1 gen 2", "cfg ports 0 dhost 0 shost 0 scan [0]"}));
+  EXPECT_EQ(maps_->rules[0].m.cgroup_id, 101u);
+  info = inj_->Get(id);
+  EXPECT_EQ(info->failed, "");
+  EXPECT_EQ(info->cgroup_id, 101u);
+  EXPECT_EQ(info->note, "cgroup /sys/fs/cgroup/svc was recreated (id 100 -> 101): re-attached");
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1", "published 1"}));
+}
+
+TEST_F(InjectorTest, DeletedCgroupWaits) {
+  uint32_t id = Add(CgroupRule());
+  host_->cgroups.erase(kCgroup);
+  *host_->alive["cgroup_egress cg#100"] = false;
+  inj_->Tick();
+  auto info = inj_->Get(id);
+  EXPECT_EQ(info->failed,
+            "cgroup /sys/fs/cgroup/svc (id 100) was deleted (cgroup_egress cg#100 is gone); the "
+            "rule applies again when it is recreated");
+  EXPECT_EQ(inj_->LiveCount(), 1u);  // waiting, not in the history
+}
+
+TEST_F(InjectorTest, HoldGivesBackWhatAFailedAddTook) {
+  // The second attachment fails: the first is detached again.
+  RuleSpec both = PortRule(80);
+  both.dir = Direction::kBoth;
+  host_->refuse.insert(LOSS_HOOK_TC_EGRESS);
+  EXPECT_FALSE(inj_->Add(both).ok());
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "detach tc_ingress eth-t#7"}));
+  // The map write fails: detached after it, and the slot stays free.
+  host_->refuse.clear();
+  maps_->fail_rules = true;
+  EXPECT_FALSE(inj_->Add(PortRule(80)).ok());
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "detach tc_ingress eth-t#7"}));
+  maps_->fail_rules = false;
+  // A list write fails: the entry is left matching nothing, then detached.
+  maps_->fail_lists = true;
+  EXPECT_FALSE(inj_->Add(PortRule(80)).ok());
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "rule 0 on id 1 gen 2",
+                         "rule 0 off id 1 gen 2", "detach tc_ingress eth-t#7"}));
+  maps_->fail_lists = false;
+  EXPECT_TRUE(inj_->Rules().empty());
+  EXPECT_EQ(Add(PortRule(80)), 1u);
+  EXPECT_EQ(Take()[1], "reset 0");
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1"}));
+}
+
+TEST_F(InjectorTest, HoldKeepsASharedAttachmentOfAFailedAdd) {
+  Add(PortRule(80));
+  maps_->fail_rules = true;
+  EXPECT_FALSE(inj_->Add(PortRule(81)).ok());
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "rule 0 on id 1 gen 1",
+                         "port dport 80 [0]", "cfg ports 1 dhost 0 shost 0 scan []", "reset 1"}));
+}
+
+}  // namespace
+}  // namespace lossd
