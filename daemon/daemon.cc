@@ -1,17 +1,11 @@
 #include "daemon.h"
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/security/server_credentials.h>
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <fstream>
-#include <optional>
 #include <sstream>
-#include <thread>
 
 #include "common/address.h"
 #include "common/json.h"
@@ -19,7 +13,6 @@
 #include "common/log.h"
 #include "effects/effects.h"
 #include "host/state_dir.h"
-#include "injector/attach.h"
 #include "live/live.h"
 #include "service/channel.h"
 #include "service/services.h"
@@ -39,257 +32,293 @@ bool ReadFile(const std::string& path, std::string* out) {
 
 }  // namespace
 
-int RunDaemon(const DaemonOptions& opts) {
-  std::shared_ptr<grpc::ServerCredentials> tcp_creds;
-  ListenAddress listen;
-  if (!opts.listen.empty()) {
-    auto parsed = ParseListenAddress(opts.listen);
-    if (!parsed.ok()) {
-      LOG_ERROR("--listen: %s", parsed.status().message().c_str());
-      return 2;
-    }
-    listen = *parsed;
-    ListenerChoice choice;
-    choice.tls = !opts.tls_cert.empty() || !opts.tls_key.empty();
-    choice.client_ca = !opts.tls_client_ca.empty();
-    choice.tls_no_client_auth = opts.tls_no_client_auth;
-    choice.plaintext_loopback = opts.plaintext_loopback;
-    choice.insecure_tcp = opts.insecure_tcp;
-    auto auth = DecideListenerAuth(listen, choice);
-    if (!auth.ok()) {
-      LOG_ERROR("%s", auth.status().message().c_str());
-      return 2;
-    }
-    if (*auth == ListenerAuth::kPlaintext) {
-      tcp_creds = grpc::InsecureServerCredentials();
-    } else {
-      grpc::SslServerCredentialsOptions ssl;
-      grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-      if (!ReadFile(opts.tls_key, &pair.private_key) ||
-          !ReadFile(opts.tls_cert, &pair.cert_chain)) {
-        LOG_ERROR("cannot read --tls-cert %s / --tls-key %s", Shown(opts.tls_cert).c_str(),
-                  Shown(opts.tls_key).c_str());
-        return 2;
-      }
-      ssl.pem_key_cert_pairs.push_back(pair);
-      if (*auth == ListenerAuth::kMutualTls) {
-        if (!ReadFile(opts.tls_client_ca, &ssl.pem_root_certs)) {
-          LOG_ERROR("cannot read --tls-client-ca %s", Shown(opts.tls_client_ca).c_str());
-          return 2;
-        }
-        ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-      }
-      tcp_creds = grpc::SslServerCredentials(ssl);
-    }
+Daemon::Daemon(DaemonOptions opts) : opts_(std::move(opts)) {
+  sigemptyset(&signals_);
+}
+
+Daemon::~Daemon() = default;
+
+int Daemon::Run() {
+  main_thread_ = pthread_self();
+  if (Exit e = ParseListeners()) return *e;
+  if (Exit e = BindSocket()) return *e;
+  if (Exit e = PrepareParts()) return *e;
+  if (opts_.sync_start) {
+    LoadParts();
+    if (injector_failed_) return 1;
   }
-  HttpOptions http_opts = opts.http_options;
-  if (!opts.http.empty()) {
-    auto parsed = ParseListenAddress(opts.http, /*allow_any_port=*/true);
-    if (!parsed.ok()) {
-      LOG_ERROR("--http: %s", parsed.status().message().c_str());
-      return 2;
-    }
-    http_opts.addr = *parsed;
-    Status st = CheckHttpTransport(http_opts);
-    if (!st.ok()) {
-      LOG_ERROR("%s", st.message().c_str());
-      return 2;
-    }
+  if (Exit e = BuildServers()) return *e;
+  return Stop(Serve());
+}
+
+Daemon::Exit Daemon::ParseListeners() {
+  if (Exit e = ParseTcpListener()) return e;
+  if (Exit e = ParseHttpListener()) return e;
+  return ParseSocket();
+}
+
+Daemon::Exit Daemon::ParseTcpListener() {
+  if (opts_.listen.empty()) return std::nullopt;
+  auto parsed = ParseListenAddress(opts_.listen);
+  if (!parsed.ok()) {
+    LOG_ERROR("--listen: %s", parsed.status().message().c_str());
+    return 2;
   }
-  if (opts.socket.empty() && opts.listen.empty()) {
+  listen_ = *parsed;
+  ListenerChoice choice;
+  choice.tls = !opts_.tls_cert.empty() || !opts_.tls_key.empty();
+  choice.client_ca = !opts_.tls_client_ca.empty();
+  choice.tls_no_client_auth = opts_.tls_no_client_auth;
+  choice.plaintext_loopback = opts_.plaintext_loopback;
+  choice.insecure_tcp = opts_.insecure_tcp;
+  auto auth = DecideListenerAuth(listen_, choice);
+  if (!auth.ok()) {
+    LOG_ERROR("%s", auth.status().message().c_str());
+    return 2;
+  }
+  if (*auth == ListenerAuth::kPlaintext) {
+    tcp_creds_ = grpc::InsecureServerCredentials();
+    return std::nullopt;
+  }
+  return ReadTlsCredentials(*auth == ListenerAuth::kMutualTls);
+}
+
+Daemon::Exit Daemon::ReadTlsCredentials(bool mutual) {
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  if (!ReadFile(opts_.tls_key, &pair.private_key) || !ReadFile(opts_.tls_cert, &pair.cert_chain)) {
+    LOG_ERROR("cannot read --tls-cert %s / --tls-key %s", Shown(opts_.tls_cert).c_str(),
+              Shown(opts_.tls_key).c_str());
+    return 2;
+  }
+  ssl.pem_key_cert_pairs.push_back(pair);
+  if (mutual) {
+    if (!ReadFile(opts_.tls_client_ca, &ssl.pem_root_certs)) {
+      LOG_ERROR("cannot read --tls-client-ca %s", Shown(opts_.tls_client_ca).c_str());
+      return 2;
+    }
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  tcp_creds_ = grpc::SslServerCredentials(ssl);
+  return std::nullopt;
+}
+
+Daemon::Exit Daemon::ParseHttpListener() {
+  http_opts_ = opts_.http_options;
+  if (opts_.http.empty()) return std::nullopt;
+  auto parsed = ParseListenAddress(opts_.http, /*allow_any_port=*/true);
+  if (!parsed.ok()) {
+    LOG_ERROR("--http: %s", parsed.status().message().c_str());
+    return 2;
+  }
+  http_opts_.addr = *parsed;
+  Status st = CheckHttpTransport(http_opts_);
+  if (!st.ok()) {
+    LOG_ERROR("%s", st.message().c_str());
+    return 2;
+  }
+  return std::nullopt;
+}
+
+Daemon::Exit Daemon::ParseSocket() {
+  if (opts_.socket.empty() && opts_.listen.empty()) {
     LOG_ERROR("nothing to listen on: give --socket and/or --listen");
     return 2;
   }
-  std::optional<gid_t> socket_group;
-  if (!opts.socket_group.empty()) {
-    if (opts.socket.empty()) {
-      LOG_ERROR("--socket-group needs a --socket");
-      return 2;
-    }
-    auto gid = ParseGroup(opts.socket_group);
-    if (!gid.ok()) {
-      LOG_ERROR("%s", gid.status().message().c_str());
-      return 2;
-    }
-    socket_group = *gid;
+  if (opts_.socket_group.empty()) return std::nullopt;
+  if (opts_.socket.empty()) {
+    LOG_ERROR("--socket-group needs a --socket");
+    return 2;
   }
-
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-
-  // Bound (mode, group) here, accepted once the server runs (service/channel.h).
-  std::unique_ptr<UnixSocketListener> unix_socket;
-  if (!opts.socket.empty()) {
-    auto l = UnixSocketListener::Bind(opts.socket, socket_group);
-    if (!l.ok()) {
-      LOG_ERROR("%s", l.status().message().c_str());
-      return 1;
-    }
-    unix_socket = std::move(*l);
+  auto gid = ParseGroup(opts_.socket_group);
+  if (!gid.ok()) {
+    LOG_ERROR("%s", gid.status().message().c_str());
+    return 2;
   }
+  socket_group_ = *gid;
+  return std::nullopt;
+}
 
-  InjectorOptions io = opts.injector;
-  if (!opts.listen.empty())  // the control port is as protected as SSH
-    io.limits.protected_ports.push_back(listen.port);
-  Status valid = Injector::CheckOptions(io);
+Daemon::Exit Daemon::BindSocket() {
+  // Blocked before the parts and the servers start their threads (which
+  // inherit the mask): only sigwait in Serve() takes them.
+  sigaddset(&signals_, SIGINT);
+  sigaddset(&signals_, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+  if (opts_.socket.empty()) return std::nullopt;
+  auto l = UnixSocketListener::Bind(opts_.socket, socket_group_);
+  if (!l.ok()) {
+    LOG_ERROR("%s", l.status().message().c_str());
+    return 1;
+  }
+  socket_ = std::move(*l);
+  return std::nullopt;
+}
+
+Daemon::Exit Daemon::PrepareParts() {
+  injector_opts_ = opts_.injector;
+  if (!opts_.listen.empty())  // the control port is as protected as SSH
+    injector_opts_.limits.protected_ports.push_back(listen_.port);
+  Status valid = Injector::CheckOptions(injector_opts_);
   if (!valid.ok()) {
     LOG_ERROR("%s", valid.ToString().c_str());
     return 1;
   }
-  // One lossd per state dir, held until exit: the records the injector
-  // restores at its start are then a dead owner's, never a live one's.
-  auto state_lock = StateDirLock::Acquire(io.state_dir);
-  if (!state_lock.ok()) {
-    LOG_ERROR("%s", state_lock.status().message().c_str());
+  auto lock = StateDirLock::Acquire(injector_opts_.state_dir);
+  if (!lock.ok()) {
+    LOG_ERROR("%s", lock.status().message().c_str());
     return 1;
   }
+  state_lock_ = std::move(*lock);
+  parts_ = std::make_unique<Components>(injector_opts_.limits, opts_.observer, opts_.api);
+  return std::nullopt;
+}
 
-  // The parts, owned here and destroyed after the server stops (in reverse:
-  // effects, observer, injector — which detaches everything). The loader
-  // thread creates them and publishes each in `parts` when it is ready.
-  Components parts(io.limits, opts.observer, opts.api);
-  std::unique_ptr<Injector> inj;
-  std::unique_ptr<Observer> obs;
-  std::unique_ptr<EffectTracker> effects;
-  std::atomic<bool> stopping{false};
-  std::atomic<bool> injector_failed{false};
-  pthread_t main_thread = pthread_self();
-  auto load = [&] {
-    // The injector first: its maps, then (in Create) stale clsact filters and
-    // offloads a dead lossd left, and the lease, all before it is published
-    // (no rule before that).
-    auto i = Injector::Create(io);
-    if (!i.ok()) {
-      LOG_ERROR("%s", i.status().ToString().c_str());
-      parts.InjectorFailed(i.status().message());
-      injector_failed = true;
-      pthread_kill(main_thread, SIGTERM);  // nothing to serve without it: exit 1
-      return;
-    }
-    inj = std::move(*i);
-    if (opts.sync_start) {
-      Status st = inj->LoadAllPrograms();
-      if (!st.ok()) LOG_WARN("%s", st.message().c_str());
-    }
-    Capabilities caps = inj->Probe();
-    effects = std::make_unique<EffectTracker>(inj.get(), nullptr);
-    parts.InjectorReady(inj.get(), caps, effects.get());
-    LOG_INFO("injector ready");
-    if (!opts.observer || stopping) return;
-    ObserverOptions oo;
-    oo.filters = opts.observer_filters;
-    oo.stall_min_ns = opts.stall_min_ns;
-    oo.stall_rtts = opts.stall_rtts;
-    auto o = Observer::Create(oo, &stopping);
-    if (!o.ok()) {
-      if (stopping) return;  // cancelled by SIGTERM
-      LOG_WARN("TCP observer unavailable: %s", o.status().message().c_str());
-      parts.ObserverFailed(o.status().message());
-      return;
-    }
-    obs = std::move(*o);
-    obs->hub().SetBudget(&parts.streams());  // before any client can subscribe
-    effects->AttachObserver(obs.get());
-    parts.ObserverReady(obs.get());
-    LOG_INFO("TCP observer ready");
-  };
-  if (opts.sync_start) {
-    load();
-    if (injector_failed) return 1;
+void Daemon::LoadParts() {
+  if (!LoadInjector()) return;
+  if (opts_.observer && !stopping_) LoadObserver();
+}
+
+bool Daemon::LoadInjector() {
+  // Its maps, then (in Create) stale clsact filters and offloads a dead lossd
+  // left, and the lease, all before it is published (no rule before that).
+  auto i = Injector::Create(injector_opts_);
+  if (!i.ok()) {
+    LOG_ERROR("%s", i.status().ToString().c_str());
+    parts_->InjectorFailed(i.status().message());
+    injector_failed_ = true;
+    pthread_kill(main_thread_, SIGTERM);  // nothing to serve without it: exit 1
+    return false;
   }
+  injector_ = std::move(*i);
+  if (opts_.sync_start) {
+    Status st = injector_->LoadAllPrograms();
+    if (!st.ok()) LOG_WARN("%s", st.message().c_str());
+  }
+  Capabilities caps = injector_->Probe();
+  effects_ = std::make_unique<EffectTracker>(injector_.get(), nullptr);
+  parts_->InjectorReady(injector_.get(), caps, effects_.get());
+  LOG_INFO("injector ready");
+  return true;
+}
 
+void Daemon::LoadObserver() {
+  ObserverOptions oo;
+  oo.filters = opts_.observer_filters;
+  oo.stall_min_ns = opts_.stall_min_ns;
+  oo.stall_rtts = opts_.stall_rtts;
+  auto o = Observer::Create(oo, &stopping_);
+  if (!o.ok()) {
+    if (stopping_) return;  // cancelled by SIGTERM
+    LOG_WARN("TCP observer unavailable: %s", o.status().message().c_str());
+    parts_->ObserverFailed(o.status().message());
+    return;
+  }
+  observer_ = std::move(*o);
+  observer_->hub().SetBudget(&parts_->streams());  // before any client can subscribe
+  effects_->AttachObserver(observer_.get());
+  parts_->ObserverReady(observer_.get());
+  LOG_INFO("TCP observer ready");
+}
+
+Daemon::Exit Daemon::BuildServers() {
   // The HTTP listener reads the parts: created after them, stopped (and
   // destroyed) before them. It serves at once, while they load.
-  std::unique_ptr<MetricsCollector> metrics;  // read by http's handlers
-  std::unique_ptr<HttpServer> http;
-  if (!opts.http.empty()) {
-    auto h = HttpServer::Create(http_opts);
+  if (!opts_.http.empty()) {
+    auto h = HttpServer::Create(http_opts_);
     if (!h.ok()) {
       LOG_ERROR("%s", h.status().ToString().c_str());
       return h.status().code() == Code::kInvalidArgument ? 2 : 1;
     }
-    http = std::move(*h);
+    http_ = std::move(*h);
   }
-
-  InjectorService injector_service(&parts);
-  ObserverService observer_service(&parts);
-  SystemService system_service(&parts, &observer_service);
-  if (http) {
-    metrics = std::make_unique<MetricsCollector>(
-        MetricsSources{&parts, [&observer_service] { return observer_service.subscribers(); },
-                       http.get()},
-        opts.metrics);
-    metrics->Register(http.get());
+  injector_service_ = std::make_unique<InjectorService>(parts_.get());
+  observer_service_ = std::make_unique<ObserverService>(parts_.get());
+  system_service_ = std::make_unique<SystemService>(parts_.get(), observer_service_.get());
+  if (http_) {
+    const ObserverService* observers = observer_service_.get();
+    metrics_ = std::make_unique<MetricsCollector>(
+        MetricsSources{parts_.get(), [observers] { return observers->subscribers(); }, http_.get()},
+        opts_.metrics);
+    metrics_->Register(http_.get());
   }
+  if (Exit e = StartGrpc()) return e;
+  // The live page: a lossd.v1 client of this server (its in-process channel).
+  if (http_) {
+    live_ = std::make_unique<LivePage>(server_->InProcessChannel(grpc::ChannelArguments()));
+    live_->Register(http_.get());
+  }
+  return std::nullopt;
+}
 
+Daemon::Exit Daemon::StartGrpc() {
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(static_cast<int>(opts.api.max_message_bytes));
-  int tcp_port = 0;
-  if (!opts.listen.empty()) builder.AddListeningPort(listen.ToString(), tcp_creds, &tcp_port);
-  builder.RegisterService(&injector_service);
-  builder.RegisterService(&observer_service);
-  builder.RegisterService(&system_service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) {
-    LOG_ERROR("cannot listen on %s%s%s", opts.socket.c_str(), opts.listen.empty() ? "" : " / ",
-              opts.listen.c_str());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(opts_.api.max_message_bytes));
+  if (!opts_.listen.empty()) builder.AddListeningPort(listen_.ToString(), tcp_creds_, &tcp_port_);
+  builder.RegisterService(injector_service_.get());
+  builder.RegisterService(observer_service_.get());
+  builder.RegisterService(system_service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_) {
+    LOG_ERROR("cannot listen on %s%s%s", opts_.socket.c_str(), opts_.listen.empty() ? "" : " / ",
+              opts_.listen.c_str());
     return 1;
   }
-  if (unix_socket) {
-    Status st = unix_socket->Start(server.get());
+  if (socket_) {
+    Status st = socket_->Start(server_.get());
     if (!st.ok()) {
       LOG_ERROR("%s", st.message().c_str());
-      server->Shutdown();
+      server_->Shutdown();
       return 1;
     }
   }
-  // The live page: a lossd.v1 client of this server (its in-process channel).
-  std::unique_ptr<LivePage> live;
-  if (http) {
-    live = std::make_unique<LivePage>(server->InProcessChannel(grpc::ChannelArguments()));
-    live->Register(http.get());
+  return std::nullopt;
+}
+
+int Daemon::Serve() {
+  if (http_) {
+    http_->Start();
+    LOG_INFO("serving HTTP (%s) on %s:%u", http_->tls() ? "TLS" : "plaintext",
+             http_opts_.addr.host.c_str(), http_->port());
   }
-  if (http) {
-    http->Start();
-    LOG_INFO("serving HTTP (%s) on %s:%u", http->tls() ? "TLS" : "plaintext",
-             http_opts.addr.host.c_str(), http->port());
-  }
-  LOG_INFO("serving lossd.v1 on %s%s%s", opts.socket.empty() ? "" : ("unix:" + opts.socket).c_str(),
-           opts.listen.empty() ? "" : " and ", opts.listen.c_str());
+  LOG_INFO("serving lossd.v1 on %s%s%s",
+           opts_.socket.empty() ? "" : ("unix:" + opts_.socket).c_str(),
+           opts_.listen.empty() ? "" : " and ", opts_.listen.c_str());
   std::printf("%s\n", JsonLine({{"event", "ready"},
                                 {"pid", getpid()},
-                                {"socket", opts.socket},
-                                {"tcp_port", tcp_port},
-                                {"http_port", http ? http->port() : 0}})
+                                {"socket", opts_.socket},
+                                {"tcp_port", tcp_port_},
+                                {"http_port", http_ ? http_->port() : 0}})
                           .c_str());
   std::fflush(stdout);
-  std::thread loader;
-  if (!opts.sync_start) loader = std::thread(load);
-
+  if (!opts_.sync_start) loader_ = std::thread([this] { LoadParts(); });
   int sig = 0;
-  sigwait(&sigs, &sig);
-  if (injector_failed) {
+  sigwait(&signals_, &sig);
+  return sig;
+}
+
+int Daemon::Stop(int sig) {
+  if (injector_failed_) {
     LOG_ERROR("the injector failed to start: exiting");
   } else {
     LOG_INFO("signal %d: finishing streams, detaching", sig);
   }
-  if (http) http->Stop();                // ends its streams; it reads the parts below
-  if (live) live->Stop();                // its own gRPC streams, before the server shuts down
-  stopping = true;                       // a loading observer stops at its next program
-  g_streams_stopping = true;             // producers end their streams with OK
-  if (unix_socket) unix_socket->Stop();  // no new connection for a server shutting down
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  server->Wait();
-  if (loader.joinable()) loader.join();
-  unix_socket.reset();  // the socket goes
-  // effects, observer, then the injector (which detaches everything)
-  effects.reset();
-  obs.reset();
-  inj.reset();
-  return injector_failed ? 1 : 0;
+  if (http_) http_->Stop();      // ends its streams; it reads the parts below
+  if (live_) live_->Stop();      // its own gRPC streams, before the server shuts down
+  stopping_ = true;              // a loading observer stops at its next program
+  g_streams_stopping = true;     // producers end their streams with OK
+  if (socket_) socket_->Stop();  // no new connection for a server shutting down
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Wait();
+  if (loader_.joinable()) loader_.join();
+  // The rest goes with the members, in reverse of their declaration
+  // (daemon.h): ... the socket (its path removed), effects, observer, then
+  // the injector (which detaches everything).
+  return injector_failed_ ? 1 : 0;
+}
+
+int RunDaemon(const DaemonOptions& opts) {
+  return Daemon(opts).Run();
 }
 
 }  // namespace lossd

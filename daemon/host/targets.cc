@@ -487,24 +487,46 @@ std::string CgroupPathOfId(int root_fd, uint64_t id) {
 
 }  // namespace
 
-CgroupOwner OwnerOfCgroupId(uint64_t id) {
-  static std::mutex mu;
-  static std::unordered_map<uint64_t, CgroupOwner> cache;
-  static UniqueFd root;
-  if (id == 0) return {};
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(id);
-  if (it != cache.end()) return it->second;
-  if (!root.valid()) {
+OwnerCache::OwnerCache(size_t capacity) : capacity_(capacity) {}
+
+OwnerCache::OwnerCache(PathOfId path_of, size_t capacity)
+    : path_of_(std::move(path_of)), capacity_(capacity) {}
+
+std::optional<std::string> OwnerCache::PathOf(uint64_t id) {
+  if (path_of_) return path_of_(id);
+  if (!root_.valid()) {
     auto r = OpenCgroup2Root();
-    if (!r.ok()) return {};
-    root = std::move(*r);
+    if (!r.ok()) return std::nullopt;
+    root_ = std::move(*r);
   }
-  std::string path = CgroupPathOfId(root.get(), id);
-  CgroupOwner o = path.empty() ? CgroupOwner{} : CgroupOwnerOf(path);
-  if (cache.size() >= kOwnerCacheSize) cache.clear();
-  cache[id] = o;
+  return CgroupPathOfId(root_.get(), id);
+}
+
+CgroupOwner OwnerCache::Of(uint64_t id) {
+  if (id == 0) return {};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cache_.find(id);
+  if (it != cache_.end()) return it->second;
+  std::optional<std::string> path = PathOf(id);
+  if (!path) return {};  // the root could not be opened: not cached, asked again next time
+  CgroupOwner o = path->empty() ? CgroupOwner{} : CgroupOwnerOf(*path);
+  if (cache_.size() >= capacity_) cache_.clear();
+  cache_[id] = o;
   return o;
+}
+
+size_t OwnerCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_.size();
+}
+
+OwnerCache& DefaultOwnerCache() {
+  static OwnerCache cache;
+  return cache;
+}
+
+CgroupOwner OwnerOfCgroupId(uint64_t id) {
+  return DefaultOwnerCache().Of(id);
 }
 
 Result<std::string> ResolveServiceCgroup(const ServiceTarget& t, const std::string& mount) {

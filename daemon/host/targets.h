@@ -5,9 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/status.h"
 #include "rules/rule.h"
 
@@ -38,13 +43,44 @@ bool ContainerIdOf(const std::string& name, const std::string& parent, std::stri
 // ancestor is the kubelet's kubepods cgroup.
 bool PodUidOf(const std::string& name, bool under_kubepods, std::string* uid);
 
-// Who the cgroup with this id is (the socket owner of an event or flow),
+constexpr size_t kOwnerCacheSize = 4096;
+
+// Who the cgroup with each id is (the socket owner of an event or flow),
 // resolved in user space from the id alone (open_by_handle_at on the cgroup
 // v2 root, then CgroupOwnerOf) and cached: ids are never reused, so an
-// answer stays true. Bounded (kOwnerCacheSize ids; the cache starts over
-// when full). Thread-safe. Empty path: no such cgroup now (or id 0).
+// answer stays true. Bounded (`capacity` ids; the cache starts over when
+// full). Thread-safe.
+class OwnerCache {
+ public:
+  // The path below the v2 mount of the cgroup with this id, "" if there is
+  // none now; nullopt if it cannot be looked up (not cached: asked again).
+  using PathOfId = std::function<std::optional<std::string>(uint64_t id)>;
+
+  // Looks ids up on the cgroup v2 root, opened on first use.
+  explicit OwnerCache(size_t capacity = kOwnerCacheSize);
+  // Looks ids up with `path_of` (tests).
+  explicit OwnerCache(PathOfId path_of, size_t capacity = kOwnerCacheSize);
+  OwnerCache(const OwnerCache&) = delete;
+  OwnerCache& operator=(const OwnerCache&) = delete;
+
+  // Empty path: no such cgroup now (or id 0).
+  CgroupOwner Of(uint64_t id);
+  size_t size() const;  // ids cached
+
+ private:
+  std::optional<std::string> PathOf(uint64_t id);  // under mu_
+
+  const PathOfId path_of_;  // null: root_
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  UniqueFd root_;  // the cgroup v2 root, once opened
+  std::unordered_map<uint64_t, CgroupOwner> cache_;
+};
+
+// The process's cache, which OwnerOfCgroupId reads (created on first use).
+OwnerCache& DefaultOwnerCache();
+// DefaultOwnerCache().Of(id): for the callers that are not handed a cache.
 CgroupOwner OwnerOfCgroupId(uint64_t id);
-constexpr size_t kOwnerCacheSize = 4096;
 
 // Resolves the service to the absolute path of its cgroup under the cgroup
 // v2 mount `mount`: NOT_FOUND naming what was looked for and where,

@@ -8,13 +8,14 @@
 #include "observer/diagnosis.h"
 
 namespace lossd {
-namespace {
 
-std::string Addr(uint16_t family, const uint32_t* a) {
+std::string AddrText(uint16_t family, const uint32_t* a) {
   char buf[INET6_ADDRSTRLEN] = {};
   inet_ntop(family == AF_INET6 ? AF_INET6 : AF_INET, a, buf, sizeof(buf));
   return buf;
 }
+
+namespace {
 
 uint64_t U(uint64_t v) {
   return v;
@@ -25,9 +26,9 @@ uint32_t U32(uint32_t v) {
 
 // "saddr", "sport", "daddr", "dport" into `j`.
 void AddTuple(const obs_tuple& t, Json* j) {
-  (*j)["saddr"] = Addr(t.family, t.saddr);
+  (*j)["saddr"] = AddrText(t.family, t.saddr);
   (*j)["sport"] = U32(t.sport);
-  (*j)["daddr"] = Addr(t.family, t.daddr);
+  (*j)["daddr"] = AddrText(t.family, t.daddr);
   (*j)["dport"] = U32(t.dport);
 }
 

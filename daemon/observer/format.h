@@ -2,6 +2,7 @@
 // shared by the command-line front ends.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,9 @@
 #include "observer/observer.h"
 
 namespace lossd {
+
+// An obs_tuple address as text (inet_ntop: "10.0.0.1", "fd00::1").
+std::string AddrText(uint16_t family, const uint32_t* addr);
 
 Json EventJson(const ObsEvent& e);  // {"event":"retransmit"|"flow_close",...}
 Json FlowJson(const ObsFlow& f);    // {"cookie":...,"saddr":...,...}

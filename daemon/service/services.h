@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "components.h"
 #include "effects/effects.h"
 #include "injector/injector.h"
 #include "lossd/v1/lossd.grpc.pb.h"
 #include "observer/observer.h"
-#include "service/components.h"
 
 namespace lossd {
 

@@ -1,6 +1,6 @@
-// Components (daemon/service/components.h): what an RPC gets while a part of
+// Components (daemon/components.h): what an RPC gets while a part of
 // the daemon loads, failed or is disabled (docs/architecture.md#start-up).
-#include "service/components.h"
+#include "components.h"
 
 #include <gtest/gtest.h>
 

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace lossd {
@@ -96,6 +99,64 @@ TEST(CgroupOwnerOf, NamesWhatTheUserWould) {
   o = CgroupOwnerOf("");
   EXPECT_EQ(o.path, "/");
   EXPECT_EQ(o.unit, "");
+}
+
+// OwnerCache with a fake lookup: what it caches, and what it does not.
+TEST(OwnerCache, LooksUpEachIdOnceAndNamesItsOwner) {
+  std::map<uint64_t, std::string> paths = {{7, "/system.slice/nginx.service"}, {8, ""}};
+  int lookups = 0;
+  OwnerCache cache([&](uint64_t id) -> std::optional<std::string> {
+    lookups++;
+    return paths.count(id) ? paths[id] : "";
+  });
+  CgroupOwner o = cache.Of(7);
+  EXPECT_EQ(o.path, "/system.slice/nginx.service");
+  EXPECT_EQ(o.unit, "nginx.service");
+  EXPECT_EQ(cache.Of(7).unit, "nginx.service");
+  EXPECT_EQ(lookups, 1) << "an id's owner never changes: looked up once";
+  EXPECT_EQ(cache.Of(8).path, "") << "no such cgroup now";
+  EXPECT_EQ(cache.Of(8).path, "");
+  EXPECT_EQ(lookups, 2) << "a cgroup that is gone is cached too (ids are never reused)";
+  EXPECT_EQ(cache.Of(0).path, "");
+  EXPECT_EQ(lookups, 2) << "id 0 is no cgroup: never looked up";
+  EXPECT_EQ(cache.size(), 2u);
+}
+
+TEST(OwnerCache, AFailedLookupIsAskedAgain) {
+  bool root_open = false;
+  int lookups = 0;
+  OwnerCache cache([&](uint64_t) -> std::optional<std::string> {
+    lookups++;
+    if (!root_open) return std::nullopt;
+    return std::string("/docker/") + kId;
+  });
+  EXPECT_EQ(cache.Of(5).path, "");
+  EXPECT_EQ(cache.size(), 0u);
+  root_open = true;
+  EXPECT_EQ(cache.Of(5).container, kId);
+  EXPECT_EQ(lookups, 2);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+TEST(OwnerCache, StartsOverWhenFull) {
+  int lookups = 0;
+  OwnerCache cache(
+      [&](uint64_t id) -> std::optional<std::string> {
+        lookups++;
+        return "/u" + std::to_string(id) + ".service";
+      },
+      /*capacity=*/3);
+  for (uint64_t id = 1; id <= 3; id++) cache.Of(id);
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.Of(4).unit, "u4.service");
+  EXPECT_EQ(cache.size(), 1u) << "bounded: full, it starts over";
+  EXPECT_EQ(cache.Of(1).unit, "u1.service");
+  EXPECT_EQ(lookups, 5) << "1 was forgotten with the others";
+}
+
+TEST(OwnerCache, TheFreeFunctionReadsTheDefaultCache) {
+  EXPECT_EQ(&DefaultOwnerCache(), &DefaultOwnerCache());
+  EXPECT_EQ(OwnerOfCgroupId(0).path, "");
 }
 
 }  // namespace

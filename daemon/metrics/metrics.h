@@ -8,6 +8,10 @@
 // at most --metrics-max-rules rules (lossd_metrics_rules_omitted says how
 // many were left out). A rule or flow that went away has no series at the
 // next scrape. The metric list: docs/dashboards.md#metrics.
+//
+// A view of the parts (like the live page), registered on the HTTP listener:
+// metrics.cc the collector and its scrape, the families of each part in
+// injector_metrics.cc, observer_metrics.cc, bpf_metrics.cc (families.h).
 #pragma once
 
 #include <prometheus/collectable.h>
@@ -23,8 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "components.h"
 #include "http/server.h"
-#include "service/components.h"
 
 namespace lossd {
 
