@@ -36,21 +36,20 @@ RuleInfo Rule(uint32_t id, bool expired) {
   return r;
 }
 
-TEST(FlowLabel, IsTheTupleWithV6AddressesBracketed) {
+obs_tuple Tuple(int family, const char* src, const char* dst, uint16_t sport, uint16_t dport) {
   obs_tuple t{};
-  t.family = AF_INET;
-  inet_pton(AF_INET, "10.0.0.1", t.saddr);
-  inet_pton(AF_INET, "10.0.0.2", t.daddr);
-  t.sport = 40000;
-  t.dport = 5202;
-  EXPECT_EQ(FlowLabel(t), "10.0.0.1:40000->10.0.0.2:5202");
-  obs_tuple t6{};
-  t6.family = AF_INET6;
-  inet_pton(AF_INET6, "fd00::1", t6.saddr);
-  inet_pton(AF_INET6, "fd00::2", t6.daddr);
-  t6.sport = 1;
-  t6.dport = 80;
-  EXPECT_EQ(FlowLabel(t6), "[fd00::1]:1->[fd00::2]:80");
+  t.family = family;
+  inet_pton(family, src, t.saddr);
+  inet_pton(family, dst, t.daddr);
+  t.sport = sport;
+  t.dport = dport;
+  return t;
+}
+
+TEST(FlowLabel, IsTheTupleWithV6AddressesBracketed) {
+  EXPECT_EQ(FlowLabel(Tuple(AF_INET, "10.0.0.1", "10.0.0.2", 40000, 5202)),
+            "10.0.0.1:40000->10.0.0.2:5202");
+  EXPECT_EQ(FlowLabel(Tuple(AF_INET6, "fd00::1", "fd00::2", 1, 80)), "[fd00::1]:1->[fd00::2]:80");
 }
 
 TEST(RuleMetrics, LiveRulesFirstByIdCappedWithTheRestCounted) {

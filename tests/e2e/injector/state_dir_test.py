@@ -47,6 +47,13 @@ def gso_max_segs(lab, ns, ifname):
     return json.loads(lab.run(ns, "ip", "-d", "-j", "link", "show", "dev", ifname).stdout)[0].get("gso_max_segs")
 
 
+def brief(lab, ns, sd, iface):
+    """A one-shot lossd with state dir sd and a rule that drops nothing on iface, for 1 s
+    (its start restores what sd's records say); the finished process."""
+    return lab.run(ns, config.LOSSD, "--json", "--state-dir", sd, "--iface", iface, "--proto", "udp",
+                   "--dport", "9", "--rate", "0", "--duration", "1s", check=False, timeout=60)
+
+
 def records(state_dir):
     try:
         with open(os.path.join(state_dir, "offloads")) as f:
@@ -62,9 +69,7 @@ class StateDir(unittest.TestCase):
             sd = holder.state_dir
             rec = records(sd)
             self.assertEqual(len(rec), 1, rec)
-            second = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
-                             "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
-                             check=False, timeout=60)
+            second = brief(lab, lab.a, sd, lab.IF_A)
             sock = os.path.join(lab.tempdir(), "lossd.sock")
             try:
                 daemon = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--socket", sock,
@@ -88,9 +93,7 @@ class StateDir(unittest.TestCase):
             self.assertEqual(gso_max_segs(lab, lab.a, lab.IF_A), 1)
             holder.stop()
             self.assertEqual(records(sd), [])
-            again = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
-                            "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
-                            check=False, timeout=60)
+            again = brief(lab, lab.a, sd, lab.IF_A)
             self.assertEqual(again.returncode, 0, again.stderr)
 
     def test_records_of_another_namespace_are_kept(self):
@@ -103,13 +106,9 @@ class StateDir(unittest.TestCase):
             self.assertEqual(len(rec), 1, rec)
             self.assertEqual(gso_max_segs(lab, lab.a, lab.IF_A), 1, "SIGKILL cannot restore")
             # Another namespace, same state dir (its own rule on B's interface).
-            b = lab.run(lab.b, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_B,
-                        "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
-                        check=False, timeout=60)
+            b = brief(lab, lab.b, sd, lab.IF_B)
             after_b = records(sd)
-            a = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
-                        "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
-                        check=False, timeout=60)
+            a = brief(lab, lab.a, sd, lab.IF_A)
             measured("state_dir_other_netns", record=rec, after_b=after_b, after_a=records(sd),
                      segs_before=segs_before, segs_after=gso_max_segs(lab, lab.a, lab.IF_A),
                      b_stderr=b.stderr.strip()[-300:])
@@ -131,9 +130,7 @@ class StateDir(unittest.TestCase):
             try:
                 lab.run(lab.a, "ip", "link", "set", "dev", new, "up")
                 self.assertEqual(gso_max_segs(lab, lab.a, new), 1)
-                r = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", new,
-                            "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
-                            check=False, timeout=60)
+                r = brief(lab, lab.a, sd, new)
                 segs = gso_max_segs(lab, lab.a, new)
                 measured("state_dir_renamed", segs_before=segs_before, segs_after=segs,
                          left=records(sd), stderr=r.stderr.strip()[-300:])
@@ -187,9 +184,7 @@ class StateDir(unittest.TestCase):
                      "%s 1 -5" % lab.IF_A, "hello world", "\x01\x02 3 4 5 6", other]
             with open(os.path.join(sd, "offloads"), "w") as f:
                 f.write("\n".join(lines) + "\n")
-            r = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
-                        "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
-                        check=False, timeout=60)
+            r = brief(lab, lab.a, sd, lab.IF_A)
             after = gso_max_segs(lab, lab.a, lab.IF_A)
             left = records(sd)
             measured("state_dir_invalid_records", rc=r.returncode, segs_before=before, segs_after=after,
@@ -203,9 +198,7 @@ class StateDir(unittest.TestCase):
                 line = "junk " * 20 + "\n"
                 f.write(line * (50_000_000 // len(line)))
             t0 = time.monotonic()
-            r = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", sd, "--iface", lab.IF_A,
-                        "--proto", "udp", "--dport", "9", "--rate", "0", "--duration", "1s",
-                        check=False, timeout=60)
+            r = brief(lab, lab.a, sd, lab.IF_A)
             took = time.monotonic() - t0
             measured("state_dir_50mb_junk", rc=r.returncode, secs=round(took, 2), left=len(records(sd)))
             self.assertEqual(r.returncode, 0, r.stderr)
