@@ -241,6 +241,7 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
 Status Injector::Retire(Rule& r) {
   Status st = maps_.Withdraw(r.slot);
   attach_.Release(r.attach, r.offload_iface);
+  r.info.hooks.clear();  // a retired rule lists no attachment: the kernel has none of it
   auto c = LiveCounters(r);
   if (c.ok()) r.info.counters = *c;
   maps_.Free(r.slot);

@@ -340,6 +340,7 @@ TEST_F(InjectorTest, ExpiryTakesTheRuleOutAndKeepsItsFinalCounters) {
   auto info = inj_->Get(id);
   ASSERT_TRUE(info.ok());
   EXPECT_TRUE(info->expired);
+  EXPECT_TRUE(info->hooks.empty()) << "an expired rule lists an attachment it no longer has";
   EXPECT_EQ(info->counters.dropped_pkts, 4u);
   EXPECT_EQ(inj_->Counters(id)->dropped_pkts, 4u);
   EXPECT_EQ(inj_->LiveCount(), 0u);

@@ -247,6 +247,9 @@ class RetiredRulesForgotten(DaemonTestCase):
                 call(req(id=ids[0]), timeout=10)
             self.assertEqual(cm.exception.code(), NOT_FOUND)
         self.assertEqual(d.effect(ids[2]).id, ids[2])  # kept: still inspectable
+        # It lists only what the kernel still has of it: nothing (issue 25 item 10).
+        self.assertEqual(list(d.get(ids[2]).attachments), [], "an expired rule lists attachments")
+        self.assertEqual(list(d.get(forever).attachments), ["tcx ingress to " + lab.IF_A])
         # Then the time bound: gone within --keep-expired (2 s) plus one reaper period (1 s).
         wait_until(lambda: ids[2] not in {r.id for r in d.inj.ListRules(pb.ListRulesRequest(), timeout=10).rules},
                    6, "the expired rules to be forgotten")
