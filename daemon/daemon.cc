@@ -41,8 +41,10 @@ Daemon::~Daemon() = default;
 int Daemon::Run() {
   main_thread_ = pthread_self();
   if (Exit e = ParseListeners()) return *e;
-  if (Exit e = BindSocket()) return *e;
+  // The state dir's lock before the socket: a second lossd on the same dir
+  // stops before it touches the path (the socket has its own lock as well).
   if (Exit e = PrepareParts()) return *e;
+  if (Exit e = BindSocket()) return *e;
   if (opts_.sync_start) {
     LoadParts();
     if (injector_failed_) return 1;
@@ -146,7 +148,7 @@ Daemon::Exit Daemon::BindSocket() {
   sigaddset(&signals_, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
   if (opts_.socket.empty()) return std::nullopt;
-  auto l = UnixSocketListener::Bind(opts_.socket, socket_group_);
+  auto l = UnixSocketListener::Bind(opts_.socket, socket_group_, opts_.socket_limits);
   if (!l.ok()) {
     LOG_ERROR("%s", l.status().message().c_str());
     return 1;

@@ -19,6 +19,7 @@
 #include "http/server.h"
 #include "injector/injector.h"
 #include "metrics/metrics.h"
+#include "service/channel.h"
 #include "service/services.h"
 
 namespace lossd {
@@ -31,6 +32,7 @@ struct DaemonOptions {
   std::string socket = "/run/lossd/lossd.sock";  // "" = no Unix socket
   std::string listen;                            // host:port for TCP ("" = none)
   std::string socket_group;                      // the socket's group (name or gid); "" = lossd's
+  SocketLimits socket_limits;                    // connections it keeps open, per uid and in all
   std::string tls_cert, tls_key, tls_client_ca;
   // A TCP listener that does not authenticate its clients, each by name
   // (common/listener_policy.h):

@@ -89,6 +89,17 @@ void AddOptions(CLI::App& app, Flags& f) {
   daemon->add_option(
       "--socket-group", d.socket_group,
       "The Unix socket's group (NAME or GID): its members may use lossd without root");
+  daemon
+      ->add_option("--max-connections", d.socket_limits.max_connections,
+                   "Most open connections to the Unix socket (root has 32 more); over it a new "
+                   "one is closed at once")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  daemon
+      ->add_option("--max-connections-per-user", d.socket_limits.max_per_uid,
+                   "Most open connections to the Unix socket of one uid (SO_PEERCRED)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   daemon->add_option(
       "--listen", d.listen,
       "Also listen on TCP host:port: mutual TLS, unless a flag below says otherwise");
