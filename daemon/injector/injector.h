@@ -162,8 +162,8 @@ class Injector {
   void CheckAttachments();
 
   // Which hooks and attach modes this kernel supports; tries tcx and
-  // clsact on loopback with the injector's own (pass-only when no rule
-  // targets loopback) programs.
+  // clsact on loopback with pass-only programs (probe.h), only while no
+  // attachment exists.
   Capabilities Probe() const;
 
   // Time left before the data plane stops dropping unless renewed (0 when
