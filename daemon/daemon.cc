@@ -314,8 +314,9 @@ int Daemon::Stop(int sig) {
   server_->Wait();
   if (loader_.joinable()) loader_.join();
   // The rest goes with the members, in reverse of their declaration
-  // (daemon.h): ... the socket (its path removed), effects, observer, then
-  // the injector (which detaches everything).
+  // (daemon.h): the HTTP listener, the live page, the metrics, the socket
+  // (its path removed), the gRPC server, then effects, observer and the
+  // injector (which detaches everything).
   return injector_failed_ ? 1 : 0;
 }
 
