@@ -265,11 +265,15 @@ void RaiseFileLimit() {
 int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"lossd: eBPF packet-loss injector"};
+  app.set_version_flag("--version", "lossd " LOSSD_VERSION);
   AddOptions(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A bad flag is a usage error: exit 2, as every other bad input and lossctl.
+    fprintf(stderr, "lossd: %s\nRun 'lossd --help' for the options.\n", e.what());
+    return 2;
   }
 
   LogLevel level;

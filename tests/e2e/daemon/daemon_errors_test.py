@@ -18,6 +18,7 @@ carries a ttl of at most 1 h).
                                --insecure-tcp: lossd exits non-zero with a clear message
 """
 import os
+import subprocess
 
 from lab import config, daemon, traffic
 from lab.config import main
@@ -207,6 +208,19 @@ class DaemonErrors(DaemonTestCase):
             self.assertIn("--insecure-tcp", r.stderr)
             self.assertIn("--tls-cert", r.stderr)
             self.assertFalse(os.path.exists(sock))
+
+    def test_version_and_bad_flags(self):
+        """--version answers (it was "not expected"); a bad flag is a usage error, exit 2 like
+        lossctl's, naming the flag (every one exited 109, CLI11's code)."""
+        r = subprocess.run([config.LOSSD, "--version"], capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout.strip(), r"^lossd \d+\.\d+\.\d+$")
+        for args, word in ((["--bogus"], "--bogus"), (["--rate"], "--rate"), (["--interval", "1s", "x"], "x")):
+            r = subprocess.run([config.LOSSD] + args, capture_output=True, text=True, timeout=20)
+            measured("bad_flag", args=args, rc=r.returncode, stderr=r.stderr.strip())
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(word, r.stderr)
+            self.assertIn("lossd --help", r.stderr)
 
 
 if __name__ == "__main__":
