@@ -28,7 +28,7 @@ CLIENT_BUILD ?= build-clients
 SAN_BUILD ?= build-asan
 SAN_CTEST_ARGS ?=
 
-.PHONY: all deps client-deps build clients test sanitize run bench format clean
+.PHONY: all deps client-deps build clients test sanitize sanitize-build run bench format clean
 
 all: build
 
@@ -63,11 +63,14 @@ test: build
 
 # The unit and bpf tests under ASan + UBSan (-DLOSSD_SANITIZE=ON, Debug: quicker to
 # build); not the clients-only tree, the fuzzer (sanitized already) or the Python tests.
-sanitize: deps
+sanitize: sanitize-build
+	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) -L 'unit|bpf' -LE 'clients_only|fuzz' -E '^python_client' $(SAN_CTEST_ARGS)
+
+# The sanitizer tree alone (.ci/run compiles it, niced, while `make test` runs).
+sanitize-build: deps
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLOSSD_SANITIZE=ON >/dev/null
 	cmake --build $(SAN_BUILD) -j $(JOBS) --target sanitize_tests
-	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -L 'unit|bpf' -LE 'clients_only|fuzz' -E '^python_client' $(SAN_CTEST_ARGS)
 
 run: build
 	$(BUILD)/daemon/lossd $(RUN_ARGS)
