@@ -57,6 +57,8 @@ int Usage(const std::string& message) {
   return 2;
 }
 
+void AddLimitOptions(CLI::Option_group* daemon, Flags& f);
+
 void AddOptions(CLI::App& app, Flags& f) {
   AddRuleOptions(&app, &f.rule);
   app.add_option("--interval", f.interval, "Counter report interval");
@@ -162,7 +164,15 @@ void AddOptions(CLI::App& app, Flags& f) {
       ->add_option("--stall-rtts", d.stall_rtts,
                    "Times a flow's minimum RTT a stall must exceed (1..1000; see --stall-min)")
       ->capture_default_str();
-  ApiLimits& api = d.api;
+  AddLimitOptions(daemon, f);
+  daemon->add_flag("--sync-start", d.sync_start,
+                   "Load every BPF program before serving (the old start-up; for benchmarks). "
+                   "Default: serve at once, GetHealth reports what is still loading");
+}
+
+// The daemon's bounds on what one client may ask (docs/architecture.md#limits).
+void AddLimitOptions(CLI::Option_group* daemon, Flags& f) {
+  ApiLimits& api = f.daemon.api;
   daemon->add_option("--max-streams", api.streams.max_streams, "Most client streams open at once")
       ->capture_default_str();
   daemon
@@ -191,9 +201,6 @@ void AddOptions(CLI::App& app, Flags& f) {
       ->add_option("--max-message-bytes", api.max_message_bytes,
                    "Largest request the daemon receives (gRPC)")
       ->capture_default_str();
-  daemon->add_flag("--sync-start", d.sync_start,
-                   "Load every BPF program before serving (the old start-up; for benchmarks). "
-                   "Default: serve at once, GetHealth reports what is still loading");
 }
 
 // --watch-*: the observer's kernel-side filters (OR).

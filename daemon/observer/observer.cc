@@ -88,20 +88,17 @@ Result<bpf_program*> Observer::LoadProgram(const char* name) {
   return p;
 }
 
-Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* cancel) {
-  // The maps first, then one program at a time (docs/architecture.md#start-up).
-  observe_bpf* skel = observe_bpf__open();
-  if (!skel) return Status::FromErrno(errno, "open the TCP observer's BPF object");
-  skel_.reset(skel);
-  AutoloadNone(skel->obj);
-  int err = observe_bpf__load(skel);
-  if (err) return Status::FromErrno(-err, "create the TCP observer's BPF maps");
+// Loads every program, two at a time; the ones that failed in *load_errors
+// (obs_sockops failing fails the observer: it needs it).
+Status Observer::LoadPrograms(const std::atomic<bool>* cancel,
+                              std::map<std::string, std::string>* load_errors) {
   auto cancelled = [&] { return cancel && cancel->load(); };
   const Status kCancelled(Code::kUnavailable, "cancelled");
   // Loaded before anything attaches: sockops first (the observer needs it),
   // the iterator, then the tracepoints (each may fail on its own).
-  const char* names[] = {"obs_sockops",    "obs_iter_tcp",  "obs_retransmit_synack", "obs_probe",
-                         "obs_cong_state", "obs_set_state", "obs_sendmsg"};
+  const char* names[] = {"obs_sockops", "obs_iter_tcp",   "obs_retransmit_synack",
+                         "obs_probe",   "obs_cong_state", "obs_set_state",
+                         "obs_sendmsg"};
   // Each program verifies on its own, so two threads verify two at once
   // (these machines have 2 cores); nothing attaches until all are loaded.
   constexpr size_t kPrograms = sizeof(names) / sizeof(names[0]);
@@ -119,33 +116,19 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
   worker();
   for (auto& t : pool) t.join();
   if (cancelled()) return kCancelled;
-  std::map<std::string, std::string> load_errors;
   for (size_t i = 0; i < kPrograms; i++) {
     if (results[i].ok()) continue;
     if (i == 0) return results[i];  // obs_sockops: the observer needs it
-    load_errors[names[i]] = results[i].message();
+    (*load_errors)[names[i]] = results[i].message();
     LOG_WARN("observer: %s", results[i].message().c_str());
   }
-  int n = libbpf_num_possible_cpus();
-  if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
-  ncpus_ = n;
+  return Status::Ok();
+}
 
-  cfg_.netns_ino = opts.netns_ino;
-  if (!cfg_.netns_ino) {
-    struct stat st;
-    if (stat("/proc/self/ns/net", &st) != 0)
-      return Status::FromErrno(errno, "stat /proc/self/ns/net");
-    cfg_.netns_ino = st.st_ino;
-  }
-  if (opts.stall_min_ns == 0 || opts.stall_rtts == 0)
-    return InvalidArgument("the stall threshold's floor and RTT multiple must be positive");
-  cfg_.stall_min_ns = opts.stall_min_ns;
-  cfg_.stall_rtts = opts.stall_rtts;
-  LOSSD_RETURN_IF_ERROR(SetFilters(opts.filters));
-
-  // Retransmissions are counted by a sock_ops program on the root cgroup
-  // (every socket of the host; it keeps those of the namespace). It must be
-  // in place before the iterator arms the sockets that already exist.
+// Retransmissions are counted by a sock_ops program on the root cgroup
+// (every socket of the host; it keeps those of the namespace). It must be
+// in place before the iterator arms the sockets that already exist.
+Status Observer::AttachSockops() {
   ObsHookStatus so;
   so.name = "sockops/retransmit";
   {
@@ -165,15 +148,18 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
   hooks_.push_back(so);
   if (!so.attached)
     return FailedPrecondition("the observer cannot see retransmissions: " + so.error);
+  return Status::Ok();
+}
 
-  // Existing flows next: this arms their retransmission callback, and once
-  // the tracepoints run, a flow's next ACK would create its record and the
-  // iterator would no longer mark it preexisting.
+// Existing flows next: this arms their retransmission callback, and once
+// the tracepoints run, a flow's next ACK would create its record and the
+// iterator would no longer mark it preexisting.
+void Observer::PickUpExisting(bool enabled, const std::string& load_error) {
   ObsHookStatus it;
   it.name = "iter/tcp";
-  if (opts.pick_up_existing && !Program("obs_iter_tcp")) {
-    it.error = load_errors["obs_iter_tcp"];
-  } else if (opts.pick_up_existing) {
+  if (enabled && !Program("obs_iter_tcp")) {
+    it.error = load_error;
+  } else if (enabled) {
     BpfLink l(bpf_program__attach_iter(Program("obs_iter_tcp"), nullptr));
     if (!l) {
       it.error = std::string("attach iter/tcp: ") + strerror(errno);
@@ -196,7 +182,10 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
     it.error = "disabled";
   }
   hooks_.push_back(it);
-  // Attach each program on its own: report, do not fail, on what is missing.
+}
+
+// Attaches each tracing program on its own: reports, does not fail, on what is missing.
+void Observer::AttachTracepoints(std::map<std::string, std::string>& load_errors) {
   struct {
     const char* prog;
     const char* name;
@@ -225,6 +214,38 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
     }
     hooks_.push_back(hs);
   }
+}
+
+Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* cancel) {
+  // The maps first, then one program at a time (docs/architecture.md#start-up).
+  observe_bpf* skel = observe_bpf__open();
+  if (!skel) return Status::FromErrno(errno, "open the TCP observer's BPF object");
+  skel_.reset(skel);
+  AutoloadNone(skel->obj);
+  int err = observe_bpf__load(skel);
+  if (err) return Status::FromErrno(-err, "create the TCP observer's BPF maps");
+  std::map<std::string, std::string> load_errors;
+  LOSSD_RETURN_IF_ERROR(LoadPrograms(cancel, &load_errors));
+  int n = libbpf_num_possible_cpus();
+  if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
+  ncpus_ = n;
+
+  cfg_.netns_ino = opts.netns_ino;
+  if (!cfg_.netns_ino) {
+    struct stat st;
+    if (stat("/proc/self/ns/net", &st) != 0)
+      return Status::FromErrno(errno, "stat /proc/self/ns/net");
+    cfg_.netns_ino = st.st_ino;
+  }
+  if (opts.stall_min_ns == 0 || opts.stall_rtts == 0)
+    return InvalidArgument("the stall threshold's floor and RTT multiple must be positive");
+  cfg_.stall_min_ns = opts.stall_min_ns;
+  cfg_.stall_rtts = opts.stall_rtts;
+  LOSSD_RETURN_IF_ERROR(SetFilters(opts.filters));
+
+  LOSSD_RETURN_IF_ERROR(AttachSockops());
+  PickUpExisting(opts.pick_up_existing, load_errors["obs_iter_tcp"]);
+  AttachTracepoints(load_errors);
 
   ring_.reset(
       ring_buffer__new(bpf_map__fd(skel->maps.obs_ring), &Observer::OnEvent, this, nullptr));

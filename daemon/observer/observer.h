@@ -6,8 +6,8 @@
 
 #include <array>
 #include <atomic>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -120,6 +120,12 @@ class Observer {
   void Untrace(uint64_t cookie);
   Status WriteConfigLocked();  // cfg_ into obs_cfg (cfg_mu_ held)
   Status Load(const ObserverOptions& opts, const std::atomic<bool>* cancel);
+  // Load's steps, in order.
+  Status LoadPrograms(const std::atomic<bool>* cancel,
+                      std::map<std::string, std::string>* load_errors);
+  Status AttachSockops();
+  void PickUpExisting(bool enabled, const std::string& load_error);
+  void AttachTracepoints(std::map<std::string, std::string>& load_errors);
   // Loads program `name` from its own object (maps: skel_'s).
   Result<bpf_program*> LoadProgram(const char* name);
   bpf_program* Program(const char* name) const;  // loaded, or null
@@ -139,7 +145,7 @@ class Observer {
   std::mutex load_mu_;  // the two above, while programs load on two threads
   std::vector<BpfLink> links_;
   std::vector<ObsHookStatus> hooks_;
-  RingBuffer ring_;  // read by the reader thread only, until StopReader()
+  RingBuffer ring_;    // read by the reader thread only, until StopReader()
   std::mutex cfg_mu_;  // cfg_ and traced_
   struct obs_config cfg_ {};
   std::map<uint64_t, int> traced_;  // cookie -> traces of it
