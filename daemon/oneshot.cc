@@ -153,6 +153,7 @@ class Signals {
         continue;
       }
       LOG_INFO("signal %d: detaching", sig);
+      g_out.Exiting(kExitStallNs);  // a report blocked on stdout now gives up in time
       {
         std::lock_guard<std::mutex> lock(mu_);
         stop_ = true;

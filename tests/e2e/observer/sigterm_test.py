@@ -143,6 +143,23 @@ class SigtermEndsObserver(unittest.TestCase):
                 lab.wait_idle(lab.a, lab.b, check=False)
             rule.stop()
 
+    def test_rule_stdout_not_read(self):
+        """A one-shot rule reporting every 50 ms to a stdout nobody reads (the main thread
+        blocks in a report): SIGTERM still detaches and ends it within 5 s, and the rule
+        is gone from the interface."""
+        with Lab() as lab:
+            for i in range(2):
+                d = lab.lossd(lab.a, ["--iface", Lab.IF_A, "--proto", "udp", "--dport", "9", "--rate", "0",
+                                      "--interval", "50ms"])
+                fcntl.fcntl(d.proc.stdout.fileno(), F_SETPIPE_SZ, 4096)
+                d.gate.clear()
+                time.sleep(2)  # ~40 reports of ~600 bytes: the page is full, a report waits
+                self.assertGreater(pipe_bytes(d.proc.stdout), 0)
+                took = self.term_within(d, "rule, stdout not read, round %d" % i)
+                left = lab.run(lab.a, "tc", "filter", "show", "dev", Lab.IF_A, "ingress").stdout.strip()
+                measured("sigterm_rule_stdout_not_read", round=i, exit_s=round(took, 3), tc_left=left)
+                self.assertIn("stdout was not read in time", d.stderr())
+
 
 if __name__ == "__main__":
     main()
