@@ -44,7 +44,7 @@ Status SetOffloads(const std::string& ifname, Offloads o) {
 }
 
 struct Record {
-  uint64_t netns = 0;  // 0: a record of an older lossd (name only, this namespace)
+  uint64_t netns = 0;  // 0: this namespace (an older lossd's record, or /proc unreadable)
   uint32_t ifindex = 0;
   std::string ifname;
   Offloads saved;
@@ -76,8 +76,7 @@ bool ParseRecord(const std::string& line, Record* r) {
   size_t at = 0;
   uint64_t netns = 0, ifindex = 0, gro = 0, gso = 0;
   if (f.size() == 5) {
-    if (!num(f[0], UINT64_MAX, &netns) || netns == 0 || !num(f[1], INT32_MAX, &ifindex) ||
-        ifindex == 0)
+    if (!num(f[0], UINT64_MAX, &netns) || !num(f[1], INT32_MAX, &ifindex) || ifindex == 0)
       return false;
     at = 2;
   } else if (f.size() != 3) {
