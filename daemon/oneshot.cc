@@ -53,7 +53,8 @@ class Stdout {
     progress_ns_ = MonotonicNs();
     abandoned_ = false;
   }
-  void Abandon() { abandoned_ = true; }
+  // For good (a second signal): no Exiting() takes it back.
+  void Abandon() { forced_ = abandoned_ = true; }
   // False if the line was not (wholly) written: given up on, or a reader gone.
   bool Line(const std::string& text) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -61,7 +62,7 @@ class Stdout {
     std::string buf = text + "\n";
     size_t off = 0;
     while (off < buf.size()) {
-      if (abandoned_) return Unwritten();
+      if (abandoned_ || forced_) return Unwritten();
       if (uint64_t stall = stall_ns_; stall && MonotonicNs() - progress_ns_ > stall) {
         abandoned_ = true;
         return Unwritten();
@@ -101,7 +102,8 @@ class Stdout {
   std::mutex mu_;                         // one line at a time (held while a line waits for the fd)
   std::atomic<uint64_t> stall_ns_{0};     // 0: wait for the reader for ever (until exiting)
   std::atomic<uint64_t> progress_ns_{0};  // the last write that took bytes
-  std::atomic<bool> abandoned_{false};
+  std::atomic<bool> abandoned_{false};    // this window's reader is given up on
+  std::atomic<bool> forced_{false};       // every window's
   std::atomic<bool> broken_{false};
   std::atomic<uint64_t> unwritten_{0};
 };
