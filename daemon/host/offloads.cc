@@ -1,4 +1,5 @@
 #include "host/offloads.h"
+#include "host/netns.h"
 
 #include <fcntl.h>
 #include <linux/ethtool.h>
@@ -185,11 +186,7 @@ Status WriteRecords(const std::string& file, const std::vector<std::string>& lin
 
 }  // namespace
 
-uint64_t CurrentNetnsIno() {
-  struct stat st;
-  if (stat("/proc/self/ns/net", &st) != 0) return 0;
-  return st.st_ino;
-}
+uint64_t CurrentNetnsIno() { return ThreadNetnsIno(); }
 
 Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& ifname,
                                                             const std::string& state_file) {

@@ -44,7 +44,8 @@ class OffloadGuard {
 // namespace; one whose restore failed, or of another namespace, is kept.
 int RestoreOffloads(const std::string& state_file);
 
-// Inode of this process's network namespace (0 if unreadable).
+// Inode of the calling thread's network namespace (0 if unreadable):
+// a thread inside EnterNetns records the namespace it works in.
 uint64_t CurrentNetnsIno();
 
 }  // namespace lossd
