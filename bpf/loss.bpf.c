@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * lossd loss injector: one loss decision (loss_decide) run from every hook
- * (XDP, tc ingress/egress, cgroup_skb ingress/egress) through a thin shim.
+ * (XDP, tc ingress/egress, cgroup_skb ingress) through a thin shim.
  *
  * Per packet: parse, then look up candidate rules through the anchor
  * indexes (port array, host hash, short scan list) so the cost does not grow
@@ -154,7 +154,8 @@ static __always_inline __u64 loss_rank_body(__u32 slot, const struct pkt *p)
 		return 0;
 	if (m->l4proto && m->l4proto != p->l4proto)
 		return 0;
-	if (m->ifindex && m->ifindex != p->ifindex)
+	/* An ifindex names a device of lossd's namespace: never one of another. */
+	if (m->ifindex && (m->ifindex != p->ifindex || p->foreign))
 		return 0;
 	if (r->flags & LOSS_RULE_HAS_PORTS) {
 		if (!p->has_ports)
@@ -211,6 +212,10 @@ static __always_inline __u64 rank_with_cgroup(__u32 slot, const struct pkt *p, v
 	if (!(rank & 1))
 		return rank;
 	if (is_skb != CTX_TC)
+		return 0;
+	/* A VLAN device's egress decided this packet already (it carries the tag
+	 * that device put on it): a cgroup rule decides once per packet. */
+	if (p->stacked)
 		return 0;
 	slot = rank_slot(rank);
 	const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
@@ -451,6 +456,9 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		return 0;
 	}
 
+	if (is_skb == CTX_TC && cfg->netns_cookie)
+		p->foreign = bpf_get_netns_cookie(ctx) != cfg->netns_cookie;
+
 	__u64 best = 0;
 	if (cfg->n_port_rules && p->has_ports) {
 		__u32 k = LOSS_ANCHOR_DPORT * 65536 + p->dport;
@@ -534,6 +542,8 @@ static __always_inline int skb_run(struct __sk_buff *skb, const int hook, __u8 d
 	if (!l2) {
 		__u64 *self = bpf_get_local_storage(&loss_cg_self, 0);
 		p.attach_cgroup = self ? *self : 0;
+	} else if (dir == LOSS_DIR_EGRESS) {
+		p.stacked = skb->vlan_present;
 	}
 	__be16 proto = l2 ? parse_eth(&c) : skb->protocol;
 	return loss_decide(skb, &c, proto, &p, data, hook, l2 ? CTX_TC : CTX_CGROUP);
@@ -550,7 +560,10 @@ int lossd_tc_in(struct __sk_buff *skb)
 /*
  * tc egress, clsact only: STOLEN consumes the skb and reports success to the
  * stack, so a local TCP sender sees loss, not a local drop (docs/architecture.md#egress-verdicts).
- * Never attach through tcx: tcx treats 4 as "next" and would pass.
+ * Never attach through tcx: tcx treats 4 as "next" and would pass. This is
+ * also where a cgroup target's egress is decided (matched by the socket's
+ * cgroup ancestry), on the devices of its network namespace: a cgroup_skb
+ * egress drop would be a local refusal the sender is told about (DESIGN 14).
  */
 SEC("tc")
 int lossd_tc_out(struct __sk_buff *skb)
@@ -565,9 +578,3 @@ int lossd_cg_in(struct __sk_buff *skb)
 	return skb_run(skb, LOSS_HOOK_CGROUP_INGRESS, LOSS_DIR_INGRESS, false) ? 0 : 1;
 }
 
-/* A cgroup egress drop is a local drop: the sender gets an error (EPERM). */
-SEC("cgroup_skb/egress")
-int lossd_cg_out(struct __sk_buff *skb)
-{
-	return skb_run(skb, LOSS_HOOK_CGROUP_EGRESS, LOSS_DIR_EGRESS, false) ? 0 : 1;
-}

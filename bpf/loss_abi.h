@@ -31,8 +31,7 @@ enum loss_hook {
 	LOSS_HOOK_TC_INGRESS = 1,
 	LOSS_HOOK_TC_EGRESS = 2,
 	LOSS_HOOK_CGROUP_INGRESS = 3,
-	LOSS_HOOK_CGROUP_EGRESS = 4,
-	LOSS_HOOK_MAX = 5,
+	LOSS_HOOK_MAX = 4,
 };
 
 /* Direction bits of loss_match.dir_mask. */
@@ -160,8 +159,13 @@ struct loss_config {
 	__u32 n_scan;	      /* valid entries of scan[] */
 	__u32 n_shost_rules;  /* rules anchored on a source host */
 	__u32 scan[LOSS_SCAN_MAX]; /* unanchored rule slots, sorted like a bucket */
+	/* The injector's network namespace (its netns cookie). A tc program runs
+	 * in other namespaces too (a cgroup target's egress devices there); a rule
+	 * bound to an interface (an ifindex of lossd's namespace) never matches
+	 * on theirs. 0: not known (every tc run counts as lossd's namespace). */
+	__u64 netns_cookie;
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_config) == 280, "loss_config layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_config) == 288, "loss_config layout");
 
 /* Per-rule counters (per-CPU; the reader sums). */
 struct loss_rule_stats {

@@ -51,14 +51,15 @@ struct pkt {
 	__u8 has_payload;
 	__u8 dir;  /* LOSS_DIR_* */
 	__u8 hook; /* enum loss_hook */
-	__u8 _pad;
+	__u8 foreign; /* tc: the device is in another network namespace than lossd's */
 	__u32 ifindex;
 	__u32 len;	     /* bytes */
 	__u32 segs;	     /* wire segments (gso_segs, at least 1) */
 	__u64 attach_cgroup; /* cgroup_skb hooks: id of the cgroup this run's attachment is on */
 	__u32 payload; /* L4 payload bytes when the IP header gives them (0: none or unknown) */
 	__u16 l4off;   /* offset of the L4 header from the start of the data */
-	__u16 _pad2;
+	__u8 stacked;  /* tc egress: a VLAN device above this one already saw it */
+	__u8 _pad2;
 };
 
 struct cursor {

@@ -84,6 +84,68 @@ Status SetGsoMaxSegs(const std::string& ifname, uint32_t segs) {
   return LinkRequest(ifname, RTM_NEWLINK, rta, nullptr);
 }
 
+namespace {
+
+void ParseLink(const struct nlmsghdr* nh, std::vector<Link>* out) {
+  auto* ifi = static_cast<const struct ifinfomsg*>(NLMSG_DATA(nh));
+  int len = static_cast<int>(nh->nlmsg_len) - NLMSG_LENGTH(sizeof(*ifi));
+  if (len < 0) return;
+  Link l;
+  l.ifindex = ifi->ifi_index;
+  l.flags = ifi->ifi_flags;
+  for (auto* rta = IFLA_RTA(ifi); RTA_OK(rta, len); rta = RTA_NEXT(rta, len)) {
+    size_t n = RTA_PAYLOAD(rta);
+    if (rta->rta_type == IFLA_IFNAME && n > 0)
+      l.name.assign(static_cast<const char*>(RTA_DATA(rta)), strnlen(static_cast<const char*>(RTA_DATA(rta)), n));
+    else if (rta->rta_type == IFLA_MASTER && n >= sizeof(uint32_t))
+      std::memcpy(&l.master, RTA_DATA(rta), sizeof(uint32_t));
+  }
+  out->push_back(std::move(l));
+}
+
+}  // namespace
+
+Result<std::vector<Link>> ListLinks(size_t max) {
+  UniqueFd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!fd.valid()) return Status::FromErrno(errno, "netlink socket");
+  struct {
+    struct nlmsghdr nh;
+    struct ifinfomsg ifi;
+  } req;
+  std::memset(&req, 0, sizeof(req));
+  req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifinfomsg));
+  req.nh.nlmsg_type = RTM_GETLINK;
+  req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.nh.nlmsg_seq = 1;
+  req.ifi.ifi_family = AF_UNSPEC;
+  if (send(fd.get(), &req, req.nh.nlmsg_len, 0) < 0)
+    return Status::FromErrno(errno, "netlink link dump");
+  std::vector<Link> links;
+  std::vector<char> buf(65536);
+  for (;;) {
+    ssize_t n = recv(fd.get(), buf.data(), buf.size(), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "netlink link dump");
+    }
+    int len = static_cast<int>(n);
+    for (auto* nh = reinterpret_cast<struct nlmsghdr*>(buf.data()); NLMSG_OK(nh, len);
+         nh = NLMSG_NEXT(nh, len)) {
+      if (nh->nlmsg_type == NLMSG_DONE) return links;
+      if (nh->nlmsg_type == NLMSG_ERROR) {
+        auto* err = static_cast<struct nlmsgerr*>(NLMSG_DATA(nh));
+        return Status::FromErrno(-err->error, "netlink link dump");
+      }
+      if (nh->nlmsg_type != RTM_NEWLINK) continue;
+      if (links.size() >= max)
+        return InvalidArgument("more than " + std::to_string(max) +
+                               " devices in one network namespace");
+      ParseLink(nh, &links);
+    }
+    if (n == 0) return links;
+  }
+}
+
 Result<UniqueFd> OpenLinkEvents() {
   UniqueFd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE));
   if (!fd.valid()) return Status::FromErrno(errno, "netlink socket for link events");

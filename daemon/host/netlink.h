@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/fd.h"
 #include "common/status.h"
@@ -13,6 +14,19 @@ namespace lossd {
 // for it (TCP sizes its skbs by it, before any hook sees them).
 Status GetGsoMaxSegs(const std::string& ifname, uint32_t* segs);
 Status SetGsoMaxSegs(const std::string& ifname, uint32_t segs);
+
+// A device of this (the calling thread's) network namespace, as a link dump
+// reports it.
+struct Link {
+  int ifindex = 0;
+  std::string name;
+  int master = 0;  // the bridge, bond or VRF it is enslaved to; 0: none
+  unsigned flags = 0;  // IFF_*
+};
+// Every device of the calling thread's network namespace (RTM_GETLINK dump),
+// at most `max` (INVALID_ARGUMENT past it: a namespace with more devices is
+// not one lossd walks).
+Result<std::vector<Link>> ListLinks(size_t max = 4096);
 
 // A netlink socket subscribed to this namespace's link changes (RTNLGRP_LINK:
 // RTM_NEWLINK, RTM_DELLINK), non-blocking. Its owner polls it for POLLIN and

@@ -133,6 +133,30 @@ EnterNetns::~EnterNetns() {
   }
 }
 
+Result<Netns> FindNetns(uint64_t ino, const std::string& hint) {
+  if (!hint.empty()) {
+    auto ns = OpenNetns(hint);
+    if (ns.ok() && ns->ino == ino) return ns;
+  }
+  auto all = ListNetns();
+  auto it = all.find(ino);
+  if (it != all.end()) {
+    auto ns = OpenNetns(it->second);
+    if (ns.ok() && ns->ino == ino) return ns;
+  }
+  return NotFound("network namespace " + std::to_string(ino) +
+                  " is gone (no process is in it and /run/netns does not name it)");
+}
+
+Status InNetns(uint64_t ino, const std::string& hint, const std::function<Status()>& fn) {
+  if (ino == 0 || ino == ThreadNetnsIno()) return fn();
+  auto ns = FindNetns(ino, hint);
+  if (!ns.ok()) return ns.status();
+  EnterNetns in(*ns);
+  if (!in.ok()) return in.status();
+  return fn();
+}
+
 uint64_t ThreadNetnsCookie() {
   UniqueFd s(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!s.valid()) return 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -60,6 +61,16 @@ class EnterNetns {
   Status status_;
   bool moved_ = false;
 };
+
+// The namespace of inode `ino` if it still exists: `hint` first (a path
+// that named it), else any process's or /run/netns's (ListNetns). NOT_FOUND
+// when none has it (it is gone, or held only by an fd or a bind mount lossd
+// cannot see).
+Result<Netns> FindNetns(uint64_t ino, const std::string& hint);
+// Runs fn with the calling thread inside namespace `ino` (0, or this
+// thread's own: right here), then brings it back. NOT_FOUND when that
+// namespace is gone.
+Status InNetns(uint64_t ino, const std::string& hint, const std::function<Status()>& fn);
 
 // The netns cookie of this thread's namespace (SO_NETNS_COOKIE), 0 if the
 // kernel has none (before 5.14).

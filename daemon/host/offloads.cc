@@ -199,7 +199,8 @@ Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& i
   g->gso_max_segs_ = saved.gso_max_segs;
   unsigned ifindex = if_nametoindex(ifname.c_str());
   if (ifindex == 0) return Status::FromErrno(errno, "interface " + Shown(ifname));
-  g->record_ = std::to_string(CurrentNetnsIno()) + " " + std::to_string(ifindex) + " " + ifname +
+  g->netns_ = CurrentNetnsIno();
+  g->record_ = std::to_string(g->netns_) + " " + std::to_string(ifindex) + " " + ifname +
                " " + std::to_string(saved.gro) + " " + std::to_string(saved.gso_max_segs);
   // Record before changing, so a crash in between is recoverable; no record,
   // no change (the rule is refused).
@@ -221,7 +222,10 @@ OffloadGuard::~OffloadGuard() {
   o.gro = gro_;
   o.gso_max_segs = gso_max_segs_;
   if (!recorded_) return;  // nothing was changed
-  Status st = SetOffloads(ifname_, o);
+  // Restored where it was changed (a cgroup target's device may be in another
+  // namespace); a namespace that is gone took the device and its settings.
+  bool gone = netns_ && netns_ != CurrentNetnsIno() && !FindNetns(netns_, "").ok();
+  Status st = gone ? Status::Ok() : InNetns(netns_, "", [&] { return SetOffloads(ifname_, o); });
   if (!st.ok()) LOG_WARN("restore offloads: %s", st.message().c_str());
   if (!st.ok()) return;  // the record stays: the next start tries again
   auto lines = ReadRecords(state_file_);
@@ -235,9 +239,33 @@ OffloadGuard::~OffloadGuard() {
   if (!st.ok()) LOG_WARN("%s", st.message().c_str());
 }
 
+namespace {
+
+// Restores one record in the calling thread's namespace; false to keep it.
+bool RestoreRecord(const Record& r) {
+  std::string ifname = r.ifname;
+  if (r.ifindex) {
+    char name[IF_NAMESIZE] = {};
+    if (!if_indextoname(r.ifindex, name)) {  // gone, and its settings with it
+      LOG_INFO("offloads of %s left by a previous run: ifindex %u is gone, nothing to restore",
+               r.ifname.c_str(), r.ifindex);
+      return true;
+    }
+    ifname = name;
+  }
+  Status st = SetOffloads(ifname, r.saved);
+  if (!st.ok()) {
+    LOG_WARN("restore offloads of %s: %s (record kept)", ifname.c_str(), st.message().c_str());
+    return false;
+  }
+  LOG_INFO("restored offloads of %s left by a previous run", ifname.c_str());
+  return true;
+}
+
+}  // namespace
+
 int RestoreOffloads(const std::string& state_file) {
   int restored = 0;
-  uint64_t here = CurrentNetnsIno();
   std::vector<std::string> kept;
   auto lines = ReadRecords(state_file);
   if (!lines.ok()) {
@@ -246,29 +274,25 @@ int RestoreOffloads(const std::string& state_file) {
   }
   for (const auto& line : *lines) {
     Record r;
-    ParseRecord(line, &r);             // valid: ReadRecords kept only those
-    if (r.netns && r.netns != here) {  // cannot be reached from here
-      LOG_INFO("offload record of %s (ifindex %u) is of network namespace %llu, not this one: kept",
-               r.ifname.c_str(), r.ifindex, static_cast<unsigned long long>(r.netns));
-      kept.push_back(line);
+    ParseRecord(line, &r);  // valid: ReadRecords kept only those
+    // A record of another namespace (a cgroup target's device) is restored
+    // there; one whose namespace is gone went with its devices.
+    if (r.netns && r.netns != CurrentNetnsIno() && !FindNetns(r.netns, "").ok()) {
+      LOG_INFO("offloads of %s left by a previous run: network namespace %llu is gone, nothing "
+               "to restore",
+               r.ifname.c_str(), static_cast<unsigned long long>(r.netns));
       continue;
     }
-    std::string ifname = r.ifname;
-    if (r.ifindex) {
-      char name[IF_NAMESIZE] = {};
-      if (!if_indextoname(r.ifindex, name)) {  // gone, and its settings with it
-        LOG_INFO("offloads of %s left by a previous run: ifindex %u is gone, nothing to restore",
-                 r.ifname.c_str(), r.ifindex);
-        continue;
-      }
-      ifname = name;
-    }
-    Status st = SetOffloads(ifname, r.saved);
-    if (st.ok()) {
-      LOG_INFO("restored offloads of %s left by a previous run", ifname.c_str());
+    bool done = false;
+    Status st = InNetns(r.netns, "", [&] {
+      done = RestoreRecord(r);
+      return Status::Ok();
+    });
+    if (!st.ok()) LOG_WARN("restore offloads of %s: %s (record kept)", r.ifname.c_str(),
+                           st.message().c_str());
+    if (st.ok() && done) {
       restored++;
     } else {
-      LOG_WARN("restore offloads of %s: %s (record kept)", ifname.c_str(), st.message().c_str());
       kept.push_back(line);
     }
   }

@@ -34,14 +34,16 @@ class OffloadGuard {
   OffloadGuard() = default;
   std::string ifname_, state_file_, record_;
   uint32_t gro_ = 0, gso_max_segs_ = 0;
+  uint64_t netns_ = 0;  // where ifname_ is: restored there
   bool recorded_ = false;  // the record is stored: changes may have been made
 };
 
-// Restores the interfaces that state_file lists in this network namespace;
-// returns how many. Call it only while holding the state dir's lock
-// (StateDirLock): the records are then a dead owner's. A record is removed
-// once restored, or when its interface (that ifindex) is gone from this
-// namespace; one whose restore failed, or of another namespace, is kept.
+// Restores the interfaces that state_file lists, each in the network
+// namespace its record names (entered while it still exists: a cgroup
+// target's devices may be in a container's); returns how many. Call it only
+// while holding the state dir's lock (StateDirLock): the records are then a
+// dead owner's. A record is removed once restored, or when its interface
+// (that ifindex) or its namespace is gone; one whose restore failed is kept.
 int RestoreOffloads(const std::string& state_file);
 
 // Inode of the calling thread's network namespace (0 if unreadable):

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "host/netns.h"
 #include "loss_abi.h"
 
 namespace lossd {
@@ -71,26 +72,39 @@ std::string ProgName(uint32_t prog_id) {
 
 class ClsactAttachment : public Attachment {
  public:
-  ClsactAttachment(int ifindex, std::string ifname, uint32_t prog_id)
-      : ifindex_(ifindex), ifname_(std::move(ifname)), prog_id_(prog_id) {}
+  ClsactAttachment(int ifindex, std::string ifname, uint32_t prog_id, NetnsRef ns)
+      : ifindex_(ifindex), ifname_(std::move(ifname)), prog_id_(prog_id), ns_(std::move(ns)) {}
   ~ClsactAttachment() override {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
-    int err = bpf_tc_detach(&hook, &opts);
-    if (err && err != -ENOENT && err != -ENODEV)
-      LOG_WARN("detach clsact egress filter from %s: %s", ifname_.c_str(), strerror(-err));
+    // A namespace that is gone took the filter with its device.
+    Status st = InNetns(ns_.ino, ns_.path, [&] {
+      LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
+      LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
+      int err = bpf_tc_detach(&hook, &opts);
+      if (err && err != -ENOENT && err != -ENODEV)
+        LOG_WARN("detach clsact egress filter from %s%s: %s", ifname_.c_str(),
+                 ns_.Suffix().c_str(), strerror(-err));
+      return Status::Ok();
+    });
+    if (!st.ok() && st.code() != Code::kNotFound)
+      LOG_WARN("detach clsact egress filter from %s: %s", ifname_.c_str(), st.message().c_str());
   }
-  std::string Describe() const override { return "clsact egress on " + ifname_; }
+  std::string Describe() const override { return "clsact egress on " + ifname_ + ns_.Suffix(); }
   bool Attached() const override {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, q, .handle = kTcHandle, .priority = kTcPriority);
-    return bpf_tc_query(&hook, &q) == 0 && q.prog_id == prog_id_;
+    bool attached = false;
+    InNetns(ns_.ino, ns_.path, [&] {
+      LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
+      LIBBPF_OPTS(bpf_tc_opts, q, .handle = kTcHandle, .priority = kTcPriority);
+      attached = bpf_tc_query(&hook, &q) == 0 && q.prog_id == prog_id_;
+      return Status::Ok();
+    });
+    return attached;
   }
 
  private:
   int ifindex_;
   std::string ifname_;
   uint32_t prog_id_;  // ours: the filter's program while it is attached
+  NetnsRef ns_;
 };
 
 // A lossd clsact program whose owner still renews its lease (its loss_cfg
@@ -151,9 +165,13 @@ Result<std::unique_ptr<Attachment>> AttachTcxIngress(int prog_fd, int ifindex,
   return Link(prog_fd, ifindex, kBpfTcxIngress, 0, "tcx ingress to " + ifname);
 }
 
-Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
-                                                       const std::string& ifname,
-                                                       ClsactQdiscs* created) {
+namespace {
+
+// AttachClsactEgress inside the device's namespace.
+Result<std::unique_ptr<Attachment>> AttachClsactHere(int prog_fd, int ifindex,
+                                                     const std::string& ifname,
+                                                     ClsactQdiscs* created, const NetnsRef& ns) {
+  const std::string where = ifname + ns.Suffix();
   LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
   {
     // Never take the slot from a live owner (another lossd, another tool).
@@ -161,42 +179,59 @@ Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
     if (bpf_tc_query(&hook, &q) == 0) {
       std::string name = ProgName(q.prog_id);
       if (name != kTcEgressProgName)
-        return Status(Code::kAlreadyExists, "clsact egress on " + ifname + ": handle " +
+        return Status(Code::kAlreadyExists, "clsact egress on " + where + ": handle " +
                                                 std::to_string(kTcHandle) + " prio " +
                                                 std::to_string(kTcPriority) +
                                                 " is taken by program '" + name + "'");
       if (OwnerAlive(q.prog_id))
         return Status(Code::kAlreadyExists,
-                      "clsact egress on " + ifname +
-                          " is held by another running lossd in this "
-                          "network namespace: one lossd per namespace owns egress rules");
+                      "clsact egress on " + where +
+                          " is held by another running lossd: one lossd per network namespace "
+                          "owns its egress devices");
     }
   }
   int err = bpf_tc_hook_create(&hook);
-  if (err && err != -EEXIST) return Status::FromErrno(-err, "create clsact qdisc on " + ifname);
-  if (err == 0) created->Add(ifindex, ifname);
+  if (err && err != -EEXIST) return Status::FromErrno(-err, "create clsact qdisc on " + where);
+  if (err == 0) created->Add(ns, ifindex, ifname);
   LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE, .handle = kTcHandle,
               .priority = kTcPriority);
   err = bpf_tc_attach(&hook, &opts);
-  if (err) {
-    return Status::FromErrno(-err, "attach clsact egress filter to " + ifname);
-  }
-  return std::unique_ptr<Attachment>(new ClsactAttachment(ifindex, ifname, opts.prog_id));
+  if (err) return Status::FromErrno(-err, "attach clsact egress filter to " + where);
+  return std::unique_ptr<Attachment>(new ClsactAttachment(ifindex, ifname, opts.prog_id, ns));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
+                                                       const std::string& ifname,
+                                                       ClsactQdiscs* created, const NetnsRef& ns) {
+  Result<std::unique_ptr<Attachment>> out = Internal("clsact egress on " + ifname + ": not run");
+  Status st = InNetns(ns.ino, ns.path, [&] {
+    out = AttachClsactHere(prog_fd, ifindex, ifname, created, ns);
+    return Status::Ok();
+  });
+  if (!st.ok()) return Status(st.code(), "clsact egress on " + ifname + ": " + st.message());
+  return out;
 }
 
 ClsactQdiscs::~ClsactQdiscs() {
-  for (const auto& [ifindex, name] : created_) {
-    // Only if nothing (another tool, another lossd) uses it now.
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, any);
-    bool egress_used = bpf_tc_query(&hook, &any) == 0;
-    hook.attach_point = BPF_TC_INGRESS;
-    bool ingress_used = bpf_tc_query(&hook, &any) == 0;
-    if (egress_used || ingress_used) continue;
-    hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
-    int err = bpf_tc_hook_destroy(&hook);
-    if (err && err != -ENOENT && err != -EINVAL && err != -ENODEV)
-      LOG_WARN("remove the clsact qdisc lossd created on %s: %s", name.c_str(), strerror(-err));
+  for (const auto& [key, what] : created_) {
+    const auto& [name, ns] = what;
+    const int ifindex = key.second;
+    InNetns(ns.ino, ns.path, [&, &name = name] {
+      // Only if nothing (another tool, another lossd) uses it now.
+      LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+      LIBBPF_OPTS(bpf_tc_opts, any);
+      bool egress_used = bpf_tc_query(&hook, &any) == 0;
+      hook.attach_point = BPF_TC_INGRESS;
+      bool ingress_used = bpf_tc_query(&hook, &any) == 0;
+      if (egress_used || ingress_used) return Status::Ok();
+      hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
+      int err = bpf_tc_hook_destroy(&hook);
+      if (err && err != -ENOENT && err != -EINVAL && err != -ENODEV)
+        LOG_WARN("remove the clsact qdisc lossd created on %s: %s", name.c_str(), strerror(-err));
+      return Status::Ok();
+    });
   }
 }
 
@@ -221,7 +256,11 @@ Result<std::unique_ptr<Attachment>> AttachCgroup(int prog_fd, const std::string&
   return link;
 }
 
-int RemoveStaleClsactFilters() {
+namespace {
+
+// probes: also remove lossd probes (only in lossd's own namespace: another
+// namespace's may be a live lossd's, probing right now).
+int RemoveStaleClsactFiltersHere(const std::string& where, bool probes) {
   struct if_nameindex* ifs = if_nameindex();
   if (!ifs) return 0;
   int removed = 0;
@@ -231,15 +270,30 @@ int RemoveStaleClsactFilters() {
     LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
     if (bpf_tc_query(&hook, &opts) != 0) continue;
     std::string name = ProgName(opts.prog_id);
-    if (name != kTcEgressProgName && name != kProbeProgName) continue;
+    if (name != kTcEgressProgName && !(probes && name == kProbeProgName)) continue;
     if (name == kTcEgressProgName && OwnerAlive(opts.prog_id)) continue;  // another lossd, alive
     LIBBPF_OPTS(bpf_tc_opts, del, .handle = kTcHandle, .priority = kTcPriority);
     if (bpf_tc_detach(&hook, &del) == 0) {
-      LOG_INFO("removed a stale lossd clsact egress filter from %s", i->if_name);
+      LOG_INFO("removed a stale lossd clsact egress filter from %s%s", i->if_name, where.c_str());
       removed++;
     }
   }
   if_freenameindex(ifs);
+  return removed;
+}
+
+}  // namespace
+
+int RemoveStaleClsactFilters() {
+  int removed = RemoveStaleClsactFiltersHere("", true);
+  const uint64_t own = ThreadNetnsIno();
+  for (const auto& [ino, path] : ListNetns()) {
+    if (ino == own) continue;
+    InNetns(ino, path, [&, ino = ino] {
+      removed += RemoveStaleClsactFiltersHere(" in netns " + std::to_string(ino), false);
+      return Status::Ok();
+    });
+  }
   return removed;
 }
 

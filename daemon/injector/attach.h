@@ -26,6 +26,16 @@ class Attachment {
 
 enum class XdpMode { kAuto, kNative, kGeneric };
 
+// Where a device is: a network namespace named by its inode (0: lossd's
+// own) and a path that named it when it was found (/proc/PID/ns/net). Not
+// held open: an fd would keep a dead container's namespace, and its
+// devices, alive. Each use finds it again (host/netns.h: InNetns).
+struct NetnsRef {
+  uint64_t ino = 0;
+  std::string path;
+  std::string Suffix() const { return ino ? " in netns " + std::to_string(ino) : ""; }
+};
+
 // XDP on ifindex through a bpf_link (goes away with the process).
 Result<std::unique_ptr<Attachment>> AttachXdp(int prog_fd, int ifindex, const std::string& ifname,
                                               XdpMode mode);
@@ -44,18 +54,22 @@ class ClsactQdiscs {
   ~ClsactQdiscs();
   ClsactQdiscs(const ClsactQdiscs&) = delete;
   ClsactQdiscs& operator=(const ClsactQdiscs&) = delete;
-  void Add(int ifindex, const std::string& ifname) { created_[ifindex] = ifname; }
+  void Add(const NetnsRef& ns, int ifindex, const std::string& ifname) {
+    created_[{ns.ino, ifindex}] = {ifname, ns};
+  }
 
  private:
-  std::map<int, std::string> created_;  // ifindex -> name
+  std::map<std::pair<uint64_t, int>, std::pair<std::string, NetnsRef>> created_;
 };
 
 // clsact egress filter over netlink (handle kTcHandle, priority
-// kTcPriority). Survives the process: the BPF lease guards it. A qdisc it
-// has to create is recorded in `created`.
+// kTcPriority), on device ifindex of namespace `ns` (lossd's own by
+// default). Survives the process: the BPF lease guards it. A qdisc it has to
+// create is recorded in `created`.
 Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
                                                        const std::string& ifname,
-                                                       ClsactQdiscs* created);
+                                                       ClsactQdiscs* created,
+                                                       const NetnsRef& ns = {});
 // cgroup_skb ingress or egress on a cgroup v2 directory through a bpf_link.
 // Then writes the id of the cgroup it attached to into the attachment's own
 // cgroup storage (`self_map_fd`: loss_cg_self), so that each run decides only
@@ -76,7 +90,9 @@ constexpr const char* kTcEgressProgName = "lossd_tc_out";
 constexpr const char* kProbeProgName = "lossd_probe";
 
 // Removes clsact egress filters a dead lossd left on any interface of this
-// network namespace (its egress program with no live lease, or a probe's).
+// network namespace and of every other one a process is in or /run/netns
+// names (a cgroup target's devices in containers' namespaces): its egress
+// program with no live lease, or (in lossd's own namespace) a probe's.
 // Returns how many it removed.
 int RemoveStaleClsactFilters();
 

@@ -1,13 +1,20 @@
 #include "injector/attach_table.h"
 
+#include <net/if.h>
 #include <sys/stat.h>
 
 #include "common/log.h"
 #include "host/interface.h"
+#include "host/netlink.h"
+#include "host/netns.h"
 #include "host/targets.h"
 #include "loss_abi.h"
 
 namespace lossd {
+
+namespace {
+constexpr size_t kMaxEgressDevices = 1024;
+}  // namespace
 
 Result<std::unique_ptr<Attachment>> KernelAttacher::Attach(int kind, const std::string& iface,
                                                            const Target& target,
@@ -18,10 +25,9 @@ Result<std::unique_ptr<Attachment>> KernelAttacher::Attach(int kind, const std::
   switch (kind) {
     case LOSS_HOOK_XDP: return AttachXdp(fd, ifindex, iface, xdp_mode_);
     case LOSS_HOOK_TC_INGRESS: return AttachTcxIngress(fd, ifindex, iface);
-    case LOSS_HOOK_TC_EGRESS: return AttachClsactEgress(fd, ifindex, iface, qdiscs);
+    case LOSS_HOOK_TC_EGRESS: return AttachClsactEgress(fd, ifindex, iface, qdiscs, target.netns);
     case LOSS_HOOK_CGROUP_INGRESS:
-    case LOSS_HOOK_CGROUP_EGRESS:
-      return AttachCgroup(fd, target.cgroup.path, kind == LOSS_HOOK_CGROUP_EGRESS, cg_self_fd_);
+      return AttachCgroup(fd, target.cgroup.path, false, cg_self_fd_);
   }
   return Internal("unknown hook");
 }
@@ -35,6 +41,39 @@ uint64_t KernelAttacher::CgroupId(const std::string& path) const {
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
   return st.st_ino;
 }
+
+Result<EgressDevices> KernelAttacher::Egress(const CgroupInfo& cgroup) const {
+  EgressDevices out;
+  const uint64_t own = ThreadNetnsIno();
+  auto nss = CgroupNetns(cgroup.path);
+  out.has_processes = !nss.empty();
+  if (nss.empty()) nss[own] = "";
+  for (const auto& [ino, path] : nss) {
+    NetnsRef ns{ino == own ? 0 : ino, ino == own ? "" : path};
+    std::vector<Link> links;
+    Status st = InNetns(ns.ino, ns.path, [&] {
+      auto l = ListLinks();
+      if (!l.ok()) return l.status();
+      links = std::move(*l);
+      return Status::Ok();
+    });
+    if (st.code() == Code::kNotFound) continue;  // its process left it meanwhile
+    if (!st.ok())
+      return Status(st.code(), "the devices of cgroup " + cgroup.path + "'s network namespace" +
+                                   ns.Suffix() + ": " + st.message());
+    for (const Link& l : links) {
+      if ((l.flags & IFF_LOOPBACK) || l.master) continue;
+      if (out.devices.size() >= kMaxEgressDevices)
+        return ResourceExhausted("cgroup " + cgroup.path + ": more than " +
+                                 std::to_string(kMaxEgressDevices) +
+                                 " egress devices in its processes' network namespaces");
+      out.devices.push_back(Device{ns, l.ifindex, l.name});
+    }
+  }
+  return out;
+}
+
+uint64_t KernelAttacher::NetnsCookie() const { return ThreadNetnsCookie(); }
 
 Status ResolveTarget(const Attacher& host, const RuleSpec& spec, Target* target) {
   if (!spec.iface.empty()) {
@@ -92,9 +131,9 @@ std::string CgroupChanged(const Attacher& host, const Target& target) {
   return "";
 }
 
-void AttachTable::Release(const std::vector<AttachKey>& keys, const std::string& offload_iface) {
+void AttachTable::Release(const std::vector<AttachKey>& keys, const std::vector<Device>& offloads) {
   for (const auto& k : keys) Release(k);
-  if (!offload_iface.empty()) ReleaseOffload(offload_iface);
+  for (const auto& d : offloads) ReleaseOffload(d);
 }
 
 std::set<AttachKey> AttachTable::Dead() const {
@@ -107,7 +146,7 @@ std::set<AttachKey> AttachTable::Dead() const {
 std::string AttachTable::WhyDead(const AttachKey& key, const std::string& iface,
                                  const Target& target) const {
   std::string what = Describe(key);
-  if (key.kind == LOSS_HOOK_CGROUP_INGRESS || key.kind == LOSS_HOOK_CGROUP_EGRESS)
+  if (key.kind == LOSS_HOOK_CGROUP_INGRESS)
     return "cgroup " + target.cgroup.path + " (id " + std::to_string(target.cgroup.id) +
            ") was deleted (" + what + " is gone)";
   auto now = attacher_->IfIndex(iface);
@@ -137,31 +176,37 @@ void AttachTable::Release(const AttachKey& key) {
   attached_.erase(it);
 }
 
-Status AttachTable::AcquireOffload(const std::string& ifname) {
-  auto& off = offloads_[ifname];
+Status AttachTable::AcquireOffload(const Device& dev) {
+  auto& off = offloads_[dev];
   if (!off.guard) {
-    auto g = OffloadGuard::Disable(ifname, offload_state_);
+    const std::string where = dev.name + dev.ns.Suffix();
+    Result<std::unique_ptr<OffloadGuard>> g = Internal("offloads of " + where + ": not run");
+    Status st = InNetns(dev.ns.ino, dev.ns.path, [&] {
+      g = OffloadGuard::Disable(dev.name, offload_state_);
+      return Status::Ok();
+    });
+    if (!st.ok()) g = Status(st.code(), "offloads of " + where + ": " + st.message());
     if (!g.ok()) {
-      offloads_.erase(ifname);
+      offloads_.erase(dev);
       return g.status();
     }
     off.guard = std::move(*g);
-    LOG_INFO("GRO/GSO/TSO off on %s while per-segment rules use it", ifname.c_str());
+    LOG_INFO("GRO/GSO/TSO off on %s while per-segment rules use it", where.c_str());
   }
   off.refs++;
   return Status::Ok();
 }
 
-void AttachTable::ReleaseOffload(const std::string& ifname) {
-  auto it = offloads_.find(ifname);
+void AttachTable::ReleaseOffload(const Device& dev) {
+  auto it = offloads_.find(dev);
   if (it == offloads_.end()) return;
   if (--it->second.refs > 0) return;
-  offloads_.erase(it);  // the guard restores the interface
+  offloads_.erase(it);  // the guard restores the interface (in its namespace)
 }
 
 AttachHold::~AttachHold() {
   if (committed_) return;
-  if (!offload_.empty()) table_->ReleaseOffload(offload_);
+  for (const auto& d : offloads_) table_->ReleaseOffload(d);
   for (const auto& k : keys_) table_->Release(k);
 }
 
@@ -171,9 +216,9 @@ Status AttachHold::Attach(const AttachKey& key, const std::string& iface, const 
   return Status::Ok();
 }
 
-Status AttachHold::DisableOffloads(const std::string& iface) {
-  LOSSD_RETURN_IF_ERROR(table_->AcquireOffload(iface));
-  offload_ = iface;
+Status AttachHold::DisableOffloads(const Device& dev) {
+  LOSSD_RETURN_IF_ERROR(table_->AcquireOffload(dev));
+  offloads_.push_back(dev);
   return Status::Ok();
 }
 

@@ -23,20 +23,46 @@
 
 namespace lossd {
 
-// A rule's resolved target: the interface's index, the cgroup's id and depth.
+// A rule's resolved target: the interface's index, the cgroup's id and depth;
+// for one of a cgroup target's egress devices, the namespace it is in.
 struct Target {
   int ifindex = 0;
   CgroupInfo cgroup;
+  NetnsRef netns;
+};
+
+// A device: where it is, its index there and its name. A cgroup target's
+// egress is decided on the devices of its processes' namespaces
+// (Attacher::EgressDevices); a rule's offload changes are per device.
+struct Device {
+  NetnsRef ns;
+  int ifindex = 0;
+  std::string name;
+  bool operator<(const Device& o) const {
+    return std::tie(ns.ino, ifindex) < std::tie(o.ns.ino, o.ifindex);
+  }
+  bool operator==(const Device& o) const { return ns.ino == o.ns.ino && ifindex == o.ifindex; }
+};
+
+// The egress devices of a cgroup target now, and whether any process is in
+// the cgroup (none: the list is lossd's own namespace's devices).
+struct EgressDevices {
+  std::vector<Device> devices;
+  bool has_processes = false;
 };
 
 // What an attachment is shared by: the hook and the target's kernel
-// identity (the ifindex in the daemon's network namespace, or the cgroup
-// id), never its name: a recreated interface is another target.
+// identity (an ifindex in network namespace `netns`, 0: the daemon's; or
+// the cgroup id), never its name: a recreated interface is another target.
 struct AttachKey {
   int kind;         // enum loss_hook
   uint64_t target;  // ifindex, or cgroup id
+  uint64_t netns = 0;
   bool operator<(const AttachKey& o) const {
-    return std::tie(kind, target) < std::tie(o.kind, o.target);
+    return std::tie(kind, target, netns) < std::tie(o.kind, o.target, o.netns);
+  }
+  bool operator==(const AttachKey& o) const {
+    return kind == o.kind && target == o.target && netns == o.netns;
   }
 };
 
@@ -60,6 +86,13 @@ class Attacher {
   // none), which reads (ListRules) ask for every cgroup rule.
   virtual Result<CgroupInfo> Cgroup(const std::string& path) const = 0;
   virtual uint64_t CgroupId(const std::string& path) const = 0;
+  // The devices a cgroup target's packets leave by: every device of each
+  // network namespace its processes are in (of lossd's own while it has
+  // none), but loopback and those enslaved to a bridge, bond or VRF (their
+  // master's egress saw the packet first).
+  virtual Result<EgressDevices> Egress(const CgroupInfo& cgroup) const = 0;
+  // lossd's own namespace's netns cookie (0: unknown).
+  virtual uint64_t NetnsCookie() const = 0;
 };
 
 // The kernel's: the programs of `programs`, attached with bpf_links (XDP
@@ -75,6 +108,8 @@ class KernelAttacher final : public Attacher {
   Result<int> IfIndex(const std::string& name) const override;
   Result<CgroupInfo> Cgroup(const std::string& path) const override { return ResolveCgroup(path); }
   uint64_t CgroupId(const std::string& path) const override;
+  Result<EgressDevices> Egress(const CgroupInfo& cgroup) const override;
+  uint64_t NetnsCookie() const override;
 
  private:
   HookPrograms* programs_;
@@ -105,9 +140,9 @@ class AttachTable {
   AttachTable& operator=(const AttachTable&) = delete;
 
   // Gives back what a committed hold took: the attachments `keys` (detached
-  // when nothing else uses them), then the offload change on
-  // `offload_iface` ("": none; restored when no rule needs it).
-  void Release(const std::vector<AttachKey>& keys, const std::string& offload_iface);
+  // when nothing else uses them), then the offload changes on `offloads`
+  // (restored when no rule needs them).
+  void Release(const std::vector<AttachKey>& keys, const std::vector<Device>& offloads);
   std::string Describe(const AttachKey& key) const {
     return attached_.at(key).attachment->Describe();
   }
@@ -130,15 +165,15 @@ class AttachTable {
   };
   Status Acquire(const AttachKey& key, const std::string& iface, const Target& target);
   void Release(const AttachKey& key);
-  Status AcquireOffload(const std::string& ifname);
-  void ReleaseOffload(const std::string& ifname);
+  Status AcquireOffload(const Device& dev);
+  void ReleaseOffload(const Device& dev);
 
   Attacher* attacher_;
   std::string offload_state_;
   // Before attached_: its qdiscs outlive the filters in them.
   mutable ClsactQdiscs qdiscs_;  // Probe() may create one on lo
   std::map<AttachKey, Attached> attached_;
-  std::map<std::string, Offload> offloads_;
+  std::map<Device, Offload> offloads_;
 };
 
 // What a rule being added takes of the table: attachments (shared) and an
@@ -153,14 +188,14 @@ class AttachHold {
   AttachHold& operator=(const AttachHold&) = delete;
 
   Status Attach(const AttachKey& key, const std::string& iface, const Target& target);
-  // Makes `iface` build single-segment skbs while a rule needs it.
-  Status DisableOffloads(const std::string& iface);
+  // Makes `dev` build single-segment skbs while a rule needs it.
+  Status DisableOffloads(const Device& dev);
   void Commit() { committed_ = true; }
 
  private:
   AttachTable* table_;
   std::vector<AttachKey> keys_;
-  std::string offload_;
+  std::vector<Device> offloads_;
   bool committed_ = false;
 };
 

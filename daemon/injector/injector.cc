@@ -58,6 +58,7 @@ Result<std::unique_ptr<Injector>> Injector::Start(const InjectorOptions& opts,
                                                   std::unique_ptr<Attacher> attacher) {
   std::unique_ptr<Injector> inj(
       new Injector(opts, std::move(maps), std::move(programs), std::move(attacher)));
+  inj->maps_.SetNetnsCookie(inj->attacher_->NetnsCookie());
   LOSSD_RETURN_IF_ERROR(inj->maps_.WriteConfig());
   inj->Tick();
   if (opts.background) {
@@ -189,19 +190,49 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
   Hook hook = ChooseHook(spec);
   LOSSD_RETURN_IF_ERROR(CheckHook(spec, hook));
 
-  std::vector<AttachKey> keys;
+  // A cgroup target's egress is decided on the devices its packets leave by
+  // (clsact, STOLEN: the sender's stack believes the packet left), in the
+  // namespaces of its processes; never at cgroup_skb egress, where a drop is
+  // a refusal the sending socket is told about (DESIGN 14).
+  const bool cgroup_egress = hook == Hook::kCgroup && spec.dir != Direction::kIngress;
+  EgressDevices egress;
+  if (cgroup_egress) {
+    auto e = attacher_->Egress(cg);
+    if (!e.ok()) return e.status();
+    egress = std::move(*e);
+  }
+  struct Want {
+    AttachKey key;
+    std::string iface;
+    Target target;
+  };
+  std::vector<Want> wants;
   uint8_t mask = 0;
   for (int kind : HookKinds(hook, spec.dir)) {
-    keys.push_back(AttachKey{kind, hook == Hook::kCgroup ? cg.id : uint64_t(ifindex)});
     mask |= uint8_t(1u << kind);
+    if (kind == LOSS_HOOK_TC_EGRESS && cgroup_egress) {
+      for (const Device& d : egress.devices) {
+        Target t = target;
+        t.ifindex = d.ifindex;
+        t.netns = d.ns;
+        wants.push_back({AttachKey{kind, uint64_t(d.ifindex), d.ns.ino}, d.name, t});
+      }
+      continue;
+    }
+    wants.push_back({AttachKey{kind, hook == Hook::kCgroup ? cg.id : uint64_t(ifindex)},
+                     spec.iface, target});
   }
   LOSSD_RETURN_IF_ERROR(maps_.CheckFreeSlot());
 
   // Attach (shared, reference-counted), then change offloads, then publish;
   // the hold gives back what it took unless the rule is published.
   AttachHold hold(&attach_);
-  for (const AttachKey& k : keys) LOSSD_RETURN_IF_ERROR(hold.Attach(k, spec.iface, target));
-  if (spec.per_segment) LOSSD_RETURN_IF_ERROR(hold.DisableOffloads(spec.iface));
+  for (const Want& w : wants) LOSSD_RETURN_IF_ERROR(hold.Attach(w.key, w.iface, w.target));
+  std::vector<Device> offloads;
+  if (spec.per_segment)
+    offloads = cgroup_egress ? egress.devices
+                             : std::vector<Device>{Device{NetnsRef{}, ifindex, spec.iface}};
+  for (const Device& d : offloads) LOSSD_RETURN_IF_ERROR(hold.DisableOffloads(d));
 
   uint64_t expires = expires_ns             ? expires_ns
                      : spec.ttl.count() > 0 ? MonotonicNs() + uint64_t(spec.ttl.count())
@@ -223,16 +254,98 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
     rule.info.cgroup_mount = cg.mount;
     rule.info.cgroup_id = cg.id;
   }
-  for (const auto& k : keys) rule.info.hooks.push_back(attach_.Describe(k));
+  for (const Want& w : wants) rule.attach.push_back(w.key);
+  if (cgroup_egress)
+    for (const Device& d : egress.devices)
+      rule.egress[AttachKey{LOSS_HOOK_TC_EGRESS, uint64_t(d.ifindex), d.ns.ino}] = d;
   rule.slot = *slot;
-  rule.attach = keys;
   rule.target = target;
-  rule.offload_iface = spec.per_segment ? spec.iface : "";
+  rule.offloads = offloads;
   rule.expires_ns = expires;
   rule.live = true;
+  DescribeLocked(rule);
   uint32_t id = rule.info.id;
   rules_[id] = std::move(rule);
   return id;
+}
+
+// What the rule's listing says it is attached to; a cgroup rule with egress
+// and no device (its processes' namespaces are gone) says so.
+void Injector::DescribeLocked(Rule& r) const {
+  r.info.hooks.clear();
+  for (const auto& k : r.attach) r.info.hooks.push_back(attach_.Describe(k));
+  r.egress_missing.clear();
+  if (r.info.spec.hook == Hook::kCgroup && r.info.spec.dir != Direction::kIngress &&
+      r.egress.empty())
+    r.egress_missing = "no egress device: the network namespace(s) of cgroup " +
+                       r.target.cgroup.path +
+                       "'s processes are gone, so nothing decides its egress; it applies again "
+                       "when a process of the cgroup is in a namespace with a device";
+}
+
+Status Injector::AddEgressLocked(Rule& r, const Device& dev) {
+  AttachKey key{LOSS_HOOK_TC_EGRESS, uint64_t(dev.ifindex), dev.ns.ino};
+  Target t = r.target;
+  t.ifindex = dev.ifindex;
+  t.netns = dev.ns;
+  AttachHold hold(&attach_);
+  LOSSD_RETURN_IF_ERROR(hold.Attach(key, dev.name, t));
+  if (r.info.spec.per_segment) LOSSD_RETURN_IF_ERROR(hold.DisableOffloads(dev));
+  hold.Commit();
+  r.attach.push_back(key);
+  r.egress[key] = dev;
+  if (r.info.spec.per_segment) r.offloads.push_back(dev);
+  return Status::Ok();
+}
+
+void Injector::FollowEgressLocked(uint32_t id, Rule& r) {
+  auto now = attacher_->Egress(r.target.cgroup);
+  if (!now.ok()) {
+    LOG_WARN("rule %u: %s", id, now.status().message().c_str());
+    return;
+  }
+  std::set<AttachKey> dead = attach_.Dead();
+  std::map<AttachKey, Device> want;
+  for (const Device& d : now->devices)
+    want[AttachKey{LOSS_HOOK_TC_EGRESS, uint64_t(d.ifindex), d.ns.ino}] = d;
+  // Without a process the cgroup says nothing about where its packets go:
+  // the devices it has keep it until they are gone.
+  bool changed = false;
+  for (auto it = r.egress.begin(); it != r.egress.end();) {
+    const AttachKey k = it->first;
+    const Device dev = it->second;
+    bool gone = dead.count(k) > 0 || (now->has_processes && !want.count(k));
+    if (!gone) {
+      ++it;
+      continue;
+    }
+    LOG_INFO("rule %u: egress device %s%s left (%s)", id, dev.name.c_str(), dev.ns.Suffix().c_str(),
+             dead.count(k) ? "gone" : "no process of the cgroup is in its namespace now");
+    attach_.Release({k}, {});
+    r.attach.erase(std::find(r.attach.begin(), r.attach.end(), k));
+    auto off = std::find(r.offloads.begin(), r.offloads.end(), dev);
+    if (off != r.offloads.end()) {
+      attach_.Release({}, {dev});
+      r.offloads.erase(off);
+    }
+    it = r.egress.erase(it);
+    changed = true;
+  }
+  if (now->has_processes || r.egress.empty()) {
+    for (const auto& [k, dev] : want) {
+      if (r.egress.count(k) || (!now->has_processes && dev.ns.ino != 0)) continue;
+      Status st = AddEgressLocked(r, dev);
+      if (!st.ok()) {
+        LOG_WARN("rule %u: egress device %s%s: %s (retried)", id, dev.name.c_str(),
+                 dev.ns.Suffix().c_str(), st.message().c_str());
+        continue;
+      }
+      LOG_INFO("rule %u: egress decided on %s%s too", id, dev.name.c_str(),
+               dev.ns.Suffix().c_str());
+      changed = true;
+    }
+  }
+  if (changed) DescribeLocked(r);
 }
 
 // Takes a live rule out of the kernel: unpublish, deactivate, detach what
@@ -240,7 +353,10 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
 // packet can reach it any more) and frees its slot.
 Status Injector::Retire(Rule& r) {
   Status st = maps_.Withdraw(r.slot);
-  attach_.Release(r.attach, r.offload_iface);
+  attach_.Release(r.attach, r.offloads);
+  r.attach.clear();
+  r.egress.clear();
+  r.offloads.clear();
   r.info.hooks.clear();  // a retired rule lists no attachment: the kernel has none of it
   auto c = LiveCounters(r);
   if (c.ok()) r.info.counters = *c;
@@ -315,6 +431,8 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
     if (!changed.empty()) {
       info.failed = changed;
       info.hooks.clear();  // attached to a cgroup that is gone
+    } else if (!r.egress_missing.empty()) {
+      info.failed = r.egress_missing;
     }
   }
   return info;
@@ -353,9 +471,15 @@ void Injector::CheckAttachments() {
   std::set<AttachKey> dead = attach_.Dead();
   for (auto& [id, r] : rules_) {
     if (!r.live) continue;
-    auto k = std::find_if(r.attach.begin(), r.attach.end(),
-                          [&](const AttachKey& a) { return dead.count(a) > 0; });
-    if (k == r.attach.end()) continue;
+    // An egress device of a cgroup target that is gone is followed, not a
+    // failure: the target's packets leave by the devices it has now.
+    auto k = std::find_if(r.attach.begin(), r.attach.end(), [&](const AttachKey& a) {
+      return dead.count(a) > 0 && !r.egress.count(a);
+    });
+    if (k == r.attach.end()) {
+      if (!r.egress.empty() || !r.egress_missing.empty()) FollowEgressLocked(id, r);
+      continue;
+    }
     std::string reason = attach_.WhyDead(*k, r.info.spec.iface, r.target);
     if (r.info.spec.hook == Hook::kCgroup)
       reason += "; the rule applies again when it is recreated";

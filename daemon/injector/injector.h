@@ -186,7 +186,11 @@ class Injector {
     uint32_t slot = 0;
     std::vector<AttachKey> attach;
     Target target;  // as resolved when it was last attached
-    std::string offload_iface;
+    // A cgroup target's egress: the devices it is decided on (each one's key
+    // is in `attach`), followed by CheckAttachments.
+    std::map<AttachKey, Device> egress;
+    std::vector<Device> offloads;  // per-segment: the devices made single-segment
+    std::string egress_missing;    // why a cgroup rule's egress has no device ("": it has)
     uint64_t expires_ns = 0;  // CLOCK_MONOTONIC, the data plane's clock
     bool live = false;        // holds a slot; false once expired or failed
     uint64_t retired_ns = 0;  // CLOCK_MONOTONIC: when it joined the history (0: not in it)
@@ -213,6 +217,13 @@ class Injector {
   // Moves the rule that AddLocked created under `fresh` to `id` (Replace, re-attach).
   void MoveRuleLocked(uint32_t fresh, uint32_t id);
   void FailLocked(uint32_t id, Rule& r, const std::string& reason);
+  // A live cgroup rule's egress devices brought up to date: attached to the
+  // devices its processes' namespaces have now, detached from those gone.
+  void FollowEgressLocked(uint32_t id, Rule& r);
+  // Attaches (and with per_segment, makes single-segment) one egress device
+  // of a cgroup rule; the rule holds what it took.
+  Status AddEgressLocked(Rule& r, const Device& dev);
+  void DescribeLocked(Rule& r) const;
   void ReattachLocked(uint32_t id);
   void Reap();
   void ReapLocked();

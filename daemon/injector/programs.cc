@@ -17,7 +17,6 @@ const char* LossHookName(int hook) {
     case LOSS_HOOK_TC_INGRESS: return "tc_ingress";
     case LOSS_HOOK_TC_EGRESS: return "tc_egress";
     case LOSS_HOOK_CGROUP_INGRESS: return "cgroup_ingress";
-    case LOSS_HOOK_CGROUP_EGRESS: return "cgroup_egress";
   }
   return "?";
 }
@@ -29,7 +28,6 @@ const char* ProgName(int hook) {
     case LOSS_HOOK_TC_INGRESS: return "lossd_tc_in";
     case LOSS_HOOK_TC_EGRESS: return "lossd_tc_out";
     case LOSS_HOOK_CGROUP_INGRESS: return "lossd_cg_in";
-    case LOSS_HOOK_CGROUP_EGRESS: return "lossd_cg_out";
   }
   return "";
 }
@@ -67,9 +65,9 @@ std::vector<int> HookKinds(Hook hook, Direction dir) {
       if (ingress) kinds.push_back(LOSS_HOOK_TC_INGRESS);
       if (egress) kinds.push_back(LOSS_HOOK_TC_EGRESS);
       break;
-    case Hook::kCgroup:
+    case Hook::kCgroup:  // egress: clsact on the target's devices (Injector::AddLocked)
       if (ingress) kinds.push_back(LOSS_HOOK_CGROUP_INGRESS);
-      if (egress) kinds.push_back(LOSS_HOOK_CGROUP_EGRESS);
+      if (egress) kinds.push_back(LOSS_HOOK_TC_EGRESS);
       break;
     case Hook::kAuto: break;
   }

@@ -50,6 +50,12 @@ class RuleMaps {
   // The lease: the data plane drops nothing after `until_ns`
   // (CLOCK_MONOTONIC; 0: no lease).
   void RenewLease(uint64_t until_ns);
+  // lossd's own network namespace (its cookie), written with the next
+  // config: rules bound to an interface match only there.
+  void SetNetnsCookie(uint64_t cookie) {
+    std::lock_guard<std::mutex> lock(cfg_mu_);
+    cfg_.netns_cookie = cookie;
+  }
   uint64_t LeaseUntilNs() const;
 
   HookCounters HookTotals(uint32_t hook) const { return maps_->ReadHookTotals(hook); }

@@ -545,8 +545,11 @@ Status Validate(const RuleSpec& s) {
   if (s.hook == Hook::kXdp && NamesCgroup(s))
     return InvalidArgument(
         "XDP runs before any socket exists: a cgroup match needs hook tc or cgroup");
-  if (s.per_segment && s.iface.empty())
-    return InvalidArgument("per-segment loss changes an interface's offloads: name the interface");
+  if (s.per_segment && s.iface.empty() && s.dir != Direction::kEgress)
+    return InvalidArgument(
+        "per-segment loss for a cgroup target is for its egress (its devices are made "
+        "single-segment): at ingress the sender builds the multi-segment packets; use "
+        "--dir egress, or a rule on the sender");
   if (s.reattach && (s.iface.empty() || s.hook == Hook::kCgroup))
     return InvalidArgument(
         "reattach follows an interface that is deleted and created again: name the interface "

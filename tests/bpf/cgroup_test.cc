@@ -59,16 +59,17 @@ TEST_F(BpfTest, CgroupRunOutsideItsAttachmentDecidesNoRule) {
   EXPECT_EQ(Counters(id).matched_pkts, 1u);
   Remove(id);
 
-  // cgroup_skb egress, the same cgroup, 100 %: attached to cg by the injector,
-  // but this run is no attachment's: nothing is decided, the packet passes.
+  // cgroup_skb ingress, the same cgroup, 100 %: attached to cg by the
+  // injector, but this run is no attachment's: nothing is decided, the packet
+  // passes.
   RuleSpec s;
   s.cgroup = cg.path();
   s.hook = Hook::kCgroup;
-  s.dir = Direction::kEgress;
+  s.dir = Direction::kIngress;
   s.model.p = 1.0;
   id = Add(s);
   ASSERT_NE(id, 0u);
-  int fd = inj_->ProgFd(LOSS_HOOK_CGROUP_EGRESS);
+  int fd = inj_->ProgFd(LOSS_HOOK_CGROUP_INGRESS);
   ASSERT_GE(fd, 0);
   EXPECT_EQ(TestRun(fd, Prog::kTcIn, Build(pkt).bytes), 1) << "1: pass (cgroup_skb)";
   EXPECT_EQ(Counters(id).matched_pkts, 0u);

@@ -107,7 +107,8 @@ class FakeAttachment final : public Attachment {
 };
 
 // Interfaces and cgroups as the test sets them; attachments that the test
-// can kill ("tc_ingress eth-t#7", "cgroup_egress cg#100").
+// can kill ("tc_ingress eth-t#7", "cgroup_ingress cg#100", "tc_egress eth0#2@50"),
+// and the egress devices a cgroup target has (`egress`).
 class FakeAttacher final : public Attacher {
  public:
   explicit FakeAttacher(Log* log) : log_(log) {}
@@ -118,9 +119,12 @@ class FakeAttacher final : public Attacher {
   }
   Result<std::unique_ptr<Attachment>> Attach(int kind, const std::string& iface,
                                              const Target& target, ClsactQdiscs*) override {
-    std::string what = std::string(LossHookName(kind)) + " " +
-                       (target.cgroup.path.empty() ? iface + "#" + std::to_string(target.ifindex)
-                                                   : "cg#" + std::to_string(target.cgroup.id));
+    std::string what =
+        std::string(LossHookName(kind)) + " " +
+        (kind == LOSS_HOOK_CGROUP_INGRESS
+             ? "cg#" + std::to_string(target.cgroup.id)
+             : iface + "#" + std::to_string(target.ifindex) +
+                   (target.netns.ino ? "@" + std::to_string(target.netns.ino) : ""));
     if (refuse.count(kind)) return FailedPrecondition("fake: cannot attach " + what);
     if (!loaded.count(kind)) return Internal("fake: not loaded: " + what);
     log_->push_back("attach " + what);
@@ -141,11 +145,14 @@ class FakeAttacher final : public Attacher {
     auto it = cgroups.find(path);
     return it == cgroups.end() ? 0 : it->second.id;
   }
+  Result<EgressDevices> Egress(const CgroupInfo&) const override { return egress; }
+  uint64_t NetnsCookie() const override { return 0; }
 
   std::set<int> loaded, refuse;
   std::map<std::string, int> ifindex{{"eth-t", 7}, {"eth-u", 9}};
   std::map<std::string, CgroupInfo> cgroups;
   std::map<std::string, std::shared_ptr<bool>> alive;  // by attachment
+  EgressDevices egress{{Device{NetnsRef{}, 2, "eth0"}}, false};
 
  private:
   Log* log_;
@@ -174,11 +181,11 @@ RuleSpec PortRule(uint16_t dport, const std::string& iface = "eth-t") {
   return s;
 }
 
-RuleSpec CgroupRule() {
+RuleSpec CgroupRule(Direction dir = Direction::kIngress) {
   RuleSpec s;
   s.cgroup = kCgroup;
   s.hook = Hook::kCgroup;
-  s.dir = Direction::kEgress;
+  s.dir = dir;
   s.model.p = 0.5;
   return s;
 }
@@ -465,7 +472,7 @@ TEST_F(InjectorTest, WithoutReattachAFailedRuleJoinsTheHistory) {
 
 TEST_F(InjectorTest, CgroupRuleFollowsItsRecreatedCgroup) {
   uint32_t id = Add(CgroupRule());
-  EXPECT_EQ(Take(), (Log{"attach cgroup_egress cg#100", "reset 0", "rule 0 on id 1 gen 1",
+  EXPECT_EQ(Take(), (Log{"attach cgroup_ingress cg#100", "reset 0", "rule 0 on id 1 gen 1",
                          "cfg ports 0 dhost 0 shost 0 scan [0]"}));
   EXPECT_EQ(maps_->rules[0].m.cgroup_id, 100u);
   EXPECT_EQ(inj_->Get(id)->failed, "");
@@ -477,10 +484,10 @@ TEST_F(InjectorTest, CgroupRuleFollowsItsRecreatedCgroup) {
   EXPECT_TRUE(info->hooks.empty());
   Take();
   // Its link reports the old cgroup gone: failed, then re-attached at once.
-  *host_->alive["cgroup_egress cg#100"] = false;
+  *host_->alive["cgroup_ingress cg#100"] = false;
   EXPECT_EQ(Tick(),
             (Log{"cfg ports 0 dhost 0 shost 0 scan []", "rule 0 off id 0 gen 1",
-                 "detach cgroup_egress cg#100", "read 0", "attach cgroup_egress cg#101", "reset 0",
+                 "detach cgroup_ingress cg#100", "read 0", "attach cgroup_ingress cg#101", "reset 0",
                  "rule 0 on id 1 gen 2", "cfg ports 0 dhost 0 shost 0 scan [0]"}));
   EXPECT_EQ(maps_->rules[0].m.cgroup_id, 101u);
   info = inj_->Get(id);
@@ -490,14 +497,75 @@ TEST_F(InjectorTest, CgroupRuleFollowsItsRecreatedCgroup) {
   EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1", "published 1"}));
 }
 
+// A cgroup target's egress is decided at clsact egress on the devices of its
+// processes' namespaces, never at cgroup_skb egress (a local refusal).
+TEST_F(InjectorTest, CgroupEgressIsDecidedOnItsNamespacesDevices) {
+  host_->egress = {{Device{NetnsRef{50, "/proc/9/ns/net"}, 2, "eth0"},
+                    Device{NetnsRef{50, "/proc/9/ns/net"}, 3, "eth1"}},
+                   true};
+  uint32_t id = Add(CgroupRule(Direction::kBoth));
+  EXPECT_EQ(Take(), (Log{"attach cgroup_ingress cg#100", "attach tc_egress eth0#2@50",
+                         "attach tc_egress eth1#3@50", "reset 0", "rule 0 on id 1 gen 1",
+                         "cfg ports 0 dhost 0 shost 0 scan [0]"}));
+  EXPECT_EQ(maps_->rules[0].m.hook_mask,
+            (1u << LOSS_HOOK_CGROUP_INGRESS) | (1u << LOSS_HOOK_TC_EGRESS));
+  EXPECT_EQ(maps_->rules[0].m.ifindex, 0u);  // any device: the cgroup decides
+  EXPECT_EQ(inj_->Get(id)->hooks.size(), 3u);
+  Take();
+
+  // One device deleted: detached, the rule stays ACTIVE on the others.
+  *host_->alive["tc_egress eth1#3@50"] = false;
+  host_->egress.devices.pop_back();
+  EXPECT_EQ(Tick(), (Log{"detach tc_egress eth1#3@50"}));
+  EXPECT_EQ(inj_->Get(id)->failed, "");
+  Take();
+
+  // The processes moved to another namespace: followed there.
+  host_->egress = {{Device{NetnsRef{60, "/proc/10/ns/net"}, 2, "eth0"}}, true};
+  EXPECT_EQ(Tick(), (Log{"detach tc_egress eth0#2@50", "attach tc_egress eth0#2@60"}));
+
+  // Namespace gone, no process left: FAILED with the reason, rule kept...
+  *host_->alive["tc_egress eth0#2@60"] = false;
+  host_->egress = {{Device{NetnsRef{}, 2, "eth9"}}, false};
+  EXPECT_EQ(Tick(), (Log{"detach tc_egress eth0#2@60", "attach tc_egress eth9#2"}));
+  EXPECT_EQ(inj_->Get(id)->failed, "");  // lossd's own namespace, until a process says where
+  Take();
+  // ...and with no device at all it says so.
+  *host_->alive["tc_egress eth9#2"] = false;
+  host_->egress = {{}, false};
+  EXPECT_EQ(Tick(), (Log{"detach tc_egress eth9#2"}));
+  auto info = inj_->Get(id);
+  EXPECT_NE(info->failed.find("no egress device"), std::string::npos) << info->failed;
+  Take();
+  // A process in a namespace again: ACTIVE, counters kept (same slot).
+  host_->egress = {{Device{NetnsRef{70, "/proc/11/ns/net"}, 4, "eth0"}}, true};
+  EXPECT_EQ(Tick(), (Log{"attach tc_egress eth0#4@70"}));
+  EXPECT_EQ(inj_->Get(id)->failed, "");
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1"}));
+}
+
+TEST_F(InjectorTest, CgroupEgressPerSegmentChangesEachDevice) {
+  RuleSpec s = CgroupRule(Direction::kEgress);
+  s.per_segment = true;
+  host_->egress = {{Device{NetnsRef{50, "/proc/9/ns/net"}, 2, "eth0"}}, true};
+  // The offload guard is the real one: it looks for namespace 50, which does
+  // not exist on this host, so the rule is refused naming that device (not an
+  // interface it does not name), and what it took is given back.
+  auto r = inj_->Add(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("offloads of eth0 in netns 50"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(Take(), (Log{"attach tc_egress eth0#2@50", "detach tc_egress eth0#2@50"}));
+}
+
 TEST_F(InjectorTest, DeletedCgroupWaits) {
   uint32_t id = Add(CgroupRule());
   host_->cgroups.erase(kCgroup);
-  *host_->alive["cgroup_egress cg#100"] = false;
+  *host_->alive["cgroup_ingress cg#100"] = false;
   inj_->Tick();
   auto info = inj_->Get(id);
   EXPECT_EQ(info->failed,
-            "cgroup /sys/fs/cgroup/svc (id 100) was deleted (cgroup_egress cg#100 is gone); the "
+            "cgroup /sys/fs/cgroup/svc (id 100) was deleted (cgroup_ingress cg#100 is gone); the "
             "rule applies again when it is recreated");
   EXPECT_EQ(inj_->LiveCount(), 1u);  // waiting, not in the history
 }

@@ -321,9 +321,11 @@ TEST(Validate, EachBadInputHasAClearError) {
 
   s = Base();
   s.iface.clear();
-  s.cgroup = "x";
   s.per_segment = true;
-  ExpectInvalid(Validate(s), "name the interface");
+  s.cgroup = "x";  // a cgroup target's egress devices can be made single-segment...
+  ExpectInvalid(Validate(s), "is for its egress");  // ...but not its ingress
+  s.dir = Direction::kEgress;
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
 
   s = Base();
   s.payload = 7;
