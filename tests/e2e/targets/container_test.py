@@ -1,0 +1,238 @@
+"""A service in a container, targeted from the host's daemon (issue 19).
+
+The "containers" are built the way runtimes build them: a process in a network namespace of
+its own and in a docker cgroup (<top>/system.slice/docker-<64 hex>.scope), with a veth to
+the namespace that plays the host (A, where the daemon runs), which routes and masquerades
+(like a bridge network) to a remote namespace (B). Two such containers share the same ports.
+
+  test_tcp_egress        --container ID --dir egress --per-segment at 1 % and 5 %: the rule
+                         is carried by clsact egress on the container's own eth0 (its
+                         namespace, named in the listing); the container namespace's
+                         TcpRetransSegs delta is at least the dropped segments, the dropped
+                         segments lie in the 99.9 % interval, every byte arrives, no send
+                         error. The sibling container's identical flow loses nothing.
+  test_udp_egress        UDP from the container at 10 %: 0 send errors, lost == dropped, in
+                         the binomial interval; the sibling loses nothing.
+  test_udp_ingress       To the container at 10 % (cgroup_skb ingress): lost == dropped ==
+                         its namespace's Udp InErrors; the sibling, same port, loses nothing.
+  test_namespace_recreated
+                         The container stops and its namespace (and veth) is deleted: the
+                         rule is FAILED, saying why; a new container process in a new
+                         namespace of the same cgroup: ACTIVE again on the new eth0, and it
+                         drops there (counters continued).
+  test_host_service      A service in the host's own namespace (--unit, no veth): its TCP
+                         egress loss is retransmitted too, decided on A's device.
+"""
+import binascii
+import os
+import subprocess
+
+from lab import traffic
+from lab.config import main
+from lab.daemon import DaemonTestCase, wait_until
+from lab.netns import cgroup2_mount, measured, sh
+from lab.stats import binom_interval
+
+NET = "203.0.113.%d"   # containers' bridge-like network (TEST-NET-3), inside namespaces only
+N = 10_000
+PPS = 10_000
+
+
+def hexid():
+    return binascii.hexlify(os.urandom(32)).decode()
+
+
+class Container:
+    """A network namespace with eth0 (veth to the host namespace, address NET % (2 + i)),
+    a default route via the host, and a docker-layout cgroup; `keep` is a placeholder process
+    in both (a container's pid 1), so the daemon finds the namespace from the cgroup."""
+
+    def __init__(self, lab, i, top):
+        self.lab, self.i = lab, i
+        self.id = hexid()
+        self.cg = lab.sub_cgroup(top, "system.slice", "docker-%s.scope" % self.id)
+        self.host_if = "ct%d" % i
+        self.addr = NET % (10 + i)
+        self.up()
+
+    def up(self):
+        lab, i = self.lab, self.i
+        self.ns = lab.netns("ct%d%s" % (self.i, hexid()[:4]))
+        # A deleted namespace's veth end in A goes when the kernel cleans the namespace up.
+        wait_until(lambda: subprocess.run(["ip", "-n", lab.a, "link", "show", self.host_if],
+                                          capture_output=True).returncode != 0,
+                   10, "the old veth end %s gone" % self.host_if)
+        lab.veth(self.ns, "eth0", lab.a, self.host_if)
+        gw = NET % (100 + i)
+        sh("ip", "-n", lab.a, "addr", "add", gw + "/32", "dev", self.host_if)
+        sh("ip", "-n", lab.a, "link", "set", self.host_if, "up")
+        sh("ip", "-n", lab.a, "route", "add", self.addr + "/32", "dev", self.host_if)
+        lab.addresses(self.ns, "eth0", self.addr + "/32")
+        sh("ip", "-n", self.ns, "route", "add", gw, "dev", "eth0")
+        sh("ip", "-n", self.ns, "route", "add", "default", "via", gw)
+        self.keep = lab.popen(self.ns, ["sleep", "3600"], cgroup=self.cg)
+        self.netns_ino = os.stat("/run/netns/" + self.ns).st_ino
+        # In the cgroup before `ip netns exec` enters the namespace: wait until it has.
+        wait_until(lambda: os.stat("/proc/%d/ns/net" % self.keep.pid).st_ino == self.netns_ino, 10,
+                   "the container's first process in its namespace")
+
+    def down(self):
+        self.keep.kill()
+        self.keep.wait()
+        sh("ip", "netns", "del", self.ns)
+        self.lab.namespaces.remove(self.ns)
+
+
+class Containers(DaemonTestCase):
+    daemon_ns = "a"
+    daemon_nsenter = True  # sees the host's cgroup v2 mount
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        lab = cls.lab
+        sh("ip", "netns", "exec", lab.a, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        # Masqueraded like a bridge network (the namespace goes with the lab, and its rules).
+        sh("ip", "netns", "exec", lab.a, "iptables", "-t", "nat", "-A", "POSTROUTING", "-s",
+           NET % 0 + "/24", "-o", lab.IF_A, "-j", "MASQUERADE")
+        sh("ip", "-n", lab.b, "route", "add", NET % 0 + "/24", "via", lab.V4_A)
+        cls.top = lab.make_cgroup()
+        cls.c1 = Container(lab, 1, cls.top)
+        cls.c2 = Container(lab, 2, cls.top)
+
+    def rule(self, **kw):
+        r = self.d.create(container=self.c1.id, **kw)
+        self.assertEqual(r.state, self.pb.RULE_STATE_ACTIVE, r)
+        return r
+
+    def tcp_pair(self, port, mbytes):
+        """The same paced flow from each container to B; both complete."""
+        lab = self.lab
+        srv = traffic.server(lab, lab.b, lab.V4_B, port, conns=2)
+        c0 = {c: lab.counters(c.ns) for c in (self.c1, self.c2)}
+        snd = [traffic.sender(lab, c.ns, lab.V4_B, port, cgroup=c.cg, nbytes=mbytes * 1e6, rate_mbit=250)
+               for c in (self.c1, self.c2)]
+        out = [traffic.finish(p) for p in snd]
+        traffic.finish(srv)
+        lab.wait_idle(self.c1.ns, self.c2.ns, port=port)
+        dc = {c: lab.counters(c.ns) - c0[c] for c in (self.c1, self.c2)}
+        return out, dc
+
+    def test_tcp_egress(self):
+        for rate, port in ((0.01, 9501), (0.05, 9502)):
+            r = self.rule(direction="egress", protocol="tcp", payload="only", rate=rate, per_segment=True)
+            where = "clsact egress on eth0 in netns %d" % self.c1.netns_ino
+            self.assertIn(where, list(r.attachments))
+            self.assertFalse(any("cgroup_skb egress" in a for a in r.attachments), r.attachments)
+            (s1, s2), dc = self.tcp_pair(port, 25)
+            f = self.d.delete(r.id).counters
+            d1, d2 = dc[self.c1], dc[self.c2]
+            lo, hi = binom_interval(f.matched_segments, rate)
+            measured("container_tcp_egress_%g" % rate, matched_segs=f.matched_segments,
+                     dropped_segs=f.dropped_segments, interval=[lo, hi],
+                     container_retrans=d1["Tcp.RetransSegs"], container_fast=d1["TcpExt.TCPFastRetrans"],
+                     container_rto=d1["TcpExt.TCPTimeouts"], sibling_retrans=d2["Tcp.RetransSegs"],
+                     send_errors=[s1["errors"], s2["errors"]])
+            diag = "rate %g: %s %s / c1 %s / c2 %s" % (rate, f, r.attachments, d1, d2)
+            self.assertEqual(s1["errors"], {}, diag)
+            self.assertEqual(s2["errors"], {}, diag)
+            self.assertEqual(s1["bytes"], 25e6, diag)
+            self.assertGreater(f.dropped_segments, 0, diag)
+            self.assertEqual(f.dropped_packets, f.dropped_segments, "per segment: " + diag)
+            # Network loss: every dropped segment is retransmitted (an RTO may resend more).
+            self.assertGreaterEqual(d1["Tcp.RetransSegs"], f.dropped_segments, diag)
+            self.assertTrue(lo <= f.dropped_segments <= hi, diag)
+            # The sibling's identical flow matched nothing (D-SACKed spurious ones aside).
+            self.assertEqual(d2["Tcp.RetransSegs"], d2["TcpExt.TCPDSACKRecvSegs"], diag)
+
+    def test_udp_egress(self):
+        lab = self.lab
+        r = self.rule(direction="egress", protocol="udp", rate=0.1)
+        (s1, r1), (s2, r2) = traffic.udp_flows(lab, [
+            dict(rx_ns=lab.b, tx_ns=self.c1.ns, dst=lab.V4_B, port=9511, flow=1, count=N, pps=PPS,
+                 tx_cgroup=self.c1.cg),
+            dict(rx_ns=lab.b, tx_ns=self.c2.ns, dst=lab.V4_B, port=9512, flow=2, count=N, pps=PPS,
+                 tx_cgroup=self.c2.cg)])
+        f = self.d.delete(r.id).counters
+        lost1, lost2 = N - r1["unique"], N - r2["unique"]
+        lo, hi = binom_interval(N, 0.1)
+        measured("container_udp_egress_10pct", lost=lost1, dropped=f.dropped_packets, interval=[lo, hi],
+                 send_errors=s1["errors"], sibling_lost=lost2)
+        diag = "%s %s %s %s %s" % (f, s1, r1, s2, r2)
+        self.assertEqual(s1["errors"], {}, "the sender was told of the drops: " + diag)
+        self.assertEqual(s1["sent"], N, diag)
+        self.assertEqual(f.matched_packets, N, diag)
+        self.assertEqual(lost1, f.dropped_packets, diag)
+        self.assertTrue(lo <= lost1 <= hi, diag)
+        self.assertEqual(lost2, 0, diag)
+
+    def test_udp_ingress(self):
+        lab = self.lab
+        r = self.rule(direction="ingress", protocol="udp", dport=9521, rate=0.1)
+        c0 = lab.counters(self.c1.ns)
+        (s1, r1), (s2, r2) = traffic.udp_flows(lab, [
+            dict(rx_ns=self.c1.ns, tx_ns=lab.b, dst=self.c1.addr, port=9521, flow=1, count=N, pps=PPS,
+                 rx_cgroup=self.c1.cg),
+            dict(rx_ns=self.c2.ns, tx_ns=lab.b, dst=self.c2.addr, port=9521, flow=2, count=N, pps=PPS,
+                 rx_cgroup=self.c2.cg)])
+        dc = lab.counters(self.c1.ns) - c0
+        f = self.d.delete(r.id).counters
+        lost1, lost2 = N - r1["unique"], N - r2["unique"]
+        lo, hi = binom_interval(N, 0.1)
+        measured("container_udp_ingress_10pct", lost=lost1, dropped=f.dropped_packets, interval=[lo, hi],
+                 in_errors=dc["Udp.InErrors"], sibling_lost=lost2)
+        diag = "%s %s %s %s" % (f, r1, r2, dc)
+        self.assertEqual(lost1, f.dropped_packets, diag)
+        self.assertEqual(dc["Udp.InErrors"], f.dropped_packets, diag)
+        self.assertTrue(lo <= lost1 <= hi, diag)
+        self.assertEqual(lost2, 0, diag)
+
+    def test_namespace_recreated(self):
+        lab = self.lab
+        c = Container(lab, 3, self.top)
+        r = self.d.create(container=c.id, direction="egress", protocol="udp", rate=1.0)
+        self.assertIn("clsact egress on eth0 in netns %d" % c.netns_ino, list(r.attachments))
+        c.down()
+        got = wait_until(lambda: self.d.get(r.id) if self.d.get(r.id).state == self.pb.RULE_STATE_FAILED
+                         else None, 10, "FAILED once the container's namespace is gone")
+        measured("container_namespace_gone", reason=got.reason)
+        self.assertIn("no egress device", got.reason)
+        self.assertIn(c.cg[len(cgroup2_mount()):], got.reason)
+        c.up()  # a new namespace and veth, a new process in the same cgroup
+        got = wait_until(lambda: self.d.get(r.id) if self.d.get(r.id).state == self.pb.RULE_STATE_ACTIVE
+                         else None, 10, "ACTIVE again on the new namespace's eth0")
+        self.assertIn("clsact egress on eth0 in netns %d" % c.netns_ino, list(got.attachments))
+        ((s, rx),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=c.ns, dst=lab.V4_B, port=9531, flow=3,
+                                                  count=1000, pps=PPS, tx_cgroup=c.cg)])
+        f = self.d.delete(r.id).counters
+        self.assertEqual(s["errors"], {}, s)
+        self.assertEqual(rx["unique"], 0, rx)
+        self.assertEqual(f.dropped_packets, 1000, f)
+
+    def test_host_service(self):
+        lab = self.lab
+        unit = lab.sub_cgroup(self.top, "system.slice", "%s-web.service" % lab.tag[-6:])
+        name = os.path.basename(unit)
+        r = self.d.create(unit=name, direction="egress", protocol="tcp", payload="only", rate=0.01,
+                          per_segment=True)
+        self.assertIn("clsact egress on %s" % lab.IF_A, list(r.attachments))
+        srv = traffic.server(lab, lab.b, lab.V4_B, 9541)
+        a0 = lab.counters(lab.a)
+        s = traffic.finish(traffic.sender(lab, lab.a, lab.V4_B, 9541, cgroup=unit, nbytes=25e6,
+                                          rate_mbit=250))
+        traffic.finish(srv)
+        lab.wait_idle(lab.a, port=9541)
+        da = lab.counters(lab.a) - a0
+        f = self.d.delete(r.id).counters
+        lo, hi = binom_interval(f.matched_segments, 0.01)
+        measured("host_unit_tcp_egress_1pct", dropped_segs=f.dropped_segments, interval=[lo, hi],
+                 retrans=da["Tcp.RetransSegs"], dsack=da["TcpExt.TCPDSACKRecvSegs"])
+        diag = "%s %s %s" % (f, s, da)
+        self.assertEqual(s["errors"], {}, diag)
+        self.assertGreater(f.dropped_segments, 0, diag)
+        self.assertGreaterEqual(da["Tcp.RetransSegs"], f.dropped_segments, diag)
+        self.assertTrue(lo <= f.dropped_segments <= hi, diag)
+
+
+if __name__ == "__main__":
+    main()
