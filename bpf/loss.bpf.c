@@ -11,6 +11,7 @@
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 
 #include "loss_abi.h"
@@ -154,8 +155,7 @@ static __always_inline __u64 loss_rank_body(__u32 slot, const struct pkt *p)
 		return 0;
 	if (m->l4proto && m->l4proto != p->l4proto)
 		return 0;
-	/* An ifindex names a device of lossd's namespace: never one of another. */
-	if (m->ifindex && (m->ifindex != p->ifindex || p->foreign))
+	if (m->ifindex && m->ifindex != p->ifindex)
 		return 0;
 	if (r->flags & LOSS_RULE_HAS_PORTS) {
 		if (!p->has_ports)
@@ -190,13 +190,43 @@ static __always_inline __u32 rank_slot(__u64 rank)
 	return LOSS_MAX_RULES - 1 - ((rank >> 1) & (LOSS_MAX_RULES - 1));
 }
 
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+#define NETNS_OWN 1
+#define NETNS_FOREIGN 2
+
+/*
+ * Whether a tc program runs on a device of another network namespace than
+ * lossd's (a cgroup target's egress device in a container): an ifindex in a
+ * rule names a device of lossd's namespace, and the same number there is
+ * another device. Read from the device (the netns cookie helper answers from
+ * the socket, and an ingress skb has none), once per packet, and only for a
+ * candidate that names an interface.
+ */
+static __always_inline int foreign_netns(void *ctx, struct pkt *p)
+{
+	if (!p->foreign) {
+		struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
+		__u64 cookie = BPF_CORE_READ(skb, dev, nd_net.net, net_cookie);
+		p->foreign = cookie && p->own_netns && cookie != p->own_netns ? NETNS_FOREIGN : NETNS_OWN;
+	}
+	return p->foreign == NETNS_FOREIGN;
+}
+
 /* is_skb: CTX_*, the context (CTX_TC, CTX_CGROUP: a struct __sk_buff, cgroup
  * helpers allowed); inl: rank inline (the first candidate of a list) rather
  * than by the call. */
-static __always_inline __u64 rank_with_cgroup(__u32 slot, const struct pkt *p, void *ctx,
+static __always_inline __u64 rank_with_cgroup(__u32 slot, struct pkt *p, void *ctx,
 					      const int is_skb, const int inl)
 {
 	__u64 rank = inl ? loss_rank_body(slot, p) : loss_rank(slot, p);
+	if (!rank)
+		return 0;
+	if (is_skb == CTX_TC) {
+		const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
+		if (!r || (r->m.ifindex && foreign_netns(ctx, p)))
+			return 0;
+	}
 	if (is_skb == CTX_CGROUP) {
 		/* Only the rules of the cgroup this attachment is on; a rule with
 		 * no cgroup is never decided here (it would be, once per
@@ -226,7 +256,7 @@ static __always_inline __u64 rank_with_cgroup(__u32 slot, const struct pkt *p, v
 
 /* Candidate lists are sorted, so the first rule that matches is the list's best. */
 static __always_inline __u64 scan_slots(__u64 best, const __u32 *slots, __u32 n, const int max,
-					const struct pkt *p, void *ctx, const int is_skb)
+					struct pkt *p, void *ctx, const int is_skb)
 {
 	if (!n)
 		return best;
@@ -247,7 +277,7 @@ static __always_inline __u64 scan_slots(__u64 best, const __u32 *slots, __u32 n,
 }
 
 static __always_inline __u64 scan_bucket(__u64 best, const struct loss_bucket *bk,
-					 const struct pkt *p, void *ctx, const int is_skb)
+					 struct pkt *p, void *ctx, const int is_skb)
 {
 	if (bk && bk->n)
 		best = scan_slots(best, bk->slot, bk->n, LOSS_BUCKET_SLOTS, p, ctx, is_skb);
@@ -255,7 +285,7 @@ static __always_inline __u64 scan_bucket(__u64 best, const struct loss_bucket *b
 }
 
 static __always_inline __u64 scan_host(__u64 best, __u32 kind, const __u32 *addr,
-				       const struct pkt *p, void *ctx, const int is_skb)
+				       struct pkt *p, void *ctx, const int is_skb)
 {
 	__u32 h = loss_addr_hash(addr);
 	__u32 word = kind * LOSS_BLOOM_WORDS + ((h >> 6) & (LOSS_BLOOM_WORDS - 1));
@@ -456,8 +486,7 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		return 0;
 	}
 
-	if (is_skb == CTX_TC && cfg->netns_cookie)
-		p->foreign = bpf_get_netns_cookie(ctx) != cfg->netns_cookie;
+	p->own_netns = cfg->netns_cookie;
 
 	__u64 best = 0;
 	if (cfg->n_port_rules && p->has_ports) {

@@ -51,7 +51,7 @@ struct pkt {
 	__u8 has_payload;
 	__u8 dir;  /* LOSS_DIR_* */
 	__u8 hook; /* enum loss_hook */
-	__u8 foreign; /* tc: the device is in another network namespace than lossd's */
+	__u8 foreign; /* tc: 0 not looked up yet, NETNS_OWN or NETNS_FOREIGN (loss.bpf.c) */
 	__u32 ifindex;
 	__u32 len;	     /* bytes */
 	__u32 segs;	     /* wire segments (gso_segs, at least 1) */
@@ -60,6 +60,8 @@ struct pkt {
 	__u16 l4off;   /* offset of the L4 header from the start of the data */
 	__u8 stacked;  /* tc egress: a VLAN device above this one already saw it */
 	__u8 _pad2;
+	__u32 _pad3;
+	__u64 own_netns; /* tc: lossd's netns cookie (loss_config.netns_cookie) */
 };
 
 struct cursor {

@@ -309,7 +309,9 @@ void Injector::FollowEgressLocked(uint32_t id, Rule& r) {
   for (const Device& d : now->devices)
     want[AttachKey{LOSS_HOOK_TC_EGRESS, uint64_t(d.ifindex), d.ns.ino}] = d;
   // Without a process the cgroup says nothing about where its packets go:
-  // the devices it has keep it until they are gone.
+  // the devices it has keep it until they are gone. (Only a rule created on a
+  // cgroup with no process at all starts on lossd's own namespace's devices,
+  // AddLocked: a service not started yet, on this host.)
   bool changed = false;
   for (auto it = r.egress.begin(); it != r.egress.end();) {
     const AttachKey k = it->first;
@@ -331,9 +333,12 @@ void Injector::FollowEgressLocked(uint32_t id, Rule& r) {
     it = r.egress.erase(it);
     changed = true;
   }
-  if (now->has_processes || r.egress.empty()) {
+  // Devices are added only where a process of the cgroup is: a target whose
+  // processes are all gone (a stopped container) keeps what is left of its
+  // devices, and with none it is FAILED (DescribeLocked) until one is back.
+  if (now->has_processes) {
     for (const auto& [k, dev] : want) {
-      if (r.egress.count(k) || (!now->has_processes && dev.ns.ino != 0)) continue;
+      if (r.egress.count(k)) continue;
       Status st = AddEgressLocked(r, dev);
       if (!st.ok()) {
         LOG_WARN("rule %u: egress device %s%s: %s (retried)", id, dev.name.c_str(),

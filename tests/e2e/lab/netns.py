@@ -59,6 +59,21 @@ def sh(*cmd, check=True, timeout=60, **kw):
     return r
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
+
+
+def _setns_net(path):
+    """This (single-threaded, forked) process into the network namespace at path."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "setns %s: %s" % (path, os.strerror(e)))
+    finally:
+        os.close(fd)
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -285,6 +300,11 @@ class Lab:
         def pre():
             die_with_parent()
             if cgroup:
+                # Into the namespace before the cgroup: a process of a cgroup target is never
+                # seen in the host's namespace (lossd would decide its egress on the host's
+                # devices until it moved).
+                if ns is not None:
+                    _setns_net("/run/netns/" + ns)
                 with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))
         if ns is None:

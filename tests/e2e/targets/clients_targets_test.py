@@ -89,7 +89,7 @@ class ClientTargets(ClientTestCase):
         f = one.stop()
         self.assertEqual((s["sent"], r["unique"], f["dropped_pkts"]), (1000, 0, 1000))
         # The Python client: a rule on a process's cgroup.
-        holder = lab.popen(None, ["sleep", "600"], cgroup=ccg)
+        holder = lab.popen(lab.a, ["sleep", "600"], cgroup=ccg)  # never the host's namespace: an egress rule decides on its devices
         code = ("import sys, lossd_client as lc\n"
                 "c = lc.Client(%r, stubs=%r)\n"
                 "r = c.add_rule(pid=%d, direction='egress', rate=0.01)\n"

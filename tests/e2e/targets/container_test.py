@@ -20,6 +20,11 @@ the namespace that plays the host (A, where the daemon runs), which routes and m
                          rule is FAILED, saying why; a new container process in a new
                          namespace of the same cgroup: ACTIVE again on the new eth0, and it
                          drops there (counters continued).
+  test_interface_rule_stays_in_its_namespace
+                         The container's eth0 has the ifindex of A's e2ea. A 100 % rule on
+                         e2ea (higher priority) matching the container's own source address
+                         never drops on the container's eth0, where lossd's program runs for
+                         the container rule (an ifindex names a device of lossd's namespace).
   test_host_service      A service in the host's own namespace (--unit, no veth): its TCP
                          egress loss is retransmitted too, decided on A's device.
 """
@@ -208,6 +213,26 @@ class Containers(DaemonTestCase):
         self.assertEqual(s["errors"], {}, s)
         self.assertEqual(rx["unique"], 0, rx)
         self.assertEqual(f.dropped_packets, 1000, f)
+
+    def test_interface_rule_stays_in_its_namespace(self):
+        lab = self.lab
+        link = lambda ns, dev: int(sh("ip", "-n", ns, "-j", "link", "show", "dev", dev).stdout.split(
+            '"ifindex":')[1].split(",")[0])
+        self.assertEqual(link(self.c1.ns, "eth0"), link(lab.a, lab.IF_A), "the test needs equal ifindexes")
+        cg_rule = self.rule(direction="egress", protocol="udp", dport=9551, rate=0.0)
+        self.assertIn("clsact egress on eth0 in netns %d" % self.c1.netns_ino, list(cg_rule.attachments))
+        # Before NAT (the container's eth0) the source is the container's; after (e2ea) A's.
+        if_rule = self.d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=9551,
+                                src=self.c1.addr, rate=1.0, priority=5)
+        ((s, r),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=self.c1.ns, dst=lab.V4_B, port=9551,
+                                                 flow=5, count=1000, pps=PPS, tx_cgroup=self.c1.cg)])
+        fi, fc = self.d.delete(if_rule.id).counters, self.d.delete(cg_rule.id).counters
+        measured("container_interface_rule_elsewhere", received=r["unique"], if_matched=fi.matched_packets,
+                 cgroup_matched=fc.matched_packets)
+        diag = "%s %s if=%s cg=%s" % (s, r, fi, fc)
+        self.assertEqual(r["unique"], 1000, diag)
+        self.assertEqual(fi.matched_packets, 0, diag)
+        self.assertEqual(fc.matched_packets, 1000, diag)
 
     def test_host_service(self):
         lab = self.lab
