@@ -3,15 +3,21 @@
 // injector (its maps, the lease, stale-state clean-up; its hook programs load
 // on first use) and then the observer load on a thread of their own, and
 // publish themselves here when ready. An RPC that needs a part not yet ready
-// answers UNAVAILABLE "... loading ..."; one that failed or was disabled,
-// FAILED_PRECONDITION. The parts are owned by the daemon (daemon.cc), which
+// waits for it within its deadline (at most kMaxLoadWait): DEADLINE_EXCEEDED
+// if the deadline passes first, UNAVAILABLE if the wait's cap does; one that
+// failed or was disabled answers FAILED_PRECONDITION at once. Whoever must
+// follow the parts (the gRPC health service) is told of every change. The parts are owned by the daemon (daemon.cc), which
 // outlives the server; this only points at them.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -36,6 +42,10 @@ struct ApiLimits {
 
 enum class ComponentState { kLoading, kReady, kFailed, kDisabled };
 
+// How long an RPC without a deadline waits for a loading part (the injector
+// loads in ~0.1 s, the observer in ~5 s here).
+constexpr std::chrono::seconds kMaxLoadWait{30};
+
 struct ComponentStatus {
   ComponentState state = ComponentState::kLoading;
   std::string message;
@@ -58,18 +68,30 @@ class Components {
 
   // The injector, its capabilities and the effect tracker, all at once.
   void InjectorReady(Injector* inj, const Capabilities& caps, EffectTracker* effects) {
-    std::lock_guard<std::mutex> lock(mu_);
-    caps_ = caps;
-    effects_.store(effects);
-    injector_.store(inj);  // before READY: a client told READY finds it
-    injector_status_ = {ComponentState::kReady,
-                        "ready; each hook's program loads with the first rule that needs it",
-                        MonotonicNs() - start_ns_};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      caps_ = caps;
+      effects_.store(effects);
+      injector_.store(inj);  // before READY: a client told READY finds it
+      injector_status_ = {ComponentState::kReady,
+                          "ready; each hook's program loads with the first rule that needs it",
+                          MonotonicNs() - start_ns_};
+    }
+    Changed();
   }
   void ObserverReady(Observer* obs) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      observer_.store(obs);
+      observer_status_ = {ComponentState::kReady, "ready", MonotonicNs() - start_ns_};
+    }
+    Changed();
+  }
+  // Called (on the loading thread) after every change of a part's state;
+  // register before the parts load.
+  void OnChange(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(mu_);
-    observer_.store(obs);
-    observer_status_ = {ComponentState::kReady, "ready", MonotonicNs() - start_ns_};
+    listeners_.push_back(std::move(fn));
   }
   void InjectorFailed(const std::string& why) { Fail(&injector_status_, why); }
   void ObserverFailed(const std::string& why) { Fail(&observer_status_, why); }
@@ -79,14 +101,20 @@ class Components {
   Observer* observer() const { return observer_.load(); }
   EffectTracker* effects() const { return effects_.load(); }
 
-  // The part, or why an RPC cannot have it (UNAVAILABLE while loading).
-  Result<Injector*> NeedInjector() const {
+  // The part, waiting while it loads until `deadline` (the call's; at most
+  // kMaxLoadWait from now), or why an RPC cannot have it.
+  using Deadline = std::chrono::system_clock::time_point;
+  Result<Injector*> NeedInjector(Deadline deadline = Deadline::max()) const {
     if (Injector* i = injector()) return i;
-    return Why("the injector", injector_status());
+    Waited w = Await(&injector_status_, deadline);
+    if (Injector* i = injector()) return i;
+    return Why("the injector", w);
   }
-  Result<Observer*> NeedObserver() const {
+  Result<Observer*> NeedObserver(Deadline deadline = Deadline::max()) const {
     if (Observer* o = observer()) return o;
-    return Why("the TCP observer", observer_status());
+    Waited w = Await(&observer_status_, deadline);
+    if (Observer* o = observer()) return o;
+    return Why("the TCP observer", w);
   }
 
   ComponentStatus injector_status() const {
@@ -108,19 +136,47 @@ class Components {
 
  private:
   void Fail(ComponentStatus* s, const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    *s = {ComponentState::kFailed, why, MonotonicNs() - start_ns_};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      *s = {ComponentState::kFailed, why, MonotonicNs() - start_ns_};
+    }
+    Changed();
   }
-  static Status Why(const std::string& what, const ComponentStatus& s) {
+  void Changed() {
+    std::vector<std::function<void()>> fns;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fns = listeners_;
+    }
+    changed_.notify_all();
+    for (const auto& fn : fns) fn();
+  }
+  // The part's status once it is no longer loading, or at the deadline.
+  struct Waited {
+    ComponentStatus status;
+    bool deadline_passed = false;  // the caller's deadline (not the cap) ended the wait
+  };
+  Waited Await(const ComponentStatus* s, Deadline deadline) const {
+    const Deadline cap = std::chrono::system_clock::now() + kMaxLoadWait;
+    const bool callers = deadline < cap;
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_until(lock, callers ? deadline : cap,
+                        [&] { return s->state != ComponentState::kLoading; });
+    return {*s, callers && s->state == ComponentState::kLoading};
+  }
+  static Status Why(const std::string& what, const Waited& w) {
+    const ComponentStatus& s = w.status;
     switch (s.state) {
       case ComponentState::kLoading:
-        return Status(Code::kUnavailable,
-                      what +
-                          " is still loading (lossd started moments ago; retry, "
-                          "or wait until GetHealth reports it READY)");
+        if (w.deadline_passed)
+          return Status(Code::kDeadlineExceeded,
+                        "the call's deadline passed while " + what + " was still loading");
+        return Status(Code::kUnavailable, what + " is still loading after " +
+                                              std::to_string(kMaxLoadWait.count()) +
+                                              " s (GetHealth says what it is doing)");
       case ComponentState::kFailed:
         return FailedPrecondition(what + " failed to start on this daemon: " + s.message);
-      case ComponentState::kReady:  // cannot be: published before READY
+      case ComponentState::kReady:  // published before READY: the caller reads it again
       case ComponentState::kDisabled: break;
     }
     return FailedPrecondition(what + " is not running on this daemon: " + s.message);
@@ -131,6 +187,8 @@ class Components {
   mutable StreamBudget streams_;
   const uint64_t start_ns_;
   mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  std::vector<std::function<void()>> listeners_;
   ComponentStatus injector_status_, observer_status_;
   Capabilities caps_;
   std::atomic<Injector*> injector_{nullptr};

@@ -1,5 +1,6 @@
 #include "daemon.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "host/state_dir.h"
 #include "live/live.h"
 #include "service/channel.h"
+#include "service/health.h"
 #include "service/services.h"
 #include "service/stream.h"
 
@@ -243,6 +245,7 @@ Daemon::Exit Daemon::BuildServers() {
         MetricsSources{parts_.get(), [observers] { return observers->subscribers(); }, http_.get()},
         opts_.metrics);
     metrics_->Register(http_.get());
+    RegisterHealthRoutes(http_.get(), parts_.get());
   }
   if (Exit e = StartGrpc()) return e;
   // The live page: a lossd.v1 client of this server (its in-process channel).
@@ -254,6 +257,8 @@ Daemon::Exit Daemon::BuildServers() {
 }
 
 Daemon::Exit Daemon::StartGrpc() {
+  EnableGrpcHealth();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(static_cast<int>(opts_.api.max_message_bytes));
   if (!opts_.listen.empty()) builder.AddListeningPort(listen_.ToString(), tcp_creds_, &tcp_port_);
@@ -266,6 +271,7 @@ Daemon::Exit Daemon::StartGrpc() {
               opts_.listen.c_str());
     return 1;
   }
+  FollowGrpcHealth(server_.get(), parts_.get());
   if (socket_) {
     Status st = socket_->Start(server_.get());
     if (!st.ok()) {

@@ -13,6 +13,7 @@ const char* CodeName(Code code) {
     case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
     case Code::kUnavailable: return "UNAVAILABLE";
     case Code::kInternal: return "INTERNAL";
+    case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
   }
   return "UNKNOWN";
 }

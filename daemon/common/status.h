@@ -20,6 +20,7 @@ enum class Code {
   kResourceExhausted,
   kUnavailable,
   kInternal,
+  kDeadlineExceeded,
 };
 
 const char* CodeName(Code code);

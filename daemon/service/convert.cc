@@ -28,6 +28,8 @@ grpc::Status ToGrpc(const Status& st) {
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, st.message());
     case Code::kUnavailable: return grpc::Status(grpc::StatusCode::UNAVAILABLE, st.message());
     case Code::kInternal: return grpc::Status(grpc::StatusCode::INTERNAL, st.message());
+    case Code::kDeadlineExceeded:
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, st.message());
   }
   return grpc::Status(grpc::StatusCode::UNKNOWN, st.message());
 }

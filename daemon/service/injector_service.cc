@@ -58,7 +58,7 @@ Status InjectorService::Create(Injector* inj, const v1::RuleSpec& in, v1::Rule* 
 grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContext* ctx,
                                                       const v1::CreateRuleRequest* req,
                                                       v1::Rule* resp) {
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   Status st = Create(*inj, req->spec(), resp);
   LogChange(ctx, "CreateRule", st, st.ok() ? "rule " + std::to_string(resp->id()) : "refused");
@@ -68,7 +68,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerContext* ctx,
                                                        const v1::CreateRulesRequest* req,
                                                        v1::CreateRulesResponse* resp) {
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   if (uint32_t(req->specs_size()) > parts_->api().max_batch)
     return Reply(ctx,
@@ -105,7 +105,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContext* ctx,
                                                       const v1::UpdateRuleRequest* req,
                                                       v1::Rule* resp) {
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   RuleSpec spec;
   Status st = CheckLabels(req->spec().labels(), parts_->api(), "spec.labels");
@@ -119,7 +119,7 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* InjectorService::DeleteRule(grpc::CallbackServerContext* ctx,
                                                       const v1::DeleteRuleRequest* req,
                                                       v1::DeleteRuleResponse* resp) {
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   auto removed = (*inj)->Remove(req->id());
   LogChange(ctx, "DeleteRule", removed.status(), "rule " + std::to_string(req->id()));
@@ -128,7 +128,7 @@ grpc::ServerUnaryReactor* InjectorService::DeleteRule(grpc::CallbackServerContex
 
 grpc::ServerUnaryReactor* InjectorService::GetRule(grpc::CallbackServerContext* ctx,
                                                    const v1::GetRuleRequest* req, v1::Rule* resp) {
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   return ReplyRule(ctx, (*inj)->Get(req->id()), resp);
 }
@@ -136,7 +136,7 @@ grpc::ServerUnaryReactor* InjectorService::GetRule(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* InjectorService::ListRules(grpc::CallbackServerContext* ctx,
                                                      const v1::ListRulesRequest* req,
                                                      v1::ListRulesResponse* resp) {
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   Status st = CheckLabels(req->labels(), parts_->api(), "labels");
   if (!st.ok()) return Reply(ctx, st);
@@ -153,7 +153,7 @@ grpc::ServerUnaryReactor* InjectorService::ListRules(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* InjectorService::ClearRules(grpc::CallbackServerContext* ctx,
                                                       const v1::ClearRulesRequest*,
                                                       v1::ClearRulesResponse* resp) {
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   resp->set_deleted((*inj)->Clear());
   LogChange(ctx, "ClearRules", Status::Ok(), "deleted " + std::to_string(resp->deleted()));
@@ -161,14 +161,14 @@ grpc::ServerUnaryReactor* InjectorService::ClearRules(grpc::CallbackServerContex
 }
 
 grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCounters(
-    grpc::CallbackServerContext*, const v1::WatchRuleCountersRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::WatchRuleCountersRequest* req) {
   std::vector<uint32_t> ids(req->ids().begin(), req->ids().end());
   auto period = StreamPeriod(req->interval_ns(), "interval_ns");
   Status st = period.status();
   if (st.ok() && ids.size() > parts_->api().max_batch)
     st = InvalidArgument(std::to_string(ids.size()) + " ids, the limit is " +
                          std::to_string(parts_->api().max_batch) + " (lossd --max-batch)");
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   StreamBudget* budget = &parts_->streams();
   return new PumpReactor<v1::RuleCountersUpdate>(
       [inj, ids, period, st, budget](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
@@ -200,7 +200,7 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
 grpc::ServerUnaryReactor* InjectorService::GetRuleEffect(grpc::CallbackServerContext* ctx,
                                                          const v1::GetRuleEffectRequest* req,
                                                          v1::RuleEffect* resp) {
-  auto inj = parts_->NeedInjector();
+  auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   auto info = (*inj)->Get(req->id());
   if (!info.ok()) return Reply(ctx, info.status());
