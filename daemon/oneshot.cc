@@ -222,6 +222,7 @@ class ObserverRun {
                                                     const std::atomic<bool>* cancel) {
     ObserverOptions oo;
     oo.filters = o.filters;
+    oo.netns = o.netns;
     auto obs = Observer::Create(oo, cancel);
     if (!obs.ok()) return obs.status();
     std::unique_ptr<ObserverRun> run(new ObserverRun(std::move(*obs)));
