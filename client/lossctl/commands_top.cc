@@ -102,7 +102,9 @@ class Screen {
 // stream is asked for again every 500 ms within --timeout.
 class WindowStream {
  public:
-  WindowStream(Connection* conn, uint64_t window_ns, int wake_fd) : conn_(conn), wake_fd_(wake_fd) {
+  WindowStream(Connection* conn, uint64_t window_ns, uint64_t netns, int wake_fd)
+      : conn_(conn), wake_fd_(wake_fd) {
+    req_.set_netns_ino(netns);
     req_.set_window_ns(window_ns);
     thread_ = std::thread([this] { Run(); });
   }
@@ -276,6 +278,8 @@ int Top(const Globals& g, const TopFlags& f) {
     if (!BuildFilters(ff, &allow, &deny, &error)) return UsageError(error);
     for (auto& a : allow) *flows_req.add_filter() = std::move(a);
   }
+  // One namespace: the retransmits by type are its own too.
+  uint64_t agg_netns = flows_req.filter_size() == 1 ? flows_req.filter(0).netns_ino() : 0;
   if (!ParseUint(f.rules, 0, 1000, "--rules", &max_rules, &error)) return UsageError(error);
   if (!f.flows.empty() && !ParseUint(f.flows, 0, 100000, "--flows", &max_flows, &error))
     return UsageError(error);
@@ -306,7 +310,7 @@ int Top(const Globals& g, const TopFlags& f) {
   {
     Screen screen(draw, want_keys);
     layout.keys = screen.keys();
-    WindowStream stream(conn.get(), interval, wake_w.get());
+    WindowStream stream(conn.get(), interval, agg_netns, wake_w.get());
     uint64_t frames = 0;
     auto render = [&]() {
       if (draw) {
@@ -405,7 +409,7 @@ void AddTopCommand(CLI::App* app, const Globals* g, Run* run) {
   top->add_option("--count", tf->count, "Stop after this many frames");
   top->add_option("--netns", tf->netns,
                   "Show the flows of this network namespace only: its inode, /proc/PID/ns/net or "
-                  "/run/netns/NAME (repeatable; the retransmit totals stay the daemon's)")
+                  "/run/netns/NAME (repeatable; with one, the retransmits by type are that namespace's too)")
       ->allow_extra_args(false);
   top->callback([g, tf, run] { *run = [g, tf] { return Top(*g, *tf); }; });
 }

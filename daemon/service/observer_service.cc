@@ -283,16 +283,23 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
   auto period = StreamPeriod(req->window_ns(), "window_ns");
   size_t queue = *parts_->streams().QueueLength(0, 65536, "");  // --max-queue at most
   uint64_t window = period.ok() ? uint64_t(period->count()) : 0;
+  uint64_t netns = req->netns_ino();
+  Status netns_st = netns > UINT32_MAX
+                        ? InvalidArgument("netns_ino: " + std::to_string(netns) +
+                                          " is no network namespace inode (they are 32-bit)")
+                        : Status::Ok();
   auto need = parts_->NeedObserver();
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
   std::atomic<int>* subs = &subscribers_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!period.ok()) return ToGrpc(period.status());
+    if (!netns_st.ok()) return ToGrpc(netns_st);
     if (!obs) return ToGrpc(need.status());
     StreamOptions so;
     so.subscribe.queue = queue;
     so.subscribe.kinds = KindBit(OBS_EV_RETRANSMIT);
+    if (netns) so.subscribe.filter = [netns](const obs_event& ev) { return ev.netns == netns; };
     so.subscribe.stream = "WatchAggregates";
     so.counted_in = subs;
     auto opened = obs->hub().OpenStream(std::move(so));

@@ -26,7 +26,8 @@ import sys
 import time
 import unittest
 
-from lab import daemon, traffic
+from lab import config, daemon, traffic
+from lab.clients import run_client
 from lab.config import main
 from lab.daemon import Daemon, StreamReader, wait_until
 from lab.lossd import OUTCOMES, TYPES, Lossd
@@ -149,6 +150,20 @@ class ContainerNetns(unittest.TestCase):
             cls.flows_all = d.obs.ListFlows(pb.ListFlowsRequest(), timeout=10).flows
             cls.flows_ns = d.obs.ListFlows(pb.ListFlowsRequest(filter=[F(netns_ino=cls.ino["ctr"])]), timeout=10).flows
             cls.flows_id = d.obs.ListFlows(pb.ListFlowsRequest(filter=[F(container=cls.cid[:12])]), timeout=10).flows
+            # The clients, by path and by inode.
+            cls.ctl_flows = {}
+            if config.LOSSCTL:
+                for how in ("/run/netns/" + lab.ctr, str(cls.ino["ctr"])):
+                    cls.ctl_flows[how] = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "-o", "json",
+                                                          "flows", "--netns", how])
+            code = ("import json, sys; from lossd_client import Client\n"
+                    "c = Client(sys.argv[1])\n"
+                    "fl = c.flows(netns=sys.argv[2])\n"
+                    "t = [n for n in c.totals() if n.netns_ino == int(sys.argv[3])]\n"
+                    "print(json.dumps({'flows': [[f.netns_ino, f.tuple.remote_port] for f in fl],"
+                    " 'totals': [n.netns_ino for n in t]}))\n")
+            cls.py_flows = run_client(lab, [sys.executable, "-c", code, d.addr, "/run/netns/" + lab.ctr,
+                                            str(cls.ino["ctr"])])
             cls.sent_c, _ = fc.release()
             cls.sent_h, _ = fh.release()
         finally:
@@ -239,6 +254,20 @@ class ContainerNetns(unittest.TestCase):
         for listed in (self.flows_ns, self.flows_id):
             self.assertEqual({(x.netns_ino, x.tuple.remote_port) for x in listed}, {(ctr, PC), (ctr, PP)}, listed)
             self.assertTrue(all(x.owner.container == self.cid for x in listed), listed)
+
+    def test_clients_filter_by_netns(self):
+        want = {(self.ino["ctr"], PC), (self.ino["ctr"], PP)}
+        if not config.LOSSCTL:
+            self.skipTest("no --lossctl")
+        for how, r in self.ctl_flows.items():
+            self.assertEqual(r.rc, 0, r)
+            got = {(int(f["netns_ino"]), f["tuple"]["remote_port"])
+                   for f in r.json().get("flows", [])}
+            self.assertEqual(got, want, "lossctl flows --netns %s: %s" % (how, r))
+        self.assertEqual(self.py_flows.rc, 0, self.py_flows)
+        j = self.py_flows.json()
+        self.assertEqual({tuple(x) for x in j["flows"]}, want, self.py_flows)
+        self.assertEqual(j["totals"], [self.ino["ctr"]], self.py_flows)
 
     def test_preexisting_container_flow_picked_up_in_its_namespace(self):
         pre = [f for f in self.flows_before if f.netns_ino == self.ino["ctr"] and f.tuple.remote_port == PP]
