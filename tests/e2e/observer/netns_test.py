@@ -60,6 +60,7 @@ class ContainerLab(Lab):
             # The container sends wire-sized segments (no GSO skbs of ~45 forwarded whole):
             # hundreds of independent drops rather than a few.
             self.run(self.ctr, "ethtool", "-K", "c0", "tso", "off", "gso", "off")
+            self.run(self.host, "ethtool", "-K", "hr", "tso", "off", "gso", "off")  # the host's own flow
         except BaseException:
             self.close()
             raise
@@ -137,6 +138,10 @@ class ContainerNetns(unittest.TestCase):
                                                      timeout=300), "stalls"),
         }
         wait_until(lambda: d.health().subscribers == len(cls.readers), 10, "every stream subscribed")
+        # A trace of the container's flow, named by its namespace and port: it waits for it.
+        cls.trace = StreamReader(d.obs.TraceFlow(pb.TraceFlowRequest(
+            flow=F(netns_ino=cls.ino["ctr"], port=pb.PortRange(lo=PC, hi=PC)), wait_ns=30_000_000_000),
+            timeout=300), "trace")
         k0 = {k: lab.counters(ns) for k, ns in (("host", lab.host), ("ctr", lab.ctr), ("rem", lab.rem))}
         t0 = totals_of(d.obs.GetTotals(pb.GetTotalsRequest(), timeout=10))
         m0 = metrics(lab, d.http_port)
@@ -190,6 +195,9 @@ class ContainerNetns(unittest.TestCase):
         cls.own_resp = d.obs.GetTotals(pb.GetTotalsRequest(netns_ino=cls.ino["host"]), timeout=10)
         cls.m0, cls.m1 = m0, metrics(lab, d.http_port)
         cls.eff_c, cls.eff_h = d.effect(cls.r_c.id), d.effect(cls.r_h.id)
+        cls.trace.wait_for(lambda m: any(x.HasField("closed") for x in m), 20, "the trace's end")
+        cls.traced = cls.trace.snapshot()
+        cls.trace.cancel()
         for r in cls.readers.values():
             r.cancel()
         cls.pre.release()
@@ -359,6 +367,31 @@ class ContainerNetns(unittest.TestCase):
         self.assertEqual(sorted(map(key, host)), sorted(map(key, self.events["host_ns"])))
         self.assertEqual(sum(e.segments for e in host), self.dk["host"]["Tcp.RetransSegs"], self.ctx())
         self.assertTrue(all(e.netns_ino == self.ino["ctr"] for e in self.stalls), self.stalls)
+
+    def test_trace_of_a_container_flow_links_drops(self):
+        msgs = self.traced
+        self.assertTrue(msgs and msgs[0].HasField("flow"), msgs[:1])
+        first = msgs[0].flow
+        self.assertEqual((first.netns_ino, first.tuple.local_addr, first.tuple.remote_port),
+                         (self.ino["ctr"], C_ADDR, PC))
+        kinds = lambda k: [getattr(m, k) for m in msgs if m.HasField(k)]
+        rtx, drops, closed = kinds("retransmit"), kinds("drop"), kinds("closed")
+        self.assertTrue(rtx and drops, "trace: %d retransmits, %d drops" % (len(rtx), len(drops)))
+        self.assertTrue(all(e.netns_ino == self.ino["ctr"] for e in rtx))
+        self.assertTrue(all(x.drop.rule_id == self.r_c.id for x in drops), drops[:3])
+        self.assertEqual(closed[-1].netns_ino, self.ino["ctr"])
+        # The resends of the flow are of ranges its recorded drops cover (the container's own
+        # flow: dropped on the host, resent in the container). Not every one: the trace reads
+        # the injector's per-flow log (its last 16 drops) as it goes, and counts the drops
+        # that left it unread as DROP_LOG gaps.
+        ranges = [(x.drop.seq, x.drop.length) for x in drops]
+        covered = [e for e in rtx if any((e.seq - s) % (1 << 32) < n for s, n in ranges)]
+        lost = sum(m.gap.count for m in msgs if m.HasField("gap")
+                   and m.gap.source == self.pb.GAP_SOURCE_DROP_LOG)
+        measured("observer_netns_trace", retransmits=len(rtx), drops=len(drops), covered=len(covered),
+                 drop_log_gaps=lost)
+        self.assertGreater(len(covered), len(rtx) / 2, "resends covered by a traced drop: %d of %d "
+                           "(drops that left the log unread: %d)" % (len(covered), len(rtx), lost))
 
     # ---------------------------------------------------------------- effects --
     def test_rule_effect_links_container_resends_to_drops(self):
