@@ -82,9 +82,11 @@ struct {
 	__type(value, struct obs_total);
 } obs_totals SEC(".maps");
 
-/* The totals of each network namespace (docs/observer.md#namespaces). */
+/* The totals of each network namespace (docs/observer.md#namespaces).
+ * Allocated per entry (256 bytes per CPU each), not the whole table up front. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, OBS_MAX_NETNS);
 	__type(key, __u64); /* netns inode */
 	__type(value, struct obs_ns_total);
