@@ -23,9 +23,9 @@
  * this kernel (docs/observer.md), and tracing programs are skipped when they
  * would nest on a CPU; sock_ops programs are neither.
  *
- * Totals cover every socket of the configured network namespace (they
- * reconcile with its /proc/net/snmp and /proc/net/netstat); filters decide
- * which sockets get events and flow records.
+ * Totals cover every socket of the watched network namespaces, kept per
+ * namespace (each reconciles with its own /proc/net/snmp and
+ * /proc/net/netstat); filters decide which sockets get events and flow records.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
@@ -82,6 +82,40 @@ struct {
 	__type(value, struct obs_total);
 } obs_totals SEC(".maps");
 
+/* The totals of each network namespace (docs/observer.md#namespaces).
+ * Allocated per entry (256 bytes per CPU each), not the whole table up front. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, OBS_MAX_NETNS);
+	__type(key, __u64); /* netns inode */
+	__type(value, struct obs_ns_total);
+} obs_ns_totals SEC(".maps");
+
+/* ... and of the namespaces that found obs_ns_totals full. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct obs_ns_total);
+} obs_ns_other SEC(".maps");
+
+/* Never written: the zeros a new obs_ns_totals entry starts from. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct obs_ns_total);
+} obs_ns_zero SEC(".maps");
+
+/* OBS_NETNS_SET: the watched namespaces (netns inode -> 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, OBS_MAX_WATCHED_NETNS);
+	__type(key, __u64);
+	__type(value, __u32);
+} obs_netns_set SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -110,11 +144,23 @@ static __always_inline struct obs_config *get_config(void)
 	return bpf_map_lookup_elem(&obs_cfg, &zero);
 }
 
+static __always_inline __u32 sock_netns(const struct sock *sk)
+{
+	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+}
+
+/* Whether the socket's network namespace is watched (obs_config.netns_mode). */
 static __always_inline int in_netns(const struct obs_config *cfg, const struct sock *sk)
 {
+	if (cfg->netns_mode == OBS_NETNS_ALL)
+		return 1;
+	if (cfg->netns_mode == OBS_NETNS_SET) {
+		__u64 ino = sock_netns(sk);
+		return bpf_map_lookup_elem(&obs_netns_set, &ino) != NULL;
+	}
 	if (!cfg->netns_ino)
 		return 1;
-	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) == cfg->netns_ino;
+	return sock_netns(sk) == cfg->netns_ino;
 }
 
 static __always_inline void read_tuple(const struct sock *sk, struct obs_tuple *t)
@@ -220,7 +266,27 @@ static __always_inline void read_state(struct tcp_sock *tp, struct obs_sock_stat
 	st->bytes_sent = tp->bytes_sent;
 }
 
-static __always_inline void add_total(__u32 type, __u32 outcome, __u32 segs)
+/* This CPU's totals of namespace `ino`: its own entry, created on first
+ * use, or the "other namespaces" bucket once the table is full. */
+static __always_inline struct obs_ns_total *ns_totals(__u64 ino)
+{
+	struct obs_ns_total *nt = bpf_map_lookup_elem(&obs_ns_totals, &ino);
+	if (nt)
+		return nt;
+	__u32 zero = 0;
+	struct obs_ns_total *z = bpf_map_lookup_elem(&obs_ns_zero, &zero);
+	if (z) {
+		/* a new per-CPU hash entry is zero on every other CPU; EEXIST: a
+		 * nested run created it first */
+		bpf_map_update_elem(&obs_ns_totals, &ino, z, BPF_NOEXIST);
+		nt = bpf_map_lookup_elem(&obs_ns_totals, &ino);
+		if (nt)
+			return nt;
+	}
+	return bpf_map_lookup_elem(&obs_ns_other, &zero);
+}
+
+static __always_inline void add_total(__u32 netns, __u32 type, __u32 outcome, __u32 segs)
 {
 	__u32 idx = type * OBS_OUTCOME_MAX + outcome;
 	if (idx >= OBS_TOTALS)
@@ -232,14 +298,20 @@ static __always_inline void add_total(__u32 type, __u32 outcome, __u32 segs)
 		__sync_fetch_and_add(&t->events, 1);
 		__sync_fetch_and_add(&t->segs, segs);
 	}
+	struct obs_ns_total *nt = ns_totals(netns);
+	if (nt) {
+		__sync_fetch_and_add(&nt->t[idx].events, 1);
+		__sync_fetch_and_add(&nt->t[idx].segs, segs);
+	}
 }
 
 static __always_inline void flow_init(struct obs_flow *f, const struct obs_tuple *t,
-				      __u64 cgroup_id, __u64 now)
+				      __u64 cgroup_id, __u32 netns, __u64 now)
 {
 	__builtin_memset(f, 0, sizeof(*f));
 	f->tuple = *t;
 	f->cgroup_id = cgroup_id;
+	f->netns = netns;
 	f->opened_ns = now;
 	f->updated_ns = now;
 	f->ca_since_ns = now;
@@ -280,7 +352,7 @@ static __always_inline struct obs_flow *flow_get(const struct sock *sk, __u64 co
 	struct obs_flow *init = bpf_map_lookup_elem(&obs_flow_scratch, &zero);
 	if (!init)
 		return NULL;
-	flow_init(init, &t, cg, now);
+	flow_init(init, &t, cg, sock_netns(sk), now);
 	if (bpf_map_update_elem(&obs_flows, &cookie, init, BPF_NOEXIST) == 0)
 		count(OBS_CNT_FLOWS_OPENED);
 	return bpf_map_lookup_elem(&obs_flows, &cookie);
@@ -328,7 +400,7 @@ static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp
 	int err = (int)skops->args[2];
 	__u32 type = classify(tp);
 	__u32 outcome = err ? OBS_FAILED : OBS_SENT;
-	add_total(type, outcome, segs);
+	add_total(sock_netns(sk), type, outcome, segs);
 
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = bpf_get_socket_cookie(skops);
@@ -371,7 +443,7 @@ static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp
 	e->err = err;
 	e->segs = segs;
 	e->seq = seq;
-	e->_pad = 0;
+	e->netns = f->netns;
 	read_state(tp, &e->st);
 	bpf_ringbuf_submit(e, wakeup_flag(now));
 }
@@ -419,7 +491,8 @@ int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_
 	struct obs_config *cfg = get_config();
 	if (!cfg || !sk || !req || !in_netns(cfg, sk))
 		return 0;
-	add_total(OBS_RTX_SYNACK, OBS_SENT, 1);
+	__u32 netns = sock_netns(sk);
+	add_total(netns, OBS_RTX_SYNACK, OBS_SENT, 1);
 
 	struct obs_tuple t = {};
 	t.family = BPF_CORE_READ(req, __req_common.skc_family);
@@ -449,6 +522,7 @@ int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_
 	e->cookie = bpf_get_socket_cookie((void *)sk); /* the listener's */
 	e->cgroup_id = cg;
 	e->tuple = t;
+	e->netns = netns;
 	e->type = OBS_RTX_SYNACK;
 	e->outcome = OBS_SENT;
 	e->segs = 1;
@@ -468,6 +542,7 @@ static __always_inline void event_head(struct obs_event *e, __u32 kind, __u64 no
 	e->cookie = cookie;
 	e->cgroup_id = f->cgroup_id;
 	e->tuple = f->tuple;
+	e->netns = f->netns;
 }
 
 /*

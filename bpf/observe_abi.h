@@ -55,6 +55,26 @@ struct obs_total {
 OBS_STATIC_ASSERT(sizeof(struct obs_total) == 16, "obs_total layout");
 #define OBS_TOTALS (OBS_RTX_MAX * OBS_OUTCOME_MAX)
 
+/*
+ * The totals of one network namespace (obs_ns_totals: netns inode -> this,
+ * per CPU), so that each reconciles with that namespace's own MIB. At most
+ * OBS_MAX_NETNS namespaces have their own entry; the retransmissions of the
+ * others, once the table is full, are counted in obs_ns_other.
+ */
+struct obs_ns_total {
+	struct obs_total t[OBS_TOTALS];
+};
+OBS_STATIC_ASSERT(sizeof(struct obs_ns_total) == 16 * OBS_TOTALS, "obs_ns_total layout");
+#define OBS_MAX_NETNS 1024
+
+/* Which network namespaces are watched (obs_config.netns_mode). */
+enum obs_netns_mode {
+	OBS_NETNS_ONE = 0, /* only obs_config.netns_ino (0: every namespace) */
+	OBS_NETNS_ALL = 1, /* every namespace */
+	OBS_NETNS_SET = 2, /* those in obs_netns_set (netns inode -> 1) */
+};
+#define OBS_MAX_WATCHED_NETNS 64
+
 /* Per-CPU observer self-counters, index into an array. */
 enum obs_counter {
 	OBS_CNT_RING_LOST = 0, /* events that could not be reserved in the ring */
@@ -172,7 +192,7 @@ struct obs_event {
 	__s32 err;
 	__u32 segs; /* tcp_skb_pcount of the resent skb */
 	__u32 seq;  /* first sequence number resent */
-	__u32 _pad;
+	__u32 netns; /* inode of the socket's network namespace (ns.inum) */
 	struct obs_sock_state st;
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_event) == 168, "obs_event layout");
@@ -194,7 +214,7 @@ struct obs_flow {
 	__u32 ca_state;
 	__u32 max_backoff;
 	__u32 preexisting; /* 1 if picked up by the iterator */
-	__u32 _pad;
+	__u32 netns;	   /* inode of the socket's network namespace (ns.inum) */
 	/* where the time went (obs_limit), ns; refreshed at every ACK and at close */
 	__u64 limit_ns[OBS_LIM_MAX];
 	/* stalls that ended (or the close ended), their time by cause */
@@ -308,12 +328,12 @@ struct obs_filter {
 OBS_STATIC_ASSERT(sizeof(struct obs_filter) == 48, "obs_filter layout");
 
 struct obs_config {
-	__u64 netns_ino; /* only sockets of this network namespace; 0 = all */
+	__u64 netns_ino; /* OBS_NETNS_ONE: only sockets of this network namespace; 0 = all */
 	__u32 n_filters;
 	__u32 n_traced;	     /* entries in obs_traced (0: tcp_probe skips the lookup) */
 	__u64 stall_min_ns;  /* stall threshold floor; 0 = OBS_STALL_MIN_NS_DEFAULT */
 	__u32 stall_rtts;    /* ... times the flow's minimum RTT; 0 = OBS_STALL_RTTS_DEFAULT */
-	__u32 _pad;
+	__u32 netns_mode;    /* obs_netns_mode */
 	struct obs_filter filters[OBS_MAX_FILTERS];
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_config) == 32 + 48 * OBS_MAX_FILTERS, "obs_config layout");

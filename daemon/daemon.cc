@@ -209,6 +209,7 @@ bool Daemon::LoadInjector() {
 void Daemon::LoadObserver() {
   ObserverOptions oo;
   oo.filters = opts_.observer_filters;
+  oo.netns = opts_.observer_netns;
   oo.stall_min_ns = opts_.stall_min_ns;
   oo.stall_rtts = opts_.stall_rtts;
   auto o = Observer::Create(oo, &stopping_);

@@ -44,6 +44,8 @@ struct DaemonOptions {
   bool observer = true;
   // Kernel-side observer filters (the daemon observes only these sockets).
   std::vector<ObsFilterSpec> observer_filters;
+  // The network namespaces it watches (--observe-netns; default every one).
+  NetnsWatch observer_netns{NetnsWatch::Mode::kAll, {}};
   // The stall threshold: max(floor, rtts x a flow's minimum RTT) (--stall-min, --stall-rtts).
   uint64_t stall_min_ns = OBS_STALL_MIN_NS_DEFAULT;
   uint32_t stall_rtts = OBS_STALL_RTTS_DEFAULT;

@@ -33,6 +33,7 @@ struct Flags {
   bool json = false, observe = false, events = false;
   std::vector<std::string> watch_ports, watch_addrs;
   std::vector<uint64_t> watch_cgroups;
+  std::string observe_netns;  // "": all (daemon), own (--observe)
   std::vector<std::string> protect_ports;
   bool force = false;
   std::string state_dir = "/run/lossd";
@@ -78,6 +79,10 @@ void AddOptions(CLI::App& app, Flags& f) {
                  "Observe only sockets with this local/remote address (CIDR); repeatable, OR");
   app.add_option("--watch-cgroup", f.watch_cgroups,
                  "Observe only sockets of this cgroup id; repeatable, OR");
+  app.add_option("--observe-netns", f.observe_netns,
+                 "Network namespaces the observer watches: all (the daemon's default), own "
+                 "(lossd's; the default of --observe) or PATH[,PATH...] (/proc/PID/ns/net, "
+                 "/run/netns/NAME, own; at most 64)");
   app.add_option("--log-level", f.log_level, "debug | info | warn | error");
   app.add_option("--protect-port", f.protect_ports,
                  "A TCP port no lossy rule may cut without force, beside 22, the control port and "
@@ -295,6 +300,27 @@ int Main(int argc, char** argv) {
   InjectorOptions injector;
   OneShotOptions o;
   Status st = WatchFilters(f, &filters);
+  bool daemon_mode = !HasRule(f) && !f.observe;
+  NetnsWatch netns;
+  if (st.ok()) {
+    auto w = ParseNetnsWatch(f.observe_netns.empty() ? (daemon_mode ? "all" : "own")
+                                                      : f.observe_netns);
+    if (w.ok()) {
+      netns = *w;
+      // Named namespaces must exist now: a typo is a usage error, not a
+      // daemon that observes nothing.
+      for (const auto& p : netns.paths) {
+        if (p == "own") continue;
+        auto ns = OpenNetns(p);
+        if (!ns.ok()) {
+          st = InvalidArgument("--observe-netns: " + ns.status().message());
+          break;
+        }
+      }
+    } else {
+      st = w.status();
+    }
+  }
   if (st.ok()) st = InjectorFlags(f, &injector);
   if (st.ok() && !f.duration.empty())
     st = DurationFlag("--duration", f.duration, false, &o.duration);
@@ -342,6 +368,7 @@ int Main(int argc, char** argv) {
     d.api.streams.max_queue_bytes = f.max_stream_mib << 20;
     d.observer = !f.no_observer;
     d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
+    d.observer_netns = netns;
     return RunDaemon(d);
   }
 
@@ -350,6 +377,7 @@ int Main(int argc, char** argv) {
   o.observe = f.observe;
   o.events = f.events;
   o.filters = filters;
+  o.netns = netns;
   if (st.ok() && HasRule(f)) {
     auto rule = BuildRuleSpec(f.rule);
     if (rule.ok()) {

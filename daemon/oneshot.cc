@@ -222,6 +222,7 @@ class ObserverRun {
                                                     const std::atomic<bool>* cancel) {
     ObserverOptions oo;
     oo.filters = o.filters;
+    oo.netns = o.netns;
     auto obs = Observer::Create(oo, cancel);
     if (!obs.ok()) return obs.status();
     std::unique_ptr<ObserverRun> run(new ObserverRun(std::move(*obs)));
@@ -244,6 +245,13 @@ class ObserverRun {
     StopPrinter();
     g_out.Exiting(kExitStallNs);
     Print(TotalsJson(obs_->Totals(), obs_->hooks()));
+    // Watching more than its own namespace: each one's totals (observer_totals
+    // are lossd's own namespace's).
+    if (obs_->netns_watch().mode != NetnsWatch::Mode::kOwn) {
+      NetnsTotals other;
+      for (const NetnsTotals& n : obs_->TotalsByNetns(0, &other)) Print(NetnsTotalsJson(n));
+      Print(NetnsTotalsJson(other));
+    }
     if (sub_)
       Print({{"event", "subscriber"},
              {"delivered", sub_->delivered()},

@@ -22,6 +22,7 @@ struct OneShotOptions {
   bool observe = false;  // run the observer: totals and flows at exit
   bool events = false;   // ... and print every event as it comes
   std::vector<ObsFilterSpec> filters;
+  NetnsWatch netns;  // --observe-netns (default: lossd's own namespace)
   std::chrono::nanoseconds interval{std::chrono::seconds(1)};  // > 0
   std::chrono::nanoseconds duration{0};                        // 0: until signalled
 };

@@ -151,6 +151,10 @@ void AddAllowFilterFlags(CLI::App* cmd, FilterFlags* f) {
       ->allow_extra_args(false);
   cmd->add_option("--rule", f->rules, "Flows a rule's match covers, by rule id (repeatable)")
       ->allow_extra_args(false);
+  cmd->add_option("--netns", f->netns,
+                  "Sockets of this network namespace: its inode, /proc/PID/ns/net or "
+                  "/run/netns/NAME (repeatable)")
+      ->allow_extra_args(false);
 }
 
 void AddDenyFilterFlags(CLI::App* cmd, FilterFlags* f) {

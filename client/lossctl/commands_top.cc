@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "common/fd.h"
 #include "connect.h"
+#include "filter_flags.h"
 #include "format.h"
 #include "interrupt.h"
 #include "rule_flags.h"
@@ -38,6 +39,7 @@ uint64_t ClockNs(clockid_t clock) {
 
 struct TopFlags {
   std::string interval = "1s", sort = "retrans", count, rules = "10", flows;
+  std::vector<std::string> netns;  // the flows of these network namespaces only
 };
 
 // The terminal while top draws on it: the alternate screen, no cursor, keys
@@ -100,7 +102,9 @@ class Screen {
 // stream is asked for again every 500 ms within --timeout.
 class WindowStream {
  public:
-  WindowStream(Connection* conn, uint64_t window_ns, int wake_fd) : conn_(conn), wake_fd_(wake_fd) {
+  WindowStream(Connection* conn, uint64_t window_ns, uint64_t netns, int wake_fd)
+      : conn_(conn), wake_fd_(wake_fd) {
+    req_.set_netns_ino(netns);
     req_.set_window_ns(window_ns);
     thread_ = std::thread([this] { Run(); });
   }
@@ -200,7 +204,8 @@ std::string ErrorText(const grpc::Status& st) {
 
 // The unary calls of one frame (each within --timeout); a failure shows in
 // its part of the frame.
-void Gather(Connection* conn, size_t max_rules, TopTracker* t) {
+void Gather(Connection* conn, size_t max_rules, const v1::ListFlowsRequest& flows_req,
+            TopTracker* t) {
   {
     v1::Health h;
     v1::Capabilities caps;
@@ -244,7 +249,7 @@ void Gather(Connection* conn, size_t max_rules, TopTracker* t) {
     v1::ListFlowsResponse resp;
     grpc::ClientContext ctx;
     conn->SetDeadline(&ctx);
-    grpc::Status st = conn->observer().ListFlows(&ctx, v1::ListFlowsRequest(), &resp);
+    grpc::Status st = conn->observer().ListFlows(&ctx, flows_req, &resp);
     if (!st.ok())
       t->SetFlowsError(ErrorText(st));
     else
@@ -265,6 +270,16 @@ int Top(const Globals& g, const TopFlags& f) {
   uint64_t count = 0, max_rules = 0, max_flows = 0;
   if (!f.count.empty() && !ParseUint(f.count, 1, UINT64_MAX, "--count", &count, &error))
     return UsageError(error);
+  v1::ListFlowsRequest flows_req;
+  {
+    FilterFlags ff;
+    ff.netns = f.netns;
+    std::vector<v1::EventFilter> allow, deny;
+    if (!BuildFilters(ff, &allow, &deny, &error)) return UsageError(error);
+    for (auto& a : allow) *flows_req.add_filter() = std::move(a);
+  }
+  // One namespace: the retransmits by type are its own too.
+  uint64_t agg_netns = flows_req.filter_size() == 1 ? flows_req.filter(0).netns_ino() : 0;
   if (!ParseUint(f.rules, 0, 1000, "--rules", &max_rules, &error)) return UsageError(error);
   if (!f.flows.empty() && !ParseUint(f.flows, 0, 100000, "--flows", &max_flows, &error))
     return UsageError(error);
@@ -295,7 +310,7 @@ int Top(const Globals& g, const TopFlags& f) {
   {
     Screen screen(draw, want_keys);
     layout.keys = screen.keys();
-    WindowStream stream(conn.get(), interval, wake_w.get());
+    WindowStream stream(conn.get(), interval, agg_netns, wake_w.get());
     uint64_t frames = 0;
     auto render = [&]() {
       if (draw) {
@@ -312,7 +327,7 @@ int Top(const Globals& g, const TopFlags& f) {
     };
     if (draw) {
       tracker.SetNote("connected; the first window comes within " + FormatDuration(interval));
-      Gather(conn.get(), max_rules, &tracker);
+      Gather(conn.get(), max_rules, flows_req, &tracker);
       render();
     }
     bool quit = false;
@@ -356,7 +371,7 @@ int Top(const Globals& g, const TopFlags& f) {
           if (draw && !render()) break;
           continue;
         }
-        Gather(conn.get(), max_rules, &tracker);
+        Gather(conn.get(), max_rules, flows_req, &tracker);
         if (!render()) break;  // stdout closed: a clean end
         if (count && ++frames >= count) break;
       }
@@ -392,6 +407,10 @@ void AddTopCommand(CLI::App* app, const Globals* g, Run* run) {
   top->add_option("--flows", tf->flows,
                   "Flows shown at most (default: as many as fit the terminal; 10 in plain frames)");
   top->add_option("--count", tf->count, "Stop after this many frames");
+  top->add_option("--netns", tf->netns,
+                  "Show the flows of this network namespace only: its inode, /proc/PID/ns/net or "
+                  "/run/netns/NAME (repeatable; with one, the retransmits by type are that namespace's too)")
+      ->allow_extra_args(false);
   top->callback([g, tf, run] { *run = [g, tf] { return Top(*g, *tf); }; });
 }
 

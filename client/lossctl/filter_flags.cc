@@ -1,7 +1,11 @@
 #include "filter_flags.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 
 #include "format.h"
@@ -82,6 +86,32 @@ bool NameSetter(const std::string& flag, const std::string& text, Setter* out, s
   return true;
 }
 
+// --netns: an inode (net:[INODE]), or a path to the namespace, stat'ed here
+// (/proc/PID/ns/net, /run/netns/NAME: lossctl runs on the daemon's host).
+bool NetnsSetter(const std::string& flag, const std::string& text, Setter* out,
+                 std::string* error) {
+  uint64_t ino = 0;
+  if (!text.empty() && text[0] == '/') {
+    if (text.size() > lossd::kMaxInputLength) {
+      *error = flag + ": a path of at most " + std::to_string(lossd::kMaxInputLength) +
+               " characters";
+      return false;
+    }
+    struct stat st;
+    if (stat(text.c_str(), &st) != 0) {
+      *error = flag + ": " + text + ": " + strerror(errno);
+      return false;
+    }
+    ino = st.st_ino;
+  } else if (!ParseUint(text, 1, UINT32_MAX,
+                        flag + " (a network namespace inode, /proc/PID/ns/net or /run/netns/NAME)",
+                        &ino, error)) {
+    return false;
+  }
+  *out = [ino](v1::EventFilter* f) { f->set_netns_ino(ino); };
+  return true;
+}
+
 bool RuleSetter(const std::string& flag, const std::string& text, Setter* out, std::string* error) {
   uint64_t id;
   if (!ParseUint(text, 1, UINT32_MAX, flag + " (a rule id)", &id, error)) return false;
@@ -131,14 +161,15 @@ bool BuildFilters(const FilterFlags& f, std::vector<v1::EventFilter>* allow,
   allow->clear();
   deny->clear();
   // Allow: the cross product of the dimensions given.
-  std::vector<std::vector<Setter>> dims(5);
+  std::vector<std::vector<Setter>> dims(6);
   if (!Setters("--addr", f.addrs, AddrSetter, &dims[0], error) ||
       !Setters("--port", f.ports, PortSetter, &dims[1], error) ||
       !Setters("--cgroup", f.cgroups, CgroupSetter, &dims[2], error) ||
       !Setters("--rule", f.rules, RuleSetter, &dims[3], error) ||
       !Setters("--unit", f.units, NameSetter, &dims[4], error) ||
       !Setters("--container", f.containers, NameSetter, &dims[4], error) ||
-      !Setters("--pod", f.pods, NameSetter, &dims[4], error))
+      !Setters("--pod", f.pods, NameSetter, &dims[4], error) ||
+      !Setters("--netns", f.netns, NetnsSetter, &dims[5], error))
     return false;
   std::vector<v1::RetransmitType> types;
   if (!ParseTypes("--type", f.types, &types, error)) return false;

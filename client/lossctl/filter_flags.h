@@ -14,12 +14,13 @@ namespace v1 = ::lossd::v1;
 struct FilterFlags {
   std::vector<std::string> addrs, ports, cgroups, types, rules;
   std::vector<std::string> units, containers, pods;  // the socket's owner by name (any of them)
+  std::vector<std::string> netns;  // network namespaces: inode, /proc/PID/ns/net, /run/netns/NAME
   std::vector<std::string> deny_addrs, deny_ports, deny_cgroups, deny_types, deny_rules;
 };
 
 // Allow: one EventFilter per combination of the given --addr, --port,
 // --cgroup (an id, or a path below the cgroup v2 mount), --rule and owner
-// (--unit, --container, --pod: any one of them) values (the API ANDs inside a filter and ORs across
+// (--unit, --container, --pod: any one of them) and --netns values (the API ANDs inside a filter and ORs across
 // filters), each with every --type: "--port 80 --port 443 --addr 10.0.0.0/8"
 // is (port 80 or 443) and addr 10.0.0.0/8. Nothing given: no filter.
 // Deny: each --deny-addr/-port/-cgroup/-rule value is a filter of its own;

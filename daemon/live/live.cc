@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "host/netns.h"
 #include "live/sse.h"
 #include "live/web_assets.h"
 
@@ -395,6 +396,9 @@ void LivePage::RunAggregates() {
     v1::WatchAggregatesRequest req;
     req.set_window_ns(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(kPeriod).count()));
+    // The page sets these totals beside the kernel counters of the daemon's
+    // own namespace (the "kernel" message): the same namespace's only.
+    req.set_netns_ino(ThreadNetnsIno());
     auto reader = observer_->WatchAggregates(&ctx, req);
     v1::Aggregate a;
     while (reader->Read(&a)) {

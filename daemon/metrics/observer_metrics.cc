@@ -57,11 +57,12 @@ void ObserverMetrics(Observer& obs, EffectTracker* effects, const MetricsOptions
   ObsTotals t = obs.Totals();
   {
     Fam segs(out, "lossd_retransmitted_segments_total",
-             "TCP retransmitted segments by type and outcome (sums to the kernel's "
-             "TcpRetransSegs)",
+             "TCP retransmitted segments of lossd's own network namespace by type and outcome "
+             "(sums to its TcpRetransSegs; every namespace: lossd_netns_*)",
              MetricType::Counter);
     Fam events(out, "lossd_retransmit_events_total",
-               "TCP retransmission events (one per resent skb) by type and outcome",
+               "TCP retransmission events (one per resent skb) of lossd's own network namespace "
+               "by type and outcome",
                MetricType::Counter);
     for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
       for (int o = 0; o < OBS_OUTCOME_MAX; o++) {
@@ -70,6 +71,25 @@ void ObserverMetrics(Observer& obs, EffectTracker* effects, const MetricsOptions
         events.Add(l, t.by_type[ty][o].events);
       }
     }
+  }
+  {
+    // Per watched network namespace (bounded: OBS_MAX_NETNS and the "other"
+    // bucket; never per flow). The unlabelled families above are lossd's own
+    // namespace's.
+    Fam segs(out, "lossd_netns_retransmitted_segments_total",
+             "TCP retransmitted segments (sent and failed) by network namespace (inode; "
+             "\"other\": namespaces beyond the observer's table) and type (each namespace's "
+             "sum is its TcpRetransSegs)",
+             MetricType::Counter);
+    NetnsTotals other;
+    auto by_ns = obs.TotalsByNetns(0, &other);
+    auto add = [&segs](const std::string& label, const NetnsTotals& n) {
+      for (int ty = 0; ty < OBS_RTX_MAX; ty++)
+        segs.Add({{"netns", label}, {"type", RtxTypeName(ty)}},
+                 n.by_type[ty][OBS_SENT].segs + n.by_type[ty][OBS_FAILED].segs);
+    };
+    for (const NetnsTotals& n : by_ns) add(std::to_string(n.ino), n);
+    add("other", other);
   }
   {
     Fam lost(out, "lossd_events_lost_total",

@@ -54,6 +54,7 @@ bool Matches(const StreamFilter& f, FilterSubject& s) {
       !(f.port.lo <= t.dport && t.dport <= f.port.hi))
     return false;
   if (f.cgroup_id && f.cgroup_id != s.cgroup_id) return false;
+  if (f.netns && f.netns != s.netns) return false;
   if (f.by_owner() && !OwnerMatches(f, s.owner())) return false;
   if (s.type >= 0 && !f.types.empty() && !f.types.count(s.type)) return false;
   if (f.rule_id) {
@@ -66,9 +67,9 @@ bool Matches(const StreamFilter& f, FilterSubject& s) {
 FilterSet::FilterSet(const std::vector<StreamFilter>& filters) {
   for (const StreamFilter& f : filters) {
     bool a = f.addr.has_value(), p = !f.port.Any(), c = f.cgroup_id != 0, t = !f.types.empty(),
-         r = f.rule_id != 0;
+         r = f.rule_id != 0, n = f.netns != 0;
     // A filter by owner name (unit, container, ...) is checked one by one (rest_).
-    int fields = a + p + c + t + r + f.by_owner();
+    int fields = a + p + c + t + r + n + f.by_owner();
     if (fields == 0) {
       all_ = true;
     } else if (fields == 1 && a && f.addr->IsHost()) {
@@ -78,6 +79,8 @@ FilterSet::FilterSet(const std::vector<StreamFilter>& filters) {
       for (uint32_t port = f.port.lo; port <= f.port.hi; port++) ports_[port] = true;
     } else if (fields == 1 && c) {
       cgroups_.insert(f.cgroup_id);
+    } else if (fields == 1 && n) {
+      netns_.insert(f.netns);
     } else if (fields == 1 && r) {
       rules_.insert(f.rule_id);
     } else if (fields == 1 && t) {
@@ -101,6 +104,7 @@ bool FilterSet::Any(FilterSubject& s) const {
   }
   if (!ports_.empty() && (ports_[t.sport] || ports_[t.dport])) return true;
   if (s.cgroup_id && cgroups_.count(s.cgroup_id)) return true;
+  if (s.netns && netns_.count(s.netns)) return true;
   if (!rules_.empty())
     for (uint32_t id : s.rules())
       if (rules_.count(id)) return true;
@@ -126,12 +130,12 @@ bool StreamFilters::Wanted(FilterSubject& s) const {
 
 bool StreamFilters::WantsEvent(const obs_event& ev, bool typed) const {
   FilterSubject s(lookups_, ev.cookie, ev.tuple, ev.cgroup_id,
-                  typed ? static_cast<int>(ev.type) : -1);
+                  typed ? static_cast<int>(ev.type) : -1, ev.netns);
   return Wanted(s);
 }
 
 bool StreamFilters::WantsFlow(uint64_t cookie, const obs_flow& f) const {
-  FilterSubject s(lookups_, cookie, f.tuple, f.cgroup_id, -1);
+  FilterSubject s(lookups_, cookie, f.tuple, f.cgroup_id, -1, f.netns);
   return Wanted(s);
 }
 

@@ -27,6 +27,7 @@ struct StreamFilter {
   uint64_t cgroup_id = 0;
   std::set<int> types;   // obs_rtx_type; empty = any
   uint32_t rule_id = 0;  // flows this rule's match covers
+  uint64_t netns = 0;    // sockets of this network namespace (inode); 0 any
   // The socket's owner by name (host/targets.h); looked up only when given.
   std::string cgroup, unit, container, pod;
   bool by_owner() const {
@@ -60,11 +61,17 @@ class FilterSubject {
  public:
   // type < 0: not a retransmission (flows, stalls): the filters' types are ignored.
   FilterSubject(const FilterLookups& lookups, uint64_t cookie, const obs_tuple& tuple,
-                uint64_t cgroup_id, int type)
-      : tuple(tuple), cgroup_id(cgroup_id), type(type), lookups_(lookups), cookie_(cookie) {}
+                uint64_t cgroup_id, int type, uint64_t netns = 0)
+      : tuple(tuple),
+        cgroup_id(cgroup_id),
+        type(type),
+        netns(netns),
+        lookups_(lookups),
+        cookie_(cookie) {}
   const obs_tuple& tuple;
   const uint64_t cgroup_id;
   const int type;
+  const uint64_t netns;  // the socket's network namespace (inode)
   const std::vector<uint32_t>& rules();
   const CgroupOwner& owner();
 
@@ -98,6 +105,7 @@ class FilterSet {
   std::unordered_set<std::string> hosts_;
   std::vector<bool> ports_;
   std::unordered_set<uint64_t> cgroups_;
+  std::unordered_set<uint64_t> netns_;
   std::unordered_set<uint32_t> rules_;
   std::vector<StreamFilter> rest_;
 };

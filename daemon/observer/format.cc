@@ -78,6 +78,7 @@ void AddFlowBody(const obs_flow& f, Json* j) {
   Json& o = *j;
   AddTuple(f.tuple, j);
   o["cgroup_id"] = U(f.cgroup_id);
+  o["netns"] = U(f.netns);
   o["opened_ns"] = U(f.opened_ns);
   o["updated_ns"] = U(f.updated_ns);
   o["cwnd"] = U32(f.cwnd);
@@ -139,7 +140,8 @@ Json EventJson(const ObsEvent& e) {
             {"seq", U(e.seq)},
             {"time_ns", U(ev.time_ns)},
             {"cookie", U(ev.cookie)},
-            {"cgroup_id", U(ev.cgroup_id)}};
+            {"cgroup_id", U(ev.cgroup_id)},
+            {"netns", U(ev.netns)}};
   AddTuple(ev.tuple, &j);
   if (rtx) {
     j["type"] = RtxTypeName(ev.type);
@@ -171,15 +173,30 @@ Json FlowJson(const ObsFlow& f) {
   return j;
 }
 
-Json TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hooks) {
+namespace {
+
+Json TypesJson(const RtxTotals& by_type) {
   Json types = Json::object();
   for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
     Json outs = Json::object();
     for (int o = 0; o < OBS_OUTCOME_MAX; o++)
-      outs[OutcomeName(o)] = {{"events", U(t.by_type[ty][o].events)},
-                              {"segs", U(t.by_type[ty][o].segs)}};
+      outs[OutcomeName(o)] = {{"events", U(by_type[ty][o].events)},
+                              {"segs", U(by_type[ty][o].segs)}};
     types[RtxTypeName(ty)] = std::move(outs);
   }
+  return types;
+}
+
+}  // namespace
+
+Json NetnsTotalsJson(const NetnsTotals& n) {
+  return {{"event", "netns_totals"},           {"netns", U(n.ino)},
+          {"path", n.path},                    {"own", n.own},
+          {"retrans_segs", U(RetransSegsOf(n.by_type))}, {"types", TypesJson(n.by_type)}};
+}
+
+Json TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hooks) {
+  Json types = TypesJson(t.by_type);
   Json hs = Json::array();
   for (const auto& h : hooks)
     hs.push_back({{"name", h.name}, {"attached", h.attached}, {"error", h.error}});

@@ -17,5 +17,7 @@ std::string AddrText(uint16_t family, const uint32_t* addr);
 Json EventJson(const ObsEvent& e);  // {"event":"retransmit"|"flow_close",...}
 Json FlowJson(const ObsFlow& f);    // {"cookie":...,"saddr":...,...}
 Json TotalsJson(const ObsTotals& t, const std::vector<ObsHookStatus>& hooks);  // observer_totals
+// One namespace's totals (netns_totals; ino 0: the "other namespaces" bucket).
+Json NetnsTotalsJson(const NetnsTotals& n);
 
 }  // namespace lossd

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <chrono>
 #include <map>
 #include <mutex>
 
@@ -17,7 +18,53 @@
 #include "observe.skel.h"
 
 namespace lossd {
-namespace {}  // namespace
+namespace {
+
+// Every TCP socket's sockops program run looks its namespace up in
+// obs_netns_set (kSet): bounded by OBS_MAX_WATCHED_NETNS.
+constexpr auto kPruneEvery = std::chrono::seconds(10);
+
+}  // namespace
+
+Result<NetnsWatch> ParseNetnsWatch(const std::string& text) {
+  NetnsWatch w;
+  if (text == "own" || text.empty()) return w;
+  if (text == "all") {
+    w.mode = NetnsWatch::Mode::kAll;
+    return w;
+  }
+  w.mode = NetnsWatch::Mode::kSet;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string p = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (p.empty()) return InvalidArgument("--observe-netns: an empty path in '" + text + "'");
+    if (p == "all") return InvalidArgument("--observe-netns: 'all' cannot be part of a list");
+    if (p != "own" && p[0] != '/')
+      return InvalidArgument("--observe-netns: '" + p +
+                             "' is not own, all nor an absolute path (/proc/PID/ns/net, "
+                             "/run/netns/NAME)");
+    if (p.size() > 4096) return InvalidArgument("--observe-netns: a path longer than 4096 bytes");
+    w.paths.push_back(p);
+    if (w.paths.size() > OBS_MAX_WATCHED_NETNS)
+      return InvalidArgument("--observe-netns: at most " + std::to_string(OBS_MAX_WATCHED_NETNS) +
+                             " namespaces (or all)");
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return w;
+}
+
+std::string NetnsWatchText(const NetnsWatch& w) {
+  switch (w.mode) {
+    case NetnsWatch::Mode::kOwn: return "own";
+    case NetnsWatch::Mode::kAll: return "all";
+    case NetnsWatch::Mode::kSet: break;
+  }
+  std::string s;
+  for (const auto& p : w.paths) s += (s.empty() ? "" : ",") + p;
+  return s;
+}
 
 const char* RtxTypeName(int type) {
   switch (type) {
@@ -41,7 +88,7 @@ const char* OutcomeName(int outcome) {
   return "?";
 }
 
-uint64_t ObsTotals::RetransSegs() const {
+uint64_t RetransSegsOf(const RtxTotals& by_type) {
   uint64_t segs = 0;
   for (int t = 0; t < OBS_RTX_MAX; t++)
     segs += by_type[t][OBS_SENT].segs + by_type[t][OBS_FAILED].segs;
@@ -153,7 +200,9 @@ Status Observer::AttachSockops() {
 
 // Existing flows next: this arms their retransmission callback, and once
 // the tracepoints run, a flow's next ACK would create its record and the
-// iterator would no longer mark it preexisting.
+// iterator would no longer mark it preexisting. iter/tcp walks the sockets of
+// the namespace of the thread that creates the iterator, so this thread
+// enters each watched namespace in turn to create and read one.
 void Observer::PickUpExisting(bool enabled, const std::string& load_error) {
   ObsHookStatus it;
   it.name = "iter/tcp";
@@ -164,16 +213,45 @@ void Observer::PickUpExisting(bool enabled, const std::string& load_error) {
     if (!l) {
       it.error = std::string("attach iter/tcp: ") + strerror(errno);
     } else {
-      int fd = bpf_iter_create(bpf_link__fd(l.get()));
-      if (fd < 0) {
-        it.error = std::string("create tcp iterator: ") + strerror(errno);
+      // The namespaces to walk: lossd's own (if watched) first, then the others.
+      std::vector<std::pair<uint64_t, std::string>> todo;
+      if (Watches(own_ino_)) todo.emplace_back(own_ino_, "");
+      if (watch_.mode == NetnsWatch::Mode::kAll) {
+        for (const auto& [ino, path] : ListNetns(OBS_MAX_NETNS))
+          if (ino != own_ino_) todo.emplace_back(ino, path);
       } else {
-        char buf[4096];
-        while (read(fd, buf, sizeof(buf)) > 0) {
-        }
-        close(fd);
-        it.attached = true;
+        for (const Netns& n : held_)
+          if (n.ino != own_ino_) todo.emplace_back(n.ino, n.where);
       }
+      size_t walked = 0, failed = 0;
+      std::string first_error;
+      for (const auto& [ino, path] : todo) {
+        Status st = Status::Ok();
+        if (path.empty()) {
+          st = WalkExisting(l.get());
+        } else {
+          auto ns = OpenNetns(path);  // a process may have gone since the listing
+          if (!ns.ok()) {
+            st = ns.status();
+          } else if (ns->ino != ino) {
+            continue;  // that process is in another namespace by now
+          } else {
+            EnterNetns in(*ns);
+            st = in.ok() ? WalkExisting(l.get()) : in.status();
+          }
+        }
+        if (st.ok()) {
+          walked++;
+        } else {
+          failed++;
+          if (first_error.empty()) first_error = st.message();
+        }
+      }
+      it.attached = walked > 0 || todo.empty();
+      if (failed)
+        it.error = std::to_string(failed) + " of " + std::to_string(todo.size()) +
+                   " namespaces not walked: " + first_error;
+      LOG_INFO("observer: existing flows picked up in %zu network namespaces", walked);
     }
     if (!it.attached)
       LOG_WARN("observer: %s (existing flows not picked up; their retransmissions are not counted)",
@@ -182,6 +260,114 @@ void Observer::PickUpExisting(bool enabled, const std::string& load_error) {
     it.error = "disabled";
   }
   hooks_.push_back(it);
+}
+
+Status Observer::WalkExisting(bpf_link* link) {
+  int fd = bpf_iter_create(bpf_link__fd(link));
+  if (fd < 0) return Status::FromErrno(errno, "create tcp iterator");
+  UniqueFd iter(fd);
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(iter.get(), buf, sizeof(buf))) > 0) {
+  }
+  if (n < 0) return Status::FromErrno(errno, "read tcp iterator");
+  return Status::Ok();
+}
+
+bool Observer::Watches(uint64_t ino) const {
+  switch (watch_.mode) {
+    case NetnsWatch::Mode::kAll: return true;
+    case NetnsWatch::Mode::kOwn: return ino == cfg_.netns_ino || cfg_.netns_ino == 0;
+    case NetnsWatch::Mode::kSet: break;
+  }
+  for (const Netns& n : held_)
+    if (n.ino == ino) return true;
+  return false;
+}
+
+Status Observer::AddNetnsTotals(uint64_t ino) {
+  std::vector<obs_ns_total> zero(static_cast<size_t>(ncpus_));
+  std::memset(zero.data(), 0, zero.size() * sizeof(obs_ns_total));
+  int err = bpf_map_update_elem(bpf_map__fd(skel_->maps.obs_ns_totals), &ino, zero.data(),
+                                BPF_NOEXIST);
+  if (err && errno != EEXIST)
+    return Status::FromErrno(errno, "add the totals of network namespace " + std::to_string(ino));
+  return Status::Ok();
+}
+
+// Which namespaces the programs watch, and an entry of totals for each
+// named one (and lossd's own): those are never in the "other" bucket.
+Status Observer::SetUpNetns(const ObserverOptions& opts) {
+  watch_ = opts.netns;
+  own_ino_ = ThreadNetnsIno();
+  if (!own_ino_) return Status::FromErrno(errno, "stat /proc/thread-self/ns/net");
+  if (opts.netns_ino) {  // one namespace by inode (tests, tools)
+    watch_ = NetnsWatch{};
+    cfg_.netns_mode = OBS_NETNS_ONE;
+    cfg_.netns_ino = opts.netns_ino;
+  } else if (watch_.mode == NetnsWatch::Mode::kOwn) {
+    cfg_.netns_mode = OBS_NETNS_ONE;
+    cfg_.netns_ino = own_ino_;
+  } else if (watch_.mode == NetnsWatch::Mode::kAll) {
+    cfg_.netns_mode = OBS_NETNS_ALL;
+  } else {
+    cfg_.netns_mode = OBS_NETNS_SET;
+    for (const std::string& p : watch_.paths) {
+      auto ns = p == "own" ? OwnNetns() : OpenNetns(p);
+      if (!ns.ok())
+        return Status(ns.status().code(), "--observe-netns: " + ns.status().message());
+      uint32_t one = 1;
+      if (bpf_map_update_elem(bpf_map__fd(skel_->maps.obs_netns_set), &ns->ino, &one, BPF_ANY))
+        return Status::FromErrno(errno, "watch network namespace " + p);
+      if (p == "own") ns->where = "/proc/" + std::to_string(getpid()) + "/ns/net";
+      held_.push_back(std::move(*ns));
+    }
+  }
+  LOSSD_RETURN_IF_ERROR(AddNetnsTotals(own_ino_));
+  {
+    std::lock_guard<std::mutex> lock(paths_mu_);
+    paths_[own_ino_] = "/proc/" + std::to_string(getpid()) + "/ns/net";
+    for (const Netns& n : held_) paths_[n.ino] = n.where;
+  }
+  for (const Netns& n : held_) LOSSD_RETURN_IF_ERROR(AddNetnsTotals(n.ino));
+  if (cfg_.netns_mode == OBS_NETNS_ONE && cfg_.netns_ino != own_ino_)
+    LOSSD_RETURN_IF_ERROR(AddNetnsTotals(cfg_.netns_ino));
+  return Status::Ok();
+}
+
+void Observer::PruneNetns() {
+  int fd = bpf_map__fd(skel_->maps.obs_ns_totals);
+  std::vector<uint64_t> keys;
+  uint64_t key, next;
+  uint64_t* prev = nullptr;
+  while (keys.size() < 2 * OBS_MAX_NETNS && bpf_map_get_next_key(fd, prev, &next) == 0) {
+    keys.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  bool unnamed = false;
+  {
+    std::lock_guard<std::mutex> lock(paths_mu_);
+    for (uint64_t k : keys) unnamed |= !paths_.count(k);
+  }
+  bool full = keys.size() > OBS_MAX_NETNS / 2;
+  if (!unnamed && !full) return;
+  std::map<uint64_t, std::string> alive = ListNetns(4 * OBS_MAX_NETNS);
+  std::lock_guard<std::mutex> lock(paths_mu_);
+  for (uint64_t k : keys) {
+    auto it = alive.find(k);
+    if (it != alive.end()) {
+      if (!paths_.count(k) || k != own_ino_) paths_[k] = it->second;
+      continue;
+    }
+    bool held = k == own_ino_ || k == cfg_.netns_ino;
+    for (const Netns& n : held_) held |= n.ino == k;
+    if (held) continue;
+    paths_.erase(k);
+    // Gone (no process in it, no bind mount): once the table is half full
+    // its totals are forgotten, so that it does not fill up with the dead.
+    if (full) bpf_map_delete_elem(fd, &k);
+  }
 }
 
 // Attaches each tracing program on its own: reports, does not fail, on what is missing.
@@ -230,13 +416,7 @@ Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* canc
   if (n <= 0) return Status::FromErrno(-n, "count possible CPUs");
   ncpus_ = n;
 
-  cfg_.netns_ino = opts.netns_ino;
-  if (!cfg_.netns_ino) {
-    struct stat st;
-    if (stat("/proc/self/ns/net", &st) != 0)
-      return Status::FromErrno(errno, "stat /proc/self/ns/net");
-    cfg_.netns_ino = st.st_ino;
-  }
+  LOSSD_RETURN_IF_ERROR(SetUpNetns(opts));
   if (opts.stall_min_ns == 0 || opts.stall_rtts == 0)
     return InvalidArgument("the stall threshold's floor and RTT multiple must be positive");
   cfg_.stall_min_ns = opts.stall_min_ns;
@@ -286,7 +466,12 @@ void Observer::Flush() {
 // 100 ms. An event after a quiet millisecond always wakes it.
 void Observer::Run() {
   int quiet_polls = 0;
+  auto next_prune = std::chrono::steady_clock::now() + kPruneEvery;
   while (!stop_) {
+    if (std::chrono::steady_clock::now() >= next_prune) {
+      PruneNetns();
+      next_prune = std::chrono::steady_clock::now() + kPruneEvery;
+    }
     int timeout_ms = quiet_polls < 500 ? 2 : 100;
     int n = ring_buffer__poll(ring_.get(), timeout_ms);
     // On a timeout ring_buffer__poll reads nothing: records submitted without
@@ -380,11 +565,66 @@ Status Observer::SetFilters(const std::vector<ObsFilterSpec>& filters) {
   return WriteConfigLocked();
 }
 
+namespace {
+
+// One namespace's per-CPU totals, summed.
+bool ReadNsTotals(int fd, const void* key, int ncpus, RtxTotals* out) {
+  std::vector<obs_ns_total> v(static_cast<size_t>(ncpus));
+  if (bpf_map_lookup_elem(fd, key, v.data())) return false;
+  for (const obs_ns_total& cpu : v) {
+    for (uint32_t i = 0; i < OBS_TOTALS; i++) {
+      obs_total& o = (*out)[i / OBS_OUTCOME_MAX][i % OBS_OUTCOME_MAX];
+      o.events += cpu.t[i].events;
+      o.segs += cpu.t[i].segs;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<NetnsTotals> Observer::TotalsByNetns(uint64_t ino, NetnsTotals* other) const {
+  std::vector<NetnsTotals> out;
+  int fd = bpf_map__fd(skel_->maps.obs_ns_totals);
+  std::vector<uint64_t> keys;
+  if (ino) {
+    keys.push_back(ino);
+  } else {
+    uint64_t key, next;
+    uint64_t* prev = nullptr;
+    while (keys.size() < 2 * OBS_MAX_NETNS && bpf_map_get_next_key(fd, prev, &next) == 0) {
+      keys.push_back(next);
+      key = next;
+      prev = &key;
+    }
+    std::sort(keys.begin(), keys.end());
+  }
+  for (uint64_t k : keys) {
+    NetnsTotals n;
+    n.ino = k;
+    n.own = k == own_ino_;
+    if (!ReadNsTotals(fd, &k, ncpus_, &n.by_type)) continue;  // gone since the listing
+    out.push_back(std::move(n));
+  }
+  {
+    std::lock_guard<std::mutex> lock(paths_mu_);
+    for (NetnsTotals& n : out) {
+      auto it = paths_.find(n.ino);
+      if (it != paths_.end()) n.path = it->second;
+    }
+  }
+  if (other) {
+    *other = NetnsTotals{};
+    uint32_t zero = 0;
+    ReadNsTotals(bpf_map__fd(skel_->maps.obs_ns_other), &zero, ncpus_, &other->by_type);
+  }
+  return out;
+}
+
 ObsTotals Observer::Totals() const {
   ObsTotals t;
-  for (uint32_t i = 0; i < OBS_TOTALS; i++)
-    AddPerCpu(bpf_map__fd(skel_->maps.obs_totals), i, ncpus_,
-              &t.by_type[i / OBS_OUTCOME_MAX][i % OBS_OUTCOME_MAX]);
+  // lossd's own namespace (its entry exists from the start).
+  ReadNsTotals(bpf_map__fd(skel_->maps.obs_ns_totals), &own_ino_, ncpus_, &t.by_type);
   for (uint32_t i = 0; i < OBS_CNT_MAX; i++)
     AddPerCpu(bpf_map__fd(skel_->maps.obs_counters), i, ncpus_, &t.counters[i]);
   t.ring_consumed = consumed_;

@@ -18,6 +18,7 @@
 #include "common/bpf_objects.h"
 #include "common/split_load.h"
 #include "common/status.h"
+#include "host/netns.h"
 #include "observe_abi.h"
 #include "observer/hub.h"
 #include "rules/rule.h"
@@ -33,10 +34,24 @@ struct ObsFilterSpec {
   int family = 0;  // 0 any, 4, 6
 };
 
+// Which network namespaces the observer watches (lossd --observe-netns):
+// lossd's own, every one, or a set named by path (/proc/PID/ns/net,
+// /run/netns/NAME; "own" in the list: lossd's).
+struct NetnsWatch {
+  enum class Mode { kOwn, kAll, kSet };
+  Mode mode = Mode::kOwn;
+  std::vector<std::string> paths;  // kSet
+};
+// "own", "all" or PATH[,PATH...] (at most OBS_MAX_WATCHED_NETNS; "own" may
+// be one of them). INVALID_ARGUMENT on anything else; paths are opened later.
+Result<NetnsWatch> ParseNetnsWatch(const std::string& text);
+std::string NetnsWatchText(const NetnsWatch& w);  // as parsed: "own", "all", "a,b"
+
 struct ObserverOptions {
-  // Only sockets of this network namespace (inode of /proc/<pid>/ns/net).
-  // 0: the namespace lossd runs in.
+  // Only sockets of this network namespace (inode of /proc/<pid>/ns/net);
+  // 0: as `netns` says (by default lossd's own namespace).
   uint64_t netns_ino = 0;
+  NetnsWatch netns;
   std::vector<ObsFilterSpec> filters;
   bool pick_up_existing = true;  // run iter/tcp at start
   // A stall is no delivery for longer than max(stall_min_ns, stall_rtts x
@@ -51,17 +66,31 @@ struct ObsHookStatus {
   std::string error;
 };
 
+// Retransmission totals, [type][outcome].
+using RtxTotals = std::array<std::array<obs_total, OBS_OUTCOME_MAX>, OBS_RTX_MAX>;
+// Exactly TcpRetransSegs of what they cover: segments the kernel counted
+// (sent + failed after counting) plus one per SYN-ACK retransmission.
+uint64_t RetransSegsOf(const RtxTotals& t);
+
+// The totals of one network namespace (they reconcile with its own
+// /proc/net/snmp and /proc/net/netstat).
+struct NetnsTotals {
+  uint64_t ino = 0;   // 0: the "other namespaces" bucket
+  std::string path;   // one path to it (/proc/PID/ns/net, /run/netns/NAME), "" if none known
+  bool own = false;   // lossd's own namespace
+  RtxTotals by_type{};
+};
+
 struct ObsTotals {
-  // [type][outcome]
-  std::array<std::array<obs_total, OBS_OUTCOME_MAX>, OBS_RTX_MAX> by_type{};
+  // lossd's own network namespace's totals (docs/observer.md#namespaces).
+  RtxTotals by_type{};
   std::array<uint64_t, OBS_CNT_MAX> counters{};
   uint64_t ring_consumed = 0;  // events read from the ring
   uint64_t hub_published = 0;
   uint64_t recursion_misses = 0;  // program runs the kernel skipped (all programs)
 
-  // Exactly TcpRetransSegs: segments the kernel counted (sent + failed
-  // after counting) plus one per SYN-ACK retransmission.
-  uint64_t RetransSegs() const;
+  // Exactly TcpRetransSegs of lossd's own namespace (RetransSegsOf).
+  uint64_t RetransSegs() const { return RetransSegsOf(by_type); }
 };
 
 struct ObsFlow {
@@ -108,6 +137,15 @@ class Observer {
   uint64_t stall_min_ns() const { return cfg_.stall_min_ns; }
   uint32_t stall_rtts() const { return cfg_.stall_rtts; }
   ObsTotals Totals() const;
+  // The totals of every namespace that has its own (those watched that
+  // retransmitted, and lossd's own and the named ones from the start), by
+  // inode; `other` those of the namespaces that found the table full.
+  // ino != 0: that namespace only (none if it has no entry).
+  std::vector<NetnsTotals> TotalsByNetns(uint64_t ino = 0, NetnsTotals* other = nullptr) const;
+  uint64_t own_netns() const { return own_ino_; }
+  const NetnsWatch& netns_watch() const { return watch_; }
+  // Whether sockets of namespace `ino` are watched.
+  bool Watches(uint64_t ino) const;
   std::vector<ObsFlow> Flows() const;
   Hub& hub() { return hub_; }
   // Stops the ring reader thread, then reads what is left in the ring (at a
@@ -124,7 +162,14 @@ class Observer {
   Status LoadPrograms(const std::atomic<bool>* cancel,
                       std::map<std::string, std::string>* load_errors);
   Status AttachSockops();
+  Status SetUpNetns(const ObserverOptions& opts);  // cfg_'s namespaces, obs_netns_set, held_
+  Status AddNetnsTotals(uint64_t ino);              // an entry of zeros in obs_ns_totals
   void PickUpExisting(bool enabled, const std::string& load_error);
+  // Runs the iterator in the calling thread's namespace (after EnterNetns).
+  Status WalkExisting(bpf_link* link);
+  // Forgets the totals of namespaces that are gone once the table is half
+  // full, and refreshes the paths (the reader thread, every 10 s).
+  void PruneNetns();
   void AttachTracepoints(std::map<std::string, std::string>& load_errors);
   // Loads program `name` from its own object (maps: skel_'s).
   Result<bpf_program*> LoadProgram(const char* name);
@@ -155,6 +200,11 @@ class Observer {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   int ncpus_ = 1;
+  NetnsWatch watch_;
+  uint64_t own_ino_ = 0;
+  std::vector<Netns> held_;  // the named namespaces (kSet), held open: their inodes stay theirs
+  mutable std::mutex paths_mu_;
+  std::map<uint64_t, std::string> paths_;  // netns inode -> a path to it
 };
 
 }  // namespace lossd

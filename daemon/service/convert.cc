@@ -198,6 +198,7 @@ void EventToProto(const obs_event& e, v1::RetransmitEvent* out) {
   out->set_segments(e.segs);
   out->set_seq(e.seq);
   StateToProto(e.st, out->mutable_state());
+  out->set_netns_ino(e.netns);
 }
 
 void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out, uint64_t closed_ns) {
@@ -236,6 +237,7 @@ void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out, uint64_t clo
     if (f.stall_ns[c]) (*out->mutable_stall_ns())[StallCauseName(c)] = f.stall_ns[c];
   if (!closed_ns) out->set_stalled_ns(StalledFor(f, end));
   out->set_min_rtt_us(f.min_rtt_us);
+  out->set_netns_ino(f.netns);
 }
 
 v1::StallCause StallCauseToProto(int c) {
@@ -259,6 +261,7 @@ void StallToProto(const obs_stall_event& e, v1::StallEvent* out) {
   out->set_duration_ns(s.duration_ns);
   out->set_cookie(e.ev.cookie);
   out->set_cgroup_id(e.ev.cgroup_id);
+  out->set_netns_ino(e.ev.netns);
   if (e.ev.cgroup_id) OwnerToProto(OwnerOfCgroupId(e.ev.cgroup_id), out->mutable_owner());
   TupleToProto(e.ev.tuple, out->mutable_tuple());
   out->set_cause(StallCauseToProto(static_cast<int>(s.cause)));
@@ -326,6 +329,10 @@ Status FiltersFromProto(const google::protobuf::RepeatedPtrField<v1::EventFilter
       p.types.insert(t - 1);  // proto enum = obs_rtx_type + 1
     }
     p.rule_id = f.rule_id();
+    if (f.netns_ino() > UINT32_MAX)
+      return InvalidArgument(name + ".netns_ino: " + std::to_string(f.netns_ino()) +
+                             " is no network namespace inode (they are 32-bit)");
+    p.netns = f.netns_ino();
     for (auto [field, in, to] : {std::make_tuple("cgroup", &f.cgroup(), &p.cgroup),
                                  std::make_tuple("unit", &f.unit(), &p.unit),
                                  std::make_tuple("container", &f.container(), &p.container),

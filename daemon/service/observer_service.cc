@@ -161,6 +161,49 @@ grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext
   return Reply(ctx, Status::Ok());
 }
 
+namespace {
+
+void NetnsTotalsToProto(const NetnsTotals& n, v1::NetnsTotals* out) {
+  out->set_netns_ino(n.ino);
+  out->set_path(n.path);
+  out->set_own(n.own);
+  for (int t = 0; t < OBS_RTX_MAX; t++) {
+    const char* name = RtxTypeName(t);
+    (*out->mutable_sent_segments())[name] = n.by_type[t][OBS_SENT].segs;
+    (*out->mutable_failed_segments())[name] = n.by_type[t][OBS_FAILED].segs;
+    (*out->mutable_sent_events())[name] = n.by_type[t][OBS_SENT].events;
+    (*out->mutable_failed_events())[name] = n.by_type[t][OBS_FAILED].events;
+  }
+  out->set_retrans_segs(RetransSegsOf(n.by_type));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ObserverService::GetTotals(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetTotalsRequest* req,
+                                                     v1::GetTotalsResponse* resp) {
+  auto need = parts_->NeedObserver();
+  if (!need.ok()) return Reply(ctx, need.status());
+  Observer* obs = *need;
+  if (req->netns_ino() > UINT32_MAX)
+    return Reply(ctx, InvalidArgument("netns_ino: " + std::to_string(req->netns_ino()) +
+                                      " is no network namespace inode (they are 32-bit)"));
+  NetnsTotals other;
+  auto all = obs->TotalsByNetns(req->netns_ino(), req->netns_ino() ? nullptr : &other);
+  if (req->netns_ino() && all.empty()) {
+    return Reply(ctx, NotFound("network namespace " + std::to_string(req->netns_ino()) +
+                               (obs->Watches(req->netns_ino())
+                                    ? " has no totals (no retransmission counted in it)"
+                                    : " is not watched (lossd --observe-netns " +
+                                          NetnsWatchText(obs->netns_watch()) + ")")));
+  }
+  for (const NetnsTotals& n : all) NetnsTotalsToProto(n, resp->add_namespaces());
+  if (!req->netns_ino()) NetnsTotalsToProto(other, resp->mutable_other());
+  resp->set_own_netns_ino(obs->own_netns());
+  resp->set_watching(NetnsWatchText(obs->netns_watch()));
+  return Reply(ctx, Status::Ok());
+}
+
 grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
     grpc::CallbackServerContext*, const v1::WatchFlowsRequest* req) {
   using Reactor = PumpReactor<v1::FlowStreamMessage>;
@@ -240,16 +283,23 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
   auto period = StreamPeriod(req->window_ns(), "window_ns");
   size_t queue = *parts_->streams().QueueLength(0, 65536, "");  // --max-queue at most
   uint64_t window = period.ok() ? uint64_t(period->count()) : 0;
+  uint64_t netns = req->netns_ino();
+  Status netns_st = netns > UINT32_MAX
+                        ? InvalidArgument("netns_ino: " + std::to_string(netns) +
+                                          " is no network namespace inode (they are 32-bit)")
+                        : Status::Ok();
   auto need = parts_->NeedObserver();
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
   std::atomic<int>* subs = &subscribers_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!period.ok()) return ToGrpc(period.status());
+    if (!netns_st.ok()) return ToGrpc(netns_st);
     if (!obs) return ToGrpc(need.status());
     StreamOptions so;
     so.subscribe.queue = queue;
     so.subscribe.kinds = KindBit(OBS_EV_RETRANSMIT);
+    if (netns) so.subscribe.filter = [netns](const obs_event& ev) { return ev.netns == netns; };
     so.subscribe.stream = "WatchAggregates";
     so.counted_in = subs;
     auto opened = obs->hub().OpenStream(std::move(so));

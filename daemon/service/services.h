@@ -61,6 +61,8 @@ class ObserverService final : public v1::Observer::CallbackService {
       grpc::CallbackServerContext*, const v1::WatchStallsRequest*) override;
   grpc::ServerWriteReactor<v1::TraceMessage>* TraceFlow(grpc::CallbackServerContext*,
                                                         const v1::TraceFlowRequest*) override;
+  grpc::ServerUnaryReactor* GetTotals(grpc::CallbackServerContext*, const v1::GetTotalsRequest*,
+                                      v1::GetTotalsResponse*) override;
   int subscribers() const { return subscribers_; }
 
  private:

@@ -2,6 +2,7 @@
 // masks, port ranges, type sets, rule ids and owners by name, and the
 // compiled FilterSet against Matches() filter by filter.
 #include "observer/filters.h"
+#include "observer/observer.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -348,7 +349,7 @@ TEST(FilterSet, SameAnswersAsMatchesOneByOne) {
     for (int i = 0; i < n; i++) {
       StreamFilter f;
       int fields = 1 + pick(3);
-      for (int k = 0; k < fields; k++) switch (pick(6)) {
+      for (int k = 0; k < fields; k++) switch (pick(7)) {
           case 0: f.addr = *ParseCidr(masks[pick(6)]); break;
           case 1: {
             uint16_t lo = static_cast<uint16_t>(1 + pick(100));
@@ -360,6 +361,7 @@ TEST(FilterSet, SameAnswersAsMatchesOneByOne) {
           case 3: f.types.insert(pick(OBS_RTX_MAX)); break;
           case 4: f.rule_id = static_cast<uint32_t>(1 + pick(6)); break;
           case 5: f.cgroup = pick(2) ? "/system.slice" : "/user.slice"; break;
+          case 6: f.netns = 4026531840u + pick(3); break;
         }
       list.push_back(f);
     }
@@ -372,12 +374,61 @@ TEST(FilterSet, SameAnswersAsMatchesOneByOne) {
           Tuple(a, static_cast<uint16_t>(1 + pick(130)), b, static_cast<uint16_t>(1 + pick(130)));
       uint64_t cgroup_id = pick(5);
       int type = pick(3) ? pick(OBS_RTX_MAX) : -1;
-      FilterSubject s(l, 1 + pick(8), t, cgroup_id, type);
+      FilterSubject s(l, 1 + pick(8), t, cgroup_id, type, 4026531840u + pick(4));
       bool want = false;
       for (const StreamFilter& f : list) want = want || Matches(f, s);
       EXPECT_EQ(set.Any(s), want) << "round " << round << " event " << e;
     }
   }
+}
+
+// A filter by network namespace: the socket's, alone (a lookup) or with other
+// fields; events and flows carry it (obs_event.netns, obs_flow.netns).
+TEST(Filters, NetnsAloneAndWithOtherFields) {
+  obs_tuple t = Tuple("10.0.0.1", 40000, "10.0.0.2", 80);
+  StreamFilter ns;
+  ns.netns = 4026532000u;
+  StreamFilter ns_port = ns;
+  ns_port.port.lo = ns_port.port.hi = 80;
+  StreamFilter other = ns;
+  other.netns = 4026532001u;
+  for (const auto& list : {std::vector<StreamFilter>{ns}, std::vector<StreamFilter>{ns_port}}) {
+    StreamFilters f(list, {}, FilterLookups{});
+    obs_event e = Event(t, OBS_RTX_FAST);
+    e.netns = 4026532000u;
+    EXPECT_TRUE(f.WantsEvent(e, true));
+    e.netns = 4026532001u;
+    EXPECT_FALSE(f.WantsEvent(e, true));
+    obs_flow fl{};
+    fl.tuple = t;
+    fl.netns = 4026532000u;
+    EXPECT_TRUE(f.WantsFlow(1, fl));
+    fl.netns = 0;
+    EXPECT_FALSE(f.WantsFlow(1, fl));
+  }
+  // Denied: everything but that namespace.
+  StreamFilters deny({}, {other}, FilterLookups{});
+  obs_event e = Event(t, OBS_RTX_RTO);
+  e.netns = 4026532000u;
+  EXPECT_TRUE(deny.WantsEvent(e, true));
+  e.netns = 4026532001u;
+  EXPECT_FALSE(deny.WantsEvent(e, true));
+}
+
+// lossd --observe-netns: own, all, or a list of paths (own among them).
+TEST(NetnsWatchFlag, Parses) {
+  EXPECT_EQ(ParseNetnsWatch("own")->mode, NetnsWatch::Mode::kOwn);
+  EXPECT_EQ(ParseNetnsWatch("all")->mode, NetnsWatch::Mode::kAll);
+  auto w = ParseNetnsWatch("/run/netns/a,own,/proc/1/ns/net");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->mode, NetnsWatch::Mode::kSet);
+  EXPECT_EQ(w->paths, (std::vector<std::string>{"/run/netns/a", "own", "/proc/1/ns/net"}));
+  EXPECT_EQ(NetnsWatchText(*w), "/run/netns/a,own,/proc/1/ns/net");
+  for (const char* bad : {"none", "a,b", "/x,,/y", "/x,", "all,/x", "relative/path"})
+    EXPECT_EQ(ParseNetnsWatch(bad).status().code(), Code::kInvalidArgument) << bad;
+  std::string many;
+  for (int i = 0; i <= OBS_MAX_WATCHED_NETNS; i++) many += (i ? ",/proc/" : "/proc/") + std::to_string(i);
+  EXPECT_EQ(ParseNetnsWatch(many).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace

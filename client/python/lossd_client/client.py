@@ -397,6 +397,18 @@ class Client(_Closing):
         req = self.pb2.ListFlowsRequest(filter=self._filters(filters, filter_kw, "filter"))
         return [_t.Flow.from_proto(f) for f in self._unary(self._observer.ListFlows, req, timeout).flows]
 
+    def totals(self, netns=None, timeout=None):
+        """The retransmission totals of each network namespace the daemon watches
+        (NetnsTotals, by inode; netns: that one only, an inode or a path to it);
+        the list ends with the "other namespaces" bucket (netns_ino 0) when netns
+        is None."""
+        ino = _spec.parse_netns(netns) if netns is not None else 0
+        r = self._unary(self._observer.GetTotals, self.pb2.GetTotalsRequest(netns_ino=ino), timeout)
+        out = [_t.NetnsTotals.from_proto(n) for n in r.namespaces]
+        if not ino:
+            out.append(_t.NetnsTotals.from_proto(r.other))
+        return out
+
     def watch_flows(self, filters=None, interval="1s", timeout=None, **filter_kw):
         """Stream of FlowUpdate: first a snapshot of every flow, then the flows
         changed or closed in each interval."""

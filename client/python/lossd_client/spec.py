@@ -349,10 +349,11 @@ class Filter:
     cgroup_id: int = 0
     types: tuple = ()
     rule_id: int = 0
+    netns_ino: int = 0
 
     @classmethod
-    def of(cls, addr=None, port=None, cgroup=None, types=None, rule=None):
-        return event_filter(addr=addr, port=port, cgroup=cgroup, types=types, rule=rule)
+    def of(cls, addr=None, port=None, cgroup=None, types=None, rule=None, netns=None):
+        return event_filter(addr=addr, port=port, cgroup=cgroup, types=types, rule=rule, netns=netns)
 
     def to_json(self):
         d = {}
@@ -366,24 +367,50 @@ class Filter:
             d["types"] = list(self.types)
         if self.rule_id:
             d["rule_id"] = self.rule_id
+        if self.netns_ino:
+            d["netns_ino"] = str(self.netns_ino)
         return d
 
 
-def event_filter(addr=None, port=None, cgroup=None, types=None, rule=None):
+def event_filter(addr=None, port=None, cgroup=None, types=None, rule=None, netns=None):
     """A Filter: addr (CIDR, local or remote), port (local or remote: port or
     range), cgroup (path or id), types ('fast', 'rto', ... one or a list),
-    rule (id or Rule: flows that rule matched). A filter needs a field."""
+    rule (id or Rule: flows that rule matched), netns (a network namespace:
+    its inode, or a path to it: /proc/PID/ns/net, /run/netns/NAME). A filter
+    needs a field."""
     f = Filter(
         addr=parse_address(addr, "addr") or "",
         port=parse_ports(port, "port"),
         cgroup_id=parse_cgroup_id(cgroup) if cgroup is not None else 0,
         types=tuple(parse_retransmit_type(t) for t in ([types] if isinstance(types, str) else (types or ()))),
         rule_id=parse_rule_id(rule, "rule") if rule is not None else 0,
+        netns_ino=parse_netns(netns) if netns is not None else 0,
     )
     if f == Filter():
-        raise LossdInputError("filter: give at least one of addr, port, cgroup, types, rule "
+        raise LossdInputError("filter: give at least one of addr, port, cgroup, types, rule, netns "
                               "(an empty filter matches everything)")
     return f
+
+
+def parse_netns(value, name="netns"):
+    """A network namespace's inode: an int (or its digits), or a path to the
+    namespace (/proc/PID/ns/net, /run/netns/NAME: stat'ed here, so on the
+    daemon's host)."""
+    if isinstance(value, bool):
+        raise LossdInputError("%s: expected an inode or a path, got %r" % (name, value))
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        ino = int(value)
+        if not 0 < ino < 1 << 32:
+            raise LossdInputError("%s: a network namespace inode is 1 to 2^32-1, got %r" % (name, value))
+        return ino
+    if isinstance(value, str) and value.startswith("/"):
+        try:
+            st = os.stat(value)
+        except OSError as e:
+            raise LossdInputError("%s: %s: %s" % (name, value, e.strerror)) from None
+        return st.st_ino
+    raise LossdInputError("%s: expected an inode or a path (/proc/PID/ns/net, /run/netns/NAME), "
+                          "got %r" % (name, value))
 
 
 def parse_rule_id(value, name="id"):
@@ -410,7 +437,7 @@ def filters(value):
             try:
                 out.append(event_filter(**f))
             except TypeError as e:
-                raise LossdInputError("filter: %s (keys: addr, port, cgroup, types, rule)" % e) from None
+                raise LossdInputError("filter: %s (keys: addr, port, cgroup, types, rule, netns)" % e) from None
         elif hasattr(f, "DESCRIPTOR") and f.DESCRIPTOR.name == "EventFilter":
             out.append(f)
         else:

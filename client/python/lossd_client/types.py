@@ -328,6 +328,7 @@ class RetransmitEvent:
     tcp_seq: int              # first TCP sequence number resent (RetransmitEvent.seq)
     state: typing.Any         # the lossd.v1.SocketState message (cwnd, srtt_us, ...)
     rule_ids: tuple
+    netns_ino: int = 0        # the socket's network namespace (inode)
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -335,7 +336,7 @@ class RetransmitEvent:
         return cls(seq, m.time_mono_ns, m.cookie, m.cgroup_id, Tuple.from_proto(m.tuple),
                    _enum_name(pb2.RetransmitType, m.type, "RETRANSMIT_TYPE_"),
                    _enum_name(pb2.Outcome, m.outcome, "OUTCOME_"), m.err, m.segments, m.seq,
-                   m.state, tuple(m.rule_ids), raw=m)
+                   m.state, tuple(m.rule_ids), m.netns_ino, raw=m)
 
     @property
     def counted(self):
@@ -387,6 +388,7 @@ class Flow:
     stall_ns: dict = dataclasses.field(default_factory=dict)   # their time by cause name
     stalled_ns: int = 0            # > 0: stalled now, for this long
     min_rtt_us: int = 0
+    netns_ino: int = 0             # the socket's network namespace (inode)
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -403,6 +405,27 @@ class Flow:
     @property
     def stall_total_ns(self):
         return sum(self.stall_ns.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class NetnsTotals:
+    """The retransmission totals of one network namespace (GetTotals): by type
+    name; retrans_segs equals that namespace's Tcp RetransSegs."""
+    netns_ino: int            # 0: the namespaces that found the daemon's table full
+    path: str
+    own: bool                 # the daemon's own namespace
+    sent_segments: dict
+    failed_segments: dict
+    sent_events: dict
+    failed_events: dict
+    retrans_segs: int
+    raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m):
+        return _from_proto(cls, m, sent_segments=dict(m.sent_segments),
+                           failed_segments=dict(m.failed_segments),
+                           sent_events=dict(m.sent_events), failed_events=dict(m.failed_events))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -451,6 +474,7 @@ class StallEvent:
     state: typing.Any         # the lossd.v1.SocketState message at its end
     caused_by: typing.Optional[DropLink]   # the rule drop that made the hole, or None
     rule_ids: tuple
+    netns_ino: int = 0        # the socket's network namespace (inode)
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -462,7 +486,7 @@ class StallEvent:
                    "" if first == "unspecified" else first, m.first_retransmit_seq,
                    m.retransmits, m.backoff, m.acks, m.min_window, m.min_rtt_us, m.nagle, m.state,
                    DropLink.from_proto(m.caused_by) if m.caused_by.rule_id else None,
-                   tuple(m.rule_ids), raw=m)
+                   tuple(m.rule_ids), m.netns_ino, raw=m)
 
     @property
     def end_mono_ns(self):
