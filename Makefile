@@ -16,7 +16,7 @@ DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake mak
         python3-grpcio python3-protobuf python3-matplotlib \
         libclang-rt-14-dev systemd openssl util-linux passwd \
         libcpp-httplib-dev libssl-dev prometheus-cpp-dev prometheus prometheus-node-exporter python3-yaml \
-        tmux libjs-chart.js chromium chromium-driver python3-selenium
+        tmux libjs-chart.js chromium chromium-driver python3-selenium nodejs
 
 # A clients-only build (lossctl, the rule library, the Python client's stubs
 # and their unit tests) needs no BPF toolchain: `make clients`.
@@ -43,8 +43,18 @@ define install_missing
 	fi
 endef
 
+# The independent gRPC clients the e2e tests probe with (health, reflection) come from
+# the npm registry (Debian has none): tests/e2e/npm, pinned by its package-lock.json.
+# Debian's nodejs has npm in a package of its own; NodeSource's carries it.
+NPM_CLIENTS := tests/e2e/npm
+
 deps:
 	$(call install_missing,$(DEPS))
+	@command -v npm >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; }
+	@if [ ! -d $(NPM_CLIENTS)/node_modules ] || [ $(NPM_CLIENTS)/package-lock.json -nt $(NPM_CLIENTS)/node_modules ]; then \
+	  echo "installing the npm test clients ($(NPM_CLIENTS))"; \
+	  npm ci --prefix $(NPM_CLIENTS) --no-audit --no-fund --ignore-scripts >/dev/null && touch $(NPM_CLIENTS)/node_modules; fi
 
 client-deps:
 	$(call install_missing,$(CLIENT_DEPS))

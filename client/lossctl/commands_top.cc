@@ -98,8 +98,8 @@ class Screen {
 };
 
 // The WatchAggregates stream, read on a thread of its own; each window wakes
-// the main loop through a pipe. While the observer is still loading, the
-// stream is asked for again every 500 ms within --timeout.
+// the main loop through a pipe. While the observer is still loading, lossd
+// holds the stream until it is ready.
 class WindowStream {
  public:
   WindowStream(Connection* conn, uint64_t window_ns, uint64_t netns, int wake_fd)
@@ -140,44 +140,30 @@ class WindowStream {
     }
   }
   void Run() {
-    auto give_up = std::chrono::steady_clock::now() + conn_->timeout();
     grpc::Status st;
-    for (;;) {
-      grpc::ClientContext ctx;
+    {
+      grpc::ClientContext ctx;  // no deadline: lossd waits for a loading observer itself
       CancelOnSignal guard(&ctx);
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (stop_) break;
-        ctx_ = &ctx;
+        if (!stop_) ctx_ = &ctx;
       }
-      auto reader = conn_->observer().WatchAggregates(&ctx, req_);
-      v1::Aggregate a;
-      bool received = false;
-      while (reader->Read(&a)) {
-        received = true;
-        std::lock_guard<std::mutex> lock(mu_);
-        note_.clear();
-        windows_.push_back(a);
-        if (windows_.size() > 64) windows_.pop_front();  // the main loop is far behind
-        Wake();
-      }
-      st = reader->Finish();
-      interrupted_ = guard.interrupted();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ctx_ = nullptr;
-        if (stop_ || interrupted_) {
-          st = grpc::Status::OK;
-          break;
+      if (ctx_) {
+        auto reader = conn_->observer().WatchAggregates(&ctx, req_);
+        v1::Aggregate a;
+        while (reader->Read(&a)) {
+          std::lock_guard<std::mutex> lock(mu_);
+          note_.clear();
+          windows_.push_back(a);
+          if (windows_.size() > 64) windows_.pop_front();  // the main loop is far behind
+          Wake();
         }
+        st = reader->Finish();
       }
-      if (received || !IsStillLoading(st) || std::chrono::steady_clock::now() >= give_up) break;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        note_ = "waiting for lossd: " + st.error_message();
-      }
-      Wake();
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      interrupted_ = guard.interrupted();
+      std::lock_guard<std::mutex> lock(mu_);
+      ctx_ = nullptr;
+      if (stop_ || interrupted_) st = grpc::Status::OK;
     }
     std::lock_guard<std::mutex> lock(mu_);
     status_ = st;

@@ -162,17 +162,6 @@ int Connection::Open(const Globals& g, std::unique_ptr<Connection>* out) {
   return kExitOk;
 }
 
-bool IsStillLoading(const grpc::Status& st) {
-  return st.error_code() == grpc::StatusCode::UNAVAILABLE &&
-         st.error_message().find("loading") != std::string::npos;
-}
-
-void SayWaitingForLoad(const std::string& what, const grpc::Status& st,
-                       std::chrono::nanoseconds budget) {
-  fprintf(stderr, "lossctl: %s: lossd is starting (%s); waiting for it, up to %s (--timeout)\n",
-          what.c_str(), st.error_message().c_str(), Seconds(budget).c_str());
-}
-
 void Connection::SetDeadline(grpc::ClientContext* ctx) const {
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout_));

@@ -70,35 +70,17 @@ class Connection {
   std::unique_ptr<v1::System::Stub> system_;
 };
 
-// lossd serves while its parts still load (moments after it starts): a call
-// that needs one answers UNAVAILABLE with a message containing "loading".
-bool IsStillLoading(const grpc::Status& status);
-
-// Tells once, on stderr, that `what` waits for lossd to finish loading.
-void SayWaitingForLoad(const std::string& what, const grpc::Status& status,
-                       std::chrono::nanoseconds budget);
-
 // One unary call on `conn` with the --timeout deadline: `call(&context)`
-// returns its grpc::Status; a failure is reported as `what`. While lossd
-// says the part the call needs is still loading, the call is repeated every
-// 200 ms, within --timeout in all. Returns kExitOk or the exit code.
+// returns its grpc::Status; a failure is reported as `what`. A call that
+// needs a part of lossd still loading (moments after it starts) waits for it
+// on lossd's side, within that deadline. Returns kExitOk or the exit code.
 template <typename Call>
 int Unary(Connection* conn, const std::string& what, Call&& call) {
-  auto give_up = std::chrono::steady_clock::now() + conn->timeout();
-  bool said = false;
-  for (;;) {
-    grpc::ClientContext ctx;  // every try within the one --timeout budget
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     (give_up - std::chrono::steady_clock::now()));
-    grpc::Status st = call(&ctx);
-    if (st.ok()) return kExitOk;
-    constexpr auto kRetry = std::chrono::milliseconds(200);
-    if (!IsStillLoading(st) || std::chrono::steady_clock::now() + kRetry >= give_up)
-      return conn->Report(st, what);
-    if (!said) SayWaitingForLoad(what, st, conn->timeout());
-    said = true;
-    std::this_thread::sleep_for(kRetry);
-  }
+  grpc::ClientContext ctx;
+  conn->SetDeadline(&ctx);
+  grpc::Status st = call(&ctx);
+  if (st.ok()) return kExitOk;
+  return conn->Report(st, what);
 }
 
 // The same on a connection of its own: `call(connection, &context)`.

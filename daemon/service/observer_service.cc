@@ -49,7 +49,8 @@ Status ParseRequestFilters(const Components* parts, const FilterList& allow, con
 // `fill(event, item)` writes one event into its batch item.
 template <typename Batch, typename Request, typename Fill>
 grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomic<int>* subs,
-                                             const Request* req, uint32_t kind,
+                                             Components::Deadline deadline, const Request* req,
+                                             uint32_t kind,
                                              const char* stream_name, Fill fill) {
   using Reactor = PumpReactor<Batch>;
   std::shared_ptr<const StreamFilters> filters;
@@ -57,7 +58,7 @@ grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomi
   auto queue_len = parts->streams().QueueLength(req->queue(), 65536, "queue");
   if (st.ok()) st = queue_len.status();
   size_t queue = queue_len.ok() ? *queue_len : 1;
-  auto need = parts->NeedObserver();
+  auto need = parts->NeedObserver(deadline);
   Observer* obs = need.ok() ? *need : nullptr;
   // Retransmissions filter by type; other kinds ignore the types.
   bool typed = kind == OBS_EV_RETRANSMIT;
@@ -126,31 +127,33 @@ void StallMessage(EffectTracker* effects, const obs_stall_event& e, v1::StallEve
 }  // namespace
 
 grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetransmits(
-    grpc::CallbackServerContext*, const v1::WatchRetransmitsRequest* req) {
-  EffectTracker* effects = parts_->effects();
+    grpc::CallbackServerContext* ctx, const v1::WatchRetransmitsRequest* req) {
+  // The effects are read per event: a stream may have waited for the parts.
+  const Components* parts = parts_;
   return EventStream<v1::RetransmitStreamBatch>(
-      parts_, &subscribers_, req, OBS_EV_RETRANSMIT, "WatchRetransmits",
-      [effects](const ObsEvent& e, v1::RetransmitEvent* out) {
+      parts_, &subscribers_, ctx->deadline(), req, OBS_EV_RETRANSMIT, "WatchRetransmits",
+      [parts](const ObsEvent& e, v1::RetransmitEvent* out) {
         EventToProto(e.data.ev, out);
-        if (effects)
+        if (EffectTracker* effects = parts->effects())
           for (uint32_t id : effects->RulesFor(e.data.ev.cookie, e.data.ev.tuple))
             out->add_rule_ids(id);
       });
 }
 
 grpc::ServerWriteReactor<v1::StallStreamBatch>* ObserverService::WatchStalls(
-    grpc::CallbackServerContext*, const v1::WatchStallsRequest* req) {
-  EffectTracker* effects = parts_->effects();
-  return EventStream<v1::StallStreamBatch>(parts_, &subscribers_, req, OBS_EV_STALL, "WatchStalls",
-                                           [effects](const ObsEvent& e, v1::StallEvent* out) {
-                                             StallMessage(effects, e.As<obs_stall_event>(), out);
-                                           });
+    grpc::CallbackServerContext* ctx, const v1::WatchStallsRequest* req) {
+  const Components* parts = parts_;
+  return EventStream<v1::StallStreamBatch>(
+      parts_, &subscribers_, ctx->deadline(), req, OBS_EV_STALL, "WatchStalls",
+      [parts](const ObsEvent& e, v1::StallEvent* out) {
+        StallMessage(parts->effects(), e.As<obs_stall_event>(), out);
+      });
 }
 
 grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext* ctx,
                                                      const v1::ListFlowsRequest* req,
                                                      v1::ListFlowsResponse* resp) {
-  auto need = parts_->NeedObserver();
+  auto need = parts_->NeedObserver(ctx->deadline());
   if (!need.ok()) return Reply(ctx, need.status());
   Observer* obs = *need;
   std::shared_ptr<const StreamFilters> filters;
@@ -182,7 +185,7 @@ void NetnsTotalsToProto(const NetnsTotals& n, v1::NetnsTotals* out) {
 grpc::ServerUnaryReactor* ObserverService::GetTotals(grpc::CallbackServerContext* ctx,
                                                      const v1::GetTotalsRequest* req,
                                                      v1::GetTotalsResponse* resp) {
-  auto need = parts_->NeedObserver();
+  auto need = parts_->NeedObserver(ctx->deadline());
   if (!need.ok()) return Reply(ctx, need.status());
   Observer* obs = *need;
   if (req->netns_ino() > UINT32_MAX)
@@ -205,7 +208,7 @@ grpc::ServerUnaryReactor* ObserverService::GetTotals(grpc::CallbackServerContext
 }
 
 grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
-    grpc::CallbackServerContext*, const v1::WatchFlowsRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::WatchFlowsRequest* req) {
   using Reactor = PumpReactor<v1::FlowStreamMessage>;
   std::shared_ptr<const StreamFilters> filters;
   Status st = ParseRequestFilters(parts_, req->filter(), "filter", FilterList(), &filters);
@@ -218,7 +221,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   if (st.ok()) st = queue_len.status();
   size_t queue = queue_len.ok() ? *queue_len : 1;
   size_t intake = *parts_->streams().QueueLength(0, 65536, "");
-  auto need = parts_->NeedObserver();
+  auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
@@ -278,7 +281,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
 }
 
 grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
-    grpc::CallbackServerContext*, const v1::WatchAggregatesRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::WatchAggregatesRequest* req) {
   using Reactor = PumpReactor<v1::Aggregate>;
   auto period = StreamPeriod(req->window_ns(), "window_ns");
   size_t queue = *parts_->streams().QueueLength(0, 65536, "");  // --max-queue at most
@@ -288,7 +291,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
                         ? InvalidArgument("netns_ino: " + std::to_string(netns) +
                                           " is no network namespace inode (they are 32-bit)")
                         : Status::Ok();
-  auto need = parts_->NeedObserver();
+  auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
   std::atomic<int>* subs = &subscribers_;
@@ -362,7 +365,7 @@ void TraceItemToProto(const TraceItem& item, uint64_t cookie, EffectTracker* eff
 }  // namespace
 
 grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
-    grpc::CallbackServerContext*, const v1::TraceFlowRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::TraceFlowRequest* req) {
   using Reactor = PumpReactor<v1::TraceMessage>;
   constexpr uint64_t kHour = 3600ull * 1000 * 1000 * 1000;
   Status st;
@@ -383,16 +386,17 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
     st = InvalidArgument("max_samples: at most 1,000,000 (got " +
                          std::to_string(req->max_samples()) + ")");
   if (st.ok() && req->duration_ns() > 24 * kHour) st = InvalidArgument("duration_ns: at most 24 h");
-  auto matcher = std::make_shared<const StreamFilters>(by, std::vector<StreamFilter>(),
-                                                       LookupsOf(parts_->effects()));
   uint64_t cookie = req->cookie();
   auto wait = std::chrono::nanoseconds(req->wait_ns() ? req->wait_ns() : 10000000000ull);
   TraceOptions opts;
   opts.max_samples = req->max_samples() ? req->max_samples() : 100000;
   opts.duration = std::chrono::nanoseconds(req->duration_ns());
   opts.queue = *parts_->streams().QueueLength(0, 65536, "");
-  auto need = parts_->NeedObserver();
+  auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
+  // After the wait: the effects are published with the injector.
+  auto matcher = std::make_shared<const StreamFilters>(by, std::vector<StreamFilter>(),
+                                                       LookupsOf(parts_->effects()));
   const Components* parts = parts_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);

@@ -40,14 +40,5 @@ TEST(ExitCodeFor, Contract) {
   EXPECT_EQ(ExitCodeFor(grpc::StatusCode::ALREADY_EXISTS), 1);
 }
 
-TEST(IsStillLoading, OnlyUnavailableLoading) {
-  EXPECT_TRUE(IsStillLoading(grpc::Status(
-      grpc::StatusCode::UNAVAILABLE, "the injector is still loading (lossd started moments ago)")));
-  EXPECT_FALSE(IsStillLoading(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
-  EXPECT_FALSE(IsStillLoading(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                           "the TCP observer failed to start: loading ...")));
-  EXPECT_FALSE(IsStillLoading(grpc::Status::OK));
-}
-
 }  // namespace
 }  // namespace lossctl

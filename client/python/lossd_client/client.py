@@ -177,19 +177,14 @@ class Client(_Closing):
         return "Client(%r)" % self.target
 
     def _unary(self, method, request, timeout=None):
-        """One call; while lossd answers that the part it needs is still loading (right
-        after lossd starts), the call is repeated every 0.2 s within `timeout` in all."""
+        """One call with the deadline `timeout` (the client's by default). A call that needs a
+        part of lossd still loading (right after it starts) waits for it within that deadline,
+        on lossd's side."""
         timeout = self.timeout if timeout is None else timeout
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if end is None else max(0.001, end - time.monotonic())
-            try:
-                return method(request, timeout=left)
-            except grpc.RpcError as e:
-                err = from_rpc_error(e, self.target)
-            if not err.loading or (end is not None and time.monotonic() + 0.2 >= end):
-                raise err from None
-            time.sleep(0.2)
+        try:
+            return method(request, timeout=timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.target) from None
 
     def wait_ready(self, components=("injector",), timeout=30.0):
         """Wait until GetHealth reports each of `components` ("injector", "observer") READY;

@@ -21,11 +21,6 @@ class LossdError(Exception):
         self.local = local
         super().__init__(code, message)
 
-    @property
-    def loading(self):
-        """lossd has just started: the part this call needs is still loading (retry)."""
-        return self.code == "UNAVAILABLE" and "loading" in (self.message or "")
-
     def __str__(self):
         s = "%s: %s" % (self.code, self.message)
         if self.hint:
@@ -52,8 +47,8 @@ def from_rpc_error(err, target=None):
     except Exception:
         message = str(err)
     hint = ""
-    if name == "UNAVAILABLE" and "loading" in message:
-        hint = "lossd is starting; Client.wait_ready() waits for it"
+    if name == "DEADLINE_EXCEEDED" and "loading" in message:
+        hint = "lossd is starting; a longer timeout, or Client.wait_ready(), waits for it"
     elif name == "UNAVAILABLE" and target:
         hint = unreachable_hint(target)
     return LossdError(name, message, hint=hint)

@@ -66,7 +66,7 @@ class FakeLossd:
         self.keep_effects = False             # True: GetRuleEffect answers for deleted rules
         self.graveyard = {}                   # id -> deleted Rule (for keep_effects)
         self.server = None
-        self.injector_ready_at = 0.0          # time.monotonic() before which CreateRule says "loading"
+        self.injector_ready_at = 0.0          # time.monotonic() until which CreateRule waits (loading)
 
     # ------------------------------------------------------------ plumbing --
 
@@ -178,8 +178,14 @@ class FakeLossd:
 
     def Injector_CreateRule(self, req, context):
         self._record("CreateRule", req)
-        if self._loading():  # as lossd right after it starts
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the injector is still loading (fake; retry)")
+        if self._loading():  # as lossd right after it starts: waits within the call's deadline
+            left = context.time_remaining()
+            wait = self.injector_ready_at - time.monotonic()
+            if left is not None and left < wait:
+                time.sleep(max(0.0, left - 0.05))
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                              "the call's deadline passed while the injector was still loading (fake)")
+            time.sleep(max(0.0, wait))
         with self.lock:
             self._validate(req.spec, context)
             r = self.pb2.Rule()
