@@ -35,22 +35,33 @@ uint64_t InoOf(const std::string& path) {
   return st.st_ino;
 }
 
-void ProcsNetns(const std::string& dir, int depth, size_t* read,
-                std::map<uint64_t, std::string>* out) {
+struct ProcsWalk {
+  size_t read = 0;
+  int denied_errno = 0;  // a process whose namespace could not be read: why
+  std::string denied;    // and which
+  std::map<uint64_t, std::string> found;
+};
+
+void ProcsNetns(const std::string& dir, int depth, ProcsWalk* w) {
   std::ifstream procs(dir + "/cgroup.procs");
   std::string pid;
-  while (*read < kMaxProcs && std::getline(procs, pid)) {
-    ++*read;
+  while (w->read < kMaxProcs && std::getline(procs, pid)) {
+    ++w->read;
     std::string p = "/proc/" + pid + "/ns/net";
-    uint64_t ino = InoOf(p);
-    if (ino) out->emplace(ino, p);
+    struct stat st;
+    if (stat(p.c_str(), &st) == 0) {
+      w->found.emplace(st.st_ino, p);
+    } else if (errno == EACCES || errno == EPERM) {
+      w->denied_errno = errno;
+      w->denied = p;
+    }  // ENOENT: it exited meanwhile
   }
-  if (depth >= kMaxCgroupDepth || *read >= kMaxProcs) return;
+  if (depth >= kMaxCgroupDepth || w->read >= kMaxProcs) return;
   DIR* d = opendir(dir.c_str());
   if (!d) return;
   while (struct dirent* e = readdir(d)) {
     if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
-    ProcsNetns(dir + "/" + e->d_name, depth + 1, read, out);
+    ProcsNetns(dir + "/" + e->d_name, depth + 1, w);
   }
   closedir(d);
 }
@@ -104,11 +115,16 @@ std::map<uint64_t, std::string> ListNetns(size_t max) {
   return out;
 }
 
-std::map<uint64_t, std::string> CgroupNetns(const std::string& cgroup_dir) {
-  std::map<uint64_t, std::string> out;
-  size_t read = 0;
-  ProcsNetns(cgroup_dir, 0, &read, &out);
-  return out;
+Result<std::map<uint64_t, std::string>> CgroupNetns(const std::string& cgroup_dir) {
+  ProcsWalk w;
+  ProcsNetns(cgroup_dir, 0, &w);
+  if (w.found.empty() && w.denied_errno)
+    return Status(Code::kPermissionDenied,
+                  "cannot read the network namespace of cgroup " + cgroup_dir + "'s processes (" +
+                      w.denied + ": " + strerror(w.denied_errno) +
+                      "): reading another process's needs CAP_SYS_PTRACE (and, in a container, "
+                      "the host's PID namespace)");
+  return w.found;
 }
 
 EnterNetns::EnterNetns(const Netns& target) {

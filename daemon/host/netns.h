@@ -39,7 +39,10 @@ std::map<uint64_t, std::string> ListNetns(size_t max = 4096);
 // The network namespaces of the processes in a cgroup v2 directory and
 // below it (cgroup.procs, walked to 32 levels, at most 4096 processes read),
 // by inode with one process's path each. Empty when it holds no process.
-std::map<uint64_t, std::string> CgroupNetns(const std::string& cgroup_dir);
+// PERMISSION_DENIED when it holds processes but none's namespace could be
+// read (another process's /proc/PID/ns/net needs CAP_SYS_PTRACE unless its
+// capabilities are a subset of lossd's).
+Result<std::map<uint64_t, std::string>> CgroupNetns(const std::string& cgroup_dir);
 
 // The calling thread in another network namespace until destroyed, then
 // back in the one it was in (sockets created meanwhile stay in the other:

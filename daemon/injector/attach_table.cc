@@ -45,7 +45,9 @@ uint64_t KernelAttacher::CgroupId(const std::string& path) const {
 Result<EgressDevices> KernelAttacher::Egress(const CgroupInfo& cgroup) const {
   EgressDevices out;
   const uint64_t own = ThreadNetnsIno();
-  auto nss = CgroupNetns(cgroup.path);
+  auto found = CgroupNetns(cgroup.path);
+  if (!found.ok()) return found.status();
+  auto nss = std::move(*found);
   out.has_processes = !nss.empty();
   if (nss.empty()) nss[own] = "";
   for (const auto& [ino, path] : nss) {
