@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "host/ethtool.h"
 #include "host/netlink.h"
+#include "host/state_dir.h"
 
 namespace lossd {
 namespace {
@@ -96,38 +97,14 @@ bool ParseRecord(const std::string& line, Record* r) {
 
 // A record is ~50 bytes; a file past this was not written by lossd (the rest
 // of it is dropped, as junk lines are).
-constexpr size_t kMaxStateFileBytes = 1 << 20;
-
-// The valid records of the state file; junk (unparsable or out of range
-// lines, anything past kMaxStateFileBytes) is logged and dropped, so the next
-// write leaves it out. No file, or no state file (an empty path: --state-dir
-// ''), reads as empty; a file that cannot be read is an error (writing over
-// it would lose its records).
+// The valid offload records of the state file; junk (unparsable or out of
+// range lines) is logged and dropped, so the next write leaves it out.
 Result<std::vector<std::string>> ReadRecords(const std::string& file) {
+  auto all = ReadStateLines(file, "offload records");
+  if (!all.ok()) return all.status();
   std::vector<std::string> lines;
-  if (file.empty()) return lines;
-  UniqueFd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid() && errno == ENOENT) return lines;
-  if (!fd.valid()) return Status::FromErrno(errno, "read the offload records " + file);
-  std::string data(kMaxStateFileBytes + 1, '\0');
-  size_t got = 0;
-  while (got < data.size()) {
-    ssize_t n = read(fd.get(), &data[got], data.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno(errno, "read the offload records " + file);
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got > kMaxStateFileBytes) {
-    LOG_WARN("%s is over %zu bytes: only its first %zu are read", file.c_str(), kMaxStateFileBytes,
-             kMaxStateFileBytes);
-    got = kMaxStateFileBytes;
-  }
-  data.resize(got);
   size_t junk = 0;
-  std::istringstream in(data);
-  for (std::string l; std::getline(in, l);) {
-    if (l.empty()) continue;
+  for (const std::string& l : *all) {
     Record r;
     if (ParseRecord(l, &r)) {
       lines.push_back(l);
@@ -140,48 +117,8 @@ Result<std::vector<std::string>> ReadRecords(const std::string& file) {
   return lines;
 }
 
-// Replaces the state file with `lines` (none: removes it): a new file,
-// written whole, fsynced, then renamed over the old one and the directory
-// fsynced, so that a crash or a full disk leaves the old records or the new
-// ones, never a torn or empty file. RESOURCE_EXHAUSTED (naming the file)
-// when the disk is full.
 Status WriteRecords(const std::string& file, const std::vector<std::string>& lines) {
-  if (file.empty()) return Status::Ok();
-  if (lines.empty()) {
-    if (unlink(file.c_str()) != 0 && errno != ENOENT)
-      return Status::FromErrno(errno, "remove " + file);
-    return Status::Ok();
-  }
-  std::string data;
-  for (const auto& l : lines) data += l + "\n";
-  std::string tmp = file + ".tmp";
-  auto fail = [&](const char* what) {
-    Status st = Status::FromErrno(
-        errno, std::string(what) + " " + tmp + " (the offload records cannot be stored)");
-    unlink(tmp.c_str());
-    return st;
-  };
-  {
-    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!fd.valid()) return fail("create");
-    for (size_t off = 0; off < data.size();) {
-      ssize_t n = write(fd.get(), data.data() + off, data.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        if (n == 0) errno = ENOSPC;
-        return fail("write");
-      }
-      off += static_cast<size_t>(n);
-    }
-    if (fsync(fd.get()) != 0) return fail("fsync");
-    if (close(fd.Release()) != 0) return fail("close");
-  }
-  if (rename(tmp.c_str(), file.c_str()) != 0) return fail("rename");
-  std::string dir =
-      file.substr(0, file.find_last_of('/') == std::string::npos ? 0 : file.find_last_of('/'));
-  UniqueFd d(open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d.valid()) fsync(d.get());  // the rename itself is durable; a failure here loses nothing
-  return Status::Ok();
+  return WriteStateLines(file, lines, "offload records");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/fd.h"
 #include "common/status.h"
@@ -26,5 +27,17 @@ class StateDirLock {
   StateDirLock() = default;
   UniqueFd fd_;  // the flock lives as long as this descriptor
 };
+
+// A record file of the state dir ("" : none), `what` naming its records in
+// messages. Read: its non-empty lines, up to 1 MiB (past it, logged and
+// cut); no file reads as empty; one that cannot be read is an error (writing
+// over it would lose its records). Write: replaces it with `lines` (none:
+// removes it): a new file written whole, fsynced, renamed over the old one,
+// the directory fsynced, so that a crash or a full disk leaves the old
+// records or the new ones, never a torn or empty file; RESOURCE_EXHAUSTED
+// (naming the file) when the disk is full.
+Result<std::vector<std::string>> ReadStateLines(const std::string& file, const std::string& what);
+Status WriteStateLines(const std::string& file, const std::vector<std::string>& lines,
+                       const std::string& what);
 
 }  // namespace lossd

@@ -9,10 +9,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
 #include "host/netns.h"
+#include "host/state_dir.h"
 #include "loss_abi.h"
 
 namespace lossd {
@@ -70,11 +73,47 @@ std::string ProgName(uint32_t prog_id) {
   return name;
 }
 
+// The clsact filters attached in other namespaces than lossd's, one record
+// each ("NETNS IFINDEX IFNAME") in the state dir: the next start removes a
+// crashed owner's there (RemoveStaleClsactFilters) and only there.
+std::string FilterRecord(const NetnsRef& ns, int ifindex, const std::string& ifname) {
+  return std::to_string(ns.ino) + " " + std::to_string(ifindex) + " " + ifname;
+}
+
+Status AddFilterRecord(const std::string& file, const std::string& record) {
+  auto lines = ReadStateLines(file, "namespace filter records");
+  if (!lines.ok()) return lines.status();
+  if (std::find(lines->begin(), lines->end(), record) != lines->end()) return Status::Ok();
+  lines->push_back(record);
+  return WriteStateLines(file, *lines, "namespace filter records");
+}
+
+void DropFilterRecord(const std::string& file, const std::string& record) {
+  auto lines = ReadStateLines(file, "namespace filter records");
+  if (!lines.ok()) {
+    LOG_WARN("%s", lines.status().message().c_str());
+    return;
+  }
+  lines->erase(std::remove(lines->begin(), lines->end(), record), lines->end());
+  Status st = WriteStateLines(file, *lines, "namespace filter records");
+  if (!st.ok()) LOG_WARN("%s", st.message().c_str());
+}
+
 class ClsactAttachment : public Attachment {
  public:
-  ClsactAttachment(int ifindex, std::string ifname, uint32_t prog_id, NetnsRef ns)
-      : ifindex_(ifindex), ifname_(std::move(ifname)), prog_id_(prog_id), ns_(std::move(ns)) {}
+  ClsactAttachment(int ifindex, std::string ifname, uint32_t prog_id, NetnsRef ns,
+                   std::string record_file)
+      : ifindex_(ifindex),
+        ifname_(std::move(ifname)),
+        prog_id_(prog_id),
+        ns_(std::move(ns)),
+        record_file_(std::move(record_file)) {}
   ~ClsactAttachment() override {
+    Detach();
+    if (ns_.ino && !record_file_.empty())
+      DropFilterRecord(record_file_, FilterRecord(ns_, ifindex_, ifname_));
+  }
+  void Detach() {
     // A namespace that is gone took the filter with its device.
     Status st = InNetns(ns_.ino, ns_.path, [&] {
       LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex_, .attach_point = BPF_TC_EGRESS);
@@ -105,6 +144,7 @@ class ClsactAttachment : public Attachment {
   std::string ifname_;
   uint32_t prog_id_;  // ours: the filter's program while it is attached
   NetnsRef ns_;
+  std::string record_file_;  // where a filter in another namespace is recorded ("": nowhere)
 };
 
 // A lossd clsact program whose owner still renews its lease (its loss_cfg
@@ -170,7 +210,8 @@ namespace {
 // AttachClsactEgress inside the device's namespace.
 Result<std::unique_ptr<Attachment>> AttachClsactHere(int prog_fd, int ifindex,
                                                      const std::string& ifname,
-                                                     ClsactQdiscs* created, const NetnsRef& ns) {
+                                                     ClsactQdiscs* created, const NetnsRef& ns,
+                                                     const std::string& record_file) {
   const std::string where = ifname + ns.Suffix();
   LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
   {
@@ -190,24 +231,35 @@ Result<std::unique_ptr<Attachment>> AttachClsactHere(int prog_fd, int ifindex,
                           "owns its egress devices");
     }
   }
+  // Recorded before it exists, so that a crash in between is found again.
+  const std::string record = FilterRecord(ns, ifindex, ifname);
+  if (ns.ino && !record_file.empty())
+    LOSSD_RETURN_IF_ERROR(AddFilterRecord(record_file, record));
+  auto fail = [&](Status st) {
+    if (ns.ino && !record_file.empty()) DropFilterRecord(record_file, record);
+    return st;
+  };
   int err = bpf_tc_hook_create(&hook);
-  if (err && err != -EEXIST) return Status::FromErrno(-err, "create clsact qdisc on " + where);
+  if (err && err != -EEXIST)
+    return fail(Status::FromErrno(-err, "create clsact qdisc on " + where));
   if (err == 0) created->Add(ns, ifindex, ifname);
   LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd, .flags = BPF_TC_F_REPLACE, .handle = kTcHandle,
               .priority = kTcPriority);
   err = bpf_tc_attach(&hook, &opts);
-  if (err) return Status::FromErrno(-err, "attach clsact egress filter to " + where);
-  return std::unique_ptr<Attachment>(new ClsactAttachment(ifindex, ifname, opts.prog_id, ns));
+  if (err) return fail(Status::FromErrno(-err, "attach clsact egress filter to " + where));
+  return std::unique_ptr<Attachment>(
+      new ClsactAttachment(ifindex, ifname, opts.prog_id, ns, record_file));
 }
 
 }  // namespace
 
 Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
                                                        const std::string& ifname,
-                                                       ClsactQdiscs* created, const NetnsRef& ns) {
+                                                       ClsactQdiscs* created, const NetnsRef& ns,
+                                                       const std::string& record_file) {
   Result<std::unique_ptr<Attachment>> out = Internal("clsact egress on " + ifname + ": not run");
   Status st = InNetns(ns.ino, ns.path, [&] {
-    out = AttachClsactHere(prog_fd, ifindex, ifname, created, ns);
+    out = AttachClsactHere(prog_fd, ifindex, ifname, created, ns, record_file);
     return Status::Ok();
   });
   if (!st.ok()) return Status(st.code(), "clsact egress on " + ifname + ": " + st.message());
@@ -258,42 +310,50 @@ Result<std::unique_ptr<Attachment>> AttachCgroup(int prog_fd, const std::string&
 
 namespace {
 
-// probes: also remove lossd probes (only in lossd's own namespace: another
-// namespace's may be a live lossd's, probing right now).
-int RemoveStaleClsactFiltersHere(const std::string& where, bool probes) {
-  struct if_nameindex* ifs = if_nameindex();
-  if (!ifs) return 0;
-  int removed = 0;
-  for (auto* i = ifs; i->if_index; i++) {
-    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = static_cast<int>(i->if_index),
-                .attach_point = BPF_TC_EGRESS);
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
-    if (bpf_tc_query(&hook, &opts) != 0) continue;
-    std::string name = ProgName(opts.prog_id);
-    if (name != kTcEgressProgName && !(probes && name == kProbeProgName)) continue;
-    if (name == kTcEgressProgName && OwnerAlive(opts.prog_id)) continue;  // another lossd, alive
-    LIBBPF_OPTS(bpf_tc_opts, del, .handle = kTcHandle, .priority = kTcPriority);
-    if (bpf_tc_detach(&hook, &del) == 0) {
-      LOG_INFO("removed a stale lossd clsact egress filter from %s%s", i->if_name, where.c_str());
-      removed++;
-    }
-  }
-  if_freenameindex(ifs);
-  return removed;
+// Removes a dead lossd's egress filter from ifindex of this thread's
+// namespace (or, with probes, a lossd probe); true if it did.
+bool RemoveStaleFilter(int ifindex, const std::string& ifname, const std::string& where,
+                       bool probes) {
+  LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
+  LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
+  if (bpf_tc_query(&hook, &opts) != 0) return false;
+  std::string name = ProgName(opts.prog_id);
+  if (name != kTcEgressProgName && !(probes && name == kProbeProgName)) return false;
+  if (name == kTcEgressProgName && OwnerAlive(opts.prog_id)) return false;  // another lossd, alive
+  LIBBPF_OPTS(bpf_tc_opts, del, .handle = kTcHandle, .priority = kTcPriority);
+  if (bpf_tc_detach(&hook, &del) != 0) return false;
+  LOG_INFO("removed a stale lossd clsact egress filter from %s%s", ifname.c_str(), where.c_str());
+  return true;
 }
 
 }  // namespace
 
-int RemoveStaleClsactFilters() {
-  int removed = RemoveStaleClsactFiltersHere("", true);
-  const uint64_t own = ThreadNetnsIno();
-  for (const auto& [ino, path] : ListNetns()) {
-    if (ino == own) continue;
-    InNetns(ino, path, [&, ino = ino] {
-      removed += RemoveStaleClsactFiltersHere(" in netns " + std::to_string(ino), false);
+int RemoveStaleClsactFilters(const std::string& record_file) {
+  int removed = 0;
+  if (struct if_nameindex* ifs = if_nameindex()) {
+    for (auto* i = ifs; i->if_index; i++)
+      removed += RemoveStaleFilter(static_cast<int>(i->if_index), i->if_name, "", true);
+    if_freenameindex(ifs);
+  }
+  // Other namespaces: where this state dir's owner attached (its records).
+  auto lines = ReadStateLines(record_file, "namespace filter records");
+  if (!lines.ok()) {
+    LOG_WARN("%s: stale filters in other namespaces are left", lines.status().message().c_str());
+    return removed;
+  }
+  for (const std::string& line : *lines) {
+    unsigned long long ino = 0;
+    int ifindex = 0;
+    char name[IF_NAMESIZE + 1] = {};
+    if (std::sscanf(line.c_str(), "%llu %d %16s", &ino, &ifindex, name) != 3 || !ino || ifindex <= 0)
+      continue;  // junk: dropped with the rest
+    InNetns(ino, "", [&] {  // a namespace that is gone took the filter with it
+      removed += RemoveStaleFilter(ifindex, name, " in netns " + std::to_string(ino), false);
       return Status::Ok();
     });
   }
+  Status st = WriteStateLines(record_file, {}, "namespace filter records");
+  if (!st.ok()) LOG_WARN("%s", st.message().c_str());
   return removed;
 }
 

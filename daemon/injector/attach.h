@@ -65,11 +65,14 @@ class ClsactQdiscs {
 // clsact egress filter over netlink (handle kTcHandle, priority
 // kTcPriority), on device ifindex of namespace `ns` (lossd's own by
 // default). Survives the process: the BPF lease guards it. A qdisc it has to
-// create is recorded in `created`.
+// create is recorded in `created`; a filter in another namespace, in
+// `record_file` (the state dir's, "": none) while it exists, so that the
+// next start can remove a crashed owner's there.
 Result<std::unique_ptr<Attachment>> AttachClsactEgress(int prog_fd, int ifindex,
                                                        const std::string& ifname,
                                                        ClsactQdiscs* created,
-                                                       const NetnsRef& ns = {});
+                                                       const NetnsRef& ns = {},
+                                                       const std::string& record_file = "");
 // cgroup_skb ingress or egress on a cgroup v2 directory through a bpf_link.
 // Then writes the id of the cgroup it attached to into the attachment's own
 // cgroup storage (`self_map_fd`: loss_cg_self), so that each run decides only
@@ -89,11 +92,11 @@ constexpr const char* kTcEgressProgName = "lossd_tc_out";
 // probe, ending anyway) and is removed.
 constexpr const char* kProbeProgName = "lossd_probe";
 
-// Removes clsact egress filters a dead lossd left on any interface of this
-// network namespace and of every other one a process is in or /run/netns
-// names (a cgroup target's devices in containers' namespaces): its egress
-// program with no live lease, or (in lossd's own namespace) a probe's.
-// Returns how many it removed.
-int RemoveStaleClsactFilters();
+// Removes clsact egress filters a dead lossd left: on any interface of this
+// network namespace (its egress program with no live lease, or a probe's),
+// and where `record_file` (the state dir's) says its owner attached in other
+// namespaces (a cgroup target's devices in containers'); the records are
+// then dropped. Returns how many it removed.
+int RemoveStaleClsactFilters(const std::string& record_file);
 
 }  // namespace lossd

@@ -25,7 +25,8 @@ Result<std::unique_ptr<Attachment>> KernelAttacher::Attach(int kind, const std::
   switch (kind) {
     case LOSS_HOOK_XDP: return AttachXdp(fd, ifindex, iface, xdp_mode_);
     case LOSS_HOOK_TC_INGRESS: return AttachTcxIngress(fd, ifindex, iface);
-    case LOSS_HOOK_TC_EGRESS: return AttachClsactEgress(fd, ifindex, iface, qdiscs, target.netns);
+    case LOSS_HOOK_TC_EGRESS:
+      return AttachClsactEgress(fd, ifindex, iface, qdiscs, target.netns, filter_records_);
     case LOSS_HOOK_CGROUP_INGRESS:
       return AttachCgroup(fd, target.cgroup.path, false, cg_self_fd_);
   }

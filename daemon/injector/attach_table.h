@@ -100,8 +100,14 @@ class Attacher {
 // clsact filter (attach.h).
 class KernelAttacher final : public Attacher {
  public:
-  KernelAttacher(HookPrograms* programs, int cg_self_fd, XdpMode xdp_mode)
-      : programs_(programs), cg_self_fd_(cg_self_fd), xdp_mode_(xdp_mode) {}
+  // filter_records: the state dir's record of filters in other namespaces
+  // ("": none; AttachClsactEgress).
+  KernelAttacher(HookPrograms* programs, int cg_self_fd, XdpMode xdp_mode,
+                 std::string filter_records)
+      : programs_(programs),
+        cg_self_fd_(cg_self_fd),
+        xdp_mode_(xdp_mode),
+        filter_records_(std::move(filter_records)) {}
   Status Load(int kind) override { return programs_->Load(kind); }
   Result<std::unique_ptr<Attachment>> Attach(int kind, const std::string& iface,
                                              const Target& target, ClsactQdiscs* qdiscs) override;
@@ -115,6 +121,7 @@ class KernelAttacher final : public Attacher {
   HookPrograms* programs_;
   int cg_self_fd_;
   XdpMode xdp_mode_;
+  std::string filter_records_;
 };
 
 // The target of `spec` resolved (its interface's index; its cgroup, a

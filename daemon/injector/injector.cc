@@ -33,15 +33,14 @@ Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts) 
   auto maps = BpfMaps::Create();
   if (!maps.ok()) return maps.status();
   auto programs = std::make_unique<HookPrograms>((*maps)->object());
-  auto attacher =
-      std::make_unique<KernelAttacher>(programs.get(), (*maps)->CgroupSelfFd(), opts.xdp_mode);
+  const std::string filter_records = opts.state_dir.empty() ? "" : opts.state_dir + "/netns-filters";
+  auto attacher = std::make_unique<KernelAttacher>(programs.get(), (*maps)->CgroupSelfFd(),
+                                                   opts.xdp_mode, filter_records);
   // What a dead previous owner left behind, before this one's lease starts.
-  int stale = RemoveStaleClsactFilters();
+  if (!opts.state_dir.empty()) mkdir(opts.state_dir.c_str(), 0700);
+  int stale = RemoveStaleClsactFilters(filter_records);
   if (stale) LOG_INFO("removed %d stale clsact filter(s) of a previous lossd", stale);
-  if (!opts.state_dir.empty()) {
-    mkdir(opts.state_dir.c_str(), 0700);
-    RestoreOffloads(opts.state_dir + "/offloads");
-  }
+  if (!opts.state_dir.empty()) RestoreOffloads(opts.state_dir + "/offloads");
   return Start(opts, std::move(*maps), std::move(programs), std::move(attacher));
 }
 
@@ -298,13 +297,12 @@ Status Injector::AddEgressLocked(Rule& r, const Device& dev) {
   return Status::Ok();
 }
 
-void Injector::FollowEgressLocked(uint32_t id, Rule& r) {
+void Injector::FollowEgressLocked(uint32_t id, Rule& r, const std::set<AttachKey>& dead) {
   auto now = attacher_->Egress(r.target.cgroup);
   if (!now.ok()) {
     LOG_WARN("rule %u: %s", id, now.status().message().c_str());
     return;
   }
-  std::set<AttachKey> dead = attach_.Dead();
   std::map<AttachKey, Device> want;
   for (const Device& d : now->devices)
     want[AttachKey{LOSS_HOOK_TC_EGRESS, uint64_t(d.ifindex), d.ns.ino}] = d;
@@ -482,7 +480,7 @@ void Injector::CheckAttachments() {
       return dead.count(a) > 0 && !r.egress.count(a);
     });
     if (k == r.attach.end()) {
-      if (!r.egress.empty() || !r.egress_missing.empty()) FollowEgressLocked(id, r);
+      if (!r.egress.empty() || !r.egress_missing.empty()) FollowEgressLocked(id, r, dead);
       continue;
     }
     std::string reason = attach_.WhyDead(*k, r.info.spec.iface, r.target);

@@ -218,8 +218,9 @@ class Injector {
   void MoveRuleLocked(uint32_t fresh, uint32_t id);
   void FailLocked(uint32_t id, Rule& r, const std::string& reason);
   // A live cgroup rule's egress devices brought up to date: attached to the
-  // devices its processes' namespaces have now, detached from those gone.
-  void FollowEgressLocked(uint32_t id, Rule& r);
+  // devices its processes' namespaces have now, detached from those gone
+  // (`dead`: the attachments the kernel no longer runs).
+  void FollowEgressLocked(uint32_t id, Rule& r, const std::set<AttachKey>& dead);
   // Attaches (and with per_segment, makes single-segment) one egress device
   // of a cgroup rule; the rule holds what it took.
   Status AddEgressLocked(Rule& r, const Device& dev);

@@ -25,17 +25,25 @@ the namespace that plays the host (A, where the daemon runs), which routes and m
                          e2ea (higher priority) matching the container's own source address
                          never drops on the container's eth0, where lossd's program runs for
                          the container rule (an ifindex names a device of lossd's namespace).
+  CrashInAContainersNamespace.test_sigkill_then_restart
+                         A daemon with a container egress rule is SIGKILLed: its clsact filter
+                         stays on the container's eth0 (recorded in the state dir), passing
+                         once the lease ran out; the next start with that state dir removes
+                         it there and drops the record. Another daemon's start (another state
+                         dir) leaves it alone.
   test_host_service      A service in the host's own namespace (--unit, no veth): its TCP
                          egress loss is retransmitted too, decided on A's device.
 """
 import binascii
 import os
 import subprocess
+import time
 
 from lab import traffic
 from lab.config import main
-from lab.daemon import DaemonTestCase, wait_until
-from lab.netns import cgroup2_mount, measured, sh
+from lab.daemon import Daemon, DaemonTestCase, tc_egress_filters, wait_until
+from lab.netns import Lab, cgroup2_mount, measured, sh
+import unittest
 from lab.stats import binom_interval
 
 NET = "203.0.113.%d"   # containers' bridge-like network (TEST-NET-3), inside namespaces only
@@ -257,6 +265,37 @@ class Containers(DaemonTestCase):
         self.assertGreater(f.dropped_segments, 0, diag)
         self.assertGreaterEqual(da["Tcp.RetransSegs"], f.dropped_segments, diag)
         self.assertTrue(lo <= f.dropped_segments <= hi, diag)
+
+
+class CrashInAContainersNamespace(unittest.TestCase):
+    def test_sigkill_then_restart(self):
+        with Lab() as lab:
+            top = lab.make_cgroup()
+            c = Container(lab, 1, top)
+            state = lab.tempdir()
+            d = Daemon(lab, lab.a, ["--lease", "1s"], state_dir=state, nsenter=True)
+            d.create(container=c.id, direction="egress", protocol="udp", dport=9561, rate=1.0)
+            records = os.path.join(state, "netns-filters")
+            with open(records) as f:
+                rec = f.read().split()
+            d.kill9()
+            _, after_kill = tc_egress_filters(lab, c.ns, "eth0")
+            time.sleep(1.5)  # the lease ran out: the filter passes
+            other = Daemon(lab, lab.b, [], nsenter=True)  # another state dir: not its records
+            _, after_other = tc_egress_filters(lab, c.ns, "eth0")
+            self.assertEqual(other.term(), 0, other.stderr())
+            d2 = Daemon(lab, lab.a, ["--lease", "1s"], state_dir=state, nsenter=True)
+            _, after_restart = tc_egress_filters(lab, c.ns, "eth0")
+            log = d2.stderr()
+            self.assertEqual(d2.term(), 0, log)
+            measured("container_filter_after_sigkill", record=rec, after_kill=after_kill,
+                     after_other_start=after_other, after_restart=after_restart)
+            self.assertEqual(rec[0], str(c.netns_ino), rec)
+            self.assertEqual(len(after_kill), 1, "the clsact filter outlives SIGKILL")
+            self.assertEqual(after_other, after_kill, "another state dir's owner removed it")
+            self.assertEqual(after_restart, [], log)
+            self.assertIn("in netns %d" % c.netns_ino, log)
+            self.assertFalse(os.path.exists(records), "the record was kept")
 
 
 if __name__ == "__main__":
