@@ -1,8 +1,10 @@
 """Finding and importing the generated lossd/v1 Python modules.
 
 The build generates them into <build>/python/lossd/v1/ (target
-lossd_proto_python); they are never committed. Where to look, in order:
-an explicit path, the LOSSD_PYTHON_STUBS environment variable, then an
+lossd_proto_python); they are never committed. An installed package (the
+wheel: client/python/pyproject.toml) carries its own, generated when the wheel
+was built, in lossd_client/_generated/. Where to look, in order: an explicit
+path, the LOSSD_PYTHON_STUBS environment variable, the bundled ones, then an
 already importable ``lossd.v1`` package (e.g. <build>/python on PYTHONPATH).
 """
 
@@ -13,6 +15,9 @@ import threading
 import types
 
 ENV_VAR = "LOSSD_PYTHON_STUBS"
+# The installed package's own stubs (setup.py generates them into the wheel);
+# absent in the source tree.
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_generated")
 
 _lock = threading.Lock()
 _loaded = None  # (root or None, Stubs)
@@ -64,7 +69,8 @@ def load_stubs(path=None):
     """Import and return the generated modules as Stubs(pb2=..., pb2_grpc=..., root=...).
 
     path: <build>/python (the directory holding lossd/v1/). Without it,
-    $LOSSD_PYTHON_STUBS, then whatever ``lossd.v1`` is already importable.
+    $LOSSD_PYTHON_STUBS, then the installed package's own (lossd_client/_generated),
+    then whatever ``lossd.v1`` is already importable.
     The modules are loaded once per process; asking for a different
     directory afterwards is an error (protobuf registers each .proto once).
     """
@@ -72,6 +78,8 @@ def load_stubs(path=None):
     origin = "path"
     if path is None and os.environ.get(ENV_VAR):
         path, origin = os.environ[ENV_VAR], ENV_VAR
+    if path is None and os.path.isfile(os.path.join(BUNDLED, "lossd", "v1", "lossd_pb2.py")):
+        path, origin = BUNDLED, "the installed package's stubs"
     root = os.path.realpath(path) if path else None
     with _lock:
         if _loaded is not None:
