@@ -35,6 +35,14 @@ def run_help(prog, path):
     return p.stdout
 
 
+def described_choices(desc):
+    """CLI11 descriptions that list the values: "auto (default) | xdp | tc | cgroup"."""
+    words = [re.sub(r"\([^)]*\)", "", w).strip() for w in desc.split("|")]
+    if len(words) < 2 or not all(re.match(r"^[A-Za-z0-9][\w-]*$", w) for w in words):
+        return []
+    return [w for w in words if not re.match(r"^\d+-\d+$", w)]  # a range (0-255) is not a value
+
+
 def parse_help(text):
     """(options, subcommands): options as [{"names": [...], "arg": bool, "choices": [...]}],
     subcommands as [[name, alias...]] (CLI11's "Subcommands:" section only)."""
@@ -55,8 +63,12 @@ def parse_help(text):
             continue
         if not body.startswith("-"):
             continue
-        head = re.split(r"\s{2,}", body)[0]
+        head, desc = (re.split(r"\s{2,}", body, maxsplit=1) + [""])[:2]
         names, arg, choices = [], False, []
+        m = CHOICES.search(head)  # {a,b}: CLI11's TEXT:{a,b}, argparse's {a,b}
+        if m:
+            choices = [c for c in m.group(1).split(",") if c]
+            head = head[:m.start()] + "CHOICE" + head[m.end():]
         for part in re.split(r"[,\s]+", head):
             if not part:
                 continue
@@ -66,10 +78,9 @@ def parse_help(text):
                 names.append(part.split("=")[0])  # argparse: --opt=VALUE
                 arg = True
             else:
-                arg = True  # TEXT, UINT, FILE, {a,b}, TEXT:{a,b}=default, ...
-                m = CHOICES.search(part)
-                if m:
-                    choices = [c for c in m.group(1).split(",") if c]
+                arg = True  # TEXT, UINT, FILE, CHOICE, TEXT:CHOICE=default, ...
+        if arg and not choices:
+            choices = described_choices(desc)
         if names:
             options.append({"names": names, "arg": arg, "choices": choices})
     return options, subs
@@ -104,9 +115,10 @@ def completion(prog):
     subs, opts, args = {}, {}, {}
     choices = {}
     for n in nodes:
-        keys = [" ".join(n["path"])]
+        # keys: the command path, the program's name first (bash has no empty key)
+        keys = [" ".join([name] + n["path"])]
         for a in n.get("aliases", []):
-            keys.append(" ".join(n["path"][:-1] + [a]))
+            keys.append(" ".join([name] + n["path"][:-1] + [a]))
         sub_words = [w for names in n["subcommands"] for w in names]
         opt_words = [w for o in n["options"] for w in o["names"]]
         arg_words = [w for o in n["options"] if o["arg"] for w in o["names"]]
@@ -138,7 +150,7 @@ def completion(prog):
     table(fn + "_choices", choices)
     lines += [
         "%s() {" % fn,
-        "  local cur=${COMP_WORDS[COMP_CWORD]} prev= path= i w skip=0",
+        "  local cur=${COMP_WORDS[COMP_CWORD]} prev= path=%s i w skip=0" % name,
         "  (( COMP_CWORD > 0 )) && prev=${COMP_WORDS[COMP_CWORD-1]}",
         "  # the command path: words that name a subcommand of the path so far;",
         "  # an option's value is skipped",
@@ -149,7 +161,7 @@ def completion(prog):
         "      --*=*) continue ;;",
         "      -*) [[ \" ${%s_args[$path]} \" == *\" $w \"* ]] && skip=1; continue ;;" % fn,
         "    esac",
-        "    if [[ \" ${%s_subs[$path]} \" == *\" $w \"* ]]; then path=${path:+$path }$w; fi" % fn,
+        "    if [[ \" ${%s_subs[$path]} \" == *\" $w \"* ]]; then path=\"$path $w\"; fi" % fn,
         "  done",
         "  if [[ $prev == -* && \" ${%s_args[$path]} \" == *\" $prev \"* ]]; then" % fn,
         "    local c=${%s_choices[$path|$prev]}" % fn,
