@@ -1,4 +1,4 @@
-# lossd: make deps | build | test | run | bench | clients
+# lossd: make deps | build | test | run | bench | clients | install | package | wheel
 # Everything needed comes from Debian's packages; `make deps` installs what
 # is missing (as root) and is a no-op when all is there.
 
@@ -16,19 +16,27 @@ DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake mak
         python3-grpcio python3-protobuf python3-matplotlib \
         libclang-rt-14-dev systemd openssl util-linux passwd \
         libcpp-httplib-dev libssl-dev prometheus-cpp-dev prometheus prometheus-node-exporter python3-yaml \
-        tmux libjs-chart.js chromium chromium-driver python3-selenium nodejs
+        tmux libjs-chart.js chromium chromium-driver python3-selenium nodejs \
+        help2man man-db dpkg-dev file lintian python3-pip python3-venv python3-setuptools python3-wheel
 
 # A clients-only build (lossctl, the rule library, the Python client's stubs
 # and their unit tests) needs no BPF toolchain: `make clients`.
 CLIENT_DEPS := cmake make g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev \
         protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
-        python3 python3-grpcio python3-protobuf
+        python3 python3-grpcio python3-protobuf python3-pip python3-venv python3-setuptools python3-wheel
 CLIENT_BUILD ?= build-clients
 # AddressSanitizer + UBSan build of the unit and bpf tests (make sanitize).
 SAN_BUILD ?= build-asan
 SAN_CTEST_ARGS ?=
 
-.PHONY: all deps client-deps build clients test sanitize sanitize-build run bench format clean
+# make install: PREFIX (default /usr/local) and DESTDIR, as cmake --install takes them.
+PREFIX ?= /usr/local
+DESTDIR ?=
+# make python-client: a virtualenv with the wheel (Debian's grpcio/protobuf visible).
+VENV ?= $(HOME)/.local/lib/lossd-venv
+
+.PHONY: all deps client-deps build clients test sanitize sanitize-build run bench format clean \
+        install package wheel python-client
 
 all: build
 
@@ -87,6 +95,28 @@ sanitize: sanitize-build
 sanitize-build: deps
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLOSSD_SANITIZE=ON >/dev/null
 	cmake --build $(SAN_BUILD) -j $(JOBS) --target sanitize_tests
+
+# lossd (sbin), lossctl, the unit, man pages, bash completion, the .proto and
+# find_package(lossd) (docs/architecture.md#packaging). Nothing is rebuilt here.
+install: build
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Python client's wheel, built offline: $(BUILD)/python-dist/lossd_client-*.whl
+wheel: build
+	cmake --build $(BUILD) --target lossd_wheel
+	@ls $(BUILD)/python-dist/*.whl
+
+# The Debian package (CPack, in $(BUILD)/packages) and the wheel.
+package: wheel
+	cd $(BUILD) && cpack -G DEB -B $(abspath $(BUILD))/packages
+	@ls $(BUILD)/packages/*.deb $(BUILD)/python-dist/*.whl
+
+# The wheel installed into $(VENV) (python3 -m venv --system-site-packages, pip --no-index).
+python-client: wheel
+	/usr/bin/python3 -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/pip uninstall -y -q lossd-client 2>/dev/null || true
+	$(VENV)/bin/pip install --no-index -q $(BUILD)/python-dist/lossd_client-*.whl
+	@echo "$(VENV)/bin/python3 -m lossd_client status   # or: . $(VENV)/bin/activate"
 
 run: build
 	$(BUILD)/daemon/lossd $(RUN_ARGS)

@@ -1,9 +1,13 @@
 """Finding and importing the generated lossd/v1 Python modules.
 
 The build generates them into <build>/python/lossd/v1/ (target
-lossd_proto_python); they are never committed. Where to look, in order:
-an explicit path, the LOSSD_PYTHON_STUBS environment variable, then an
-already importable ``lossd.v1`` package (e.g. <build>/python on PYTHONPATH).
+lossd_proto_python); they are never committed. An installed package (the
+wheel: client/python/pyproject.toml) carries its own, generated when the wheel
+was built, in lossd_client/_generated/. Where to look, in order: an explicit
+path, the bundled ones (an installed package uses the stubs it was built
+with, whatever LOSSD_PYTHON_STUBS a build tree's lossctl sets), the
+LOSSD_PYTHON_STUBS environment variable, then an already importable
+``lossd.v1`` package (e.g. <build>/python on PYTHONPATH).
 """
 
 import importlib
@@ -13,6 +17,9 @@ import threading
 import types
 
 ENV_VAR = "LOSSD_PYTHON_STUBS"
+# The installed package's own stubs (setup.py generates them into the wheel);
+# absent in the source tree.
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_generated")
 
 _lock = threading.Lock()
 _loaded = None  # (root or None, Stubs)
@@ -63,13 +70,16 @@ def _import():
 def load_stubs(path=None):
     """Import and return the generated modules as Stubs(pb2=..., pb2_grpc=..., root=...).
 
-    path: <build>/python (the directory holding lossd/v1/). Without it,
-    $LOSSD_PYTHON_STUBS, then whatever ``lossd.v1`` is already importable.
+    path: <build>/python (the directory holding lossd/v1/). Without it, the
+    installed package's own (lossd_client/_generated), then $LOSSD_PYTHON_STUBS,
+    then whatever ``lossd.v1`` is already importable.
     The modules are loaded once per process; asking for a different
     directory afterwards is an error (protobuf registers each .proto once).
     """
     global _loaded
     origin = "path"
+    if path is None and os.path.isfile(os.path.join(BUNDLED, "lossd", "v1", "lossd_pb2.py")):
+        path, origin = BUNDLED, "the installed package's stubs"
     if path is None and os.environ.get(ENV_VAR):
         path, origin = os.environ[ENV_VAR], ENV_VAR
     root = os.path.realpath(path) if path else None

@@ -44,6 +44,22 @@ class StubsTest(unittest.TestCase):
         self.assertEqual(probe(None, root), "OK " + root)           # the argument
         self.assertEqual(probe(None, pythonpath=support.ROOT + os.pathsep + root), "OK " + root)  # importable
 
+    def test_bundled_first(self):
+        # An installed package (the wheel) carries lossd_client/_generated: it is used before
+        # $LOSSD_PYTHON_STUBS (a build tree's lossctl sets one that may not exist here).
+        import shutil
+        root = support.stubs().root
+        with tempfile.TemporaryDirectory() as d:
+            pkg = os.path.join(d, "lossd_client")
+            shutil.copytree(os.path.join(support.ROOT, "lossd_client"), pkg,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(os.path.join(root, "lossd"), os.path.join(pkg, "_generated", "lossd"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            bundled = os.path.realpath(os.path.join(pkg, "_generated"))
+            self.assertEqual(probe(None, pythonpath=d), "OK " + bundled)
+            self.assertEqual(probe(os.path.join(d, "nope"), pythonpath=d), "OK " + bundled)
+            self.assertEqual(probe(None, root, pythonpath=d), "OK " + root)   # the argument still wins
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -76,7 +76,7 @@ for s in conns:
 print(json.dumps({"opened": len(conns), "kept": len(conns) - closed, "closed": closed}), flush=True)
 sys.stdin.read()
 """
-UNIT = os.path.join(config.REPO, "dist", "lossd.service")
+UNIT = os.path.join(config.REPO, "dist", "lossd.service.in")
 CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39,
             "CAP_SYS_RESOURCE": 24, "CAP_NET_RAW": 13, "CAP_DAC_OVERRIDE": 1, "CAP_SYS_PTRACE": 19}
 
