@@ -24,7 +24,9 @@
 namespace lossctl {
 namespace {
 
-constexpr char kPython[] = "/usr/bin/python3";  // Debian's: it has python3-grpcio
+// Debian's: it has python3-grpcio. LOSSCTL_PYTHON names another (a
+// virtualenv's, where the lossd_client wheel is installed).
+constexpr char kPython[] = "/usr/bin/python3";
 
 // The sweep's connection arguments for lossctl's --addr and TLS options.
 std::vector<std::string> ConnectionArgs(const Globals& g) {
@@ -43,20 +45,28 @@ std::vector<std::string> ConnectionArgs(const Globals& g) {
 // `what`: the command's name in messages; `module`: lossd_client.<module>.
 int RunPython(const Globals& g, const std::string& what, const std::string& module,
               const std::vector<std::string>& rest) {
+  // The package from the source tree this lossctl was built from (or
+  // LOSSCTL_PYTHON_DIR); once that is gone (an installed lossctl), the one
+  // the interpreter has installed (the wheel: its stubs are bundled).
   const char* dir = getenv("LOSSCTL_PYTHON_DIR");
   std::string pydir = dir && *dir ? dir : LOSSCTL_PYTHON_DIR;
-  if (pydir.empty() || access((pydir + "/lossd_client/" + module + ".py").c_str(), R_OK) != 0)
-    return Fail(kExitError,
-                what + ": the Python package lossd_client is not at '" + pydir +
-                    "': set LOSSCTL_PYTHON_DIR to the directory holding it (client/python)");
-  std::string pypath = pydir;
-  if (const char* old = getenv("PYTHONPATH"); old && *old) pypath += std::string(":") + old;
-  setenv("PYTHONPATH", pypath.c_str(), 1);
-  if (!getenv("LOSSD_PYTHON_STUBS") && *LOSSCTL_STUBS_DIR)
-    setenv("LOSSD_PYTHON_STUBS", LOSSCTL_STUBS_DIR, 1);
+  bool here = !pydir.empty() && access((pydir + "/lossd_client/" + module + ".py").c_str(), R_OK) == 0;
+  if (!here && dir && *dir)
+    return Fail(kExitError, what + ": the Python package lossd_client is not at '" + pydir +
+                                "' (LOSSCTL_PYTHON_DIR): name the directory holding it "
+                                "(client/python), or unset it to use the installed package");
+  if (here) {
+    std::string pypath = pydir;
+    if (const char* old = getenv("PYTHONPATH"); old && *old) pypath += std::string(":") + old;
+    setenv("PYTHONPATH", pypath.c_str(), 1);
+    if (!getenv("LOSSD_PYTHON_STUBS") && *LOSSCTL_STUBS_DIR)
+      setenv("LOSSD_PYTHON_STUBS", LOSSCTL_STUBS_DIR, 1);
+  }
+  const char* py_env = getenv("LOSSCTL_PYTHON");
+  std::string python = py_env && *py_env ? py_env : kPython;
 
   setenv("LOSSCTL_COMMAND", what.c_str(), 1);  // the module's usage names the command
-  std::vector<std::string> args = {kPython, "-m", "lossd_client." + module};
+  std::vector<std::string> args = {python, "-m", "lossd_client." + module};
   bool help = false;
   for (const auto& r : rest) help |= r == "-h" || r == "--help";
   if (!help)
@@ -65,8 +75,9 @@ int RunPython(const Globals& g, const std::string& what, const std::string& modu
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
-  execv(kPython, argv.data());
-  return Fail(kExitError, what + ": cannot run " + kPython + ": " + strerror(errno));
+  execv(python.c_str(), argv.data());
+  return Fail(kExitError, what + ": cannot run " + python + ": " + strerror(errno) +
+                              (py_env && *py_env ? " (LOSSCTL_PYTHON)" : ""));
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ the namespace that plays the host (A, where the daemon runs), which routes and m
                          once the lease ran out; the next start with that state dir removes
                          it there and drops the record. Another daemon's start (another state
                          dir) leaves it alone.
+  test_top_by_container  `lossctl top --container ID` (plain frames): the container's held flow is
+                         listed, the sibling's identical one is not.
   test_host_service      A service in the host's own namespace (--unit, no veth): its TCP
                          egress loss is retransmitted too, decided on A's device.
 """
@@ -39,7 +41,7 @@ import os
 import subprocess
 import time
 
-from lab import traffic
+from lab import config, traffic
 from lab.config import main
 from lab.daemon import Daemon, DaemonTestCase, tc_egress_filters, wait_until
 from lab.netns import Lab, cgroup2_mount, measured, sh
@@ -99,6 +101,7 @@ class Container:
 class Containers(DaemonTestCase):
     daemon_ns = "a"
     daemon_nsenter = True  # sees the host's cgroup v2 mount
+    daemon_args = ("--observe-netns", "all")  # the containers' namespaces too (the lab's default: own)
 
     @classmethod
     def setUpClass(cls):
@@ -241,6 +244,24 @@ class Containers(DaemonTestCase):
         self.assertEqual(r["unique"], 1000, diag)
         self.assertEqual(fi.matched_packets, 0, diag)
         self.assertEqual(fc.matched_packets, 1000, diag)
+
+    def test_top_by_container(self):
+        lab = self.lab
+        held = [traffic.TcpFlow(lab, lab.b, c.ns, lab.V4_B, port, 1_000_000, 50, hold=True, cgroup=c.cg)
+                for c, port in ((self.c1, 9571), (self.c2, 9572))]
+        try:
+            for h in held:
+                h.wait_sent()
+            r = subprocess.run([config.LOSSCTL, "--addr", self.d.addr, "top", "--container", self.c1.id[:12],
+                                "--count", "1", "--interval", "200ms"], capture_output=True, text=True,
+                               timeout=60)
+        finally:
+            for h in held:
+                h.release()
+        measured("container_top", rc=r.returncode, frame=r.stdout[-1500:])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(":9571", r.stdout)
+        self.assertNotIn(":9572", r.stdout)
 
     def test_host_service(self):
         lab = self.lab
