@@ -530,6 +530,7 @@ function flowKey(r, key) {
     case "local": return endpoint(f.tuple.local_addr, f.tuple.local_port);
     case "remote": return endpoint(f.tuple.remote_addr, f.tuple.remote_port);
     case "owner": return ownerText(f.owner);
+    case "netns": return u64(f.netns_ino);
     case "ca": return f.ca_state || 0;
     case "cwnd": return f.cwnd || 0;
     case "srtt": return f.srtt_us || 0;
@@ -582,6 +583,7 @@ function renderFlows() {
         ["mono", endpoint(f.tuple.local_addr, f.tuple.local_port)],
         ["mono", endpoint(f.tuple.remote_addr, f.tuple.remote_port)],
         ["owner", ownerText(f.owner)],
+        ["num mono netns", u64(f.netns_ino) ? String(f.netns_ino) : "-"],
         ["", (CA_NAMES[f.ca_state || 0] || f.ca_state) + (f.closed ? " (closed)" : "")],
         ["num", fmtInt(f.cwnd || 0)], ["num", fmtSrtt(f.srtt_us || 0)],
         ["num", fmtBytes(u64(f.bytes_sent))], ["num", fmtBytes(u64(f.bytes_acked))],

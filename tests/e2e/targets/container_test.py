@@ -33,6 +33,10 @@ the namespace that plays the host (A, where the daemon runs), which routes and m
                          dir) leaves it alone.
   test_top_by_container  `lossctl top --container ID` (plain frames): the container's held flow is
                          listed, the sibling's identical one is not.
+  test_page_shows_the_container
+                         The live page (headless Chromium in A) lists the container's held flow
+                         with its owner ("docker <id>") and namespace among the flows; screenshot
+                         <build>/e2e-artifacts/live_container.png.
   test_host_service      A service in the host's own namespace (--unit, no veth): its TCP
                          egress loss is retransmitted too, decided on A's device.
 """
@@ -101,7 +105,8 @@ class Container:
 class Containers(DaemonTestCase):
     daemon_ns = "a"
     daemon_nsenter = True  # sees the host's cgroup v2 mount
-    daemon_args = ("--observe-netns", "all")  # the containers' namespaces too (the lab's default: own)
+    daemon_args = ("--observe-netns", "all",  # the containers' namespaces too (the lab's default: own)
+                   "--http", "127.0.0.1:0")
 
     @classmethod
     def setUpClass(cls):
@@ -262,6 +267,33 @@ class Containers(DaemonTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(":9571", r.stdout)
         self.assertNotIn(":9572", r.stdout)
+
+    def test_page_shows_the_container(self):
+        from lab.browser import Browser
+        lab = self.lab
+        held = traffic.TcpFlow(lab, lab.b, self.c1.ns, lab.V4_B, 9581, 1_000_000, 50, hold=True,
+                               cgroup=self.c1.cg)
+        b = None
+        try:
+            held.wait_sent()
+            b = Browser(lab, lab.a)
+            b.open("http://127.0.0.1:%d/" % self.d.ready["http_port"])
+            want = "docker " + self.c1.id[:12]
+
+            def row():
+                for r in b.texts("#flows tbody tr"):
+                    if ":9581" in r and want in r and str(self.c1.netns_ino) in r:
+                        return r
+                return None
+            got = b.wait(row, 20, "the container's flow, with its owner, in the flows table")
+            b.screenshot(config.artifact("live_container.png"))
+            errors = b.console_errors()
+        finally:
+            if b is not None:
+                b.close()
+            held.release()
+        measured("container_page_row", row=got)
+        self.assertEqual(errors, [], errors)
 
     def test_host_service(self):
         lab = self.lab
