@@ -335,8 +335,9 @@ Status Observer::SetUpNetns(const ObserverOptions& opts) {
   return Status::Ok();
 }
 
-void Observer::PruneNetns() {
-  int fd = bpf_map__fd(skel_->maps.obs_ns_totals);
+namespace {
+// The namespaces obs_ns_totals has entries of (bounded: the map's size twice).
+std::vector<uint64_t> NetnsKeys(int fd) {
   std::vector<uint64_t> keys;
   uint64_t key, next;
   uint64_t* prev = nullptr;
@@ -345,6 +346,14 @@ void Observer::PruneNetns() {
     key = next;
     prev = &key;
   }
+  return keys;
+}
+
+}  // namespace
+
+void Observer::PruneNetns() {
+  int fd = bpf_map__fd(skel_->maps.obs_ns_totals);
+  std::vector<uint64_t> keys = NetnsKeys(fd);
   bool unnamed = false;
   {
     std::lock_guard<std::mutex> lock(paths_mu_);
@@ -590,13 +599,7 @@ std::vector<NetnsTotals> Observer::TotalsByNetns(uint64_t ino, NetnsTotals* othe
   if (ino) {
     keys.push_back(ino);
   } else {
-    uint64_t key, next;
-    uint64_t* prev = nullptr;
-    while (keys.size() < 2 * OBS_MAX_NETNS && bpf_map_get_next_key(fd, prev, &next) == 0) {
-      keys.push_back(next);
-      key = next;
-      prev = &key;
-    }
+    keys = NetnsKeys(fd);
     std::sort(keys.begin(), keys.end());
   }
   for (uint64_t k : keys) {

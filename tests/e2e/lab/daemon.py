@@ -171,6 +171,15 @@ class Daemon:
             self.channel = None
 
 
+def end_daemon_and_lab(d, lab):
+    """SIGTERM to the daemon, which must exit 0; the Lab goes, whatever happened."""
+    try:
+        rc = d.term()
+        assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, d.stderr())
+    finally:
+        lab.close()
+
+
 class DaemonTestCase(unittest.TestCase):
     """One Lab and one daemon (in namespace `daemon_ns`, "a" or "b", started with
     `daemon_args`) for every test of the class; each test starts without rules (and no
@@ -198,11 +207,7 @@ class DaemonTestCase(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
+        end_daemon_and_lab(cls.d, cls.lab)
 
     def setUp(self):
         self.pb = pb

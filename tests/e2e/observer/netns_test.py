@@ -221,11 +221,7 @@ class ContainerNetns(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            rc = cls.d.term()
-            assert rc == 0, "lossd exited %d; stderr:\n%s" % (rc, cls.d.stderr())
-        finally:
-            cls.lab.close()
+        daemon.end_daemon_and_lab(cls.d, cls.lab)
 
     def ctx(self):
         return json.dumps({"ctr_mib": {k: v for k, v in self.dk["ctr"].items() if v},
