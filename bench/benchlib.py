@@ -36,6 +36,18 @@ def binary_id(path):
     return {"mtime": mt.strftime("%Y-%m-%dT%H:%M:%SZ"), "sha256": h}
 
 
+def argument_parser(doc):
+    """The parser every daemon benchmark starts from: its description (doc's first line),
+    --lossd and --stubs defaulting to the build tree beside bench/."""
+    import argparse
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--lossd", default=os.path.join(here, "..", "build", "daemon", "lossd"))
+    ap.add_argument("--stubs", default=os.path.join(here, "..", "build", "python"),
+                    help="<build>/python (generated lossd_pb2*.py)")
+    return ap
+
+
 def parse_args(ap, check=None):
     """ap's arguments, and the start every benchmark shares: check(args) may
     refuse values (a message for ap.error), lossd must be a binary, and the

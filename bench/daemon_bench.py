@@ -79,7 +79,7 @@ import sys
 import threading
 import time
 
-from benchlib import binary_id, git_describe, logger, med, report, parse_args
+from benchlib import argument_parser, binary_id, git_describe, logger, med, report, parse_args
 from lab import daemon, traffic
 from lab.daemon import Daemon, load_stubs
 from lab.lossd import TYPES
@@ -707,10 +707,7 @@ def main():
         a = ap.parse_args()
         {"_udp-send": cmd_udp_send, "_udp-recv": cmd_udp_recv, "_subscribe": cmd_subscribe}[a.cmd](a)
         return 0
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lossd", default=os.path.join(HERE, "..", "build", "daemon", "lossd"))
-    ap.add_argument("--stubs", default=os.path.join(HERE, "..", "build", "python"),
-                    help="<build>/python (generated lossd_pb2*.py)")
+    ap = argument_parser(__doc__)
     ap.add_argument("--tries", type=int, default=10, help="create-to-first-drop tries per variant (>= 10)")
     ap.add_argument("--batches", type=int, default=5, help="1,000-rule batches (>= 5)")
     ap.add_argument("--rounds", type=int, default=3, help="event-rate rounds per configuration")

@@ -21,7 +21,6 @@ A's veth, tc ingress, rate 0 so every datagram is matched and none dropped), the
 
 Prints one JSON document (benchlib.report).
 """
-import argparse
 import json
 import os
 import statistics
@@ -145,9 +144,7 @@ def datapath(lab, d, rounds, packets, pps):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lossd", default=os.path.join(HERE, "..", "build", "daemon", "lossd"))
-    ap.add_argument("--stubs", default=os.path.join(HERE, "..", "build", "python"))
+    ap = benchlib.argument_parser(__doc__)
     ap.add_argument("--rules", type=int, default=10000)
     ap.add_argument("--scrapes", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)

@@ -21,7 +21,6 @@ Prints one JSON document (benchlib.report): checks, not targets: after the load,
 no stream open, fds and threads are back to the baseline, and RSS is within 25 % (+8 MiB)
 of the first quarter's median.
 """
-import argparse
 import datetime
 import os
 import random
@@ -29,9 +28,8 @@ import sys
 import threading
 import time
 
-from benchlib import binary_id, git_describe, logger, med, parse_args, report
+from benchlib import argument_parser, binary_id, git_describe, logger, med, parse_args, report
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 log = logger("soak_bench")
 
 
@@ -47,9 +45,7 @@ def proc_stats(pid):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lossd", default=os.path.join(HERE, "..", "build", "daemon", "lossd"))
-    ap.add_argument("--stubs", default=os.path.join(HERE, "..", "build", "python"))
+    ap = argument_parser(__doc__)
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--sample-secs", type=float, default=10)
     ap.add_argument("--warmup-secs", type=float, default=20,

@@ -13,7 +13,7 @@ The daemon runs in namespace A.
                                delta == dropped_segments + TCPDSACKRecvSegs delta
 """
 
-from lab import traffic
+from lab import daemon, traffic
 from lab.config import main
 from lab.netns import measured
 from lab.stats import binom_interval
@@ -98,13 +98,7 @@ class DaemonTraffic(DaemonTestCase):
         da, db = lab.counters(lab.a) - a0, lab.counters(lab.b) - b0
         retrans, dsack = da["Tcp.RetransSegs"], da["TcpExt.TCPDSACKRecvSegs"]
 
-        def settled():
-            e = d.effect(r.id)
-            return e if sum(e.retransmitted_segments.values()) >= retrans else None
-        try:
-            e = wait_until(settled, 5, "effect to count %d retransmitted segments" % retrans)
-        except AssertionError:
-            e = d.effect(r.id)
+        e = daemon.effect_reaching(d, r.id, retrans, 5)
         c = e.counters
         rtx = {k: v for k, v in e.retransmitted_segments.items() if v}
         total = sum(rtx.values())

@@ -20,7 +20,7 @@ One daemon in A with --metrics-max-rules 3 --metrics-top-flows 1.
 import re
 import subprocess
 
-from lab import prom, traffic, web
+from lab import daemon, prom, traffic, web
 from lab.prom import one, parse, values
 from lab.config import main
 from lab.daemon import Daemon, DaemonTestCase, wait_until
@@ -82,13 +82,7 @@ class Metrics(DaemonTestCase):
             enabled = one(self.scrape(), "lossd_bpf_stats_enabled")
         kernel = (lab.counters(lab.a) - a0)["Tcp.RetransSegs"]
 
-        def settled():
-            e = d.effect(r.id)
-            return e if sum(e.retransmitted_segments.values()) >= kernel else None
-        try:
-            e = wait_until(settled, 10, "the effect tracker to count %d retransmissions" % kernel)
-        except AssertionError:
-            e = d.effect(r.id)
+        e = daemon.effect_reaching(d, r.id, kernel, 10)
         c = d.get(r.id).counters
         s = self.scrape()
         rid = str(r.id)

@@ -349,6 +349,19 @@ def wait_until(pred, timeout, what="condition", step=0.05):
 SLOW_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
 
 
+def effect_reaching(d, rid, segs, timeout):
+    """GetRuleEffect of rule rid once it counts `segs` retransmitted segments (the observer
+    reports a flow's last ones a little late), or as it is at the timeout."""
+    def settled():
+        e = d.effect(rid)
+        return e if sum(e.retransmitted_segments.values()) >= segs else None
+    try:
+        return wait_until(settled, timeout, "rule %s's effect to count %d retransmitted segments"
+                          % (rid, segs))
+    except AssertionError:
+        return d.effect(rid)
+
+
 def events_of(msgs):
     return [m.event for m in msgs if m.HasField("event")]
 

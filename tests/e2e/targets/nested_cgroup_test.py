@@ -39,13 +39,18 @@ class NestedCgroups(DaemonTestCase):
                                                       tx_cgroup=cgroup)])
         return s, r
 
-    def test_parent_rule_decided_once_for_a_child_sender(self):
+    def parent_and_child(self, parent_port, parent_rate, child_port, child_priority=0):
+        """T, T/C, and a UDP egress rule on each (T/C's at 0 %)."""
         t = self.lab.make_cgroup()
         c = self.lab.sub_cgroup(t, "c")
-        parent = self.d.create(cgroup=t, hook="cgroup", direction="egress", protocol="udp", dport=9999,
-                               rate=0.5)
-        child = self.d.create(cgroup=c, hook="cgroup", direction="egress", protocol="udp", dport=9,
-                              rate=0.0)
+        parent = self.d.create(cgroup=t, hook="cgroup", direction="egress", protocol="udp",
+                               dport=parent_port, rate=parent_rate)
+        child = self.d.create(cgroup=c, hook="cgroup", direction="egress", protocol="udp",
+                              dport=child_port, rate=0.0, priority=child_priority)
+        return t, c, parent, child
+
+    def test_parent_rule_decided_once_for_a_child_sender(self):
+        t, c, parent, child = self.parent_and_child(9999, 0.5, 9)
         s, r = self.send(c, 9999, 41)
         lost = N - r["unique"]
         pc, cc = self.counters(parent.id), self.counters(child.id)
@@ -67,12 +72,7 @@ class NestedCgroups(DaemonTestCase):
         # A sender in T/C to a port both rules match: one decision per datagram, by the
         # higher-priority rule (T/C's, 0 %); T's rule (20 %) sees none of them. A sender in
         # T itself meets only T's rule.
-        t = self.lab.make_cgroup()
-        c = self.lab.sub_cgroup(t, "c")
-        parent = self.d.create(cgroup=t, hook="cgroup", direction="egress", protocol="udp", dport=9998,
-                               rate=0.2)
-        child = self.d.create(cgroup=c, hook="cgroup", direction="egress", protocol="udp", dport=9998,
-                              rate=0.0, priority=1)
+        t, c, parent, child = self.parent_and_child(9998, 0.2, 9998, child_priority=1)
         s, r = self.send(c, 9998, 42)
         pc, cc = self.counters(parent.id), self.counters(child.id)
         diag = "sender=%s receiver=%s parent=%s child=%s" % (s, r, pc, cc)
