@@ -86,7 +86,6 @@ from lab.lossd import TYPES
 from lab.netns import Lab
 from lab.stats import cpu_secs, fdinfo, thread_cpu, thread_delta
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SELF = os.path.abspath(__file__)
 PY = "/usr/bin/python3"
 TARGET_EVENTS_PER_S = 200000
