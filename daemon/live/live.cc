@@ -17,6 +17,16 @@
 namespace lossd {
 namespace {
 
+// The service / namespace a page is scoped to, as the API's filter.
+v1::EventFilter Scope(const EventsQuery& q) {
+  v1::EventFilter f;
+  f.set_unit(q.unit);
+  f.set_container(q.container);
+  f.set_pod(q.pod);
+  f.set_netns_ino(q.netns);
+  return f;
+}
+
 constexpr auto kPeriod = std::chrono::seconds(1);
 // The followed flow's trace samples, at most one per this (the chart's
 // resolution); its drops, retransmits, stalls and gaps all go.
@@ -109,6 +119,7 @@ class LiveSession {
   void Start() {
     flows_.Start([this](grpc::ClientContext* ctx) {
       v1::WatchFlowsRequest req;
+      if (query_.Scoped()) *req.add_filter() = Scope(query_);
       req.set_interval_ns(static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(kPeriod).count()));
       auto reader = page_->observer_->WatchFlows(ctx, req);
@@ -116,7 +127,7 @@ class LiveSession {
       while (reader->Read(&m)) queue_.Push("flows", ProtoJson(m));
       return reader->Finish();
     });
-    if (query_.flow || query_.rule) {
+    if (query_.flow || query_.rule || query_.Scoped()) {
       retransmits_.Start([this](grpc::ClientContext* ctx) {
         v1::WatchRetransmitsRequest req;
         *req.add_allow() = filter_;
@@ -254,12 +265,16 @@ void LivePage::Events(const httplib::Request& req, httplib::Response& res,
     return;
   }
   // What the connection looks at, as a typed filter of WatchRetransmits.
-  v1::EventFilter filter;
+  v1::EventFilter filter = Scope(*q);
   Json hello = {{"mono_ns", std::to_string(MonotonicNs())},
                 {"unix_ns", std::to_string(UnixNs())},
                 {"flow", std::to_string(q->flow)},
                 {"rule", q->rule},
-                {"queue", q->queue}};
+                {"queue", q->queue},
+                {"unit", q->unit},
+                {"container", q->container},
+                {"pod", q->pod},
+                {"netns", std::to_string(q->netns)}};
   auto fail = [&](const grpc::Status& st, const std::string& what) {
     // UNAVAILABLE while the observer / injector loads: try again.
     res.status = st.error_code() == grpc::StatusCode::NOT_FOUND     ? 404

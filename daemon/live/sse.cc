@@ -87,9 +87,22 @@ Result<EventsQuery> ParseEventsQuery(const std::multimap<std::string, std::strin
       if (!ParseNumber(kv.second, 1, 65536, &v))
         return InvalidArgument("queue: '" + Shown(kv.second) + "' is not in 1 .. 65536");
       q.queue = v;
+    } else if (kv.first == "netns") {
+      if (!ParseNumber(kv.second, 1, UINT32_MAX, &v))
+        return InvalidArgument("netns: '" + Shown(kv.second) +
+                               "' is not a network namespace inode (ls -l /proc/PID/ns/net)");
+      q.netns = v;
+    } else if (kv.first == "unit" || kv.first == "container" || kv.first == "pod") {
+      // The daemon checks the names as it checks any filter's; here only a bound.
+      if (kv.second.empty() || kv.second.size() > 256)
+        return InvalidArgument(kv.first + ": a name of 1 to 256 characters");
+      for (char c : kv.second)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+          return InvalidArgument(kv.first + ": '" + Shown(kv.second) + "' has control characters");
+      (kv.first == "unit" ? q.unit : kv.first == "container" ? q.container : q.pod) = kv.second;
     } else {
       return InvalidArgument("unknown query parameter '" + Shown(kv.first) +
-                             "' (expected flow, rule, queue)");
+                             "' (expected flow, rule, queue, unit, container, pod, netns)");
     }
   }
   return q;

@@ -61,6 +61,11 @@ struct EventsQuery {
   uint64_t flow = 0;    // one flow's retransmissions (its socket cookie); 0: none
   uint32_t rule = 0;    // the retransmissions of one rule's flows; 0: none
   size_t queue = 1024;  // this connection's queue, in messages (1 .. 65536)
+  // One service's or namespace's flows and retransmissions only (the
+  // EventFilter fields of those names; "" / 0: any).
+  std::string unit, container, pod;
+  uint64_t netns = 0;
+  bool Scoped() const { return !unit.empty() || !container.empty() || !pod.empty() || netns; }
 };
 // INVALID_ARGUMENT naming the parameter for anything else (unknown
 // parameters included: a typo must not silently mean "everything").

@@ -170,11 +170,15 @@ const flowChart = new Chart($("flow-chart"), {
 });
 
 // ---- the stream ------------------------------------------------------------------------
+// ?unit= ?container= ?pod= ?netns=: the page shows that service's (namespace's) flows and
+// every retransmission of them.
+const SCOPES = ["unit", "container", "pod", "netns"];
 function eventsUrl() {
   const q = new URLSearchParams();
   if (state.selectedFlow) q.set("flow", state.selectedFlow);
   if (state.selectedRule) q.set("rule", state.selectedRule);
   if (params.get("queue")) q.set("queue", params.get("queue"));
+  for (const k of SCOPES) if (params.get(k)) q.set(k, params.get(k));
   const s = q.toString();
   return "/api/v1/events" + (s ? "?" + s : "");
 }
@@ -239,6 +243,7 @@ function onHello(h) {
   const parts = [];
   if (state.selectedFlow) parts.push("flow " + (f ? tupleText(f.tuple) : state.selectedFlow));
   if (state.selectedRule) parts.push("rule " + state.selectedRule + "'s flows");
+  for (const k of SCOPES) if (params.get(k)) parts.push(k + " " + params.get(k) + "'s flows");
   setText("watching", parts.length ? parts.join(" and ") + ": every retransmission"
                                    : "all flows (aggregates only)");
   $("flow-none").style.display = state.selectedFlow ? "none" : "flex";

@@ -36,7 +36,9 @@ the namespace that plays the host (A, where the daemon runs), which routes and m
   test_page_shows_the_container
                          The live page (headless Chromium in A) lists the container's held flow
                          with its owner ("docker <id>") and namespace among the flows; screenshot
-                         <build>/e2e-artifacts/live_container.png.
+                         <build>/e2e-artifacts/live_container.png. Opened with ?container=ID it
+                         lists that container's flows only (the sibling's held flow is not
+                         there) and says what it watches; live_container_scoped.png.
   test_host_service      A service in the host's own namespace (--unit, no veth): its TCP
                          egress loss is retransmitted too, decided on A's device.
 """
@@ -287,13 +289,29 @@ class Containers(DaemonTestCase):
                 return None
             got = b.wait(row, 20, "the container's flow, with its owner, in the flows table")
             b.screenshot(config.artifact("live_container.png"))
+            # Scoped to the container: its flows only.
+            sibling = traffic.TcpFlow(lab, lab.b, self.c2.ns, lab.V4_B, 9582, 1_000_000, 50, hold=True,
+                                      cgroup=self.c2.cg)
+            try:
+                sibling.wait_sent()
+                b.open("http://127.0.0.1:%d/?container=%s" % (self.d.ready["http_port"], self.c1.id[:12]))
+                b.wait(lambda: row() is not None, 20, "the container's flow on the scoped page")
+                time.sleep(1.5)  # a flows update or two more: the sibling's would be there by now
+                rows = b.texts("#flows tbody tr")
+                watching = b.text("#watching")
+                b.screenshot(config.artifact("live_container_scoped.png"))
+            finally:
+                sibling.release()
             errors = b.console_errors()
         finally:
             if b is not None:
                 b.close()
             held.release()
-        measured("container_page_row", row=got)
+        measured("container_page_row", row=got, scoped_rows=len(rows), watching=watching)
         self.assertEqual(errors, [], errors)
+        self.assertFalse([r for r in rows if ":9582" in r], rows)
+        self.assertTrue(all(want in r for r in rows), rows)
+        self.assertIn("container " + self.c1.id[:12], watching)
 
     def test_host_service(self):
         lab = self.lab
