@@ -299,10 +299,13 @@ Status Injector::AddEgressLocked(Rule& r, const Device& dev) {
 
 void Injector::FollowEgressLocked(uint32_t id, Rule& r, const std::set<AttachKey>& dead) {
   auto now = attacher_->Egress(r.target.cgroup);
-  if (!now.ok()) {
-    LOG_WARN("rule %u: %s", id, now.status().message().c_str());
+  if (!now.ok()) {  // logged once per cause, not at every check
+    if (now.status().message() != r.egress_error)
+      LOG_WARN("rule %u: %s", id, now.status().message().c_str());
+    r.egress_error = now.status().message();
     return;
   }
+  r.egress_error.clear();
   std::map<AttachKey, Device> want;
   for (const Device& d : now->devices)
     want[AttachKey{LOSS_HOOK_TC_EGRESS, uint64_t(d.ifindex), d.ns.ino}] = d;
@@ -339,8 +342,10 @@ void Injector::FollowEgressLocked(uint32_t id, Rule& r, const std::set<AttachKey
       if (r.egress.count(k)) continue;
       Status st = AddEgressLocked(r, dev);
       if (!st.ok()) {
-        LOG_WARN("rule %u: egress device %s%s: %s (retried)", id, dev.name.c_str(),
-                 dev.ns.Suffix().c_str(), st.message().c_str());
+        if (st.message() != r.egress_error)
+          LOG_WARN("rule %u: egress device %s%s: %s (retried)", id, dev.name.c_str(),
+                   dev.ns.Suffix().c_str(), st.message().c_str());
+        r.egress_error = st.message();
         continue;
       }
       LOG_INFO("rule %u: egress decided on %s%s too", id, dev.name.c_str(),

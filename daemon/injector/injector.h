@@ -191,6 +191,7 @@ class Injector {
     std::map<AttachKey, Device> egress;
     std::vector<Device> offloads;  // per-segment: the devices made single-segment
     std::string egress_missing;    // why a cgroup rule's egress has no device ("": it has)
+    std::string egress_error;      // the last failure following its devices (logged once)
     uint64_t expires_ns = 0;  // CLOCK_MONOTONIC, the data plane's clock
     bool live = false;        // holds a slot; false once expired or failed
     uint64_t retired_ns = 0;  // CLOCK_MONOTONIC: when it joined the history (0: not in it)

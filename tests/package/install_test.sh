@@ -65,8 +65,10 @@ man_page() {  # FILE NAME-LINE [TEXT...]: renders without a warning, with these 
   err=$(cat "$tmp/man.err")
   [ -z "$err" ] || fail "man -l $f warned: $err"
   shift
-  printf '%s\n' "$out" | grep -q '^NAME *$' || fail "$f: no NAME section"
-  for t in "$@"; do printf '%s\n' "$out" | grep -qF -- "$t" ||
+  # grep reads a here-string: `printf | grep -q` fails under pipefail when grep stops
+  # reading before printf is done (SIGPIPE), which a long page made happen.
+  grep -q '^NAME *$' <<<"$out" || fail "$f: no NAME section"
+  for t in "$@"; do grep -qF -- "$t" <<<"$out" ||
     fail "$f: no '$t' in (blanks squeezed; first lines):
 $(printf '%s\n' "$out" | head -20)"; done
 }
