@@ -222,34 +222,29 @@ static __always_inline __u64 rank_with_cgroup(__u32 slot, struct pkt *p, void *c
 	__u64 rank = inl ? loss_rank_body(slot, p) : loss_rank(slot, p);
 	if (!rank)
 		return 0;
-	if (is_skb == CTX_TC) {
-		const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
-		if (!r || (r->m.ifindex && foreign_netns(ctx, p)))
-			return 0;
-	}
+	if (is_skb == CTX_XDP)
+		return (rank & 1) ? 0 : rank; /* no socket: a cgroup rule never matches */
+	/* The rule that matched, looked up once for what the body cannot check. */
+	slot = rank_slot(rank);
+	const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
+	if (!r)
+		return 0;
 	if (is_skb == CTX_CGROUP) {
 		/* Only the rules of the cgroup this attachment is on; a rule with
 		 * no cgroup is never decided here (it would be, once per
 		 * attachment). The attachment's subtree is the rule's. */
-		if (!(rank & 1) || !p->attach_cgroup)
-			return 0;
-		slot = rank_slot(rank);
-		const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
-		if (!r || r->m.cgroup_id != p->attach_cgroup)
+		if (!(rank & 1) || !p->attach_cgroup || r->m.cgroup_id != p->attach_cgroup)
 			return 0;
 		return rank & ~1ULL;
 	}
+	/* tc: an ifindex names a device of lossd's namespace. */
+	if (r->m.ifindex && foreign_netns(ctx, p))
+		return 0;
 	if (!(rank & 1))
 		return rank;
-	if (is_skb != CTX_TC)
-		return 0;
 	/* A VLAN device's egress decided this packet already (it carries the tag
 	 * that device put on it): a cgroup rule decides once per packet. */
-	if (p->stacked)
-		return 0;
-	slot = rank_slot(rank);
-	const struct loss_rule *r = bpf_map_lookup_elem(&loss_rules, &slot);
-	if (!r || bpf_skb_ancestor_cgroup_id(ctx, r->m.cgroup_level) != r->m.cgroup_id)
+	if (p->stacked || bpf_skb_ancestor_cgroup_id(ctx, r->m.cgroup_level) != r->m.cgroup_id)
 		return 0;
 	return rank & ~1ULL;
 }

@@ -39,8 +39,8 @@ uint64_t ClockNs(clockid_t clock) {
 
 struct TopFlags {
   std::string interval = "1s", sort = "retrans", count, rules = "10", flows;
-  std::vector<std::string> netns;  // the flows of these network namespaces only
-  std::vector<std::string> units, containers, pods;  // the flows of these services only
+  // The flows of these namespaces / services only (--netns, --unit, --container, --pod).
+  FilterFlags scope;
 };
 
 // The terminal while top draws on it: the alternate screen, no cursor, keys
@@ -259,18 +259,13 @@ int Top(const Globals& g, const TopFlags& f) {
     return UsageError(error);
   v1::ListFlowsRequest flows_req;
   {
-    FilterFlags ff;
-    ff.netns = f.netns;
-    ff.units = f.units;
-    ff.containers = f.containers;
-    ff.pods = f.pods;
     std::vector<v1::EventFilter> allow, deny;
-    if (!BuildFilters(ff, &allow, &deny, &error)) return UsageError(error);
+    if (!BuildFilters(f.scope, &allow, &deny, &error)) return UsageError(error);
     for (auto& a : allow) *flows_req.add_filter() = std::move(a);
   }
   // One namespace: the retransmits by type are its own too.
   // The retransmits by type follow one namespace (the aggregates have no owner filter).
-  uint64_t agg_netns = f.netns.size() == 1 && flows_req.filter_size() >= 1
+  uint64_t agg_netns = f.scope.netns.size() == 1 && flows_req.filter_size() >= 1
                            ? flows_req.filter(0).netns_ino()
                            : 0;
   if (!ParseUint(f.rules, 0, 1000, "--rules", &max_rules, &error)) return UsageError(error);
@@ -400,16 +395,16 @@ void AddTopCommand(CLI::App* app, const Globals* g, Run* run) {
   top->add_option("--flows", tf->flows,
                   "Flows shown at most (default: as many as fit the terminal; 10 in plain frames)");
   top->add_option("--count", tf->count, "Stop after this many frames");
-  top->add_option("--netns", tf->netns,
+  top->add_option("--netns", tf->scope.netns,
                   "Show the flows of this network namespace only: its inode, /proc/PID/ns/net or "
                   "/run/netns/NAME (repeatable; with one, the retransmits by type are that namespace's too)")
       ->allow_extra_args(false);
-  top->add_option("--unit", tf->units, "Show the flows of this systemd unit only (repeatable)")
+  top->add_option("--unit", tf->scope.units, "Show the flows of this systemd unit only (repeatable)")
       ->allow_extra_args(false);
-  top->add_option("--container", tf->containers,
+  top->add_option("--container", tf->scope.containers,
                   "Show the flows of this container only: id or prefix (repeatable)")
       ->allow_extra_args(false);
-  top->add_option("--pod", tf->pods, "Show the flows of this pod only: UID or prefix (repeatable)")
+  top->add_option("--pod", tf->scope.pods, "Show the flows of this pod only: UID or prefix (repeatable)")
       ->allow_extra_args(false);
   top->callback([g, tf, run] { *run = [g, tf] { return Top(*g, *tf); }; });
 }
