@@ -150,6 +150,12 @@ uint64_t Hub::published() const {
   return seq_;
 }
 
+void Hub::SetComplete(uint64_t ns) {
+  uint64_t cur = complete_.load(std::memory_order_relaxed);
+  while (ns > cur && !complete_.compare_exchange_weak(cur, ns, std::memory_order_release)) {
+  }
+}
+
 void Hub::CloseAll() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& s : subs_) s->Close();

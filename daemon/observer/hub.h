@@ -145,6 +145,13 @@ class Hub {
   // The same for several events at once: one lock and one wakeup per subscriber.
   void PublishAll(std::vector<ObsEvent>* events);
   uint64_t published() const;
+  // The reader's promise: every event stamped (time_ns, CLOCK_MONOTONIC)
+  // before `ns` has been published. It only grows; the publisher sets it
+  // after publishing what it read, so a subscriber that reads it and then
+  // drains its queue has every event before it. UINT64_MAX once the reader
+  // stopped (nothing more will come).
+  void SetComplete(uint64_t ns);
+  uint64_t complete() const { return complete_.load(std::memory_order_acquire); }
   void CloseAll();
 
  private:
@@ -153,6 +160,7 @@ class Hub {
   uint64_t seq_ = 0;
   StreamBudget* budget_ = nullptr;
   std::function<uint64_t()> ring_lost_;
+  std::atomic<uint64_t> complete_{0};
 };
 
 // A client stream's hold on the hub, for as long as the stream lives (RAII):

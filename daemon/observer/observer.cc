@@ -23,6 +23,7 @@ namespace {
 // Every TCP socket's sockops program run looks its namespace up in
 // obs_netns_set (kSet): bounded by OBS_MAX_WATCHED_NETNS.
 constexpr auto kPruneEvery = std::chrono::seconds(10);
+constexpr uint64_t kCommitMargin = 1000000;  // ns, see Run()
 
 }  // namespace
 
@@ -482,17 +483,27 @@ void Observer::Run() {
       next_prune = std::chrono::steady_clock::now() + kPruneEvery;
     }
     int timeout_ms = quiet_polls < 500 ? 2 : 100;
+    // What was committed before `read_from` is read by the poll (it consumes
+    // all a woken ring holds) or by the consume after a timeout.
+    uint64_t read_from = MonotonicNs();
     int n = ring_buffer__poll(ring_.get(), timeout_ms);
     // On a timeout ring_buffer__poll reads nothing: records submitted without
     // a wakeup since the last one are read here.
-    if (n == 0) n = ring_buffer__consume(ring_.get());
+    if (n == 0) {
+      read_from = MonotonicNs();
+      n = ring_buffer__consume(ring_.get());
+    }
     Flush();
+    // An event is stamped a few microseconds before it is committed (the
+    // BPF program runs on, not preempted): a millisecond's margin.
+    if (n >= 0 && read_from > kCommitMargin) hub_.SetComplete(read_from - kCommitMargin);
     if (n < 0 && n != -EINTR) {
       LOG_ERROR("observer: ring buffer poll: %s", strerror(-n));
       break;
     }
     quiet_polls = n > 0 ? 0 : quiet_polls + 1;
   }
+  if (!stop_) hub_.SetComplete(UINT64_MAX);  // the reader failed: nothing more comes
 }
 
 // The reader thread owns the ring while it runs (ring_buffer__poll/consume are
@@ -502,6 +513,7 @@ void Observer::StopAndDrain() {
   StopReader();
   ring_buffer__consume(ring_.get());
   Flush();
+  hub_.SetComplete(UINT64_MAX);
 }
 
 Status Observer::WriteConfigLocked() {

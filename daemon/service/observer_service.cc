@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/clock.h"
+#include "observer/windows.h"
 #include "effects/trace.h"
 #include "service/convert.h"
 #include "service/services.h"
@@ -13,6 +14,11 @@
 
 namespace lossd {
 namespace {
+
+// WatchAggregates: a window waits at most this long after its end for the
+// ring's reader, and its wait is this much past the end.
+constexpr uint64_t kAggregateHold = 5ull * 1000 * 1000 * 1000;
+constexpr uint64_t kAggregateSlack = 2ull * 1000 * 1000;
 
 using FilterList = google::protobuf::RepeatedPtrField<v1::EventFilter>;
 
@@ -308,31 +314,48 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
     auto opened = obs->hub().OpenStream(std::move(so));
     if (!opened.ok()) return ToGrpc(opened.status());
     StreamSubscription& sub = *opened;
+    // Windows of kernel time from now; each is written once the reader has
+    // read all its events (observer/windows.h), so a late reader moves
+    // nothing into the wrong window.
+    uint64_t from = MonotonicNs();
+    const uint64_t unix_minus_mono = UnixNs() - from;
+    RtxWindows windows(from, window, kAggregateHold);
     uint64_t seq = 0;
+    auto add = [&](const ObsEvent& e) {
+      const obs_event& ev = e.data.ev;
+      if (ev.kind != OBS_EV_RETRANSMIT) return;
+      if (ev.outcome != OBS_SENT && ev.outcome != OBS_FAILED) return;
+      windows.Add(ev.time_ns, ev.type, ev.segs, ev.cookie,
+                  effects ? effects->RulesFor(ev.cookie, ev.tuple) : std::vector<uint32_t>{});
+    };
     while (!sink.done()) {
-      v1::Aggregate a;
-      a.set_window_start_unix_ns(UnixNs());
-      a.set_window_ns(window);
-      for (int t = 0; t < OBS_RTX_MAX; t++) (*a.mutable_retransmits_by_type())[RtxTypeName(t)] = 0;
-      auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(window);
-      while (!sink.done()) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            end - std::chrono::steady_clock::now());
-        if (left.count() <= 0) break;
-        auto e = sub->Next(std::min(left, std::chrono::milliseconds(100)));
-        if (!e || e->data.ev.kind != OBS_EV_RETRANSMIT) continue;
-        const obs_event& ev = e->data.ev;
-        if (ev.outcome != OBS_SENT && ev.outcome != OBS_FAILED) continue;
-        (*a.mutable_retransmits_by_type())[RtxTypeName(static_cast<int>(ev.type))] += ev.segs;
-        (*a.mutable_retransmits_by_flow())[ev.cookie] += ev.segs;
-        if (effects)
-          for (uint32_t id : effects->RulesFor(ev.cookie, ev.tuple))
-            (*a.mutable_retransmits_by_rule())[id] += ev.segs;
+      // What the reader has read by now is in the queue once it is drained.
+      uint64_t complete = obs->hub().complete();
+      for (;;) {
+        auto batch = sub->NextBatch(4096, std::chrono::milliseconds(0));
+        if (batch.empty()) break;
+        for (const ObsEvent& e : batch) add(e);
       }
-      for (const StreamLoss& l : sub.TakeLosses()) GapToProto(l, a.add_gaps());
-      if (sink.done()) break;  // a window cut short is not reported
-      a.set_seq(++seq);
-      if (!sink.Write(a)) break;
+      for (RtxWindow& w : windows.TakeClosed(complete, MonotonicNs())) {
+        v1::Aggregate a;
+        a.set_window_start_unix_ns(w.start_ns + unix_minus_mono);
+        a.set_window_start_mono_ns(w.start_ns);
+        a.set_window_ns(window);
+        for (int t = 0; t < OBS_RTX_MAX; t++)
+          (*a.mutable_retransmits_by_type())[RtxTypeName(t)] = w.by_type[t];
+        for (const auto& [cookie, n] : w.by_flow) (*a.mutable_retransmits_by_flow())[cookie] = n;
+        for (const auto& [id, n] : w.by_rule) (*a.mutable_retransmits_by_rule())[id] = n;
+        a.set_late_segments(w.late);
+        for (const StreamLoss& l : sub.TakeLosses()) GapToProto(l, a.add_gaps());
+        a.set_seq(++seq);
+        if (!sink.Write(a)) return grpc::Status::OK;
+      }
+      // Until the open window ends (and a little for the reader), take events.
+      uint64_t now = MonotonicNs();
+      uint64_t end = windows.next_end() + kAggregateSlack;
+      auto wait = std::chrono::milliseconds(
+          end > now ? std::min<uint64_t>((end - now) / 1000000 + 1, 100) : 5);
+      if (auto e = sub->Next(wait)) add(*e);
     }
     return grpc::Status::OK;
   });

@@ -306,3 +306,19 @@ TEST(StreamSubscription, FilteredAtTheHubLosesBeforeItsFilter) {
 
 }  // namespace
 }  // namespace lossd
+
+namespace lossd {
+namespace {
+
+TEST(Hub, CompleteMarkOnlyGrows) {
+  Hub hub;
+  EXPECT_EQ(hub.complete(), 0u);
+  hub.SetComplete(100);
+  hub.SetComplete(50);  // a reader's earlier mark, set late
+  EXPECT_EQ(hub.complete(), 100u);
+  hub.SetComplete(UINT64_MAX);
+  EXPECT_EQ(hub.complete(), UINT64_MAX);
+}
+
+}  // namespace
+}  // namespace lossd

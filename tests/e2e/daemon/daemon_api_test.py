@@ -15,7 +15,9 @@ on A's veth end (e2ea), counted UDP datagrams and paced TCP flows between A and 
                                closed flow), WatchAggregates (by type, by rule, by flow) and
                                GetRuleEffect all account for the same retransmitted segments
 """
+import os
 import platform
+import signal
 import time
 
 from lab import daemon, traffic
@@ -237,8 +239,9 @@ class DaemonApi(DaemonTestCase):
     def test_tcp_observer_rpcs(self):
         pb, d, lab = self.pb, self.d, self.lab
         port = 5201
+        # 5 % of ~190 skbs/s (TCP hands tc 64 KiB GSO skbs): ~10 drops a second.
         r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=port, payload="only",
-                     rate=0.02)
+                     rate=0.05)
         self.assertEqual(list(r.attachments), ["clsact egress on " + lab.IF_A])
         rtx = StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(), timeout=120), "rtx")
         by_rule = StreamReader(d.obs.WatchRetransmits(pb.WatchRetransmitsRequest(
@@ -257,6 +260,18 @@ class DaemonApi(DaemonTestCase):
         # 2.4 s at 100 Mbit/s: its retransmissions span many 200 ms aggregate windows even
         # when a busy machine hands the ring's events over late, in bursts.
         f = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, port, nbytes, 100, hold=True)
+        # lossd off the CPU for 1.5 s mid-flow (a busy machine, SIGSTOP; the
+        # 3 s lease holds the rule): the aggregate windows of that second still
+        # hold its retransmissions, by the kernel's time, not all in the window
+        # lossd read them in.
+        time.sleep(0.6)
+        os.kill(d.pid, signal.SIGSTOP)
+        stopped = [time.monotonic_ns()]  # CLOCK_MONOTONIC, the events' clock
+        try:
+            time.sleep(1.5)
+        finally:
+            stopped.append(time.monotonic_ns())
+            os.kill(d.pid, signal.SIGCONT)
         f.wait_sent()
         # Open and idle (every byte acknowledged): ListFlows shows it.
         lf = d.obs.ListFlows(pb.ListFlowsRequest(filter=[pb.EventFilter(port=pb.PortRange(lo=port))]),
@@ -335,6 +350,25 @@ class DaemonApi(DaemonTestCase):
         self.assertEqual(sum(sum(a.retransmits_by_flow.values()) for a in am), seg_sum)
         self.assertGreater(sum(1 for a in am if sum(a.retransmits_by_type.values())), 1,
                            "expected retransmissions in more than one window")
+        # Windows in order, back to back, each once; each holds exactly the
+        # retransmissions the kernel made in it (by their own time), those of
+        # the 1.5 s lossd was stopped too, none late.
+        starts = [a.window_start_mono_ns for a in am]
+        self.assertEqual([b - a for a, b in zip(starts, starts[1:])], [200_000_000] * (len(starts) - 1))
+        self.assertTrue(all(a.window_start_unix_ns - a.window_start_mono_ns
+                            == am[0].window_start_unix_ns - am[0].window_start_mono_ns for a in am))
+        counted = [e for e in events if e.outcome in (pb.OUTCOME_SENT, pb.OUTCOME_FAILED)]
+        self.assertTrue(all(starts[0] <= e.time_mono_ns < starts[-1] + 200_000_000 for e in counted),
+                        "a retransmission outside every window")
+        for a in am:
+            self.assertEqual(sum(a.retransmits_by_type.values()),
+                             sum(e.segments for e in counted
+                                 if a.window_start_mono_ns <= e.time_mono_ns < a.window_start_mono_ns + a.window_ns),
+                             "window at %d" % a.window_start_mono_ns)
+            self.assertEqual(a.late_segments, 0)
+        while_stopped = [e for e in counted if stopped[0] <= e.time_mono_ns < stopped[1]]
+        # (~14 expected: none has a chance below 1e-6)
+        self.assertGreater(len(while_stopped), 0, "no retransmission while lossd was stopped")
 
         # GetRuleEffect: the rule's drops beside the retransmissions of the flow it matched.
         eff = d.effect(r.id)
@@ -342,7 +376,7 @@ class DaemonApi(DaemonTestCase):
         self.assertEqual(eff.flows, 1)
         self.assertEqual({k: v for k, v in eff.retransmitted_segments.items() if v}, ev_by_type)
         self.assertEqual(eff.counters, d.get(r.id).counters)
-        self.assertAlmostEqual(eff.configured_rate, 0.02)
+        self.assertAlmostEqual(eff.configured_rate, 0.05)
         self.assertGreater(eff.counters.dropped_segments, 0)
         measured("tcp_observer_rpcs", events=len(events), retrans_segs=seg_sum, by_type=ev_by_type,
                  dropped_segs=eff.counters.dropped_segments, matched_segs=eff.counters.matched_segments,
