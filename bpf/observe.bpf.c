@@ -384,6 +384,16 @@ static __always_inline __u32 classify(struct tcp_sock *tp)
 	return OBS_RTX_UNKNOWN;
 }
 
+/* The flow's counts an event carries (obs_event.flow_rtx_segs, flow_stalls). */
+static __always_inline void flow_counts(struct obs_event *e, const struct obs_flow *f)
+{
+	__u64 rtx = 0;
+	for (int i = 0; i < OBS_RTX_MAX; i++)
+		rtx += f->rtx_segs[i];
+	e->flow_rtx_segs = (__u32)rtx;
+	e->flow_stalls = f->stalls;
+}
+
 __u64 obs_last_wakeup_ns;
 
 static __always_inline __u64 wakeup_flag(__u64 now)
@@ -445,6 +455,7 @@ static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp
 	e->seq = seq;
 	e->netns = f->netns;
 	read_state(tp, &e->st);
+	flow_counts(e, f);
 	bpf_ringbuf_submit(e, wakeup_flag(now));
 }
 
@@ -543,6 +554,7 @@ static __always_inline void event_head(struct obs_event *e, __u32 kind, __u64 no
 	e->cgroup_id = f->cgroup_id;
 	e->tuple = f->tuple;
 	e->netns = f->netns;
+	flow_counts(e, f);
 }
 
 /*

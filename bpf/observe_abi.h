@@ -194,8 +194,17 @@ struct obs_event {
 	__u32 seq;  /* first sequence number resent */
 	__u32 netns; /* inode of the socket's network namespace (ns.inum) */
 	struct obs_sock_state st;
+	/*
+	 * The flow's record (obs_flow) as this event left it, low 32 bits: its
+	 * sent retransmitted segments (rtx_segs summed) and its stalls. A reader
+	 * that took the record at some moment tells from these which events it
+	 * already holds (a record is updated before its event is submitted).
+	 * 0 for an event of no flow (a SYN-ACK's).
+	 */
+	__u32 flow_rtx_segs;
+	__u32 flow_stalls;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_event) == 168, "obs_event layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_event) == 176, "obs_event layout");
 
 /* Per-flow aggregate, kept in the kernel (never one event per ACK). */
 #define OBS_CA_STATES 5 /* Open, Disorder, CWR, Recovery, Loss */
@@ -273,7 +282,7 @@ struct obs_stall_event {
 	struct obs_event ev; /* kind OBS_EV_STALL; st = state at the end; seq = snd_una */
 	struct obs_stall stall;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_stall_event) == 248, "obs_stall_event layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_stall_event) == 256, "obs_stall_event layout");
 
 /* One ACK of a traced flow (tp_btf/tcp_probe: before the ACK is processed). */
 struct obs_sample {
@@ -298,7 +307,7 @@ struct obs_sample_event {
 	struct obs_event ev; /* kind OBS_EV_SAMPLE; only kind, cpu, time_ns, cookie, tuple set */
 	struct obs_sample sample;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_sample_event) == 224, "obs_sample_event layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_sample_event) == 232, "obs_sample_event layout");
 
 /* Flows traced at once (obs_traced: cookie -> 1). */
 #define OBS_MAX_TRACED 16
@@ -309,7 +318,7 @@ struct obs_close_event {
 	struct obs_flow flow;
 	__u64 closed_ns;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 592, "obs_close_event layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 600, "obs_close_event layout");
 
 /*
  * Kernel-side filters: a socket is observed when there are no filters, or

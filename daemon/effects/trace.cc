@@ -48,6 +48,12 @@ Result<std::unique_ptr<FlowTracer>> FlowTracer::Start(const TraceSources& src, c
   if (!handle.ok()) return handle.status();  // unsubscribes
   std::unique_ptr<FlowTracer> t(new FlowTracer(src, flow, opts, std::move(*sub)));
   t->trace_ = std::move(*handle);
+  // The record as of now, subscribed: what the stream brings beyond it is new.
+  if (auto now = t->FlowNow()) t->start_ = *now;
+  uint64_t rtx = 0;
+  for (uint64_t n : t->start_.flow.rtx_segs) rtx += n;
+  t->start_rtx_segs_ = static_cast<uint32_t>(rtx);
+  t->start_stalls_ = t->start_.flow.stalls;
   // Drops before the trace began are history: start from the log's count now.
   std::vector<DropRecord> old;
   uint64_t skipped = 0;
@@ -58,6 +64,7 @@ Result<std::unique_ptr<FlowTracer>> FlowTracer::Start(const TraceSources& src, c
 FlowTracer::FlowTracer(const TraceSources& src, const ObsFlow& flow, const TraceOptions& opts,
                        StreamSubscription sub)
     : src_(src),
+      start_(flow),
       cookie_(flow.cookie),
       tuple_(flow.flow.tuple),
       opts_(opts),
@@ -99,11 +106,20 @@ void FlowTracer::NewDrops(std::vector<DropRecord>* out, uint64_t* skipped) {
   drops_seen_ = drops->total;
 }
 
+// The counts are the low 32 bits of growing ones: compared as a difference.
+bool FlowTracer::InStart(const obs_event& ev) const {
+  if (ev.kind == OBS_EV_RETRANSMIT && ev.outcome == OBS_SENT)
+    return static_cast<int32_t>(ev.flow_rtx_segs - start_rtx_segs_) <= 0;
+  if (ev.kind == OBS_EV_STALL) return static_cast<int32_t>(ev.flow_stalls - start_stalls_) <= 0;
+  return false;
+}
+
 std::vector<TraceItem> FlowTracer::Next() {
   std::vector<TraceItem> out;
   if (!sub_) return out;
   bool closing = false;
   for (ObsEvent& e : (*sub_)->NextBatch(512, std::chrono::milliseconds(50))) {
+    if (InStart(e.data.ev)) continue;
     TraceItem item;
     switch (e.data.ev.kind) {
       case OBS_EV_SAMPLE:

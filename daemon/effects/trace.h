@@ -70,10 +70,16 @@ class FlowTracer {
   void Stop();
   // The flow as it is now (while it is open).
   std::optional<ObsFlow> FlowNow() const;
+  // The flow's record as the trace began: read after subscribing, and the
+  // retransmissions and stalls it already counts are left out of the trace,
+  // so the record plus the trace is the flow's record at the close, exactly.
+  const ObsFlow& start() const { return start_; }
 
  private:
   FlowTracer(const TraceSources& src, const ObsFlow& flow, const TraceOptions& opts,
              StreamSubscription sub);
+  // An event the starting record already counts (obs_event.flow_*).
+  bool InStart(const obs_event& ev) const;
   // The drops logged since the last look, and how many left the log unread.
   void NewDrops(std::vector<DropRecord>* out, uint64_t* skipped);
   // The drops and losses since the last poll into *out (before its last
@@ -81,6 +87,8 @@ class FlowTracer {
   void Poll(std::vector<TraceItem>* out, bool closing);
 
   TraceSources src_;
+  ObsFlow start_;
+  uint32_t start_rtx_segs_ = 0, start_stalls_ = 0;  // its counts, as events carry them
   const uint64_t cookie_;
   const obs_tuple tuple_;
   const TraceOptions opts_;

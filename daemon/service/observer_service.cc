@@ -440,7 +440,7 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
     uint64_t seq = 0;
     v1::TraceMessage first;
     first.set_seq(++seq);
-    FlowToProto(flow->cookie, flow->flow, first.mutable_flow());
+    FlowToProto(trace.start().cookie, trace.start().flow, first.mutable_flow());
     bool ok = sink.Write(first);
     while (ok && !sink.done() && trace.running()) {
       for (const TraceItem& item : trace.Next()) {

@@ -26,11 +26,16 @@ ObsFlow Flow(uint64_t cookie, uint16_t lport, uint16_t rport) {
   return f;
 }
 
-ObsEvent Ev(uint32_t kind, uint64_t cookie, uint32_t n = 0) {
+// An event as the kernel sends it: its flow's record counts it (a
+// retransmission's segments, a stall) before it is submitted.
+ObsEvent Ev(uint32_t kind, uint64_t cookie, uint32_t n = 0, uint32_t flow_rtx = 1000,
+            uint32_t flow_stalls = 1000) {
   ObsEvent e;
   e.data.ev.kind = kind;
   e.data.ev.cookie = cookie;
   e.data.ev.segs = n;
+  e.data.ev.flow_rtx_segs = flow_rtx;
+  e.data.ev.flow_stalls = flow_stalls;
   return e;
 }
 
@@ -144,6 +149,49 @@ TEST(FlowTracer, SubscribesBeforeTracingAndTellsOnlyItsFlow) {
   ASSERT_FALSE(f.drop_keys.empty());
   loss_drop_key want = SentDropKey(flow.flow.tuple);
   EXPECT_EQ(std::memcmp(&f.drop_keys.back(), &want, sizeof(want)), 0);
+}
+
+TEST(FlowTracer, StartsFromTheRecordReadAfterSubscribingAndCountsNothingTwice) {
+  Fakes f;
+  ObsFlow found = Flow(7, 80, 5000);  // as FindTracedFlow saw it
+  ObsFlow now = found;                // as it is once subscribed
+  now.flow.rtx_segs[OBS_RTX_FAST] = 10;
+  now.flow.rtx_segs[OBS_RTX_RTO] = 2;
+  now.flow.stalls = 3;
+  f.flows = {now};
+  // Already in the record when it was read, its events still on their way.
+  f.on_trace = [&] {
+    f.hub.Publish(Ev(OBS_EV_RETRANSMIT, 7, 2, 12, 3));
+    f.hub.Publish(Ev(OBS_EV_STALL, 7, 0, 12, 3));
+  };
+  TraceOptions o;
+  o.max_samples = 100;
+  auto t = FlowTracer::Start(f.Sources(), found, o);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->start().flow.rtx_segs[OBS_RTX_FAST], 10u);
+  EXPECT_EQ((*t)->start().flow.stalls, 3u);
+  f.hub.Publish(Ev(OBS_EV_RETRANSMIT, 7, 3, 15, 3));  // new: after the record
+  ObsEvent failed = Ev(OBS_EV_RETRANSMIT, 7, 1, 15, 3);
+  failed.data.ev.outcome = OBS_FAILED;  // never in the record's (sent) counts
+  f.hub.Publish(failed);
+  f.hub.Publish(Ev(OBS_EV_STALL, 7, 0, 15, 4));
+  auto items = (*t)->Next();
+  ASSERT_EQ(Kinds(items), (std::vector<Kind>{Kind::kRetransmit, Kind::kRetransmit, Kind::kStall}));
+  EXPECT_EQ(items[0].event.data.ev.segs, 3u);
+  EXPECT_EQ(items[1].event.data.ev.outcome, uint32_t(OBS_FAILED));
+  // The counts are 32-bit and wrap: compared as differences.
+  ObsFlow big = now;
+  big.flow.rtx_segs[OBS_RTX_FAST] = 0xffffffffull;
+  big.flow.rtx_segs[OBS_RTX_RTO] = 0;
+  f.flows = {big};
+  f.on_trace = nullptr;
+  auto w = FlowTracer::Start(f.Sources(), found, o);
+  ASSERT_TRUE(w.ok());
+  f.hub.Publish(Ev(OBS_EV_RETRANSMIT, 7, 1, 0xffffffffu, 3));  // in the record
+  f.hub.Publish(Ev(OBS_EV_RETRANSMIT, 7, 2, 1, 3));            // past the wrap: new
+  items = (*w)->Next();
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_EQ(items[0].event.data.ev.segs, 2u);
 }
 
 TEST(FlowTracer, RefusedTraceHoldsNothing) {
