@@ -6,7 +6,7 @@ The daemon runs in namespace A.
                                that port dropped and counted, none of another port sent at the
                                same time
   test_udp_1_percent_and_effect   1 % of 100,000 datagrams: lost == dropped_packets, inside the
-                               99.9 % binomial interval; GetRuleEffect's measured rate is
+                               binomial interval (lab.stats.CONF); GetRuleEffect's measured rate is
                                dropped/matched and its interval is the 99.9 % Wilson interval
   test_tcp_effect_equals_drops a paced TCP flow A -> B under 1 % on A's egress (clsact): the
                                effect's retransmitted segments (all types) == A's TcpRetransSegs
@@ -72,7 +72,7 @@ class DaemonTraffic(DaemonTestCase):
         self.assertEqual(c.matched_packets, N, diag)
         self.assertEqual(lost, c.dropped_packets, diag)
         self.assertEqual(c.dropped_segments, c.dropped_packets, diag)
-        self.assertTrue(lo <= lost <= hi, "loss outside the 99.9 %% binomial interval: " + diag)
+        self.assertTrue(lo <= lost <= hi, "loss outside the binomial interval: " + diag)
         # GetRuleEffect agrees with the counters.
         self.assertEqual(e.counters, d.get(r.id).counters)
         self.assertEqual(e.configured_rate, 0.01)

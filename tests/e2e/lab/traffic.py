@@ -134,7 +134,7 @@ def assert_network_loss(tc, run, hook, attachment, rate=0.01):
     ("tc_ingress", "tc_egress", as lossd's final report names it) through
     `attachment` (as its ready line lists it): the transfer completed without
     error or reset, the hook dropped what the rule dropped, the dropped skbs lie
-    in the 99.9 % binomial interval, and TCP retransmitted exactly the dropped
+    in the binomial interval (stats.CONF), and TCP retransmitted exactly the dropped
     segments (plus the spurious ones the receiver reported back as D-SACKs):
 
         TcpRetransSegs == dropped_segs + TCPDSACKRecvSegs == the sender's total_retrans

@@ -9,7 +9,7 @@ the namespace that plays the host (A, where the daemon runs), which routes and m
                          is carried by clsact egress on the container's own eth0 (its
                          namespace, named in the listing); the container namespace's
                          TcpRetransSegs delta is at least the dropped segments, the dropped
-                         segments lie in the 99.9 % interval, every byte arrives, no send
+                         segments lie in the binomial interval, every byte arrives, no send
                          error. The sibling container's identical flow loses nothing.
   test_udp_egress        UDP from the container at 10 %: 0 send errors, lost == dropped, in
                          the binomial interval; the sibling loses nothing.
