@@ -396,7 +396,8 @@ void AddRuleCommands(CLI::App* app, const Globals* g, Run* run) {
   AddRuleFlags(add, &f);
   add->add_option("--file,-f", af->file,
                   "Add the rules of a JSON file (- for stdin): an array, or one object per line, "
-                  "fields named as the flags; flags given here are their defaults");
+                  "fields named as the flags (flags given here are their defaults), or as "
+                  "-o json rule get / rule ls print them");
   add->add_flag("--atomic", af->atomic, "With --file: all rules or none");
   add->add_flag("--quiet,-q", af->quiet, "Print only the new rule ids");
   add->callback([g, af, run] {

@@ -173,11 +173,46 @@ bool ObjectToFlags(const google::protobuf::Struct& obj, RuleFlags* f, std::strin
   return true;
 }
 
+// The API's shape, as `-o json rule get` and `rule ls` print it: a Rule
+// (with "spec"; what the daemon reports beside it is left out) or a bare
+// RuleSpec (one of the fields only it has). Parsed strictly, as the proto.
+bool ApiRule(const google::protobuf::Struct& obj, const std::string& where, v1::RuleSpec* spec,
+             bool* api, std::string* error) {
+  const auto& fields = obj.fields();
+  bool rule = fields.count("spec") > 0;
+  *api = rule;
+  for (const char* k : {"match", "loss", "ttl_ns", "reattach"}) *api = *api || fields.count(k) > 0;
+  if (!*api) return true;
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(obj, &text).ok()) {
+    *error = where + ": cannot read the rule back as JSON";
+    return false;
+  }
+  v1::Rule r;
+  google::protobuf::Message* m = rule ? static_cast<google::protobuf::Message*>(&r) : spec;
+  auto st = google::protobuf::util::JsonStringToMessage(text, m);
+  if (!st.ok()) {
+    *error = where + ": as the API's " + (rule ? "Rule" : "RuleSpec") +
+             " JSON: " + std::string(st.message());
+    return false;
+  }
+  if (rule) *spec = r.spec();
+  return true;
+}
+
 bool OneRule(const google::protobuf::Value& v, const std::string& where, const RuleFlags& defaults,
              std::vector<v1::RuleSpec>* out, std::vector<std::string>* places, std::string* error) {
   if (v.kind_case() != google::protobuf::Value::kStructValue) {
     *error = where + ": expected a JSON object (one rule)";
     return false;
+  }
+  bool api = false;
+  v1::RuleSpec as_api;
+  if (!ApiRule(v.struct_value(), where, &as_api, &api, error)) return false;
+  if (api) {
+    out->push_back(std::move(as_api));
+    places->push_back(where);
+    return true;
   }
   RuleFlags f = defaults;
   v1::RuleSpec spec;
@@ -226,6 +261,24 @@ bool ParseRulesJson(const std::string& text, const std::string& source, const Ru
                        error))
             return false;
         }
+        if (out->empty()) {
+          *error = source + ": the array holds no rules";
+          return false;
+        }
+        return true;
+      }
+      // `-o json rule ls`: {"rules": [...]}
+      if (whole.kind_case() == google::protobuf::Value::kStructValue &&
+          whole.struct_value().fields().size() == 1 && whole.struct_value().fields().count("rules")) {
+        const auto& list = whole.struct_value().fields().at("rules");
+        if (list.kind_case() != google::protobuf::Value::kListValue) {
+          *error = source + ": \"rules\": expected an array of rules";
+          return false;
+        }
+        int i = 0;
+        for (const auto& item : list.list_value().values())
+          if (!OneRule(item, source + ": rule " + std::to_string(++i), defaults, out, places, error))
+            return false;
         if (out->empty()) {
           *error = source + ": the array holds no rules";
           return false;

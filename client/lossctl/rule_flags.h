@@ -44,7 +44,11 @@ bool ParseUint(const std::string& text, uint64_t min, uint64_t max, const std::s
 // (blank lines and lines starting with # skipped). Field names are the
 // flags' (with - or _): {"iface": "eth0", "dport": 8080, "rate": "1%",
 // "labels": {"test": "a"}}. Fields a rule omits come from `defaults` (the
-// command line's flags). `source` names the input in errors ("rules.json:3: ...").
+// command line's flags). A rule may also be in the API's shape, as
+// `lossctl -o json rule get` / `rule ls` print it (a Rule, of which its spec
+// is taken, or a RuleSpec: proto field names and enum names, parsed strictly;
+// the command line's flags do not apply to it), and the whole input may be
+// `rule ls`'s {"rules": [...]}. `source` names the input in errors ("rules.json:3: ...").
 // `where`, when given, gets each rule's place ("rules.json:3", "rules.json:
 // rule 2"), for the daemon's per-spec errors.
 bool ParseRulesJson(const std::string& text, const std::string& source, const RuleFlags& defaults,

@@ -1,5 +1,7 @@
 #include "rule_flags.h"
 
+#include "format.h"
+
 #include <gtest/gtest.h>
 
 namespace lossctl {
@@ -143,6 +145,54 @@ TEST(ParseRulesJson, ArrayLinesAndObject) {
                              defaults, &specs, &err))
       << err;
   EXPECT_EQ(specs.size(), 1u);
+}
+
+// What `lossctl -o json rule get` prints (format.cc's ToJson: proto names,
+// every primitive field), read back: the same spec.
+TEST(ParseRulesJson, TheApisShapeAsPrintedRoundTrips) {
+  v1::Rule r;
+  r.set_id(20);
+  r.set_state(v1::RULE_STATE_ACTIVE);
+  r.add_attachments("clsact egress on eth0");
+  r.mutable_counters()->set_dropped_packets(3);
+  v1::RuleSpec* s = r.mutable_spec();
+  s->set_interface("eth0");
+  s->set_hook(v1::HOOK_TC);
+  s->set_direction(v1::DIRECTION_EGRESS);
+  s->mutable_match()->mutable_dport()->set_lo(8080);
+  s->mutable_match()->mutable_dport()->set_hi(8090);
+  s->mutable_match()->set_protocol("tcp");
+  s->mutable_match()->set_payload(v1::PAYLOAD_ONLY);
+  s->mutable_loss()->mutable_gilbert_elliott()->set_p(0.01);
+  s->mutable_loss()->mutable_gilbert_elliott()->set_r(0.2);
+  s->mutable_loss()->set_seed(18446744073709551615ull);
+  s->set_ttl_ns(60000000000ull);
+  (*s->mutable_labels())["run"] = "7";
+  std::string printed = ToJson(r);
+  std::vector<v1::RuleSpec> specs;
+  std::string err;
+  RuleFlags defaults;
+  defaults.rate = "5%";  // the command line's flags do not apply to it
+  ASSERT_TRUE(ParseRulesJson(printed, "r.json", defaults, &specs, &err)) << err << "\n" << printed;
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].SerializeAsString(), s->SerializeAsString()) << specs[0].DebugString();
+  // Its spec alone, and `rule ls`'s {"rules": [...]}.
+  ASSERT_TRUE(ParseRulesJson(ToJson(*s), "s.json", defaults, &specs, &err)) << err;
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].SerializeAsString(), s->SerializeAsString());
+  v1::ListRulesResponse ls;
+  *ls.add_rules() = r;
+  *ls.add_rules() = r;
+  ASSERT_TRUE(ParseRulesJson(ToJson(ls), "ls.json", defaults, &specs, &err)) << err;
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[1].SerializeAsString(), s->SerializeAsString());
+  // Strict: a misspelt field of the API's shape is named.
+  EXPECT_FALSE(ParseRulesJson(R"({"spec": {"interface": "eth0", "los": {}}})", "bad.json", defaults,
+                              &specs, &err));
+  EXPECT_NE(err.find("bad.json: as the API's Rule JSON: "), std::string::npos) << err;
+  EXPECT_NE(err.find("los"), std::string::npos) << err;
+  EXPECT_FALSE(ParseRulesJson(R"({"rules": 3})", "ls.json", defaults, &specs, &err));
+  EXPECT_NE(err.find("expected an array"), std::string::npos) << err;
 }
 
 TEST(ParseRulesJson, CommandLineFlagsAreDefaults) {
