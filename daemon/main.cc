@@ -39,7 +39,7 @@ struct Flags {
   std::string state_dir = "/run/lossd";
   // daemon mode
   DaemonOptions daemon;
-  std::string max_ttl, keep_expired = "10m";
+  std::string max_ttl, default_ttl, keep_expired = "10m";
   uint32_t keep_expired_max = 1024;
   std::string stall_min = "10ms";
   bool no_observer = false;
@@ -154,6 +154,9 @@ void AddOptions(CLI::App& app, Flags& f) {
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
   daemon->add_option("--max-ttl", f.max_ttl,
                      "Every rule must expire within this (e.g. 1h); default: no limit");
+  daemon->add_option("--default-ttl", f.default_ttl,
+                     "The TTL of a rule created without one (a forgotten rule stops by itself); "
+                     "0 or none: until deleted; default: 1h, or --max-ttl if shorter");
   daemon->add_option("--keep-expired", f.keep_expired,
                      "How long expired and failed rules stay listed (GetRule, GetRuleEffect) "
                      "before they are forgotten (0s..1d)");
@@ -232,6 +235,22 @@ Status DurationFlag(const char* flag, const std::string& text, bool positive,
   if (positive && d->count() <= 0) return InvalidArgument(std::string(flag) + " must be > 0");
   *out = *d;
   return Status::Ok();
+}
+
+// --default-ttl: 1 h unless given (or --max-ttl if shorter); "0"/"none":
+// until deleted, which a --max-ttl does not allow.
+Result<uint64_t> DefaultTtl(const std::string& text, uint64_t max_ttl_ns) {
+  constexpr uint64_t kHour = 3600ull * 1000000000ull;
+  if (text.empty()) return max_ttl_ns && max_ttl_ns < kHour ? max_ttl_ns : kHour;
+  std::string t = TrimSpace(text);
+  for (auto& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::chrono::nanoseconds d{0};
+  if (t != "none") LOSSD_RETURN_IF_ERROR(DurationFlag("--default-ttl", text, false, &d));
+  uint64_t ns = static_cast<uint64_t>(d.count());
+  if (max_ttl_ns && (ns == 0 || ns > max_ttl_ns))
+    return InvalidArgument("--default-ttl " + Shown(text) + " exceeds --max-ttl (" +
+                           std::to_string(max_ttl_ns / 1000000000ull) + " s)");
+  return ns;
 }
 
 Status InjectorFlags(const Flags& f, InjectorOptions* opts) {
@@ -334,6 +353,9 @@ int Main(int argc, char** argv) {
     if (st.ok() && !f.max_ttl.empty()) st = DurationFlag("--max-ttl", f.max_ttl, true, &max_ttl);
     if (!st.ok()) return Usage(st.message());
     d.injector.limits.max_ttl_ns = static_cast<uint64_t>(max_ttl.count());
+    auto dflt = DefaultTtl(f.default_ttl, d.injector.limits.max_ttl_ns);
+    if (!dflt.ok()) return Usage(dflt.status().message());
+    d.injector.limits.default_ttl_ns = *dflt;
     if (st.ok())
       st = DurationFlag("--keep-expired", f.keep_expired, false, &d.injector.keep_retired);
     if (st.ok() && d.injector.keep_retired > std::chrono::hours(24))

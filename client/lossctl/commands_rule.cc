@@ -55,8 +55,9 @@ std::string Where(const v1::Rule& r) {
 
 void PrintRuleLine(const v1::Rule& r, const char* verb) {
   const v1::RuleSpec& s = r.spec();
-  std::string ttl =
-      s.ttl_ns() ? ", ttl " + FormatDuration(s.ttl_ns()) + " (expires " + ExpiresText(r) + ")" : "";
+  std::string ttl = s.ttl_ns() ? ", ttl " + FormatDuration(s.ttl_ns()) + " (expires " +
+                                     ExpiresText(r) + ")"
+                               : ", no ttl (until deleted)";
   printf("rule %u %s: %s, %s, loss %s%s\n", r.id(), verb, Where(r).c_str(),
          MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(), ttl.c_str());
   for (const auto& a : r.attachments()) printf("  attached: %s\n", a.c_str());

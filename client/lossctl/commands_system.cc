@@ -68,8 +68,10 @@ int Status(const Globals& g) {
   printf("kernel      %s, BTF %s\n", caps.kernel().c_str(), caps.btf() ? "yes" : "no");
   printf("cgroup2     %s\n",
          caps.cgroup2_mount().empty() ? "not mounted" : caps.cgroup2_mount().c_str());
-  printf("limits      %u rules, TTL at most %s\n", caps.max_rules(),
-         caps.max_ttl_ns() ? FormatDuration(caps.max_ttl_ns()).c_str() : "unbounded");
+  printf("limits      %u rules, TTL at most %s, %s without one\n", caps.max_rules(),
+         caps.max_ttl_ns() ? FormatDuration(caps.max_ttl_ns()).c_str() : "unbounded",
+         caps.default_ttl_ns() ? FormatDuration(caps.default_ttl_ns()).c_str()
+                               : "until deleted");
   Hooks("injector hooks", caps.injector_hooks());
   Hooks("observer hooks", caps.observer_hooks());
   return rc;

@@ -38,6 +38,8 @@ namespace lossd {
 struct RuleLimits {
   uint32_t max_rules = 10000;  // live rules at once (--max-rules)
   uint64_t max_ttl_ns = 0;     // every rule must expire within this; 0: no limit (--max-ttl)
+  // The TTL of a rule created without one (--default-ttl); 0: until deleted.
+  uint64_t default_ttl_ns = 0;
   // TCP ports whose traffic a lossy rule must not cut without force: SSH,
   // plus the daemon's TCP control port.
   std::vector<uint16_t> protected_ports{22};

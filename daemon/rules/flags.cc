@@ -109,7 +109,15 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
     if (!prio.ok()) return prio.status();
     r.priority = static_cast<uint32_t>(*prio);
   }
-  if (!f.ttl.empty()) LOSSD_RETURN_IF_ERROR(Set(name("ttl"), ParseDuration(f.ttl), &r.ttl));
+  if (!f.ttl.empty()) {
+    std::string t = TrimSpace(f.ttl);
+    for (auto& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (t == "none" || t == "forever")
+      r.ttl = std::chrono::nanoseconds(0);
+    else
+      LOSSD_RETURN_IF_ERROR(Set(name("ttl"), ParseDuration(f.ttl), &r.ttl));
+    r.ttl_given = true;
+  }
   r.per_segment = f.per_segment;
   r.reattach = f.reattach;
 
@@ -154,7 +162,8 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
   app->add_option("--seed", f->seed, "Same seed, same packets: same drops (per flow)");
   app->add_option("--priority", f->priority, "Highest wins among overlapping rules (0-1000000)");
   app->add_option("--ttl", f->ttl,
-                  "Lifetime, e.g. 30s, 5m, 2m30s, 1d (enforced in BPF; default: none)");
+                  "Lifetime, e.g. 30s, 5m, 2m30s, 1d (enforced in BPF); 0 or none: until deleted; "
+                  "default: the daemon's --default-ttl");
   app->add_flag("--per-segment", f->per_segment,
                 "Exact per-segment loss: GSO/GRO off on the interface while the rule lives");
   app->add_flag("--reattach", f->reattach,

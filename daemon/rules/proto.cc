@@ -114,6 +114,7 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
   s.priority = in.priority();
   s.ttl =
       std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(in.ttl_ns(), INT64_MAX)));
+  s.ttl_given = in.has_ttl_ns();
   s.per_segment = in.per_segment();
   s.reattach = in.reattach();
   for (const auto& [k, v] : in.labels()) s.labels[k] = v;
@@ -171,7 +172,7 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
   out->set_priority(s.priority);
   for (const auto& [k, v] : s.labels) (*out->mutable_labels())[k] = v;
   out->set_force(s.force);
-  out->set_ttl_ns(static_cast<uint64_t>(s.ttl.count()));
+  if (s.ttl_given || s.ttl.count()) out->set_ttl_ns(static_cast<uint64_t>(s.ttl.count()));
   out->set_per_segment(s.per_segment);
   out->set_reattach(s.reattach);
 }

@@ -84,6 +84,9 @@ struct RuleSpec {
   std::optional<uint64_t> seed;
   uint32_t priority = 0;
   std::chrono::nanoseconds ttl{0};  // 0 = no expiry
+  // A TTL was given (ttl 0 included: "until deleted", asked for). Without
+  // one the daemon gives its --default-ttl.
+  bool ttl_given = false;
   bool per_segment = false;         // make each skb one wire segment on the interface
   // When the interface is deleted the rule is FAILED; with reattach it
   // attaches again to the next interface of that name (not for hook cgroup).

@@ -43,10 +43,19 @@ Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels
 
 }  // namespace
 
+// A client's spec as the daemon keeps it: without a TTL, the daemon's default.
+Status InjectorService::FromClient(const v1::RuleSpec& in, RuleSpec* spec) const {
+  LOSSD_RETURN_IF_ERROR(SpecFromProto(in, spec));
+  if (!spec->ttl_given)
+    spec->ttl = std::chrono::nanoseconds(static_cast<int64_t>(parts_->limits().default_ttl_ns));
+  spec->ttl_given = true;
+  return Status::Ok();
+}
+
 Status InjectorService::Create(Injector* inj, const v1::RuleSpec& in, v1::Rule* out) {
   LOSSD_RETURN_IF_ERROR(CheckLabels(in.labels(), parts_->api(), "labels"));
   RuleSpec spec;
-  LOSSD_RETURN_IF_ERROR(SpecFromProto(in, &spec));
+  LOSSD_RETURN_IF_ERROR(FromClient(in, &spec));
   auto id = inj->Add(spec);
   if (!id.ok()) return id.status();
   auto info = inj->Get(*id);
@@ -109,7 +118,7 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
   if (!inj.ok()) return Reply(ctx, inj.status());
   RuleSpec spec;
   Status st = CheckLabels(req->spec().labels(), parts_->api(), "spec.labels");
-  if (st.ok()) st = SpecFromProto(req->spec(), &spec);
+  if (st.ok()) st = FromClient(req->spec(), &spec);
   if (st.ok()) st = (*inj)->Replace(req->id(), spec);
   LogChange(ctx, "UpdateRule", st, "rule " + std::to_string(req->id()));
   if (!st.ok()) return Reply(ctx, st);

@@ -41,6 +41,7 @@ class InjectorService final : public v1::Injector::CallbackService {
 
  private:
   Status Create(Injector* inj, const v1::RuleSpec& spec, v1::Rule* out);
+  Status FromClient(const v1::RuleSpec& in, RuleSpec* spec) const;
 
   const Components* parts_;  // every RPC needs the injector (UNAVAILABLE while it loads)
 };

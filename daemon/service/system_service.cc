@@ -47,6 +47,7 @@ grpc::ServerUnaryReactor* SystemService::GetCapabilities(grpc::CallbackServerCon
   AddComponents(*parts_, resp->mutable_components());
   resp->set_max_rules(parts_->limits().max_rules);
   resp->set_max_ttl_ns(parts_->limits().max_ttl_ns);
+  resp->set_default_ttl_ns(parts_->limits().default_ttl_ns);
   const ApiLimits& api = parts_->api();
   v1::Limits* l = resp->mutable_limits();
   l->set_max_streams(api.streams.max_streams);

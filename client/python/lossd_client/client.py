@@ -243,7 +243,8 @@ class Client(_Closing):
           family=4|6, tcp_flags='syn,!ack', payload='any'|'only'|'none'.
         Loss model, exactly one: rate='1%' (or 0.01), ge=(p, r, bad_loss,
           good_loss) or 'p,r,1-h,1-k', every=N, first=K; seed=S.
-        Options: priority=P, ttl='30s' (0/None: until deleted), per_segment=True,
+        Options: priority=P, ttl='30s' (0 or 'none': until deleted; None: the
+          daemon's --default-ttl, 1 h unless set), per_segment=True,
           labels={'k': 'v'}, force=True, reattach=True (the interface deleted: the
           rule is FAILED, and attaches again when one of that name appears).
         """

@@ -300,10 +300,11 @@ def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, p
     prio = _uint(priority, "priority", maximum=MAX_PRIORITY) if priority is not None else 0
     if prio:
         spec["priority"] = prio
-    if ttl is not None:
-        ttl_ns = parse_duration(ttl, "ttl")
-        if ttl_ns:
-            spec["ttl_ns"] = ttl_ns
+    if ttl is not None:  # given: 0 (or "none") is "until deleted"; else the daemon's default
+        if isinstance(ttl, str) and ttl.strip().lower() in ("none", "forever"):
+            spec["ttl_ns"] = 0
+        else:
+            spec["ttl_ns"] = parse_duration(ttl, "ttl")
     if per_segment:
         spec["per_segment"] = True
     if reattach:

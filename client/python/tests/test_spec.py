@@ -46,9 +46,10 @@ class RuleSpecTest(unittest.TestCase):
         self.assertEqual(rule_spec("e", ge=(0.01, 0.2, 0.5, 0.001))["loss"]["gilbert_elliott"],
                          {"p": 0.01, "r": 0.2, "bad_loss": 0.5, "good_loss": 0.001})
 
-    def test_ttl_zero_or_none_means_forever(self):
-        self.assertNotIn("ttl_ns", rule_spec("e", rate=0.1, ttl=None))
-        self.assertNotIn("ttl_ns", rule_spec("e", rate=0.1, ttl=0))
+    def test_ttl_unset_is_the_daemons_default_and_zero_is_forever(self):
+        self.assertNotIn("ttl_ns", rule_spec("e", rate=0.1, ttl=None))  # --default-ttl applies
+        for forever in (0, "0s", "none", " Forever "):  # asked for: until deleted
+            self.assertEqual(rule_spec("e", rate=0.1, ttl=forever)["ttl_ns"], 0, forever)
         self.assertEqual(rule_spec("e", rate=0.1, ttl=1.5)["ttl_ns"], 1500 * 10**6)
 
     def test_enum_aliases(self):
@@ -86,7 +87,6 @@ class RuleSpecTest(unittest.TestCase):
             ({"iface": "e", "rate": 0.1, "seed": -1}, "seed"),
             ({"iface": "e", "rate": 0.1, "priority": -1}, "priority"),
             ({"iface": "e", "rate": 0.1, "priority": 1.5}, "priority"),
-            ({"iface": "e", "rate": 0.1, "ttl": "forever"}, "ttl"),
             ({"iface": "e", "ge": (0.1,)}, "ge"),
             ({"iface": "e", "ge": {"p": 0.1}}, "p and r"),
             ({"iface": "e", "ge": {"p": 0.1, "r": 0.1, "h": 1}}, "unknown keys"),

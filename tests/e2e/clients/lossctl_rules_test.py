@@ -1,7 +1,8 @@
 """Client e2e 1: lossctl's rule commands against the real daemon, checked against real traffic.
 
 One daemon in namespace B (`lossd --socket ... --max-rules 2 --max-ttl 1h`): every rule carries
-a TTL (the daemon refuses rules without one), at most 2 rules at once.
+a TTL (a rule without one gets the default, 1 h; ttl 0, "until deleted", is refused), at most
+2 rules at once.
 
   test_1_udp_port_rule_and_outputs
       `rule add` of a 100 % rule on UDP port 9000 (table form) and a 0 % rule on port 9001
@@ -13,7 +14,7 @@ a TTL (the daemon refuses rules without one), at most 2 rules at once.
   test_2_exit_codes
       0 ok; 2 bad flags (--rate 200%, XDP egress, bad CIDRs: lossctl checks them itself, with
       lossd's parsers, and sends nothing); 3 wrong socket; 4 unknown rule id / interface; 5 what
-      only the daemon can refuse (TTL above --max-ttl, no TTL, --per-segment at a veth's
+      only the daemon can refuse (TTL above --max-ttl, ttl 0 or none, --per-segment at a veth's
       ingress); 6 the third rule with --max-rules 2.
   test_3_list_never_shows_a_half_created_rule   (daemon bug)
       While `lossctl rule add --label k=v --ttl 10m` runs (12 times: tc egress, tcx, XDP), the
@@ -210,9 +211,16 @@ class LossctlRules(ClientTestCase):
         expect(4, "rule", "add", "--iface", "nosuch0", "--rate", "1%", *TTL, stderr="nosuch0")
         # 5: only the daemon can refuse these (its limits, the interface's kind).
         expect(5, "rule", "add", "--iface", I, "--rate", "1%", "--ttl", "2h", stderr="ttl")
-        expect(5, "rule", "add", "--iface", I, "--rate", "1%", stderr="ttl")
+        expect(5, "rule", "add", "--iface", I, "--rate", "1%", "--ttl", "0", stderr="ttl")
+        expect(5, "rule", "add", "--iface", I, "--rate", "1%", "--ttl", "none", stderr="ttl")
         expect(5, "rule", "add", "--iface", I, "--rate", "1%", "--per-segment", *TTL, stderr="per-segment")
         self.assertEqual(self.rules(), [])
+        # No TTL given: the daemon's default (--max-ttl 1h, so 1 h), shown in the listing.
+        r = d.add_rule("--iface", I, "--rate", "1%")
+        self.assertEqual(int(r["spec"]["ttl_ns"]), 3600 * 10**9, r)
+        self.assertEqual(int(r["expires_unix_ns"]) - int(r["created_unix_ns"]), 3600 * 10**9, r)
+        self.assertRegex(d.ctl_ok("rule", "ls").out, r"\n +%d +active .* in (1h|59m\d*s) " % r["id"])
+        d.ctl_ok("rule", "rm", r["id"])
         # 6: RESOURCE_EXHAUSTED at --max-rules 2.
         ids = [d.add_rule("--iface", I, "--proto", "udp", "--dport", p, "--rate", "1%", *TTL)["id"]
                for p in (9100, 9101)]

@@ -48,6 +48,7 @@ class DaemonApi(DaemonTestCase):
         self.assertTrue(obs["sockops/retransmit"].available, c)
         self.assertEqual(c.max_rules, 10000)  # the default
         self.assertEqual(c.max_ttl_ns, 0)     # no --max-ttl
+        self.assertEqual(c.default_ttl_ns, 3600 * 10**9)  # no --default-ttl: 1 h
         h = d.health()
         self.assertTrue(h.serving)
         self.assertEqual(h.rules, 0)
@@ -59,6 +60,26 @@ class DaemonApi(DaemonTestCase):
         self.assertEqual(d.health().rules, 0)
 
     # ------------------------------------------------------------------- rules
+    def test_default_ttl(self):
+        """A rule that gives no TTL gets the daemon's default (1 h here), in its spec; one that
+        asks for 0 is kept until deleted."""
+        pb, d, lab = self.pb, self.d, self.lab
+        s = rule_spec(interface=lab.IF_A, protocol="udp", dport=UDP_BASE + 7, rate=0.5)
+        s.ClearField("ttl_ns")
+        r = d.inj.CreateRule(pb.CreateRuleRequest(spec=s), timeout=20)
+        self.assertTrue(r.spec.HasField("ttl_ns"))
+        self.assertEqual(r.spec.ttl_ns, 3600 * 10**9)
+        self.assertEqual(r.expires_unix_ns - r.created_unix_ns, 3600 * 10**9)
+        forever = d.create(interface=lab.IF_A, protocol="udp", dport=UDP_BASE + 8, rate=0.5, ttl_ns=0)
+        self.assertTrue(forever.spec.HasField("ttl_ns"))
+        self.assertEqual((forever.spec.ttl_ns, forever.expires_unix_ns), (0, 0))
+        # UpdateRule without one: the default again, from now.
+        u = d.inj.UpdateRule(pb.UpdateRuleRequest(id=forever.id, spec=s), timeout=20)
+        self.assertEqual(u.spec.ttl_ns, 3600 * 10**9)
+        self.assertGreater(u.expires_unix_ns, u.created_unix_ns + 3600 * 10**9 - 1)
+        for rid in (r.id, forever.id):
+            d.delete(rid)
+
     def test_rule_lifecycle(self):
         pb, d, lab = self.pb, self.d, self.lab
         t0 = time.time_ns()

@@ -215,12 +215,17 @@ class DaemonErrors(DaemonTestCase):
         r = subprocess.run([config.LOSSD, "--version"], capture_output=True, text=True, timeout=20)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout.strip(), r"^lossd \d+\.\d+\.\d+$")
-        for args, word in ((["--bogus"], "--bogus"), (["--rate"], "--rate"), (["--interval", "1s", "x"], "x")):
+        for args, word in ((["--bogus"], "--bogus"), (["--rate"], "--rate"), (["--interval", "1s", "x"], "x"),
+                           # a default TTL beyond --max-ttl, or "until deleted" under one
+                           (["--max-ttl", "10m", "--default-ttl", "1h"], "--default-ttl"),
+                           (["--max-ttl", "10m", "--default-ttl", "none"], "--default-ttl"),
+                           (["--default-ttl", "soon"], "--default-ttl")):
             r = subprocess.run([config.LOSSD] + args, capture_output=True, text=True, timeout=20)
             measured("bad_flag", args=args, rc=r.returncode, stderr=r.stderr.strip())
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn(word, r.stderr)
-            self.assertIn("lossd --help", r.stderr)
+            if not word.startswith("--default-ttl"):
+                self.assertIn("lossd --help", r.stderr)
 
 
 if __name__ == "__main__":
