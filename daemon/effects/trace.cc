@@ -42,6 +42,7 @@ Result<std::unique_ptr<FlowTracer>> FlowTracer::Start(const TraceSources& src, c
                        KindBit(OBS_EV_FLOW_CLOSE);
   so.subscribe.filter = [traced](const obs_event& ev) { return ev.cookie == traced; };
   so.subscribe.stream = "TraceFlow";
+  so.subscribe.peer = opts.peer;
   auto sub = src.hub->OpenStream(std::move(so));
   if (!sub.ok()) return sub.status();
   auto handle = src.trace(traced);

@@ -50,6 +50,7 @@ struct TraceOptions {
   size_t queue = 65536;                  // the hub's queue for the trace
   uint64_t max_samples = 0;              // the trace ends after this many samples
   std::chrono::nanoseconds duration{0};  // ... or after this long (0: until the flow closes)
+  StreamPeer peer;                       // whose trace (its share of the stream budget)
 };
 
 class FlowTracer {

@@ -101,7 +101,7 @@ Result<std::shared_ptr<Subscription>> Hub::Subscribe(SubscribeOptions o) {
   size_t capacity = o.queue ? o.queue : 1;
   StreamBudget::Ticket ticket;
   if (!o.stream.empty() && budget_) {
-    auto t = budget_->Open(o.stream, Subscription::QueueBytes(capacity) + o.also_holds);
+    auto t = budget_->Open(o.stream, Subscription::QueueBytes(capacity) + o.also_holds, o.peer);
     if (!t.ok()) return t.status();
     ticket = std::move(*t);
   }

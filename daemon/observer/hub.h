@@ -57,6 +57,7 @@ struct SubscribeOptions {
   // hub's StreamBudget. Empty: an in-process consumer (the effect tracker,
   // the one-shot printer), not budgeted.
   std::string stream;
+  StreamPeer peer;          // whose stream (its share of the budget)
   uint64_t also_holds = 0;  // bytes such a stream holds beside this queue (budgeted too)
 };
 

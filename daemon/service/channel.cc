@@ -230,6 +230,45 @@ bool UnixSocketListener::Admitted(int fd) {
   return false;
 }
 
+StreamPeer PeerOf(const grpc::ServerContextBase& ctx) {
+  const std::string peer = ctx.peer();
+  StreamPeer p;
+  if (peer.compare(0, 3, "fd:") == 0) {
+    int fd = std::atoi(peer.c_str() + 3);
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (fd > 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      p.key = "uid:" + std::to_string(cred.uid);
+      p.shown = "uid " + std::to_string(cred.uid);
+      p.privileged = cred.uid == 0;
+      return p;
+    }
+    p.key = p.shown = Shown(peer);  // credentials unknown: a peer of its own
+    return p;
+  }
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth && auth->IsPeerAuthenticated()) {
+    auto subject = auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
+    if (!subject.empty()) {
+      std::string s(subject[0].data(), subject[0].size());
+      p.key = "x509:" + s;
+      p.shown = "x509 subject \"" + Shown(s) + "\"";
+      return p;
+    }
+  }
+  // "ipv4:10.0.0.7:51234", "ipv6:[::1]:51234": the host, whatever port.
+  if (peer.compare(0, 5, "ipv4:") == 0 || peer.compare(0, 5, "ipv6:") == 0) {
+    std::string host = peer.substr(5, peer.rfind(':') - 5);
+    p.key = "ip:" + host;
+    p.shown = Shown(host);
+    return p;
+  }
+  // The live page's in-process channel: every HTTP client's streams together.
+  p.key = "http";
+  p.shown = "the HTTP listener";
+  return p;
+}
+
 std::string DescribePeer(const grpc::ServerContextBase& ctx) {
   const std::string peer = ctx.peer();
   if (peer.compare(0, 3, "fd:") == 0) {

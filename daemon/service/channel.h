@@ -22,6 +22,7 @@
 
 #include "common/fd.h"
 #include "common/status.h"
+#include "common/stream_budget.h"
 
 namespace grpc {
 class Server;
@@ -113,5 +114,9 @@ class UnixSocketListener {
 // "uid=0 gid=0 pid=1234 (unix socket)", "x509 subject \"CN=...\" (ipv4:10.0.0.1:4242)",
 // "ipv4:127.0.0.1:4242 (no client certificate)": who made the call.
 std::string DescribePeer(const grpc::ServerContextBase& ctx);
+// The same caller as the stream budget counts it (StreamPeer): a uid on the
+// Unix socket (root privileged), an x509 subject or host over TCP, the live
+// page's in-process channel as "the HTTP listener".
+StreamPeer PeerOf(const grpc::ServerContextBase& ctx);
 
 }  // namespace lossd

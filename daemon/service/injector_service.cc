@@ -179,11 +179,12 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
                          std::to_string(parts_->api().max_batch) + " (lossd --max-batch)");
   auto inj = parts_->NeedInjector(ctx->deadline());
   StreamBudget* budget = &parts_->streams();
+  StreamPeer peer = PeerOf(*ctx);
   return new PumpReactor<v1::RuleCountersUpdate>(
-      [inj, ids, period, st, budget](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
+      [inj, ids, period, st, budget, peer](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
         if (!st.ok()) return ToGrpc(st);
         if (!inj.ok()) return ToGrpc(inj.status());
-        auto ticket = budget->Open("WatchRuleCounters", 0);  // held until the stream ends
+        auto ticket = budget->Open("WatchRuleCounters", 0, peer);  // held until the stream ends
         if (!ticket.ok()) return ToGrpc(ticket.status());
         for (uint64_t seq = 1;; seq++) {
           v1::RuleCountersUpdate u;

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "observer/windows.h"
 #include "effects/trace.h"
+#include "service/channel.h"
 #include "service/convert.h"
 #include "service/services.h"
 #include "service/stream.h"
@@ -55,7 +56,7 @@ Status ParseRequestFilters(const Components* parts, const FilterList& allow, con
 // `fill(event, item)` writes one event into its batch item.
 template <typename Batch, typename Request, typename Fill>
 grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomic<int>* subs,
-                                             Components::Deadline deadline, const Request* req,
+                                             grpc::CallbackServerContext* ctx, const Request* req,
                                              uint32_t kind,
                                              const char* stream_name, Fill fill) {
   using Reactor = PumpReactor<Batch>;
@@ -64,8 +65,9 @@ grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomi
   auto queue_len = parts->streams().QueueLength(req->queue(), 65536, "queue");
   if (st.ok()) st = queue_len.status();
   size_t queue = queue_len.ok() ? *queue_len : 1;
-  auto need = parts->NeedObserver(deadline);
+  auto need = parts->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
+  StreamPeer peer = PeerOf(*ctx);
   // Retransmissions filter by type; other kinds ignore the types.
   bool typed = kind == OBS_EV_RETRANSMIT;
   return new Reactor([=](typename Reactor::Sink& sink) -> grpc::Status {
@@ -81,6 +83,7 @@ grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomi
     if (!filters->empty())
       so.subscribe.filter = [=](const obs_event& ev) { return filters->WantsEvent(ev, typed); };
     so.subscribe.stream = stream_name;
+    so.subscribe.peer = peer;
     so.waiting = queue;  // wanted, not yet written (the client is slow)
     so.counted_in = subs;
     auto opened = obs->hub().OpenStream(std::move(so));
@@ -137,7 +140,7 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
   // The effects are read per event: a stream may have waited for the parts.
   const Components* parts = parts_;
   return EventStream<v1::RetransmitStreamBatch>(
-      parts_, &subscribers_, ctx->deadline(), req, OBS_EV_RETRANSMIT, "WatchRetransmits",
+      parts_, &subscribers_, ctx, req, OBS_EV_RETRANSMIT, "WatchRetransmits",
       [parts](const ObsEvent& e, v1::RetransmitEvent* out) {
         EventToProto(e.data.ev, out);
         if (EffectTracker* effects = parts->effects())
@@ -150,7 +153,7 @@ grpc::ServerWriteReactor<v1::StallStreamBatch>* ObserverService::WatchStalls(
     grpc::CallbackServerContext* ctx, const v1::WatchStallsRequest* req) {
   const Components* parts = parts_;
   return EventStream<v1::StallStreamBatch>(
-      parts_, &subscribers_, ctx->deadline(), req, OBS_EV_STALL, "WatchStalls",
+      parts_, &subscribers_, ctx, req, OBS_EV_STALL, "WatchStalls",
       [parts](const ObsEvent& e, v1::StallEvent* out) {
         StallMessage(parts->effects(), e.As<obs_stall_event>(), out);
       });
@@ -229,6 +232,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   size_t intake = *parts_->streams().QueueLength(0, 65536, "");
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
+  StreamPeer peer = PeerOf(*ctx);
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return ToGrpc(need.status());
@@ -238,6 +242,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
     so.subscribe.queue = intake;
     so.subscribe.kinds = KindBit(OBS_EV_FLOW_CLOSE);
     so.subscribe.stream = "WatchFlows";
+    so.subscribe.peer = peer;
     so.waiting = queue;  // wanted closes for the next message
     auto opened = obs->hub().OpenStream(std::move(so));
     if (!opened.ok()) return ToGrpc(opened.status());
@@ -301,6 +306,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
   std::atomic<int>* subs = &subscribers_;
+  StreamPeer peer = PeerOf(*ctx);
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!period.ok()) return ToGrpc(period.status());
     if (!netns_st.ok()) return ToGrpc(netns_st);
@@ -310,6 +316,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
     so.subscribe.kinds = KindBit(OBS_EV_RETRANSMIT);
     if (netns) so.subscribe.filter = [netns](const obs_event& ev) { return ev.netns == netns; };
     so.subscribe.stream = "WatchAggregates";
+    so.subscribe.peer = peer;
     so.counted_in = subs;
     auto opened = obs->hub().OpenStream(std::move(so));
     if (!opened.ok()) return ToGrpc(opened.status());
@@ -415,6 +422,7 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
   opts.max_samples = req->max_samples() ? req->max_samples() : 100000;
   opts.duration = std::chrono::nanoseconds(req->duration_ns());
   opts.queue = *parts_->streams().QueueLength(0, 65536, "");
+  opts.peer = PeerOf(*ctx);
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
   // After the wait: the effects are published with the injector.

@@ -140,6 +140,61 @@ TEST(Hub, FiltersRunOnTheSubscribersThreadKindsAtThePublisher) {
 }
 
 // Issue 10 item 6: the budget every client stream opens against.
+// One client cannot take the whole budget: half the streams and half the
+// memory each; the unprivileged together three quarters; root the rest.
+TEST(StreamBudget, EachClientAShareAndRootTheReserve) {
+  StreamLimits l;
+  l.max_streams = 8;
+  l.max_streams_per_kind = 8;
+  l.max_queue_bytes = 1000;
+  StreamBudget b(l);
+  StreamPeer alice{"uid:1000", "uid 1000", false}, bob{"uid:1001", "uid 1001", false},
+      carol{"ip:10.0.0.7", "10.0.0.7", false}, root{"uid:0", "uid 0", true};
+  std::vector<StreamBudget::Ticket> held;
+  for (int i = 0; i < 4; i++) {
+    auto t = b.Open("WatchRetransmits", 10, alice);
+    ASSERT_TRUE(t.ok()) << i << t.status().message();
+    held.push_back(std::move(*t));
+  }
+  auto fifth = b.Open("WatchRetransmits", 10, alice);
+  ASSERT_FALSE(fifth.ok());
+  EXPECT_EQ(fifth.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(fifth.status().message().find("this client (uid 1000) holds 4 streams, its share is 4"),
+            std::string::npos)
+      << fifth.status().message();
+  EXPECT_EQ(b.open_by("uid:1000"), 4u);
+  // A second client still gets streams, up to three quarters together (6).
+  for (int i = 0; i < 2; i++) {
+    auto t = b.Open("WatchFlows", 10, bob);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    held.push_back(std::move(*t));
+  }
+  auto third = b.Open("WatchFlows", 10, carol);
+  ASSERT_FALSE(third.ok());
+  EXPECT_NE(third.status().message().find("the rest is root's"), std::string::npos)
+      << third.status().message();
+  // Root: no share, and the reserve.
+  auto r1 = b.Open("WatchFlows", 10, root), r2 = b.Open("WatchFlows", 10, root);
+  ASSERT_TRUE(r1.ok() && r2.ok());
+  EXPECT_EQ(b.open(), 8u);
+  held.clear();  // given back, per client too
+  EXPECT_EQ(b.open_by("uid:1000"), 0u);
+  // Memory: half of it each.
+  auto big = b.Open("WatchAggregates", 500, carol);
+  ASSERT_TRUE(big.ok());
+  auto more = b.Open("WatchAggregates", 1, carol);
+  ASSERT_FALSE(more.ok());
+  EXPECT_NE(more.status().message().find("half of lossd --max-stream-memory"), std::string::npos)
+      << more.status().message();
+  auto bobs = b.Open("WatchAggregates", 240, bob);  // 740 of 750 for the unprivileged
+  ASSERT_TRUE(bobs.ok());
+  auto over = b.Open("WatchAggregates", 11, alice);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("the rest is root's"), std::string::npos);
+  // An in-process consumer (no peer key) is not counted per client.
+  EXPECT_TRUE(b.Open("WatchAggregates", 11, StreamPeer{}).ok());
+}
+
 TEST(StreamBudget, CountsPerKindMemoryAndQueueLength) {
   StreamLimits l;
   l.max_streams = 3;

@@ -24,6 +24,11 @@
       still answer, and once the user's connections close, the user connects again. Before:
       every connection was kept, lossd ran out of descriptors (GetHealth timed out,
       CreateRule failed INTERNAL or a false NOT_FOUND).
+  test_stream_share (issue 25 item 3)
+      an unprivileged user opens WatchRetransmits streams of 65,536 events (76 MiB of queues
+      each) until lossd refuses one: it gets its share (half of --max-stream-memory), not the
+      whole budget; a second user then still gets a stream, and root too. Before: the first
+      user held 13 streams (975 of 1,024 MiB) and every other client got RESOURCE_EXHAUSTED.
   test_unix_peer_logged
       Every change to rules (create, update, delete, clear) is logged with the peer's
       SO_PEERCRED uid and pid (none was).
@@ -46,7 +51,7 @@ import time
 
 from lab import config
 from lab import daemon as labd
-from lab.channel import Certs, call, connect_errno
+from lab.channel import Certs, call, connect_errno, hold_streams
 from lab.daemon import Daemon, wait_until
 from lab.netns import Lab, measured
 
@@ -221,6 +226,27 @@ class ChannelTest(unittest.TestCase):
         again.stdin.close()
         again.wait(30)
         self.assertEqual(held["kept"], 10, "the user's closed connections still count: %s" % held)
+
+    def test_stream_share(self):
+        lab = self.lab
+        group = lab.make_group()
+        alice, bob = lab.make_user(groups=[group]), lab.make_user(groups=[group])
+        top = lab.tempdir()
+        os.chmod(top, 0o755)
+        d = Daemon(lab, lab.a, ["--socket-group", group], sockdir=os.path.join(top, "run"))
+        self.addCleanup(lambda: self.assertEqual(d.term(), 0, d.stderr()))
+        hog, held = hold_streams(lab, "unix:" + d.sock, alice, 20, 65536)
+        self.addCleanup(lambda: (hog.stdin.close(), hog.wait(30)))
+        bobs = call(lab, "unix:" + d.sock, "streams", user=bob, n=1, queue=65536)
+        roots = call(lab, "unix:" + d.sock, "streams", n=1, queue=65536)
+        measured("stream_share", alice=held, bob=bobs, root=roots)
+        self.assertEqual(held["code"], "RESOURCE_EXHAUSTED", held)
+        self.assertIn("this client (uid %d)" % alice[1], held["details"])
+        self.assertIn("half of lossd --max-stream-memory", held["details"])
+        self.assertGreaterEqual(held["opened"], 5, held)  # 6 of 76 MiB fit in 512 MiB
+        self.assertLessEqual(held["opened"], 7, held)
+        self.assertEqual((bobs["ok"], bobs["opened"]), (True, 1), bobs)
+        self.assertEqual((roots["ok"], roots["opened"]), (True, 1), roots)
 
     def test_socket_group(self):
         lab = self.lab

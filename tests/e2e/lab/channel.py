@@ -103,6 +103,23 @@ def call(lab, target, rpc, ns=None, user=None, tls=None, timeout=30, **spec):
     return json.loads(lines[-1])
 
 
+def hold_streams(lab, target, user, n, queue):
+    """A client process (as user) that opens up to n WatchRetransmits streams of `queue`
+    events until lossd refuses one, and holds them: (its Popen, its JSON answer). Closing its
+    stdin ends it."""
+    cmd = _user_prefix(user) + [config.PY, "-m", "lab.channel", "--stubs", config.STUBS,
+                                "--target", target, "streams",
+                                json.dumps({"n": n, "queue": queue, "hold": True})]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(config.HERE)
+    p = lab.popen(None, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    line = p.stdout.readline()
+    if not line.startswith("{"):
+        p.kill()
+        raise AssertionError("lab.channel streams: %r (exit %s)" % (line, p.wait()))
+    return p, json.loads(line)
+
+
 def connect_errno(lab, path, user):
     """connect(2) to the Unix socket path as user: 0, or the errno it failed with."""
     code = ("import socket,errno\ns=socket.socket(socket.AF_UNIX)\n"
@@ -124,7 +141,7 @@ def _main():
     ap.add_argument("--cert")
     ap.add_argument("--key")
     ap.add_argument("--name", help="the server's name to verify (ssl_target_name_override)")
-    ap.add_argument("rpc", choices=("health", "create"))
+    ap.add_argument("rpc", choices=("health", "create", "streams"))
     ap.add_argument("spec", nargs="?", default="{}")
     a = ap.parse_args()
     from lab import daemon
@@ -139,7 +156,38 @@ def _main():
         ch = grpc.insecure_channel(a.target)
     out = {"pid": os.getpid(), "uid": os.getuid(), "ok": True, "code": "OK", "details": "", "id": 0}
     try:
-        if a.rpc == "health":
+        if a.rpc == "streams":
+            # Up to n WatchRetransmits streams of `queue` events, one after another, until
+            # lossd refuses one (its first answer); then, with hold, keeps them until stdin closes.
+            import threading
+            args = json.loads(a.spec)
+            stub = pbg.ObserverStub(ch)
+            calls, out["opened"] = [], 0
+            for _ in range(args["n"]):
+                call = stub.WatchRetransmits(pb.WatchRetransmitsRequest(queue=args["queue"]), timeout=600)
+                err = []
+
+                def drain(c=call, e=err):
+                    try:
+                        for _ in c:
+                            pass
+                    except grpc.RpcError as x:
+                        e.append(x)
+                t = threading.Thread(target=drain, daemon=True)
+                t.start()
+                t.join(0.5)
+                if err and err[0].code() != grpc.StatusCode.CANCELLED:
+                    out.update(ok=False, code=err[0].code().name, details=err[0].details() or "")
+                    break
+                calls.append(call)
+                out["opened"] += 1
+            if args.get("hold"):
+                print(json.dumps(out), flush=True)
+                sys.stdin.read()
+                for c in calls:
+                    c.cancel()
+                return
+        elif a.rpc == "health":
             out["serving"] = pbg.SystemStub(ch).GetHealth(pb.GetHealthRequest(), timeout=10).serving
         else:
             spec = daemon.rule_spec(**json.loads(a.spec))
