@@ -230,27 +230,42 @@ bool UnixSocketListener::Admitted(int fd) {
   return false;
 }
 
-std::string DescribePeer(const grpc::ServerContextBase& ctx) {
-  const std::string peer = ctx.peer();
-  if (peer.compare(0, 3, "fd:") == 0) {
-    int fd = std::atoi(peer.c_str() + 3);
+PeerInfo PeerOf(const grpc::ServerContextBase& ctx) {
+  PeerInfo p;
+  p.address = ctx.peer();
+  if (p.address.compare(0, 3, "fd:") == 0) {
+    p.transport = "unix";
+    int fd = std::atoi(p.address.c_str() + 3);
     struct ucred cred;
     socklen_t len = sizeof(cred);
-    int err = 0;
-    if (fd > 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
-      return "uid=" + std::to_string(cred.uid) + " gid=" + std::to_string(cred.gid) +
-             " pid=" + std::to_string(cred.pid) + " (unix socket)";
-    err = errno;
-    return Shown(peer) + " (unix socket, credentials unknown: " + std::strerror(err) + ")";
+    if (fd > 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      p.has_cred = true;
+      p.uid = cred.uid;
+      p.gid = cred.gid;
+      p.pid = cred.pid;
+      p.text = "uid=" + std::to_string(cred.uid) + " gid=" + std::to_string(cred.gid) +
+               " pid=" + std::to_string(cred.pid) + " (unix socket)";
+    } else {
+      p.text = Shown(p.address) + " (unix socket, credentials unknown: " + std::strerror(errno) + ")";
+    }
+    return p;
   }
+  p.transport = p.address.compare(0, 7, "inproc:") == 0 || p.address == "inproc" ? "inproc" : "tcp";
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth && auth->IsPeerAuthenticated()) {
     auto subject = auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
-    if (!subject.empty())
-      return "x509 subject \"" + Shown(std::string(subject[0].data(), subject[0].size())) + "\" (" +
-             Shown(peer) + ")";
+    if (!subject.empty()) {
+      p.x509_subject = std::string(subject[0].data(), subject[0].size());
+      p.text = "x509 subject \"" + Shown(p.x509_subject) + "\" (" + Shown(p.address) + ")";
+      return p;
+    }
   }
-  return Shown(peer) + " (no client certificate)";
+  p.text = Shown(p.address) + (p.transport == "inproc" ? " (in-process)" : " (no client certificate)");
+  return p;
+}
+
+std::string DescribePeer(const grpc::ServerContextBase& ctx) {
+  return PeerOf(ctx).text;
 }
 
 }  // namespace lossd

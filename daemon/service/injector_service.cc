@@ -2,20 +2,30 @@
 #include <algorithm>
 
 #include "common/clock.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "service/channel.h"
 #include "service/convert.h"
+#include "service/refusals.h"
 #include "service/services.h"
 #include "service/stream.h"
 
 namespace lossd {
 namespace {
 
-// Every change to rules is logged with who asked (service/channel.h) and how it ended.
+// Every change to rules is logged with who asked (service/channel.h); a
+// refused one is logged by the refusal interceptor (service/refusals.h), with
+// its code and reason.
 void LogChange(const grpc::CallbackServerContext* ctx, const char* rpc, const Status& st,
                const std::string& what) {
-  std::string outcome = st.ok() ? "" : std::string(": ") + CodeName(st.code());
-  LOG_INFO("%s by %s: %s%s", rpc, DescribePeer(*ctx).c_str(), what.c_str(), outcome.c_str());
+  if (!st.ok() || !LogEnabled(LogLevel::kInfo)) return;
+  PeerInfo peer = PeerOf(*ctx);
+  Json fields = {{"event", "change"}, {"method", rpc}, {"peer", peer.text}, {"what", what}};
+  if (peer.has_cred) {
+    fields["uid"] = peer.uid;
+    fields["pid"] = peer.pid;
+  }
+  LogFields(LogLevel::kInfo, std::string(rpc) + " by " + peer.text + ": " + what, fields);
 }
 
 grpc::ServerUnaryReactor* ReplyRule(grpc::CallbackServerContext* ctx, const Result<RuleInfo>& r,
@@ -61,7 +71,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContex
   auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   Status st = Create(*inj, req->spec(), resp);
-  LogChange(ctx, "CreateRule", st, st.ok() ? "rule " + std::to_string(resp->id()) : "refused");
+  LogChange(ctx, "CreateRule", st, "rule " + std::to_string(resp->id()));
   return Reply(ctx, st);
 }
 
@@ -93,6 +103,9 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
       return Reply(ctx, indexed);
     }
     resp->add_errors(indexed.message());
+    // Inside an OK reply: the interceptor does not see it.
+    LogRefusal("/lossd.v1.Injector/CreateRules", ToGrpc(indexed).error_code(), indexed.message(),
+               PeerOf(*ctx));
   }
   std::string ids;
   for (uint32_t id : created) ids += (ids.empty() ? "" : ",") + std::to_string(id);
