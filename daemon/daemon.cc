@@ -223,16 +223,18 @@ bool Daemon::CreateStartupRules() {
       fields["code"] = CodeName(id.status().code());
       fields["reason"] = id.status().message();
       LogFields(LogLevel::kError,
-                "--rules " + Shown(opts_.rules_file) + ": rule " + std::to_string(r.index) + " (" +
-                    r.where + ") refused: " + id.status().ToString(),
+                "--rules " + Shown(opts_.rules_file) + ": rule " + std::to_string(r.index) +
+                    (r.where.empty() ? "" : " (" + r.where + ")") +
+                    " refused: " + id.status().ToString(),
                 fields);
       startup_rules_failed_ = true;
       return false;
     }
     fields["rule_id"] = *id;
     LogFields(LogLevel::kInfo,
-              "--rules " + Shown(opts_.rules_file) + ": rule " + std::to_string(r.index) + " (" +
-                  r.where + ") created: rule " + std::to_string(*id),
+              "--rules " + Shown(opts_.rules_file) + ": rule " + std::to_string(r.index) +
+                  (r.where.empty() ? "" : " (" + r.where + ")") +
+                  " created: rule " + std::to_string(*id),
               fields);
   }
   return true;

@@ -55,11 +55,12 @@ Result<std::vector<StartupRule>> ReadRulesFile(const std::string& path) {
     StartupRule r;
     r.index = static_cast<int>(i + 1);
     r.where = i < where.size() ? where[i] : path;
+    if (r.where == path + ": rule " + std::to_string(r.index)) r.where.clear();  // said already
     Status st = SpecFromProto(specs[i], &r.spec);
     if (st.ok()) st = Validate(r.spec);
     if (!st.ok())
-      return InvalidArgument("--rules " + file + ": rule " + std::to_string(r.index) + " (" +
-                             r.where + "): " + st.message());
+      return InvalidArgument("--rules " + file + ": rule " + std::to_string(r.index) +
+                             (r.where.empty() ? "" : " (" + r.where + ")") + ": " + st.message());
     out.push_back(std::move(r));
   }
   return out;

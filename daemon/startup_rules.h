@@ -20,11 +20,11 @@ constexpr size_t kMaxRulesFileBytes = 1 << 20;
 struct StartupRule {
   RuleSpec spec;
   int index = 0;      // 1-based, in the file's order
-  std::string where;  // the parser's place: "FILE: rule 2" or "FILE:3" (a line)
+  std::string where;  // a JSON line's place ("FILE:3"); "" in an array (the index says it)
 };
 
 // The file's rules, checked. An error (INVALID_ARGUMENT) names the file, the
-// rule's index and the reason: "--rules r.json: rule 2 (r.json:3): rate: ...".
+// rule's index and the reason: "--rules r.jsonl: rule 2 (r.jsonl:3): rate: ...".
 Result<std::vector<StartupRule>> ReadRulesFile(const std::string& path);
 
 // The whole file, up to `max_bytes` (else an error naming it and the bound).
