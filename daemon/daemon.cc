@@ -17,6 +17,7 @@
 #include "live/live.h"
 #include "service/channel.h"
 #include "service/health.h"
+#include "service/refusals.h"
 #include "service/services.h"
 #include "service/stream.h"
 
@@ -49,8 +50,11 @@ int Daemon::Run() {
   if (Exit e = BindSocket()) return *e;
   if (opts_.sync_start) {
     LoadParts();
-    if (injector_failed_) return 1;
+  } else if (!opts_.startup_rules.empty()) {
+    LoadInjector();  // the rules are in place before anyone is served
   }
+  if (startup_rules_failed_) return 2;
+  if (injector_failed_) return 1;
   if (Exit e = BuildServers()) return *e;
   return Stop(Serve());
 }
@@ -179,7 +183,7 @@ Daemon::Exit Daemon::PrepareParts() {
 }
 
 void Daemon::LoadParts() {
-  if (!LoadInjector()) return;
+  if (!injector_ && !LoadInjector()) return;
   if (opts_.observer && !stopping_) LoadObserver();
 }
 
@@ -201,8 +205,40 @@ bool Daemon::LoadInjector() {
   }
   Capabilities caps = injector_->Probe();
   effects_ = std::make_unique<EffectTracker>(injector_.get(), nullptr);
+  // Before the injector is published: no client sees it without them.
+  if (!CreateStartupRules()) return false;
   parts_->InjectorReady(injector_.get(), caps, effects_.get());
   LOG_INFO("injector ready");
+  return true;
+}
+
+bool Daemon::CreateStartupRules() {
+  for (const StartupRule& r : opts_.startup_rules) {
+    RuleSpec spec = r.spec;
+    ApplyDefaultTtl(opts_.injector.limits, &spec);  // "ttl": "none" keeps one until deleted
+    auto id = injector_->Add(spec);
+    Json fields = {{"event", "startup_rule"},
+                   {"file", opts_.rules_file},
+                   {"index", r.index},
+                   {"where", r.where}};
+    if (!id.ok()) {
+      fields["code"] = CodeName(id.status().code());
+      fields["reason"] = id.status().message();
+      LogFields(LogLevel::kError,
+                "--rules " + Shown(opts_.rules_file) + ": rule " + std::to_string(r.index) +
+                    (r.where.empty() ? "" : " (" + r.where + ")") +
+                    " refused: " + id.status().ToString(),
+                fields);
+      startup_rules_failed_ = true;
+      return false;
+    }
+    fields["rule_id"] = *id;
+    LogFields(LogLevel::kInfo,
+              "--rules " + Shown(opts_.rules_file) + ": rule " + std::to_string(r.index) +
+                  (r.where.empty() ? "" : " (" + r.where + ")") +
+                  " created: rule " + std::to_string(*id),
+              fields);
+  }
   return true;
 }
 
@@ -262,6 +298,10 @@ Daemon::Exit Daemon::StartGrpc() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(static_cast<int>(opts_.api.max_message_bytes));
+  // Every refused call logged with its reason and caller (service/refusals.h).
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(RefusalLogInterceptor());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   if (!opts_.listen.empty()) builder.AddListeningPort(listen_.ToString(), tcp_creds_, &tcp_port_);
   builder.RegisterService(injector_service_.get());
   builder.RegisterService(observer_service_.get());

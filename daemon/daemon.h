@@ -21,6 +21,7 @@
 #include "metrics/metrics.h"
 #include "service/channel.h"
 #include "service/services.h"
+#include "startup_rules.h"
 
 namespace lossd {
 
@@ -57,6 +58,10 @@ struct DaemonOptions {
   std::string http = "127.0.0.1:7071";
   HttpOptions http_options;
   MetricsOptions metrics;  // GET /metrics on that listener
+  // --rules FILE, read and checked (startup_rules.h): created once the
+  // injector is ready, before the socket serves; one refused: exit 2.
+  std::string rules_file;
+  std::vector<StartupRule> startup_rules;
 };
 
 // The daemon's assembly: it owns every part, listener and server, and Run()
@@ -96,6 +101,7 @@ class Daemon {
   Exit PrepareParts();       // the injector's options checked, the state dir locked
   void LoadParts();          // the loader: the injector, then the observer
   bool LoadInjector();       // false: it failed (the main thread is told to exit 1)
+  bool CreateStartupRules();  // --rules: false if one was refused (exit 2)
   void LoadObserver();
   Exit BuildServers();  // the HTTP listener, the services and views, the gRPC server
   Exit StartGrpc();     // the gRPC server, then the Unix socket's accept loop
@@ -117,6 +123,7 @@ class Daemon {
   std::unique_ptr<StateDirLock> state_lock_;
   std::atomic<bool> stopping_{false};  // a loading observer stops at its next program
   std::atomic<bool> injector_failed_{false};
+  bool startup_rules_failed_ = false;
   // The parts, created by the loader and published in `parts_` when ready.
   std::unique_ptr<Components> parts_;
   std::unique_ptr<Injector> injector_;

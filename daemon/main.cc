@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "config_file.h"
 #include "daemon.h"
 #include "oneshot.h"
 #include "rules/flags.h"
@@ -29,7 +30,10 @@ namespace {
 
 struct Flags {
   RuleFlags rule;
-  std::string interval = "1s", duration, lease = "3s", xdp_mode = "auto", log_level = "info";
+  std::string interval = "1s", duration, lease = "3s", xdp_mode = "auto", log_level = "info",
+              log_format = "text";
+  std::string rules_file;            // --rules (daemon mode)
+  bool print_config_example = false;  // the build's dist/lossd.conf
   bool json = false, observe = false, events = false;
   std::vector<std::string> watch_ports, watch_addrs;
   std::vector<uint64_t> watch_cgroups;
@@ -84,6 +88,10 @@ void AddOptions(CLI::App& app, Flags& f) {
                  "(lossd's; the default of --observe) or PATH[,PATH...] (/proc/PID/ns/net, "
                  "/run/netns/NAME, own; at most 64)");
   app.add_option("--log-level", f.log_level, "debug | info | warn | error");
+  app.add_option("--log-format", f.log_format,
+                 "text | json: stderr lines 'TIME LEVEL MESSAGE', or one JSON object each (time, "
+                 "level, msg and the line's fields); TIME is RFC 3339 UTC with microseconds")
+      ->capture_default_str();
   app.add_option("--protect-port", f.protect_ports,
                  "A TCP port no lossy rule may cut without force, beside 22, the control port and "
                  "every port sshd listens on; repeatable");
@@ -173,6 +181,9 @@ void AddOptions(CLI::App& app, Flags& f) {
                    "Times a flow's minimum RTT a stall must exceed (1..1000; see --stall-min)")
       ->capture_default_str();
   AddLimitOptions(daemon, f);
+  daemon->add_option("--rules", f.rules_file,
+                     "Create the rules of this JSON file at start, before serving (what 'lossctl "
+                     "rule add --file' takes); one refused: exit 2");
   daemon->add_flag("--sync-start", d.sync_start,
                    "Load every BPF program before serving (the old start-up; for benchmarks). "
                    "Default: serve at once, GetHealth reports what is still loading");
@@ -298,19 +309,41 @@ int Main(int argc, char** argv) {
   CLI::App app{"lossd: eBPF packet-loss injector"};
   app.set_version_flag("--version", "lossd " LOSSD_VERSION);
   AddOptions(app, f);
+  // Hidden: how the build writes dist/lossd.conf (dist/CMakeLists.txt).
+  app.add_flag("--print-config-example", f.print_config_example)->group("")->configurable(false);
+  AddConfigOption(&app, kDefaultConfigPath);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     // A bad flag is a usage error: exit 2, as every other bad input and lossctl.
-    fprintf(stderr, "lossd: %s\nRun 'lossd --help' for the options.\n", e.what());
+    fprintf(stderr, "lossd: %s\nRun 'lossd --help' for the options.\n",
+            ParseErrorMessage(app, e).c_str());
     return 2;
+  }
+  if (f.print_config_example) {
+    std::string example = ConfigExample(
+        &app,
+        "# lossd's configuration file: TOML, one `key = value` per flag of lossd --help (the\n"
+        "# long name without \"--\"). lossd reads /etc/lossd/lossd.conf if it exists, or the\n"
+        "# file of --config FILE; a flag given on the command line wins over the file (the\n"
+        "# systemd unit gives --socket, --socket-group and --max-ttl on its command line). A\n"
+        "# key that names no flag stops lossd (exit 2). Generated from lossd " LOSSD_VERSION
+        " at build time:\n"
+        "# every setting below is commented out and shows its default. Giving a rule's flags\n"
+        "# here (iface, cgroup, ...) makes lossd a one-shot run: start-up rules go in --rules.\n\n");
+    fputs(example.c_str(), stdout);
+    return 0;
   }
 
   LogLevel level;
   if (!ParseLogLevel(f.log_level.c_str(), &level))
     return Usage("--log-level must be debug, info, warn or error");
   SetLogLevel(level);
+  LogFormat format;
+  if (!ParseLogFormat(f.log_format.c_str(), &format))
+    return Usage("--log-format must be text or json");
+  SetLogFormat(format);
   RouteLibbpfLogs();
   RaiseFileLimit();
   if (f.events) f.observe = true;
@@ -391,9 +424,17 @@ int Main(int argc, char** argv) {
     d.observer = !f.no_observer;
     d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
     d.observer_netns = netns;
+    if (!f.rules_file.empty()) {
+      auto rules = ReadRulesFile(f.rules_file);
+      if (!rules.ok()) return Usage(rules.status().message());
+      d.rules_file = f.rules_file;
+      d.startup_rules = std::move(*rules);
+    }
     return RunDaemon(d);
   }
 
+  if (st.ok() && !f.rules_file.empty())
+    st = InvalidArgument("--rules is for the daemon (no rule flags, no --observe)");
   o.injector = injector;
   o.json = f.json;
   o.observe = f.observe;

@@ -45,6 +45,14 @@ struct RuleLimits {
   std::vector<uint16_t> protected_ports{22};
 };
 
+// A spec that gave no TTL (ttl_given false) gets the daemon's default, the
+// one rule for every way a rule comes in (the API, --rules).
+inline void ApplyDefaultTtl(const RuleLimits& l, RuleSpec* spec) {
+  if (!spec->ttl_given)
+    spec->ttl = std::chrono::nanoseconds(static_cast<int64_t>(l.default_ttl_ns));
+  spec->ttl_given = true;
+}
+
 struct InjectorOptions {
   // A program that finds the lease run out drops nothing. 0 disables it.
   std::chrono::milliseconds lease{3000};

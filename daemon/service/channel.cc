@@ -230,66 +230,68 @@ bool UnixSocketListener::Admitted(int fd) {
   return false;
 }
 
-StreamPeer PeerOf(const grpc::ServerContextBase& ctx) {
-  const std::string peer = ctx.peer();
-  StreamPeer p;
-  if (peer.compare(0, 3, "fd:") == 0) {
-    int fd = std::atoi(peer.c_str() + 3);
+PeerInfo PeerOf(const grpc::ServerContextBase& ctx) {
+  PeerInfo p;
+  p.address = ctx.peer();
+  if (p.address.compare(0, 3, "fd:") == 0) {
+    p.transport = "unix";
+    int fd = std::atoi(p.address.c_str() + 3);
     struct ucred cred;
     socklen_t len = sizeof(cred);
     if (fd > 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-      p.key = "uid:" + std::to_string(cred.uid);
-      p.shown = "uid " + std::to_string(cred.uid);
-      p.privileged = cred.uid == 0;
-      return p;
+      p.has_cred = true;
+      p.uid = cred.uid;
+      p.gid = cred.gid;
+      p.pid = cred.pid;
+      p.text = "uid=" + std::to_string(cred.uid) + " gid=" + std::to_string(cred.gid) +
+               " pid=" + std::to_string(cred.pid) + " (unix socket)";
+    } else {
+      p.text = Shown(p.address) + " (unix socket, credentials unknown: " + std::strerror(errno) + ")";
     }
-    p.key = p.shown = Shown(peer);  // credentials unknown: a peer of its own
     return p;
   }
+  p.transport = p.address.compare(0, 7, "inproc:") == 0 || p.address == "inproc" ? "inproc" : "tcp";
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth && auth->IsPeerAuthenticated()) {
     auto subject = auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
     if (!subject.empty()) {
-      std::string s(subject[0].data(), subject[0].size());
-      p.key = "x509:" + s;
-      p.shown = "x509 subject \"" + Shown(s) + "\"";
+      p.x509_subject = std::string(subject[0].data(), subject[0].size());
+      p.text = "x509 subject \"" + Shown(p.x509_subject) + "\" (" + Shown(p.address) + ")";
       return p;
     }
   }
-  // "ipv4:10.0.0.7:51234", "ipv6:[::1]:51234": the host, whatever port.
-  if (peer.compare(0, 5, "ipv4:") == 0 || peer.compare(0, 5, "ipv6:") == 0) {
-    std::string host = peer.substr(5, peer.rfind(':') - 5);
-    p.key = "ip:" + host;
-    p.shown = Shown(host);
-    return p;
-  }
-  // The live page's in-process channel: every HTTP client's streams together.
-  p.key = "http";
-  p.shown = "the HTTP listener";
+  p.text = Shown(p.address) + (p.transport == "inproc" ? " (in-process)" : " (no client certificate)");
   return p;
 }
 
 std::string DescribePeer(const grpc::ServerContextBase& ctx) {
-  const std::string peer = ctx.peer();
-  if (peer.compare(0, 3, "fd:") == 0) {
-    int fd = std::atoi(peer.c_str() + 3);
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
-    int err = 0;
-    if (fd > 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
-      return "uid=" + std::to_string(cred.uid) + " gid=" + std::to_string(cred.gid) +
-             " pid=" + std::to_string(cred.pid) + " (unix socket)";
-    err = errno;
-    return Shown(peer) + " (unix socket, credentials unknown: " + std::strerror(err) + ")";
+  return PeerOf(ctx).text;
+}
+
+StreamPeer StreamPeerOf(const grpc::ServerContextBase& ctx) {
+  PeerInfo info = PeerOf(ctx);
+  StreamPeer p;
+  if (info.has_cred) {
+    p.key = "uid:" + std::to_string(info.uid);
+    p.shown = "uid " + std::to_string(info.uid);
+    p.privileged = info.uid == 0;
+  } else if (info.transport == "unix") {
+    p.key = p.shown = Shown(info.address);  // credentials unknown: a peer of its own
+  } else if (!info.x509_subject.empty()) {
+    p.key = "x509:" + info.x509_subject;
+    p.shown = "x509 subject \"" + Shown(info.x509_subject) + "\"";
+  } else if (info.transport == "tcp" && (info.address.compare(0, 5, "ipv4:") == 0 ||
+                                         info.address.compare(0, 5, "ipv6:") == 0)) {
+    // "ipv4:10.0.0.7:51234", "ipv6:[::1]:51234": the host, whatever port.
+    std::string host = info.address.substr(5, info.address.rfind(':') - 5);
+    p.key = "ip:" + host;
+    p.shown = Shown(host);
+  } else {
+    // The live page's in-process channel: every HTTP client's streams together.
+    p.key = "http";
+    p.shown = "the HTTP listener";
   }
-  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
-  if (auth && auth->IsPeerAuthenticated()) {
-    auto subject = auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
-    if (!subject.empty())
-      return "x509 subject \"" + Shown(std::string(subject[0].data(), subject[0].size())) + "\" (" +
-             Shown(peer) + ")";
-  }
-  return Shown(peer) + " (no client certificate)";
+  return p;
 }
 
 }  // namespace lossd

@@ -111,12 +111,26 @@ class UnixSocketListener {
   std::thread thread_;
 };
 
+// Who made a call: `text` as DescribePeer's; over the Unix socket its
+// SO_PEERCRED (has_cred), over TLS the client certificate's subject.
+struct PeerInfo {
+  std::string text;
+  std::string address;  // gRPC's peer ("fd:12", "ipv4:127.0.0.1:4242", ...)
+  std::string transport;  // "unix", "tcp", "inproc"
+  bool has_cred = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+  std::string x509_subject;
+};
+PeerInfo PeerOf(const grpc::ServerContextBase& ctx);
+
 // "uid=0 gid=0 pid=1234 (unix socket)", "x509 subject \"CN=...\" (ipv4:10.0.0.1:4242)",
 // "ipv4:127.0.0.1:4242 (no client certificate)": who made the call.
 std::string DescribePeer(const grpc::ServerContextBase& ctx);
 // The same caller as the stream budget counts it (StreamPeer): a uid on the
 // Unix socket (root privileged), an x509 subject or host over TCP, the live
 // page's in-process channel as "the HTTP listener".
-StreamPeer PeerOf(const grpc::ServerContextBase& ctx);
+StreamPeer StreamPeerOf(const grpc::ServerContextBase& ctx);
 
 }  // namespace lossd

@@ -2,20 +2,30 @@
 #include <algorithm>
 
 #include "common/clock.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "service/channel.h"
 #include "service/convert.h"
+#include "service/refusals.h"
 #include "service/services.h"
 #include "service/stream.h"
 
 namespace lossd {
 namespace {
 
-// Every change to rules is logged with who asked (service/channel.h) and how it ended.
+// Every change to rules is logged with who asked (service/channel.h); a
+// refused one is logged by the refusal interceptor (service/refusals.h), with
+// its code and reason.
 void LogChange(const grpc::CallbackServerContext* ctx, const char* rpc, const Status& st,
                const std::string& what) {
-  std::string outcome = st.ok() ? "" : std::string(": ") + CodeName(st.code());
-  LOG_INFO("%s by %s: %s%s", rpc, DescribePeer(*ctx).c_str(), what.c_str(), outcome.c_str());
+  if (!st.ok() || !LogEnabled(LogLevel::kInfo)) return;
+  PeerInfo peer = PeerOf(*ctx);
+  Json fields = {{"event", "change"}, {"method", rpc}, {"peer", peer.text}, {"what", what}};
+  if (peer.has_cred) {
+    fields["uid"] = peer.uid;
+    fields["pid"] = peer.pid;
+  }
+  LogFields(LogLevel::kInfo, std::string(rpc) + " by " + peer.text + ": " + what, fields);
 }
 
 grpc::ServerUnaryReactor* ReplyRule(grpc::CallbackServerContext* ctx, const Result<RuleInfo>& r,
@@ -46,9 +56,7 @@ Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels
 // A client's spec as the daemon keeps it: without a TTL, the daemon's default.
 Status InjectorService::FromClient(const v1::RuleSpec& in, RuleSpec* spec) const {
   LOSSD_RETURN_IF_ERROR(SpecFromProto(in, spec));
-  if (!spec->ttl_given)
-    spec->ttl = std::chrono::nanoseconds(static_cast<int64_t>(parts_->limits().default_ttl_ns));
-  spec->ttl_given = true;
+  ApplyDefaultTtl(parts_->limits(), spec);
   return Status::Ok();
 }
 
@@ -70,7 +78,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContex
   auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   Status st = Create(*inj, req->spec(), resp);
-  LogChange(ctx, "CreateRule", st, st.ok() ? "rule " + std::to_string(resp->id()) : "refused");
+  LogChange(ctx, "CreateRule", st, "rule " + std::to_string(resp->id()));
   return Reply(ctx, st);
 }
 
@@ -102,6 +110,9 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
       return Reply(ctx, indexed);
     }
     resp->add_errors(indexed.message());
+    // Inside an OK reply: the interceptor does not see it.
+    LogRefusal("/lossd.v1.Injector/CreateRules", ToGrpc(indexed).error_code(), indexed.message(),
+               PeerOf(*ctx));
   }
   std::string ids;
   for (uint32_t id : created) ids += (ids.empty() ? "" : ",") + std::to_string(id);
@@ -179,7 +190,7 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
                          std::to_string(parts_->api().max_batch) + " (lossd --max-batch)");
   auto inj = parts_->NeedInjector(ctx->deadline());
   StreamBudget* budget = &parts_->streams();
-  StreamPeer peer = PeerOf(*ctx);
+  StreamPeer peer = StreamPeerOf(*ctx);
   return new PumpReactor<v1::RuleCountersUpdate>(
       [inj, ids, period, st, budget, peer](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
         if (!st.ok()) return ToGrpc(st);

@@ -67,7 +67,7 @@ grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomi
   size_t queue = queue_len.ok() ? *queue_len : 1;
   auto need = parts->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
-  StreamPeer peer = PeerOf(*ctx);
+  StreamPeer peer = StreamPeerOf(*ctx);
   // Retransmissions filter by type; other kinds ignore the types.
   bool typed = kind == OBS_EV_RETRANSMIT;
   return new Reactor([=](typename Reactor::Sink& sink) -> grpc::Status {
@@ -232,7 +232,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   size_t intake = *parts_->streams().QueueLength(0, 65536, "");
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
-  StreamPeer peer = PeerOf(*ctx);
+  StreamPeer peer = StreamPeerOf(*ctx);
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!st.ok()) return ToGrpc(st);
     if (!obs) return ToGrpc(need.status());
@@ -306,7 +306,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
   std::atomic<int>* subs = &subscribers_;
-  StreamPeer peer = PeerOf(*ctx);
+  StreamPeer peer = StreamPeerOf(*ctx);
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     if (!period.ok()) return ToGrpc(period.status());
     if (!netns_st.ok()) return ToGrpc(netns_st);
@@ -422,7 +422,7 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
   opts.max_samples = req->max_samples() ? req->max_samples() : 100000;
   opts.duration = std::chrono::nanoseconds(req->duration_ns());
   opts.queue = *parts_->streams().QueueLength(0, 65536, "");
-  opts.peer = PeerOf(*ctx);
+  opts.peer = StreamPeerOf(*ctx);
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
   // After the wait: the effects are published with the injector.

@@ -33,6 +33,7 @@ share/bash-completion/completions/lossd
 share/doc/lossd/README.md
 share/doc/lossd/changelog.Debian.gz
 share/doc/lossd/copyright
+share/doc/lossd/examples/lossd.conf
 share/lintian/overrides/lossd
 share/lossd/proto/lossd/v1/lossd.proto
 share/man/man1/lossctl.1.gz

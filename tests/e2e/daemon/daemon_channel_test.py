@@ -299,10 +299,11 @@ class ChannelTest(unittest.TestCase):
         self.logged(d, r"DeleteRule by uid=0 gid=0 pid=%d \(unix socket\): rule %d" % (me, rid))
         d.clear()
         self.logged(d, r"ClearRules by uid=0 gid=0 pid=%d \(unix socket\): deleted 1" % me)
-        # A refused change is logged too, with its code.
+        # A refused change is logged too, with its code and reason (service/refusals.h).
         with self.assertRaises(Exception):
             d.delete(rid)
-        self.logged(d, r"DeleteRule by uid=0 gid=0 pid=%d \(unix socket\): rule %d: NOT_FOUND" % (me, rid))
+        self.logged(d, r" warn  /lossd.v1.Injector/DeleteRule by uid=0 gid=0 pid=%d \(unix socket\) refused: "
+                       r"NOT_FOUND: .*%d" % (me, rid))
 
     def test_runs_with_the_units_capabilities(self):
         from lab.daemon import tc_egress_filters

@@ -40,6 +40,9 @@ class Lossd:
         # more (lossd's daemon default is every namespace: tests/e2e/observer/netns_test.py).
         if lossd is None and not any(a == "--observe-netns" or a.startswith("--observe-netns=") for a in args):
             args = ["--observe-netns", "own"] + args
+        # Hermetic: this build's lossd reads no /etc/lossd/lossd.conf unless a test names one.
+        if lossd is None and not any(a == "--config" or a.startswith("--config=") for a in args):
+            args = ["--config", ""] + args
         self.cmd = list(wrap) + [lossd or config.LOSSD, "--json", "--state-dir", self.state_dir] + args
         with open(self.stderr_path, "w") as err, open(stdout_path or os.devnull, "w") as out:
             self.proc = lab.popen(ns, self.cmd, stdout=out if stdout_path else subprocess.PIPE, stderr=err,
