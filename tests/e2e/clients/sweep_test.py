@@ -172,8 +172,8 @@ class Sweep(ClientTestCase):
         out = os.path.join(self.lab.tempdir(), "sweep")
         before = self.lab.counters(self.lab.a)
         r = self.d.ctl("sweep", "--iface", self.lab.IF_A, "--dir", "egress", "--sport", str(IPERF_CPORT),
-                       "--dport", str(IPERF_PORT), "--payload", "only", "--per-segment", "--rates", "0,1%,3%", "--out", out,
-                       "--no-plot", "--settle", "300ms", "--workload", self.iperf3_workload(IPERF_PORT),
+                       "--dport", str(IPERF_PORT), "--payload", "only", "--per-segment", "--rates", "0,1%,3%",
+                       "--out", out, "--no-plot", "--settle", "300ms", "--workload", self.iperf3_workload(IPERF_PORT),
                        timeout=120)
         kernel = (self.lab.counters(self.lab.a) - before)["Tcp.RetransSegs"]
         self.assertEqual(r.rc, 0, r)
