@@ -31,8 +31,16 @@ The workload is any shell command, run once per repetition with LOSSD_SWEEP_RATE
 (a fraction), LOSSD_SWEEP_STEP and LOSSD_SWEEP_REP in its environment. If its
 stdout has a JSON object line, these keys are read from the last one (all
 optional): "latencies_ms" (a list), "p50_ms", "p99_ms", "throughput_bps",
-"bytes" (with the run's wall time gives a throughput), "requests". A workload
-that exits non-zero fails the sweep (its run is recorded as failed).
+"bytes" (with the run's wall time gives a throughput), "requests", "retransmits"
+(segments the workload saw its own TCP retransmit), "loss_rate" (the fraction of
+its packets it counted lost), "error" (text: the run failed). `iperf3 -J` is read
+as is, with no wrapper: its one multi-line JSON document (the last, when the
+output has several) gives throughput_bps (bits/s the receiving side got, both
+directions with --bidir), TCP: retransmits (the sending side's, also with -R),
+UDP: loss_rate (lost_packets / packets, the receiving side's) and jitter_ms;
+its "error" (iperf3 3.12 -J exits 0 after e.g. a refused connection) fails the
+run. A workload that exits non-zero, or reports an error, fails the sweep (its
+run is recorded as failed, with the error).
 
 Output (--out DIR): sweep.json (every run and the summary), sweep.csv (one row
 per run), summary.csv, and sweep.png + sweep.svg (throughput and latency against
@@ -63,7 +71,8 @@ from .units import format_rate, parse_rate, wilson_interval
 
 METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_mean_ms",
            "latency_p50_ms", "latency_p99_ms", "retransmitted_segments", "rto", "cwnd_mean", "cwnd_min", "srtt_mean_us",
-           "dropped_segments", "matched_segments", "wall_s", "stalls", "stall_ns", "stall_caused_ns")
+           "dropped_segments", "matched_segments", "wall_s", "stalls", "stall_ns", "stall_caused_ns",
+           "retransmits_workload", "loss_rate_workload")
 STALLS_NONE = ("the daemon reported no stalls: RuleEffect.stalls_on_flows and stalls_caused were empty in every "
                "run (a daemon that does not detect or link stalls, or no stall happened); the stall columns are "
                "'-', not zeros")
@@ -106,17 +115,79 @@ def describe(xs):
 
 
 def workload_report(stdout):
-    """The last JSON object line of a workload's stdout, or {}."""
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if line.startswith("{") and line.endswith("}"):
-            try:
+    """What a workload reported, in the contract's keys, or {}: the last JSON object of its
+    stdout, either one line or a multi-line document from a line "{" at its start (iperf3 -J's,
+    read by iperf3_report())."""
+    lines = stdout.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i].strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            if line.endswith("}"):
                 v = json.loads(line)
-            except ValueError:
+            elif lines[i].startswith("{"):
+                v = json.JSONDecoder().raw_decode("\n".join(lines[i:]))[0]
+            else:
                 continue
-            if isinstance(v, dict):
-                return v
+        except ValueError:
+            continue
+        if isinstance(v, dict):
+            return iperf3_report(v) if {"start", "intervals", "end"} <= v.keys() else v
     return {}
+
+
+# end's sums of an iperf3 -J document, per direction: (the sending side's, the receiving side's)
+IPERF3_DIRECTIONS = (("sum_sent", "sum_received"), ("sum_sent_bidir_reverse", "sum_received_bidir_reverse"))
+
+
+def iperf3_report(doc):
+    """An iperf3 -J document (its client's) in the contract's keys. sum_sent is the sending
+    side's view and sum_received the receiving side's, whichever end the client is (with -R the
+    server sends and its counts come in iperf3's results exchange); --bidir adds the
+    *_bidir_reverse pair; UDP before sum_received (iperf3 < 3.11?) has one "sum", whose loss is
+    the receiver's. throughput_bps: what the receiving sides got; TCP "retransmits": the sending
+    sides' (Linux TCP_INFO); UDP "loss_rate" (lost_packets / packets) and "jitter_ms": the
+    receiving sides'. iperf3's "error" becomes the contract's."""
+    if doc.get("error"):
+        return {"error": "iperf3: %s" % doc["error"]}
+    end = doc.get("end") or {}
+    pairs = [(end.get(snd) or {}, end[rcv]) for snd, rcv in IPERF3_DIRECTIONS if rcv in end]
+    if not pairs and "sum" in end:
+        pairs = [({}, end["sum"])]
+    if not pairs:
+        return {}
+    proto = (doc.get("start") or {}).get("test_start", {}).get("protocol")
+    rep = {"workload": "iperf3 -J", "protocol": proto, "directions": len(pairs),
+           "throughput_bps": sum(r.get("bits_per_second", 0.0) for _, r in pairs)}
+    if proto == "UDP":
+        lost, packets = (sum(r.get(k, 0) for _, r in pairs) for k in ("lost_packets", "packets"))
+        rep.update(lost_packets=lost, packets=packets, loss_rate=lost / packets if packets else None,
+                   jitter_ms=max(r.get("jitter_ms", 0.0) for _, r in pairs))
+    elif all("retransmits" in s for s, _ in pairs):
+        rep["retransmits"] = sum(s["retransmits"] for s, _ in pairs)
+    return rep
+
+
+def workload_fields(rep, wall):
+    """A run's fields from its workload's report (workload_report()) and its wall time (s)."""
+    f = {}
+    lat = rep.get("latencies_ms")
+    if isinstance(lat, list) and lat:
+        f.update(latency_mean_ms=statistics.fmean(lat), latency_p50_ms=quantile(lat, 0.5),
+                 latency_p99_ms=quantile(lat, 0.99), requests=len(lat))
+    for k in ("p50_ms", "p99_ms"):
+        if rep.get(k) is not None and "latency_" + k not in f:
+            f["latency_" + k] = float(rep[k])
+    if rep.get("throughput_bps") is not None:
+        f["throughput_workload_bps"] = float(rep["throughput_bps"])
+    elif rep.get("bytes") is not None and wall > 0:
+        f["throughput_workload_bps"] = 8.0 * float(rep["bytes"]) / wall
+    if rep.get("retransmits") is not None:
+        f["retransmits_workload"] = int(rep["retransmits"])
+    if rep.get("loss_rate") is not None:
+        f["loss_rate_workload"] = float(rep["loss_rate"])
+    return f
 
 
 def stall_causes(pb2):
@@ -232,24 +303,14 @@ def one_run(client, a, target_kw, st, step, rep, stop):
             rc, out, err = run_workload(a.workload, env, stop)
             wall = time.monotonic() - t0
             result["workload_exit"] = rc
-            if rc != 0:
-                result["ok"] = False
-                result["error"] = "workload exited %d: %s" % (rc, (err.strip() or out.strip())[-500:])
             rep_ = workload_report(out)
+            why = rep_.get("error") or (err.strip() or out.strip())[-500:]
+            if rc != 0 or rep_.get("error"):
+                result["ok"] = False
+                result["error"] = ("workload exited %d: %s" % (rc, why) if rc != 0 else
+                                   "workload reported an error: %s" % why)
             result["workload_report"] = {k: v for k, v in rep_.items() if k != "latencies_ms"}
-            lat = rep_.get("latencies_ms")
-            if isinstance(lat, list) and lat:
-                result["latency_mean_ms"] = statistics.fmean(lat)
-                result["latency_p50_ms"] = quantile(lat, 0.5)
-                result["latency_p99_ms"] = quantile(lat, 0.99)
-                result["requests"] = len(lat)
-            for k in ("p50_ms", "p99_ms"):
-                if k in rep_ and "latency_" + k not in result:
-                    result["latency_" + k] = float(rep_[k])
-            if "throughput_bps" in rep_:
-                result["throughput_workload_bps"] = float(rep_["throughput_bps"])
-            elif "bytes" in rep_ and wall > 0:
-                result["throughput_workload_bps"] = 8.0 * float(rep_["bytes"]) / wall
+            result.update(workload_fields(rep_, wall))
         else:
             if stop.wait(a.duration_ns / 1e9):
                 raise Interrupted()
@@ -324,8 +385,8 @@ def top_causes(by_cause, n=3):
 
 
 def table(summary):
-    head = ("rate", "runs", "measured", "thr obs Mbit/s", "thr wl Mbit/s", "p50 ms", "p99 ms",
-            "retrans segs", "rto", "cwnd mean", "cwnd min", "srtt ms", "stall ms", "by drops ms",
+    head = ("rate", "runs", "measured", "loss wl", "thr obs Mbit/s", "thr wl Mbit/s", "p50 ms", "p99 ms",
+            "retrans segs", "rtx wl", "rto", "cwnd mean", "cwnd min", "srtt ms", "stall ms", "by drops ms",
             "stall ms by cause")
     rows = [head]
     for s in summary:
@@ -333,10 +394,12 @@ def table(summary):
             return s[k][key] if s[k] else None
         rows.append((s.get("label") or format_rate(s["configured_rate"]), str(s["runs"]),
                      format_rate(m("measured_rate")) if m("measured_rate") is not None else "-",
+                     format_rate(m("loss_rate_workload")) if m("loss_rate_workload") is not None else "-",
                      "%s ±%s" % (fmt(m("throughput_obs_bps"), 1e-6), fmt(m("throughput_obs_bps", "std"), 1e-6)),
                      fmt(m("throughput_workload_bps"), 1e-6),
                      fmt(m("latency_p50_ms"), 1, 2), fmt(m("latency_p99_ms"), 1, 2),
-                     fmt(m("retransmitted_segments"), 1, 0), fmt(m("rto"), 1, 1),
+                     fmt(m("retransmitted_segments"), 1, 0), fmt(m("retransmits_workload"), 1, 0),
+                     fmt(m("rto"), 1, 1),
                      fmt(m("cwnd_mean")), fmt(m("cwnd_min"), 1, 0), fmt(m("srtt_mean_us"), 1e-3, 2),
                      fmt(m("stall_ns"), 1e-6, 1), fmt(m("stall_caused_ns"), 1e-6, 1),
                      top_causes(s.get("stall_ns_by_cause_mean"))))
@@ -424,8 +487,11 @@ def plot_summary(outdir, doc):
     rotation = 30 if any(s.get("ge") for s in summ) else 0
     ax[2].set_xticks(pos)
     ax[2].set_xticklabels(labels, rotation=rotation)
+    wl = [s["retransmits_workload"]["mean"] if s.get("retransmits_workload") else float("nan") for s in summ]
+    if any(v == v for v in wl):
+        ax[2].plot(pos, wl, "k_", markersize=20, mew=2, linestyle="none", label="the workload's own count")
     ax[2].set_ylabel("retransmitted segments per run (mean)")
-    if any(bottom):
+    if any(bottom) or ax[2].lines:
         ax[2].legend()
     for a_ in ax[:2]:
         a_.set_xscale("symlog", linthresh=0.01)

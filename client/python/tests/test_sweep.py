@@ -48,6 +48,94 @@ class Workload(unittest.TestCase):
         self.assertEqual(sweep.workload_report(out), {"p99_ms": 7, "latencies_ms": [1, 2]})
         self.assertEqual(sweep.workload_report("no json here\n[1, 2]\n"), {})
 
+    def test_contract_keys_become_the_runs_fields(self):
+        rep = sweep.workload_report('{"latencies_ms": [1, 2, 3], "throughput_bps": 5e6, "retransmits": 4, '
+                                    '"loss_rate": 0.01}\n')
+        self.assertEqual(sweep.workload_fields(rep, 2.0),
+                         {"latency_mean_ms": 2.0, "latency_p50_ms": 2, "latency_p99_ms": 2.98, "requests": 3,
+                          "throughput_workload_bps": 5e6, "retransmits_workload": 4, "loss_rate_workload": 0.01})
+        self.assertEqual(sweep.workload_fields({"bytes": 1000, "p99_ms": 7}, 2.0),
+                         {"latency_p99_ms": 7.0, "throughput_workload_bps": 4000.0})
+        self.assertEqual(sweep.workload_fields({}, 2.0), {})
+        self.assertEqual(sweep.workload_report('{"error": "no route"}'), {"error": "no route"})
+
+
+IPERF3 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "iperf3")
+
+
+def iperf3_output(name):
+    """iperf3 -J's stdout, captured from real runs in network namespaces (iperf3/capture.py)."""
+    with open(os.path.join(IPERF3, name + ".json")) as f:
+        return f.read()
+
+
+class Iperf3(unittest.TestCase):
+    """iperf3 -J's document read as is (iperf 3.12, Debian 12; vectors in iperf3/)."""
+
+    def fields(self, name):
+        rep = sweep.workload_report(iperf3_output(name))
+        return rep, sweep.workload_fields(rep, 1.2)
+
+    def test_tcp(self):
+        rep, f = self.fields("tcp")
+        doc = json.loads(iperf3_output("tcp"))["end"]
+        # the receiver's bits/s, the sender's retransmits (2 % of the data dropped on the way)
+        self.assertEqual(f, {"throughput_workload_bps": doc["sum_received"]["bits_per_second"],
+                             "retransmits_workload": doc["sum_sent"]["retransmits"]})
+        self.assertEqual(f["retransmits_workload"], 193)
+        self.assertAlmostEqual(f["throughput_workload_bps"] / 1e6, 100.6, 1)
+        self.assertEqual((rep["workload"], rep["protocol"], rep["directions"]), ("iperf3 -J", "TCP", 1))
+        self.assertNotIn("error", rep)
+
+    def test_udp(self):
+        rep, f = self.fields("udp")
+        # sum_received is the receiving side's (85 of 1,725 lost); sum_sent counts no loss
+        self.assertEqual(f, {"throughput_workload_bps": 18990980.22006144, "loss_rate_workload": 85 / 1725})
+        self.assertEqual((rep["lost_packets"], rep["packets"], rep["protocol"]), (85, 1725, "UDP"))
+        self.assertAlmostEqual(rep["jitter_ms"], 0.00911322074801978)
+        self.assertNotIn("retransmits", rep)
+
+    def test_udp_with_one_sum(self):
+        # iperf3 before sum_sent/sum_received in UDP: "sum" only, with the receiver's loss
+        doc = json.loads(iperf3_output("udp"))
+        for k in ("sum_sent", "sum_received"):
+            del doc["end"][k]
+        rep = sweep.iperf3_report(doc)
+        self.assertEqual((rep["lost_packets"], rep["packets"]), (85, 1725))
+        self.assertEqual(rep["throughput_bps"], doc["end"]["sum"]["bits_per_second"])
+
+    def test_reverse_counts_the_servers_sending(self):
+        # -R: the server sends; sum_sent is still the sender's (its "sender" flag false: not the
+        # client), its retransmits from the server's results
+        doc = json.loads(iperf3_output("reverse"))
+        self.assertEqual(doc["start"]["test_start"]["reverse"], 1)
+        self.assertFalse(doc["end"]["sum_sent"]["sender"])
+        rep, f = self.fields("reverse")
+        self.assertEqual(f, {"throughput_workload_bps": doc["end"]["sum_received"]["bits_per_second"],
+                             "retransmits_workload": 150})
+
+    def test_bidir_adds_both_directions(self):
+        end = json.loads(iperf3_output("bidir"))["end"]
+        rep, f = self.fields("bidir")
+        self.assertEqual(rep["directions"], 2)
+        self.assertEqual(f["retransmits_workload"], 194 + 184)
+        self.assertEqual(f["throughput_workload_bps"], end["sum_received"]["bits_per_second"] +
+                         end["sum_received_bidir_reverse"]["bits_per_second"])
+
+    def test_error_document(self):
+        rep, f = self.fields("refused")
+        self.assertEqual(rep, {"error": "iperf3: unable to connect to server: Connection refused"})
+        self.assertEqual(f, {})   # no throughput of 0
+
+    def test_the_last_document_and_surrounding_lines(self):
+        out = "starting\n" + iperf3_output("refused") + iperf3_output("tcp") + "done\n"
+        self.assertEqual(sweep.workload_report(out)["retransmits"], 193)
+        # a JSON-lines object after the document is the last one
+        self.assertEqual(sweep.workload_report(iperf3_output("tcp") + '{"bytes": 5}\n'), {"bytes": 5})
+        # an indented "{" is inside a document, not one's start
+        self.assertEqual(sweep.workload_report('[\n {\n  "a": 1\n }\n]\n'), {})
+        self.assertEqual(sweep.workload_report(iperf3_output("tcp")[:-40]), {})   # cut short: nothing
+
 
 class Summary(unittest.TestCase):
     RUNS = [
