@@ -8,6 +8,7 @@ TraceSources TraceSources::Of(Observer* obs) {
   TraceSources s;
   s.hub = &obs->hub();
   s.flows = [obs] { return obs->Flows(); };
+  s.recent_flows = [obs] { return obs->RecentFlows(std::chrono::milliseconds(20)); };
   s.trace = [obs](uint64_t cookie) { return obs->Trace(cookie); };
   return s;
 }
@@ -15,7 +16,9 @@ TraceSources TraceSources::Of(Observer* obs) {
 Result<ObsFlow> FindTracedFlow(const TraceSources& src, uint64_t cookie, const StreamFilters& by,
                                std::chrono::nanoseconds wait, const std::function<bool()>& stop) {
   auto find = [&]() -> std::optional<ObsFlow> {
-    for (const ObsFlow& f : src.flows()) {
+    auto flows = src.recent_flows ? src.recent_flows()
+                                  : std::make_shared<const std::vector<ObsFlow>>(src.flows());
+    for (const ObsFlow& f : *flows) {
       if (cookie ? f.cookie == cookie : by.WantsFlow(f.cookie, f.flow)) return f;
     }
     return std::nullopt;
@@ -41,7 +44,7 @@ Result<std::unique_ptr<FlowTracer>> FlowTracer::Start(const TraceSources& src, c
   so.subscribe.kinds = KindBit(OBS_EV_SAMPLE) | KindBit(OBS_EV_RETRANSMIT) | KindBit(OBS_EV_STALL) |
                        KindBit(OBS_EV_FLOW_CLOSE);
   so.subscribe.filter = [traced](const obs_event& ev) { return ev.cookie == traced; };
-  so.subscribe.stream = "TraceFlow";
+  so.subscribe.stream = opts.stream;
   so.subscribe.peer = opts.peer;
   auto sub = src.hub->OpenStream(std::move(so));
   if (!sub.ok()) return sub.status();

@@ -23,6 +23,9 @@ namespace lossd {
 struct TraceSources {
   Hub* hub = nullptr;
   std::function<std::vector<ObsFlow>()> flows;  // the open flows (Observer::Flows)
+  // The same, as read at most 20 ms ago (Observer::RecentFlows), for those
+  // waiting for a flow; null: `flows`.
+  std::function<std::shared_ptr<const std::vector<ObsFlow>>()> recent_flows;
   // Marks a flow traced while the handle lives (Observer::Trace).
   std::function<Result<std::unique_ptr<FlowTrace>>(uint64_t cookie)> trace;
   // One flow's drop log (Injector::DropsOf); null: no drops.
@@ -50,7 +53,10 @@ struct TraceOptions {
   size_t queue = 65536;                  // the hub's queue for the trace
   uint64_t max_samples = 0;              // the trace ends after this many samples
   std::chrono::nanoseconds duration{0};  // ... or after this long (0: until the flow closes)
-  StreamPeer peer;                       // whose trace (its share of the stream budget)
+  // The budget's stream kind its subscription is counted as; "": the caller
+  // holds the stream's ticket (taken before the wait for the flow).
+  std::string stream = "TraceFlow";
+  StreamPeer peer;  // whose trace (its share of the stream budget)
 };
 
 class FlowTracer {

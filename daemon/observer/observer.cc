@@ -655,6 +655,17 @@ ObsTotals Observer::Totals() const {
   return t;
 }
 
+std::shared_ptr<const std::vector<ObsFlow>> Observer::RecentFlows(
+    std::chrono::milliseconds max_age) const {
+  std::lock_guard<std::mutex> lock(recent_mu_);  // one reader; the others take its copy
+  auto now = std::chrono::steady_clock::now();
+  if (!recent_flows_ || now - recent_at_ > max_age) {
+    recent_flows_ = std::make_shared<const std::vector<ObsFlow>>(Flows());
+    recent_at_ = std::chrono::steady_clock::now();
+  }
+  return recent_flows_;
+}
+
 std::vector<ObsFlow> Observer::Flows() const {
   std::vector<ObsFlow> out;
   int fd = bpf_map__fd(skel_->maps.obs_flows);

@@ -147,6 +147,9 @@ class Observer {
   // Whether sockets of namespace `ino` are watched.
   bool Watches(uint64_t ino) const;
   std::vector<ObsFlow> Flows() const;
+  // The open flows as read at most `max_age` ago: however many callers poll
+  // (TraceFlow streams waiting for a flow), the table is read once per max_age.
+  std::shared_ptr<const std::vector<ObsFlow>> RecentFlows(std::chrono::milliseconds max_age) const;
   Hub& hub() { return hub_; }
   // Stops the ring reader thread, then reads what is left in the ring (at a
   // one-shot's exit: every event reaches the hub). No event is read after it.
@@ -204,6 +207,9 @@ class Observer {
   uint64_t own_ino_ = 0;
   std::vector<Netns> held_;  // the named namespaces (kSet), held open: their inodes stay theirs
   mutable std::mutex paths_mu_;
+  mutable std::mutex recent_mu_;  // the two below
+  mutable std::shared_ptr<const std::vector<ObsFlow>> recent_flows_;
+  mutable std::chrono::steady_clock::time_point recent_at_;
   std::map<uint64_t, std::string> paths_;  // netns inode -> a path to it
 };
 

@@ -188,15 +188,16 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
   if (st.ok() && ids.size() > parts_->api().max_batch)
     st = InvalidArgument(std::to_string(ids.size()) + " ids, the limit is " +
                          std::to_string(parts_->api().max_batch) + " (lossd --max-batch)");
+  using Reactor = PumpReactor<v1::RuleCountersUpdate>;
   auto inj = parts_->NeedInjector(ctx->deadline());
-  StreamBudget* budget = &parts_->streams();
-  StreamPeer peer = StreamPeerOf(*ctx);
-  return new PumpReactor<v1::RuleCountersUpdate>(
-      [inj, ids, period, st, budget, peer](PumpReactor<v1::RuleCountersUpdate>::Sink& sink) {
-        if (!st.ok()) return ToGrpc(st);
-        if (!inj.ok()) return ToGrpc(inj.status());
-        auto ticket = budget->Open("WatchRuleCounters", 0, peer);  // held until the stream ends
-        if (!ticket.ok()) return ToGrpc(ticket.status());
+  if (!st.ok()) return new Reactor(ToGrpc(st));
+  if (!inj.ok()) return new Reactor(ToGrpc(inj.status()));
+  // Its budget before its thread; held until the stream ends.
+  auto ticket = parts_->streams().Open("WatchRuleCounters", 0, StreamPeerOf(*ctx));
+  if (!ticket.ok()) return new Reactor(ToGrpc(ticket.status()));
+  auto held = std::make_shared<StreamBudget::Ticket>(std::move(*ticket));
+  return new Reactor(
+      [inj, ids, period, held](Reactor::Sink& sink) {
         for (uint64_t seq = 1;; seq++) {
           v1::RuleCountersUpdate u;
           u.set_seq(seq);

@@ -67,28 +67,28 @@ grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomi
   size_t queue = queue_len.ok() ? *queue_len : 1;
   auto need = parts->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
-  StreamPeer peer = StreamPeerOf(*ctx);
+  if (!st.ok()) return new Reactor(ToGrpc(st));
+  if (!obs) return new Reactor(ToGrpc(need.status()));
   // Retransmissions filter by type; other kinds ignore the types.
   bool typed = kind == OBS_EV_RETRANSMIT;
+  // The hub offers every event of the kind; the filters run on this
+  // stream's thread (an expensive filter set costs this stream only), and
+  // that thread keeps taking events while a write is in flight, so what
+  // this stream loses it loses after its filter: exactly counted.
+  StreamOptions so;
+  so.subscribe.queue = queue;
+  so.subscribe.kinds = KindBit(kind);
+  if (!filters->empty())
+    so.subscribe.filter = [=](const obs_event& ev) { return filters->WantsEvent(ev, typed); };
+  so.subscribe.stream = stream_name;
+  so.subscribe.peer = StreamPeerOf(*ctx);
+  so.waiting = queue;  // wanted, not yet written (the client is slow)
+  so.counted_in = subs;
+  auto opened = obs->hub().OpenStream(std::move(so));
+  if (!opened.ok()) return new Reactor(ToGrpc(opened.status()));  // no budget: no thread
+  auto held = std::make_shared<StreamSubscription>(std::move(*opened));
   return new Reactor([=](typename Reactor::Sink& sink) -> grpc::Status {
-    if (!st.ok()) return ToGrpc(st);
-    if (!obs) return ToGrpc(need.status());
-    // The hub offers every event of the kind; the filters run here, on this
-    // stream's thread (an expensive filter set costs this stream only), and
-    // this thread keeps taking events while a write is in flight, so what
-    // this stream loses it loses after its filter: exactly counted.
-    StreamOptions so;
-    so.subscribe.queue = queue;
-    so.subscribe.kinds = KindBit(kind);
-    if (!filters->empty())
-      so.subscribe.filter = [=](const obs_event& ev) { return filters->WantsEvent(ev, typed); };
-    so.subscribe.stream = stream_name;
-    so.subscribe.peer = peer;
-    so.waiting = queue;  // wanted, not yet written (the client is slow)
-    so.counted_in = subs;
-    auto opened = obs->hub().OpenStream(std::move(so));
-    if (!opened.ok()) return ToGrpc(opened.status());
-    StreamSubscription& stream = *opened;
+    StreamSubscription& stream = *held;
     std::deque<ObsEvent>& waiting = stream.waiting();
     uint64_t seq = 0;
     auto next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -232,21 +232,22 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   size_t intake = *parts_->streams().QueueLength(0, 65536, "");
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
-  StreamPeer peer = StreamPeerOf(*ctx);
+  if (!st.ok()) return new Reactor(ToGrpc(st));
+  if (!obs) return new Reactor(ToGrpc(need.status()));
+  // The hub offers every close; the stream's thread filters them as they
+  // come (not once per message), so the gap counts cover only closes it
+  // would carry.
+  StreamOptions so;
+  so.subscribe.queue = intake;
+  so.subscribe.kinds = KindBit(OBS_EV_FLOW_CLOSE);
+  so.subscribe.stream = "WatchFlows";
+  so.subscribe.peer = StreamPeerOf(*ctx);
+  so.waiting = queue;  // wanted closes for the next message
+  auto opened = obs->hub().OpenStream(std::move(so));
+  if (!opened.ok()) return new Reactor(ToGrpc(opened.status()));  // no budget: no thread
+  auto held = std::make_shared<StreamSubscription>(std::move(*opened));
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
-    if (!st.ok()) return ToGrpc(st);
-    if (!obs) return ToGrpc(need.status());
-    // The hub offers every close; this thread filters them as they come (not
-    // once per message), so the gap counts cover only closes it would carry.
-    StreamOptions so;
-    so.subscribe.queue = intake;
-    so.subscribe.kinds = KindBit(OBS_EV_FLOW_CLOSE);
-    so.subscribe.stream = "WatchFlows";
-    so.subscribe.peer = peer;
-    so.waiting = queue;  // wanted closes for the next message
-    auto opened = obs->hub().OpenStream(std::move(so));
-    if (!opened.ok()) return ToGrpc(opened.status());
-    StreamSubscription& closes = *opened;
+    StreamSubscription& closes = *held;
     // Filtered here, not in the hub: the flow is beside the event.
     auto take = [&](std::chrono::milliseconds wait) {
       closes.Take(512, wait, [&](const ObsEvent& e) {
@@ -305,22 +306,21 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
   EffectTracker* effects = parts_->effects();
-  std::atomic<int>* subs = &subscribers_;
-  StreamPeer peer = StreamPeerOf(*ctx);
+  if (!period.ok()) return new Reactor(ToGrpc(period.status()));
+  if (!netns_st.ok()) return new Reactor(ToGrpc(netns_st));
+  if (!obs) return new Reactor(ToGrpc(need.status()));
+  StreamOptions so;
+  so.subscribe.queue = queue;
+  so.subscribe.kinds = KindBit(OBS_EV_RETRANSMIT);
+  if (netns) so.subscribe.filter = [netns](const obs_event& ev) { return ev.netns == netns; };
+  so.subscribe.stream = "WatchAggregates";
+  so.subscribe.peer = StreamPeerOf(*ctx);
+  so.counted_in = &subscribers_;
+  auto opened = obs->hub().OpenStream(std::move(so));
+  if (!opened.ok()) return new Reactor(ToGrpc(opened.status()));  // no budget: no thread
+  auto held = std::make_shared<StreamSubscription>(std::move(*opened));
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
-    if (!period.ok()) return ToGrpc(period.status());
-    if (!netns_st.ok()) return ToGrpc(netns_st);
-    if (!obs) return ToGrpc(need.status());
-    StreamOptions so;
-    so.subscribe.queue = queue;
-    so.subscribe.kinds = KindBit(OBS_EV_RETRANSMIT);
-    if (netns) so.subscribe.filter = [netns](const obs_event& ev) { return ev.netns == netns; };
-    so.subscribe.stream = "WatchAggregates";
-    so.subscribe.peer = peer;
-    so.counted_in = subs;
-    auto opened = obs->hub().OpenStream(std::move(so));
-    if (!opened.ok()) return ToGrpc(opened.status());
-    StreamSubscription& sub = *opened;
+    StreamSubscription& sub = *held;
     // Windows of kernel time from now; each is written once the reader has
     // read all its events (observer/windows.h), so a late reader moves
     // nothing into the wrong window.
@@ -422,16 +422,23 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
   opts.max_samples = req->max_samples() ? req->max_samples() : 100000;
   opts.duration = std::chrono::nanoseconds(req->duration_ns());
   opts.queue = *parts_->streams().QueueLength(0, 65536, "");
-  opts.peer = StreamPeerOf(*ctx);
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
+  if (!st.ok()) return new Reactor(ToGrpc(st));
+  if (!obs) return new Reactor(ToGrpc(need.status()));
+  // Its budget first (it may wait up to an hour for its flow): the trace's
+  // subscription is counted under this ticket. Refused: no thread.
+  auto ticket = parts_->streams().Open("TraceFlow", Subscription::QueueBytes(opts.queue),
+                                       StreamPeerOf(*ctx));
+  if (!ticket.ok()) return new Reactor(ToGrpc(ticket.status()));
+  auto held = std::make_shared<StreamBudget::Ticket>(std::move(*ticket));
+  opts.stream = "";
   // After the wait: the effects are published with the injector.
   auto matcher = std::make_shared<const StreamFilters>(by, std::vector<StreamFilter>(),
                                                        LookupsOf(parts_->effects()));
   const Components* parts = parts_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
-    if (!st.ok()) return ToGrpc(st);
-    if (!obs) return ToGrpc(need.status());
+    (void)held;  // the stream's budget, for as long as the stream lives
     EffectTracker* effects = parts->effects();
     TraceSources src = TraceSources::Of(obs);
     src.drops = [parts](const loss_drop_key& key) -> Result<FlowDrops> {

@@ -58,7 +58,13 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
     PumpReactor* r_;
   };
 
+  // A stream refused before it started (a bad request, no budget left):
+  // finished at once, with no thread.
+  explicit PumpReactor(const grpc::Status& refused) { this->Finish(refused); }
+
   // produce(sink) runs on its own thread; its return value ends the stream.
+  // Whatever the stream must be granted (its budget, its subscription) is
+  // taken before, on the caller's thread: a refused stream gets no thread.
   explicit PumpReactor(std::function<grpc::Status(Sink&)> produce) {
     thread_ = std::thread([this, produce = std::move(produce)] {
       Sink sink(this);

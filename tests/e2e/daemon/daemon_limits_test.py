@@ -19,6 +19,9 @@ DaemonLimits: one daemon in namespace A with small limits (--max-streams 4
       naming --max-streams-per-kind; a fifth stream of
       any kind (WatchRuleCounters) naming --max-streams; Health.streams counts them, and an
       ended stream gives its place back.
+  test_trace_waiters_are_budgeted
+      TraceFlow waiting for a flow holds its ticket from the start (3 waiting = 3 streams); the
+      4th and 40 more are refused at once (--max-streams-per-kind), none given a thread.
   test_filters_labels_batches_and_messages_are_bounded
       9 filters (WatchRetransmits, WatchFlows, ListFlows), 5 labels or a 17-byte label value
       (CreateRule, UpdateRule, ListRules), 6 specs in CreateRules or 6 ids in
@@ -133,6 +136,37 @@ class DaemonLimits(DaemonTestCase):
         self.readers.append(again)
         again.wait_for(lambda m: len(m) >= 1, 10, "the first message")
         self.assertIsNone(again.error)
+
+    def test_trace_waiters_are_budgeted(self):
+        """issue 25 item 2: a TraceFlow waiting for a flow that never appears took its ticket
+        only once the flow was found (Health.streams 0 meanwhile), and every stream got a thread
+        before any check: 300 of them made 350 threads. Now the ticket comes first: 3 waiting
+        traces are 3 streams, a 4th is refused at once naming --max-streams-per-kind, and 40
+        refused ones add no thread of their own."""
+        pb, d = self.pb, self.d
+        req = pb.TraceFlowRequest(flow=pb.EventFilter(port=pb.PortRange(lo=1)), wait_ns=60 * 10**9)
+        waiting = [StreamReader(d.obs.TraceFlow(req, timeout=60), "trace%d" % i) for i in range(3)]
+        self.readers += waiting
+        wait_until(lambda: d.health().streams == 3, 10, "3 waiting traces counted as streams")
+        tasks = lambda: len(os.listdir("/proc/%d/task" % d.pid))
+        before = tasks()
+        t0 = time.monotonic()
+        self.refused(self.first(d.obs.TraceFlow(req, timeout=10)), "RESOURCE_EXHAUSTED",
+                     "--max-streams-per-kind")
+        calls = [d.obs.TraceFlow(req, timeout=10) for _ in range(40)]
+        errs = [self.first(c) for c in calls]
+        refused_secs = time.monotonic() - t0
+        during = tasks()
+        measured("trace_waiters", threads_before=before, threads_after_41_refused=during,
+                 refused_secs=round(refused_secs, 2), streams=d.health().streams)
+        for e in errs:
+            self.refused(e, "RESOURCE_EXHAUSTED", "--max-streams-per-kind")
+        self.assertLess(during - before, 20, "refused streams got threads")
+        self.assertEqual(d.health().streams, 3)
+        for w in waiting:
+            self.assertIsNone(w.error)
+            w.cancel()
+        wait_until(lambda: d.health().streams == 0, 10, "the waiting traces' places given back")
 
     def test_filters_labels_batches_and_messages_are_bounded(self):
         pb, d, lab = self.pb, self.d, self.lab
