@@ -141,6 +141,9 @@ void AddOptions(CLI::App& app, Flags& f) {
                      "Require HTTP client certificates from this CA (mutual TLS)");
   daemon->add_flag("--http-plaintext", d.http_options.plaintext,
                    "Allow plaintext HTTP on a non-loopback address");
+  daemon->add_option("--http-allowed-host", d.http_options.allowed_hosts,
+                     "A host name HTTP requests may name (Host, Origin) besides IP addresses, "
+                     "localhost and this machine's name (against DNS rebinding); repeatable");
   daemon
       ->add_option("--http-max-connections", d.http_options.max_connections,
                    "Most open HTTP connections (streams included); over it: 503")

@@ -1,5 +1,6 @@
 #include "http/server.h"
 
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -50,6 +51,17 @@ void PlainAndClose(httplib::Response& res, int status, const std::string& text) 
                              sink.write(body->data() + offset, length);
                              return false;  // all written: end the connection
                            });
+}
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string OwnHostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "";
+  return Lower(buf);
 }
 
 bool Readable(const std::string& path) {
@@ -141,6 +153,29 @@ Status CheckHttpTransport(const HttpOptions& o) {
   return Status::Ok();
 }
 
+bool HostAllowed(const std::string& host, const std::string& own_name,
+                 const std::vector<std::string>& allowed) {
+  if (host.empty()) return true;
+  std::string name;
+  if (host[0] == '[') {  // an IPv6 literal, maybe with a port
+    size_t end = host.find(']');
+    if (end == std::string::npos) return false;
+    name = host.substr(1, end - 1);
+    in6_addr a6;
+    return inet_pton(AF_INET6, name.c_str(), &a6) == 1 &&
+           (end + 1 == host.size() || host[end + 1] == ':');
+  }
+  size_t colon = host.find(':');
+  name = Lower(host.substr(0, colon));
+  if (colon != std::string::npos && host.find(':', colon + 1) != std::string::npos) return false;
+  in_addr a4;
+  if (inet_pton(AF_INET, name.c_str(), &a4) == 1) return true;
+  if (name == "localhost" || (!own_name.empty() && name == own_name)) return true;
+  for (const std::string& a : allowed)
+    if (Lower(a) == name) return true;
+  return false;
+}
+
 HttpStreamSlot::~HttpStreamSlot() {
   server_->streams_.fetch_sub(1);
 }
@@ -159,6 +194,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpOptions& opts) 
                            std::to_string(opts.max_connections) + ")");
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->opts_ = opts;
+  s->own_name_ = OwnHostName();
   if (!opts.tls_cert.empty()) {
     for (const std::string* f : {&opts.tls_cert, &opts.tls_key, &opts.tls_client_ca}) {
       if (!f->empty() && !Readable(*f))
@@ -287,6 +323,28 @@ httplib::Server::HandlerResponse HttpServer::PreRoute(const httplib::Request& re
     PlainAndClose(res, 503,
                   "lossd is serving its most HTTP connections (" +
                       std::to_string(opts_.max_connections) + ", --http-max-connections); retry");
+    return R::Handled;
+  }
+  // DNS rebinding: a page of another site whose name now resolves here.
+  const std::string host = req.get_header_value("Host");
+  std::string origin = req.get_header_value("Origin");
+  size_t scheme = origin.find("://");
+  std::string origin_host = scheme == std::string::npos ? "" : origin.substr(scheme + 3);
+  origin_host = origin_host.substr(0, origin_host.find('/'));
+  bool origin_bad = !origin.empty() && origin != "null" &&
+                    (origin_host.empty() || !HostAllowed(origin_host, own_name_, opts_.allowed_hosts));
+  if (host.empty() && req.version == "HTTP/1.1") {
+    refused_.fetch_add(1);
+    PlainAndClose(res, 400, "an HTTP/1.1 request names its host (Host)");
+    return R::Handled;
+  }
+  if (!HostAllowed(host, own_name_, opts_.allowed_hosts) || origin_bad) {
+    refused_.fetch_add(1);
+    PlainAndClose(res, 421,
+                  "lossd answers requests that name it by an IP address, localhost or this "
+                  "machine's name, not " +
+                      Shown(origin_bad ? "Origin " + origin : "Host " + host) +
+                      " (against DNS rebinding; lossd --http-allowed-host NAME admits a name)");
     return R::Handled;
   }
   if (req.method != "GET" && req.method != "HEAD") {

@@ -50,6 +50,10 @@ struct HttpOptions {
   // TLS: both or neither. With client_ca, clients must present a certificate it signed.
   std::string tls_cert, tls_key, tls_client_ca;
   bool plaintext = false;       // --http-plaintext: allow plaintext off loopback
+  // Host names a request's Host (and Origin) may name besides IP literals,
+  // localhost and gethostname()'s: other names are 421 (DNS rebinding: a web
+  // page whose name now resolves to 127.0.0.1 reads nothing).
+  std::vector<std::string> allowed_hosts;
   size_t max_connections = 32;  // open connections at once (streams included)
   size_t max_streams = 8;       // long-lived streaming responses at once (GetStream)
   std::chrono::milliseconds read_timeout{2000};
@@ -64,6 +68,12 @@ struct HttpOptions {
 // than the control channel's (common/listener_policy.h) because nothing
 // over HTTP changes a rule.
 Status CheckHttpTransport(const HttpOptions& opts);
+
+// Whether a Host header's value ("name", "name:port", "1.2.3.4:80",
+// "[::1]:80"; empty: HTTP/1.0 without one) names this daemon: an IP literal,
+// localhost, `own_name` or one of `allowed` (case-insensitive).
+bool HostAllowed(const std::string& host, const std::string& own_name,
+                 const std::vector<std::string>& allowed);
 
 // Counters of the listener itself (lossd_http_* in /metrics).
 struct HttpStats {
@@ -132,6 +142,7 @@ class HttpServer {
   const Route* Find(const std::string& path) const;
 
   HttpOptions opts_;
+  std::string own_name_;  // gethostname(), lower case
   std::unique_ptr<httplib::Server> server_;
   uint16_t port_ = 0;
   bool tls_ = false;

@@ -77,7 +77,7 @@ int StatusOf(const std::string& reply) {
 }
 
 std::string Get(const std::string& path, const std::string& extra = "") {
-  return "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + extra + "\r\n";
+  return "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + "\r\n";
 }
 
 TEST(HttpServer, RoutesAndRefusals) {
@@ -108,7 +108,7 @@ TEST(HttpServer, RoutesAndRefusals) {
     UniqueFd fd = Connect(s->port());
     bool closed = false;
     std::string reply = Exchange(
-        fd.get(), std::string(m) + " /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        fd.get(), std::string(m) + " /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n",
         &closed);
     EXPECT_EQ(StatusOf(reply), 405) << m << ": " << reply;
     EXPECT_NE(reply.find("Allow: GET, HEAD\r\n"), std::string::npos) << reply;
@@ -142,6 +142,45 @@ TEST(HttpServer, RoutesAndRefusals) {
   HttpStats st = s->stats();
   EXPECT_GE(st.refused, 8u);
   EXPECT_EQ(st.rejected_busy, 0u);
+  s->Stop();
+}
+
+// DNS rebinding: a page of attacker.example whose name now resolves to
+// 127.0.0.1 sends Host: attacker.example; lossd answers only requests that
+// name it by address, localhost, its own name or an allowed one.
+TEST(HttpServer, HostAndOriginMustNameThisDaemon) {
+  HttpOptions o;
+  o.allowed_hosts = {"Metrics.Example"};
+  auto s = Serve(o);
+  s->Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("m 1\n", "text/plain");
+  });
+  s->Start();
+  std::string port = std::to_string(s->port());
+  auto status = [&](const std::string& headers) {
+    UniqueFd fd = Connect(s->port());
+    return StatusOf(
+        Exchange(fd.get(), "GET /metrics HTTP/1.1\r\n" + headers + "\r\n", nullptr, 300ms));
+  };
+  for (const std::string& ok : std::vector<std::string>{"127.0.0.1:" + port, "127.0.0.1", "[::1]:" + port, "localhost:" + port,
+                         "LOCALHOST", "metrics.example:" + port})
+    EXPECT_EQ(status("Host: " + ok + "\r\n"), 200) << ok;
+  EXPECT_EQ(status(""), 400);  // HTTP/1.1 must name its host (RFC 9112 3.2)
+  for (const std::string& bad : std::vector<std::string>{"attacker.example:" + port, "attacker.example", "127.0.0.1.nip.io",
+                          "[::1", "a:b:c"}) {
+    UniqueFd fd = Connect(s->port());
+    bool closed = false;
+    std::string reply =
+        Exchange(fd.get(), "GET /metrics HTTP/1.1\r\nHost: " + bad + "\r\n\r\n", &closed);
+    EXPECT_EQ(StatusOf(reply), 421) << bad << ": " << reply;
+    EXPECT_NE(reply.find("--http-allowed-host"), std::string::npos) << reply;
+    EXPECT_TRUE(closed);
+  }
+  EXPECT_EQ(status("Host: 127.0.0.1\r\nOrigin: http://attacker.example:" + port + "\r\n"), 421);
+  EXPECT_EQ(status("Host: 127.0.0.1\r\nOrigin: http://127.0.0.1:" + port + "\r\n"), 200);
+  EXPECT_TRUE(HostAllowed("", "", {}));  // HTTP/1.0 may not say
+  EXPECT_TRUE(HostAllowed("node7:7071", "node7", {}));
+  EXPECT_FALSE(HostAllowed("node8:7071", "node7", {}));
   s->Stop();
 }
 

@@ -107,18 +107,27 @@ class HttpListener(DaemonTestCase):
             self.assertEqual(r.status, 405, (m, r))
             self.assertEqual(r.headers.get("allow"), "GET, HEAD", (m, r))
         s = web.connect(self.d.ns, "127.0.0.1", self.d.http_port)
-        got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde")
+        got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nabcde")
         s.close()
         self.assertEqual(web.status_of(got), 413, got[:200])
         # RFC 9112 framing (issue 25 item 13): a space before the colon, differing lengths.
         for head in (b"Transfer-Encoding : chunked\r\n", b"Content-Length: 0\r\nContent-Length: 5\r\n",
                      b"X Bad: 1\r\n"):
             s = web.connect(self.d.ns, "127.0.0.1", self.d.http_port)
-            got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n")
+            got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head + b"\r\n")
             s.close()
             self.assertEqual(web.status_of(got), 400, (head, got[:200]))
+        # DNS rebinding (issue 25 item 5): a page of attacker.example whose name resolves here
+        # names that host; the page and /metrics answer it 421, not 200.
+        for path in (b"/", b"/metrics", b"/api/v1/events"):
+            s = web.connect(self.d.ns, "127.0.0.1", self.d.http_port)
+            got = web.raw(s, b"GET " + path + b" HTTP/1.1\r\nHost: attacker.example:%d\r\n\r\n"
+                          % self.d.http_port)
+            s.close()
+            self.assertEqual(web.status_of(got), 421, (path, got[:300]))
+            self.assertIn(b"--http-allowed-host", got)
         s = web.connect(self.d.ns, "127.0.0.1", self.d.http_port)  # the same length twice is one
-        got = web.raw(s, b"GET /healthz-none HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n")
+        got = web.raw(s, b"GET /healthz-none HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n")
         s.close()
         self.assertEqual(web.status_of(got), 404, got[:200])
         many = {"X-F%d" % i: "a" * 100 for i in range(100)}
@@ -138,7 +147,7 @@ class HttpListener(DaemonTestCase):
             replies = []
             for _ in range(3):
                 s = web.connect(d.ns, "127.0.0.1", d.http_port)
-                got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
+                got = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout=5)
                 s.close()
                 replies.append(got)
             statuses = [web.status_of(g) for g in replies]
