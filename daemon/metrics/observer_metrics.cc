@@ -93,12 +93,20 @@ void ObserverMetrics(Observer& obs, EffectTracker* effects, const MetricsOptions
   }
   {
     Fam lost(out, "lossd_events_lost_total",
-             "Observer events lost, by where: the kernel ring buffer (ring), BPF runs the kernel "
-             "skipped (recursion), the effect tracker's queue (effects)",
+             "Observer events lost, by where: the kernel ring buffer (ring), the effect "
+             "tracker's queue (effects)",
              MetricType::Counter);
     lost.Add({{"source", "ring"}}, t.counters[OBS_CNT_RING_LOST]);
-    lost.Add({{"source", "recursion"}}, t.recursion_misses);
     if (effects) lost.Add({{"source", "effects"}}, effects->lost());
+  }
+  {
+    Fam skipped(out, "lossd_bpf_runs_skipped_total",
+                "Runs of an observer tracing program the kernel skipped because the same "
+                "program was running on that CPU (a nested call): flow samples and limit "
+                "accounting missed, no event lost (retransmissions are counted by sock_ops, "
+                "which is never skipped)",
+                MetricType::Counter);
+    for (const auto& [program, n] : t.skipped_runs) skipped.Add({{"program", program}}, n);
   }
   Fam(out, "lossd_events_filtered_total", "Events the kernel-side filters left out",
       MetricType::Counter)

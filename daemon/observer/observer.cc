@@ -649,8 +649,10 @@ ObsTotals Observer::Totals() const {
     struct bpf_prog_info info;
     std::memset(&info, 0, sizeof(info));
     uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(bpf_program__fd(p), &info, &len) == 0)
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(p), &info, &len) == 0) {
       t.recursion_misses += info.recursion_misses;
+      t.skipped_runs[name] = info.recursion_misses;
+    }
   }
   return t;
 }

@@ -87,7 +87,12 @@ struct ObsTotals {
   std::array<uint64_t, OBS_CNT_MAX> counters{};
   uint64_t ring_consumed = 0;  // events read from the ring
   uint64_t hub_published = 0;
-  uint64_t recursion_misses = 0;  // program runs the kernel skipped (all programs)
+  // Runs of the tracing programs the kernel skipped (recursion_misses: the
+  // same program already ran on that CPU, a nested call), by program, and
+  // their sum. Not events lost: they cost flow samples and limit accounting;
+  // retransmissions are counted by sock_ops, which is never skipped.
+  std::map<std::string, uint64_t> skipped_runs;
+  uint64_t recursion_misses = 0;
 
   // Exactly TcpRetransSegs of lossd's own namespace (RetransSegsOf).
   uint64_t RetransSegs() const { return RetransSegsOf(by_type); }

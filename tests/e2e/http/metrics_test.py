@@ -12,7 +12,9 @@ One daemon in A with --metrics-max-rules 3 --metrics-top-flows 1.
                                   rule's drops, lossd_injector_attached lists its clsact
                                   filter; with kernel.bpf_stats_enabled on for the run (restored
                                   after), lossd_bpf_program_runs_total of the egress program
-                                  grew by at least the packets the rule matched
+                                  grew by at least the packets the rule matched;
+                                  lossd_events_lost_total is 0 (no "recursion" source: the
+                                  kernel's skipped nested runs are lossd_bpf_runs_skipped_total)
   test_top_flows                  two open flows, one retransmitting: the top-1 series names it
                                   (its tuple), flow="other" holds the rest; without the flag
                                   (the default) no flow label exists at all (another daemon)
@@ -111,6 +113,16 @@ class Metrics(DaemonTestCase):
         self.assertEqual(enabled, 1)
         self.assertGreaterEqual(runs1.get("lossd_tc_out", 0) - runs0.get("lossd_tc_out", 0), c.matched_packets,
                                 numbers)
+        # No event was lost in this ordinary flow: lossd_events_lost_total says 0 (the kernel's
+        # skipped nested runs of the tracing programs rose by 1-9 per flow and were counted
+        # as lost; they are lossd_bpf_runs_skipped_total, by program, and the totals above
+        # equal the kernel's whatever they are).
+        lost = {l["source"]: v for l, v in values(s, "lossd_events_lost_total")}
+        skipped = {l["program"]: v for l, v in values(s, "lossd_bpf_runs_skipped_total")}
+        measured("metrics_lost_and_skipped", lost=lost, skipped=skipped)
+        self.assertEqual(lost, {"ring": 0, "effects": 0})
+        self.assertIn("obs_probe", skipped)
+        self.assertNotIn("obs_sockops", skipped)  # never skipped: not listed
 
     def test_top_flows(self):
         lab, d = self.lab, self.d
