@@ -120,6 +120,8 @@ class LivePageTest(DaemonTestCase):
         self.assertEqual(sum(by_type), page_total, nums)
         if page0 == kernel0:  # the page's own baselines agree: its verdict must say so
             self.assertEqual(nums["reconcile"], "equal", nums)
+            # Beside the kernel's TCPLossProbes: why lossd's tlp may be lower (issue 24).
+            self.assertIn("a probe that sends new data is no retransmission", b.text("#tlp-note"))
 
         # 2. the rule's row against GetRuleEffect
         eff = d.effect(rid)
