@@ -149,6 +149,8 @@ void AddAllowFilterFlags(CLI::App* cmd, FilterFlags* f) {
       ->allow_extra_args(false);
   cmd->add_option("--pod", f->pods, "Sockets of this pod: UID or prefix (repeatable)")
       ->allow_extra_args(false);
+  cmd->add_option("--pid", f->pids, "Sockets of this process's cgroup, as rule add --pid (repeatable)")
+      ->allow_extra_args(false);
   cmd->add_option("--rule", f->rules, "Flows a rule's match covers, by rule id (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--netns", f->netns,

@@ -277,6 +277,17 @@ int Top(const Globals& g, const TopFlags& f) {
   if (int rc = Connection::Open(g, &conn)) return rc;
   if (!conn->WaitConnected())
     return conn->Report(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, ""), "top");
+  if (flows_req.filter_size()) {
+    // A scope that names no service (--unit nosuch) fails here, as rule add does.
+    v1::ListFlowsResponse resp;
+    grpc::ClientContext ctx;
+    conn->SetDeadline(&ctx);
+    grpc::Status st = conn->observer().ListFlows(&ctx, flows_req, &resp);
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND ||
+        st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        st.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+      return conn->Report(st, "top");
+  }
 
   const bool draw = isatty(STDOUT_FILENO);
   const bool want_keys = draw && isatty(STDIN_FILENO);
@@ -405,6 +416,9 @@ void AddTopCommand(CLI::App* app, const Globals* g, Run* run) {
                   "Show the flows of this container only: id or prefix (repeatable)")
       ->allow_extra_args(false);
   top->add_option("--pod", tf->scope.pods, "Show the flows of this pod only: UID or prefix (repeatable)")
+      ->allow_extra_args(false);
+  top->add_option("--pid", tf->scope.pids,
+                  "Show the flows of this process's cgroup only, as rule add --pid (repeatable)")
       ->allow_extra_args(false);
   top->callback([g, tf, run] { *run = [g, tf] { return Top(*g, *tf); }; });
 }

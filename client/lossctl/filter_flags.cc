@@ -81,6 +81,11 @@ bool NameSetter(const std::string& flag, const std::string& text, Setter* out, s
     *out = OwnerSetter(&v1::EventFilter::set_unit, text);
   else if (flag.find("container") != std::string::npos)
     *out = OwnerSetter(&v1::EventFilter::set_container, text);
+  else if (flag.find("pid") != std::string::npos) {
+    uint64_t pid;
+    if (!ParseUint(text, 1, 4194304, flag + " (a process id)", &pid, error)) return false;
+    *out = [pid](v1::EventFilter* f) { f->set_pid(static_cast<uint32_t>(pid)); };
+  }
   else
     *out = OwnerSetter(&v1::EventFilter::set_pod, text);
   return true;
@@ -169,6 +174,7 @@ bool BuildFilters(const FilterFlags& f, std::vector<v1::EventFilter>* allow,
       !Setters("--unit", f.units, NameSetter, &dims[4], error) ||
       !Setters("--container", f.containers, NameSetter, &dims[4], error) ||
       !Setters("--pod", f.pods, NameSetter, &dims[4], error) ||
+      !Setters("--pid", f.pids, NameSetter, &dims[4], error) ||
       !Setters("--netns", f.netns, NetnsSetter, &dims[5], error))
     return false;
   std::vector<v1::RetransmitType> types;

@@ -13,7 +13,7 @@ namespace v1 = ::lossd::v1;
 
 struct FilterFlags {
   std::vector<std::string> addrs, ports, cgroups, types, rules;
-  std::vector<std::string> units, containers, pods;  // the socket's owner by name (any of them)
+  std::vector<std::string> units, containers, pods, pids;  // the socket's owner (any of them)
   std::vector<std::string> netns;  // network namespaces: inode, /proc/PID/ns/net, /run/netns/NAME
   std::vector<std::string> deny_addrs, deny_ports, deny_cgroups, deny_types, deny_rules;
 };

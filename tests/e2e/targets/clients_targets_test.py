@@ -62,6 +62,34 @@ class ClientTargets(ClientTestCase):
         self.assertEqual(len(lines), 3, out + err)
         for l in lines:
             self.assertIn("owner " + unit, l)
+        # --pid, as rule add takes it: a process of the unit names the unit's cgroup.
+        sleeper = lab.popen(None, ["sleep", "60"], cgroup=ucg)
+        self.addCleanup(lambda: (sleeper.kill(), sleeper.wait()))
+        w = d.ctl_popen("watch", "--pid", sleeper.pid, "--count", "2")
+        try:
+            traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, port=5401, mbytes=8, rate_mbit=200, cgroup=ucg)
+            try:
+                out, err = w.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                out, err = w.communicate()
+        finally:
+            if w.poll() is None:
+                w.kill()
+        lines = [l for l in out.splitlines() if ":5401" in l]
+        self.assertEqual(len(lines), 2, out + err)
+        # A service that is not there: watch, stalls, flows and top fail at once with the
+        # NOT_FOUND rule add gives (before: watch waited silently for ever).
+        ghost = tag + "-nope"
+        added = d.ctl("rule", "add", "--unit", ghost, "--rate", "1%")
+        self.assertEqual(added.rc, 4, added)
+        for cmd in (["watch"], ["stalls"], ["flows"], ["top", "--count", "1"]):
+            r = d.ctl(*(cmd + ["--unit", ghost]), timeout=20)
+            self.assertEqual(r.rc, 4, (cmd, r))
+            self.assertIn("unit %s.service" % ghost, r.err, (cmd, r))
+            self.assertLess(r.secs, 10, (cmd, r))
+        r = d.ctl("watch", "--pid", 4194000, timeout=20)
+        self.assertEqual(r.rc, 4, r)
         bad = d.ctl("rule", "add", "--pod", "default/web", "--rate", "1%")
         self.assertNotEqual(bad.rc, 0)
         self.assertIn("kubectl", bad.err)
