@@ -36,8 +36,6 @@ FilterLookups LookupsOf(EffectTracker* effects) {
   return l;
 }
 
-// A request's allow (`field`) and deny filters: at most --max-filters of them
-// (allow and deny together). *out is set even when they are refused (unused then).
 // The filters as FiltersFromProto reads them, each service a filter names (a
 // unit, container, pod or pid) resolved to its cgroup as CreateRule resolves
 // a rule's target (host/targets.h): the same NOT_FOUND for a name nothing
@@ -72,6 +70,8 @@ Status FiltersOf(const FilterList& in, const char* field, std::vector<StreamFilt
   return Status::Ok();
 }
 
+// A request's allow (`field`) and deny filters: at most --max-filters of them
+// (allow and deny together). *out is set even when they are refused (unused then).
 Status ParseRequestFilters(const Components* parts, const FilterList& allow, const char* field,
                            const FilterList& deny, std::shared_ptr<const StreamFilters>* out) {
   std::vector<StreamFilter> allow_list, deny_list;
