@@ -25,6 +25,7 @@
 #include "format.h"
 #include "interrupt.h"
 #include "rule_flags.h"
+#include "rules/proto.h"
 #include "rules/rule.h"
 #include "top_view.h"
 
@@ -186,7 +187,7 @@ class WindowStream {
 };
 
 std::string ErrorText(const grpc::Status& st) {
-  return std::string(StatusCodeName(st.error_code())) + ": " + st.error_message();
+  return std::string(lossd::GrpcCodeName(st.error_code())) + ": " + st.error_message();
 }
 
 // The unary calls of one frame (each within --timeout); a failure shows in

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "rules/proto.h"
 #include "rules/rule.h"
 
 namespace lossctl {
@@ -90,29 +91,6 @@ int ExitCodeFor(grpc::StatusCode code) {
     case grpc::StatusCode::PERMISSION_DENIED:
     case grpc::StatusCode::UNAUTHENTICATED: return kExitDenied;
     default: return kExitError;
-  }
-}
-
-const char* StatusCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
   }
 }
 
@@ -240,10 +218,10 @@ int Connection::Report(const grpc::Status& st, const std::string& what) {
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
     case grpc::StatusCode::PERMISSION_DENIED:
       // The daemon's message says which field and why.
-      return Fail(ExitCodeFor(code), what + ": " + (msg.empty() ? StatusCodeName(code) : msg));
+      return Fail(ExitCodeFor(code), what + ": " + (msg.empty() ? lossd::GrpcCodeName(code) : msg));
     default:
       return Fail(ExitCodeFor(code),
-                  what + ": " + StatusCodeName(code) + (msg.empty() ? "" : ": " + msg));
+                  what + ": " + lossd::GrpcCodeName(code) + (msg.empty() ? "" : ": " + msg));
   }
 }
 

@@ -29,7 +29,6 @@ bool ParseEndpoint(const std::string& addr, Endpoint* out, std::string* error);
 
 // gRPC status code -> lossctl exit code (see lossctl.h).
 int ExitCodeFor(grpc::StatusCode code);
-const char* StatusCodeName(grpc::StatusCode code);
 
 class Connection {
  public:

@@ -25,8 +25,6 @@ namespace lossd {
 constexpr uint32_t kRefusalLinesPerSecond = 10;
 constexpr uint32_t kRefusalBurst = 20;
 
-// "INVALID_ARGUMENT", ... (grpc::StatusCode's names).
-const char* GrpcCodeName(grpc::StatusCode code);
 // Is this status one to log (not OK, not CANCELLED)?
 bool IsRefusal(const grpc::Status& st);
 

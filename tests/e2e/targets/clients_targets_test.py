@@ -29,6 +29,23 @@ class ClientTargets(ClientTestCase):
     def rel(self, p):
         return p[len(cgroup2_mount()):]
 
+    def watch_during_flow(self, cgroup, *watch_args):
+        """`lossctl watch WATCH_ARGS` while a paced TCP flow A -> B:5401 runs from `cgroup`:
+        (its lines about port 5401, all it printed)."""
+        lab = self.lab
+        w = self.d.ctl_popen("watch", *watch_args)
+        try:
+            traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, port=5401, mbytes=8, rate_mbit=200, cgroup=cgroup)
+            try:
+                out, err = w.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                out, err = w.communicate()
+        finally:
+            if w.poll() is None:
+                w.kill()
+        return [l for l in out.splitlines() if ":5401" in l], out + err
+
     def test_lossctl_unit_rule_and_watch(self):
         lab, d = self.lab, self.d
         top = lab.make_cgroup()
@@ -47,37 +64,15 @@ class ClientTargets(ClientTestCase):
         # does not retransmit: the loss is on A's interface).
         d.add_rule("--iface", lab.IF_A, "--dir", "egress", "--proto", "tcp", "--dport", "5401",
                    "--payload", "only", "--rate", "10%")  # of skbs of ~45 segments: ~15 events
-        w = d.ctl_popen("watch", "--unit", unit, "--count", "3")
-        try:
-            traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, port=5401, mbytes=8, rate_mbit=200, cgroup=ucg)
-            try:
-                out, err = w.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                w.kill()
-                out, err = w.communicate()
-        finally:
-            if w.poll() is None:
-                w.kill()
-        lines = [l for l in out.splitlines() if ":5401" in l]
-        self.assertEqual(len(lines), 3, out + err)
+        lines, shown = self.watch_during_flow(ucg, "--unit", unit, "--count", "3")
+        self.assertEqual(len(lines), 3, shown)
         for l in lines:
             self.assertIn("owner " + unit, l)
         # --pid, as rule add takes it: a process of the unit names the unit's cgroup.
         sleeper = lab.popen(None, ["sleep", "60"], cgroup=ucg)
         self.addCleanup(lambda: (sleeper.kill(), sleeper.wait()))
-        w = d.ctl_popen("watch", "--pid", sleeper.pid, "--count", "2")
-        try:
-            traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, port=5401, mbytes=8, rate_mbit=200, cgroup=ucg)
-            try:
-                out, err = w.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                w.kill()
-                out, err = w.communicate()
-        finally:
-            if w.poll() is None:
-                w.kill()
-        lines = [l for l in out.splitlines() if ":5401" in l]
-        self.assertEqual(len(lines), 2, out + err)
+        lines, shown = self.watch_during_flow(ucg, "--pid", sleeper.pid, "--count", "2")
+        self.assertEqual(len(lines), 2, shown)
         # A service that is not there: watch, stalls, flows and top fail at once with the
         # NOT_FOUND rule add gives (before: watch waited silently for ever).
         ghost = tag + "-nope"
