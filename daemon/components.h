@@ -5,11 +5,14 @@
 // publish themselves here when ready. An RPC that needs a part not yet ready
 // waits for it within its deadline (at most kMaxLoadWait): DEADLINE_EXCEEDED
 // if the deadline passes first, UNAVAILABLE if the wait's cap does; one that
-// failed or was disabled answers FAILED_PRECONDITION at once. Whoever must
+// failed or was disabled answers FAILED_PRECONDITION at once. Each of those
+// carries its reason (PART_LOADING, PART_FAILED, PART_DISABLED) as the
+// call's ErrorInfo (lossd.proto, "Errors"). Whoever must
 // follow the parts (the gRPC health service) is told of every change. The parts are owned by the daemon (daemon.cc), which
 // outlives the server; this only points at them.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -108,13 +111,13 @@ class Components {
     if (Injector* i = injector()) return i;
     Waited w = Await(&injector_status_, deadline);
     if (Injector* i = injector()) return i;
-    return Why("the injector", w);
+    return Why("the injector", "injector", w);
   }
   Result<Observer*> NeedObserver(Deadline deadline = Deadline::max()) const {
     if (Observer* o = observer()) return o;
     Waited w = Await(&observer_status_, deadline);
     if (Observer* o = observer()) return o;
-    return Why("the TCP observer", w);
+    return Why("the TCP observer", "observer", w);
   }
 
   ComponentStatus injector_status() const {
@@ -156,30 +159,50 @@ class Components {
     ComponentStatus status;
     bool deadline_passed = false;  // the caller's deadline (not the cap) ended the wait
   };
+  // A caller's wait ends kAnswerMargin (at most a quarter of the time left)
+  // before its deadline, so that lossd's answer, with its reason, reaches the
+  // caller before the caller's own deadline ends the call without one (the
+  // server's deadline is the client's plus the time the request took to come,
+  // a new connection's set-up included).
+  static constexpr std::chrono::milliseconds kAnswerMargin{100};
   Waited Await(const ComponentStatus* s, Deadline deadline) const {
-    const Deadline cap = std::chrono::system_clock::now() + kMaxLoadWait;
+    const auto now = std::chrono::system_clock::now();
+    const Deadline cap = now + kMaxLoadWait;
     const bool callers = deadline < cap;
+    using Duration = std::chrono::system_clock::duration;
+    Deadline until = cap;
+    if (callers)
+      until = deadline - std::min<Duration>(kAnswerMargin,
+                                            deadline > now ? (deadline - now) / 4 : Duration::zero());
     std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait_until(lock, callers ? deadline : cap,
-                        [&] { return s->state != ComponentState::kLoading; });
+    changed_.wait_until(lock, until, [&] { return s->state != ComponentState::kLoading; });
     return {*s, callers && s->state == ComponentState::kLoading};
   }
-  static Status Why(const std::string& what, const Waited& w) {
+  // Why the call cannot have the part: its code and message, and the reason
+  // (PART_LOADING, PART_FAILED, PART_DISABLED) with metadata {part, state}.
+  static Status Why(const std::string& what, const char* part, const Waited& w) {
     const ComponentStatus& s = w.status;
+    auto reason = [part](Status st, const char* r, const char* state) {
+      return std::move(st).WithReason(r, {{"part", part}, {"state", state}});
+    };
     switch (s.state) {
       case ComponentState::kLoading:
         if (w.deadline_passed)
-          return Status(Code::kDeadlineExceeded,
-                        "the call's deadline passed while " + what + " was still loading");
-        return Status(Code::kUnavailable, what + " is still loading after " +
-                                              std::to_string(kMaxLoadWait.count()) +
-                                              " s (GetHealth says what it is doing)");
+          return reason(Status(Code::kDeadlineExceeded,
+                               "the call's deadline passed while " + what + " was still loading"),
+                        "PART_LOADING", "loading");
+        return reason(Status(Code::kUnavailable, what + " is still loading after " +
+                                                     std::to_string(kMaxLoadWait.count()) +
+                                                     " s (GetHealth says what it is doing)"),
+                      "PART_LOADING", "loading");
       case ComponentState::kFailed:
-        return FailedPrecondition(what + " failed to start on this daemon: " + s.message);
+        return reason(FailedPrecondition(what + " failed to start on this daemon: " + s.message),
+                      "PART_FAILED", "failed");
       case ComponentState::kReady:  // published before READY: the caller reads it again
       case ComponentState::kDisabled: break;
     }
-    return FailedPrecondition(what + " is not running on this daemon: " + s.message);
+    return reason(FailedPrecondition(what + " is not running on this daemon: " + s.message),
+                  "PART_DISABLED", "disabled");
   }
 
   const RuleLimits limits_;

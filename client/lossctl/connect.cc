@@ -194,6 +194,14 @@ int Connection::Report(const grpc::Status& st, const std::string& what) {
   if (st.ok()) return kExitOk;
   grpc::StatusCode code = st.error_code();
   const std::string& msg = st.error_message();
+  lossd::v1::ErrorInfo info;
+  if (lossd::ErrorInfoOf(st, &info) && info.reason() == "PART_LOADING") {
+    auto part = info.metadata().find("part");
+    return Fail(kExitUnavailable,
+                what + ": lossd is still starting: its " +
+                    (part != info.metadata().end() ? part->second : std::string("parts")) +
+                    " is loading (" + msg + "); a longer --timeout waits for it");
+  }
   switch (code) {
     case grpc::StatusCode::UNAVAILABLE:
       // Connected: lossd itself said so (e.g. shutting down), or a stream broke.

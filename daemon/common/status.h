@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace lossd {
 
@@ -35,14 +36,28 @@ class Status {
   // kPermissionDenied, ENOENT/ENODEV -> kNotFound, ...).
   static Status FromErrno(int err, const std::string& context);
 
+  // A reason a program can act on without reading the message (UPPER_SNAKE,
+  // e.g. "PART_LOADING") and its facts (key, value); the gRPC edge sends them
+  // as the call's ErrorInfo detail (proto/lossd/v1/lossd.proto, "Errors").
+  using Metadata = std::vector<std::pair<std::string, std::string>>;
+  Status&& WithReason(std::string reason, Metadata metadata = {}) && {
+    reason_ = std::move(reason);
+    metadata_ = std::move(metadata);
+    return std::move(*this);
+  }
+
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  const std::string& reason() const { return reason_; }  // "" if none
+  const Metadata& metadata() const { return metadata_; }
   std::string ToString() const;
 
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  std::string reason_;
+  Metadata metadata_;
 };
 
 // The longest prefix of s of at most n bytes that does not end inside a

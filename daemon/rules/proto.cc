@@ -200,4 +200,27 @@ const char* GrpcCodeName(grpc::StatusCode code) {
   }
 }
 
+std::string ErrorDetails(grpc::StatusCode code, const Status& st) {
+  v1::ErrorInfo info;
+  info.set_reason(st.reason());
+  info.set_domain(kErrorDomain);
+  for (const auto& [k, v] : st.metadata()) (*info.mutable_metadata())[k] = v;
+  v1::StatusDetails details;
+  details.set_code(static_cast<int32_t>(code));
+  details.set_message(st.message());
+  google::protobuf::Any* any = details.add_details();
+  any->set_type_url(kErrorInfoTypeUrl);
+  any->set_value(info.SerializeAsString());
+  return details.SerializeAsString();
+}
+
+bool ErrorInfoOf(const grpc::Status& st, v1::ErrorInfo* out) {
+  if (st.error_details().empty()) return false;
+  v1::StatusDetails details;
+  if (!details.ParseFromString(st.error_details())) return false;
+  for (const google::protobuf::Any& any : details.details())
+    if (any.type_url() == kErrorInfoTypeUrl && out->ParseFromString(any.value())) return true;
+  return false;
+}
+
 }  // namespace lossd

@@ -19,4 +19,14 @@ void SpecToProto(const RuleSpec& in, v1::RuleSpec* out);
 // prints it: here because this is the one library both link with gRPC.
 const char* GrpcCodeName(grpc::StatusCode code);
 
+// A refusal's reason in gRPC's detail trailer (lossd.proto, "Errors"): the
+// serialized StatusDetails, with st's reason and metadata as its ErrorInfo
+// (packed under Google's type URL), that grpc::Status's third argument sends
+// as grpc-status-details-bin.
+constexpr char kErrorDomain[] = "lossd";
+constexpr char kErrorInfoTypeUrl[] = "type.googleapis.com/google.rpc.ErrorInfo";
+std::string ErrorDetails(grpc::StatusCode code, const Status& st);
+// The ErrorInfo a received status carries; false if it has none.
+bool ErrorInfoOf(const grpc::Status& st, v1::ErrorInfo* out);
+
 }  // namespace lossd

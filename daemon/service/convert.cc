@@ -13,25 +13,31 @@
 
 namespace lossd {
 
-grpc::Status ToGrpc(const Status& st) {
-  switch (st.code()) {
-    case Code::kOk: return grpc::Status::OK;
-    case Code::kInvalidArgument:
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, st.message());
-    case Code::kNotFound: return grpc::Status(grpc::StatusCode::NOT_FOUND, st.message());
-    case Code::kAlreadyExists: return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, st.message());
-    case Code::kPermissionDenied:
-      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, st.message());
-    case Code::kFailedPrecondition:
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, st.message());
-    case Code::kResourceExhausted:
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, st.message());
-    case Code::kUnavailable: return grpc::Status(grpc::StatusCode::UNAVAILABLE, st.message());
-    case Code::kInternal: return grpc::Status(grpc::StatusCode::INTERNAL, st.message());
-    case Code::kDeadlineExceeded:
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, st.message());
+namespace {
+
+grpc::StatusCode GrpcCode(Code code) {
+  switch (code) {
+    case Code::kOk: return grpc::StatusCode::OK;
+    case Code::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
+    case Code::kNotFound: return grpc::StatusCode::NOT_FOUND;
+    case Code::kAlreadyExists: return grpc::StatusCode::ALREADY_EXISTS;
+    case Code::kPermissionDenied: return grpc::StatusCode::PERMISSION_DENIED;
+    case Code::kFailedPrecondition: return grpc::StatusCode::FAILED_PRECONDITION;
+    case Code::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case Code::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
+    case Code::kInternal: return grpc::StatusCode::INTERNAL;
+    case Code::kDeadlineExceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
   }
-  return grpc::Status(grpc::StatusCode::UNKNOWN, st.message());
+  return grpc::StatusCode::UNKNOWN;
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  grpc::StatusCode code = GrpcCode(st.code());
+  if (st.reason().empty()) return grpc::Status(code, st.message());
+  return grpc::Status(code, st.message(), ErrorDetails(code, st));
 }
 
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const Status& st) {
@@ -340,6 +346,8 @@ Status FiltersFromProto(const google::protobuf::RepeatedPtrField<v1::EventFilter
       if (in->size() > kMaxInputLength)
         return InvalidArgument(name + "." + field + ": at most " + std::to_string(kMaxInputLength) +
                                " characters: '" + Shown(*in) + "'");
+      Status clean = CheckNoControlChars(name + "." + field, *in);
+      if (!clean.ok()) return clean;
       *to = *in;
     }
     p.NormalizeOwner();

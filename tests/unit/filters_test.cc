@@ -11,6 +11,8 @@
 #include <map>
 #include <random>
 
+#include "service/convert.h"
+
 namespace lossd {
 namespace {
 
@@ -429,6 +431,26 @@ TEST(NetnsWatchFlag, Parses) {
   std::string many;
   for (int i = 0; i <= OBS_MAX_WATCHED_NETNS; i++) many += (i ? ",/proc/" : "/proc/") + std::to_string(i);
   EXPECT_EQ(ParseNetnsWatch(many).status().code(), Code::kInvalidArgument);
+}
+
+// A stream filter's names are refused with a control character in them, as a
+// rule's are (issue 25 item 9): a NUL would hide what the filter selects.
+TEST(FiltersFromProto, NamesWithControlCharactersAreRefused) {
+  google::protobuf::RepeatedPtrField<v1::EventFilter> in;
+  in.Add()->set_unit(std::string("web\0.service", 12));
+  std::vector<StreamFilter> out;
+  Status st = FiltersFromProto(in, "allow", &out);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message(), "allow[0].unit holds a control character at byte 3: 'web\\x00.service'");
+  in.Mutable(0)->set_unit("web");
+  in.Add()->set_pod("abc\n");
+  st = FiltersFromProto(in, "deny", &out);
+  EXPECT_NE(st.message().find("deny[1].pod holds a control character"), std::string::npos)
+      << st.message();
+  in.Mutable(1)->set_pod("abc");
+  out.clear();
+  EXPECT_TRUE(FiltersFromProto(in, "allow", &out).ok());
+  EXPECT_EQ(out.size(), 2u);
 }
 
 }  // namespace

@@ -78,10 +78,11 @@ class Stream(_Closing):
     that is missed. Errors come out of the iteration as LossdError.
     """
 
-    def __init__(self, call, convert, target):
+    def __init__(self, call, convert, target, pb2=None):
         self._call = call
         self._convert = convert
         self._target = target
+        self._pb2 = pb2  # to read a refusal's reason (errors.error_info)
         self._closed = False
         self._lock = threading.Lock()
         self._pending = collections.deque()  # items of a batch not yet returned
@@ -104,7 +105,7 @@ class Stream(_Closing):
                 if self._closed and e.code() == grpc.StatusCode.CANCELLED:
                     raise StopIteration from None
                 self._closed = True
-                raise from_rpc_error(e, self._target) from None
+                raise from_rpc_error(e, self._target, self._pb2) from None
             item = self._convert(msg)
             if isinstance(item, list):  # a batch: its items in order
                 self._pending.extend(item)
@@ -184,7 +185,7 @@ class Client(_Closing):
         try:
             return method(request, timeout=timeout)
         except grpc.RpcError as e:
-            raise from_rpc_error(e, self.target) from None
+            raise from_rpc_error(e, self.target, self.pb2) from None
 
     def wait_ready(self, components=("injector",), timeout=30.0):
         """Wait until GetHealth reports each of `components` ("injector", "observer") READY;
@@ -201,16 +202,18 @@ class Client(_Closing):
             if all(s == "READY" for s in states.values()):
                 return h
             if time.monotonic() >= end:
+                loading = sorted(c for c, s in states.items() if s != "READY")
                 raise LossdError("DEADLINE_EXCEEDED", "lossd's parts still loading after %gs: %s"
-                                 % (timeout, states))
+                                 % (timeout, states), reason="PART_LOADING",
+                                 metadata={"part": loading[0] if loading else "", "state": "loading"})
             time.sleep(0.1)
 
     def _stream(self, method, request, convert, timeout=None):
         try:
             call = method(request, timeout=timeout)
         except grpc.RpcError as e:
-            raise from_rpc_error(e, self.target) from None
-        return Stream(call, convert, self.target)
+            raise from_rpc_error(e, self.target, self.pb2) from None
+        return Stream(call, convert, self.target, self.pb2)
 
     def check(self, timeout=3.0):
         """Ask lossd for its version; returns it. Raises LossdError (code
@@ -324,8 +327,8 @@ class Client(_Closing):
     def watch_retransmits(self, allow=None, *, deny=None, queue=None, timeout=None, **filter_kw):
         """Stream of RetransmitEvent and Gap records.
 
-        Filters: keyword arguments addr=, port=, cgroup=, types=, rule= make one
-        filter (AND of them); or allow=[...] and deny=[...], lists of filters
+        Filters: keyword arguments addr=, port=, cgroup=, types=, rule=, netns=,
+        pid=, unit=, container=, pod= make one filter (AND of them); or allow=[...] and deny=[...], lists of filters
         (event_filter(...) or dicts of those arguments), OR across a list.
         queue: this subscriber's queue length (daemon default 65536).
         """

@@ -239,6 +239,23 @@ class Spec(dict):
     """A normalised RuleSpec in the proto's JSON shape (what rule_spec() returns)."""
 
 
+def service_target(pid=None, unit=None, container=None, pod=None):
+    """The service fields a rule or a filter names ({"pid": ..., "unit": ...}),
+    checked; the daemon resolves them to the service's cgroup (docs/targeting.md)."""
+    out = {}
+    if pid is not None:
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2 ** 31:
+            raise LossdInputError("pid: expected a process id, got %r" % (pid,))
+        out["pid"] = pid
+    for key, val in (("unit", unit), ("container", container), ("pod", pod)):
+        if val is None:
+            continue
+        if not isinstance(val, str) or not val or len(val) > 256:
+            raise LossdInputError("%s: expected a name of 1 to 256 characters, got %r" % (key, val))
+        out[key] = val
+    return out
+
+
 def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, pod=None,
               direction="ingress", hook="auto",
               src=None, dst=None, sport=None, dport=None, protocol=None, family=None,
@@ -251,16 +268,7 @@ def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, p
         raise LossdInputError("target: give iface= and/or cgroup=, pid=, unit=, container= or pod=")
     spec = Spec()
     # A service, resolved to its cgroup by the daemon (docs/targeting.md).
-    if pid is not None:
-        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2 ** 31:
-            raise LossdInputError("pid: expected a process id, got %r" % (pid,))
-        spec["pid"] = pid
-    for key, val in (("unit", unit), ("container", container), ("pod", pod)):
-        if val is None:
-            continue
-        if not isinstance(val, str) or not val or len(val) > 256:
-            raise LossdInputError("%s: expected a name of 1 to 256 characters, got %r" % (key, val))
-        spec[key] = val
+    spec.update(service_target(pid, unit, container, pod))
     if iface:
         if not isinstance(iface, str) or not re.fullmatch(r"[^\s/]{1,15}", iface):
             raise LossdInputError("iface: %r is not an interface name" % (iface,))
@@ -351,10 +359,16 @@ class Filter:
     types: tuple = ()
     rule_id: int = 0
     netns_ino: int = 0
+    pid: int = 0
+    unit: str = ""
+    container: str = ""
+    pod: str = ""
 
     @classmethod
-    def of(cls, addr=None, port=None, cgroup=None, types=None, rule=None, netns=None):
-        return event_filter(addr=addr, port=port, cgroup=cgroup, types=types, rule=rule, netns=netns)
+    def of(cls, addr=None, port=None, cgroup=None, types=None, rule=None, netns=None,
+           pid=None, unit=None, container=None, pod=None):
+        return event_filter(addr=addr, port=port, cgroup=cgroup, types=types, rule=rule, netns=netns,
+                            pid=pid, unit=unit, container=container, pod=pod)
 
     def to_json(self):
         d = {}
@@ -370,16 +384,23 @@ class Filter:
             d["rule_id"] = self.rule_id
         if self.netns_ino:
             d["netns_ino"] = str(self.netns_ino)
+        for key in ("pid", "unit", "container", "pod"):
+            if getattr(self, key):
+                d[key] = getattr(self, key)
         return d
 
 
-def event_filter(addr=None, port=None, cgroup=None, types=None, rule=None, netns=None):
+def event_filter(addr=None, port=None, cgroup=None, types=None, rule=None, netns=None,
+                 pid=None, unit=None, container=None, pod=None):
     """A Filter: addr (CIDR, local or remote), port (local or remote: port or
     range), cgroup (path or id), types ('fast', 'rto', ... one or a list),
     rule (id or Rule: flows that rule matched), netns (a network namespace:
-    its inode, or a path to it: /proc/PID/ns/net, /run/netns/NAME). A filter
-    needs a field."""
+    its inode, or a path to it: /proc/PID/ns/net, /run/netns/NAME), or a
+    service as rule_spec() names one: pid, unit, container, pod (the daemon
+    resolves it to that service's cgroup when the stream starts: NOT_FOUND
+    for a name nothing has). A filter needs a field."""
     f = Filter(
+        **service_target(pid, unit, container, pod),
         addr=parse_address(addr, "addr") or "",
         port=parse_ports(port, "port"),
         cgroup_id=parse_cgroup_id(cgroup) if cgroup is not None else 0,
@@ -388,8 +409,8 @@ def event_filter(addr=None, port=None, cgroup=None, types=None, rule=None, netns
         netns_ino=parse_netns(netns) if netns is not None else 0,
     )
     if f == Filter():
-        raise LossdInputError("filter: give at least one of addr, port, cgroup, types, rule, netns "
-                              "(an empty filter matches everything)")
+        raise LossdInputError("filter: give at least one of addr, port, cgroup, types, rule, netns, "
+                              "pid, unit, container, pod (an empty filter matches everything)")
     return f
 
 

@@ -183,8 +183,17 @@ class FakeLossd:
             wait = self.injector_ready_at - time.monotonic()
             if left is not None and left < wait:
                 time.sleep(max(0.0, left - 0.05))
-                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
-                              "the call's deadline passed while the injector was still loading (fake)")
+                msg = "the call's deadline passed while the injector was still loading (fake)"
+                # lossd's reason, in the grpc-status-details-bin trailer (lossd.proto, "Errors")
+                info = self.pb2.ErrorInfo(reason="PART_LOADING", domain="lossd",
+                                          metadata={"part": "injector", "state": "loading"})
+                details = self.pb2.StatusDetails(code=grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+                                                 message=msg)
+                any_ = details.details.add()
+                any_.type_url = "type.googleapis.com/google.rpc.ErrorInfo"
+                any_.value = info.SerializeToString()
+                context.set_trailing_metadata((("grpc-status-details-bin", details.SerializeToString()),))
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, msg)
             time.sleep(max(0.0, wait))
         with self.lock:
             self._validate(req.spec, context)
@@ -272,7 +281,7 @@ class FakeLossd:
             r = self.graveyard.get(req.id) if self.keep_effects else None
             r = r or self._get(req.id, context)
             c = r.counters
-            n, k = c.matched_segments, c.dropped_segments
+            n, k = c.matched_packets, c.dropped_packets  # skbs, as lossd (the trial unit)
             lo, hi = _wilson(k, n)
             lm = r.spec.loss
             conf = lm.bernoulli.rate if lm.WhichOneof("model") == "bernoulli" else 0.0

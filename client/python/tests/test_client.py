@@ -35,6 +35,8 @@ class ClientTest(FakeLossdTestCase):
             self.c.add_rule(iface="eth0", dport=8080, rate="1%", timeout=0.7)
         self.assertLess(time.monotonic() - t0, 3)
         self.assertEqual(cm.exception.code, "DEADLINE_EXCEEDED")
+        self.assertEqual(cm.exception.reason, "PART_LOADING")  # the detail, not the message
+        self.assertEqual(cm.exception.metadata, {"part": "injector", "state": "loading"})
         self.assertIn("wait_ready", cm.exception.hint)
 
     def test_wait_ready(self):

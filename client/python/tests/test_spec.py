@@ -124,9 +124,19 @@ class EventFilterTest(unittest.TestCase):
         with self.assertRaisesRegex(LossdInputError, "cannot stat"):
             event_filter(cgroup="/nonexistent/cgroup")
 
+    def test_service_fields(self):
+        # a service as rule_spec() names one; the daemon resolves it when the stream starts
+        self.assertEqual(event_filter(pid=4242).to_json(), {"pid": 4242})
+        self.assertEqual(event_filter(unit="web", port=80).to_json(),
+                         {"unit": "web", "port": {"lo": 80, "hi": 80}})
+        self.assertEqual(event_filter(container="3f2a", pod="9c1b").to_json(),
+                         {"container": "3f2a", "pod": "9c1b"})
+        self.assertEqual(Filter.of(pid=7), event_filter(pid=7))
+
     def test_refused(self):
         for kw in ({}, {"addr": "x"}, {"port": 0}, {"types": "slow"}, {"types": ["fast", 3]},
-                   {"rule": 0}, {"rule": "3"}, {"cgroup": 0}, {"cgroup": True}):
+                   {"rule": 0}, {"rule": "3"}, {"cgroup": 0}, {"cgroup": True},
+                   {"pid": 0}, {"pid": True}, {"pid": "12"}, {"unit": ""}, {"pod": "x" * 257}):
             with self.subTest(kw=kw):
                 with self.assertRaises(LossdInputError):
                     event_filter(**kw)
@@ -221,6 +231,8 @@ class ProtoTest(support.StubsTestCase):
         self.assertEqual(list(m.types), [pb2.RETRANSMIT_TYPE_SYN, pb2.RETRANSMIT_TYPE_SYNACK])
         self.assertEqual(m.rule_id, 4)
         self.assertEqual(m.cgroup_id, 77)
+        m = to_proto(event_filter(pid=99, unit="web.service").to_json(), pb2.EventFilter())
+        self.assertEqual((m.pid, m.unit), (99, "web.service"))
 
     def test_every_enum_name_exists(self):
         """The names the builders emit are the proto's (catches a renamed enum)."""

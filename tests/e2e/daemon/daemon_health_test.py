@@ -14,6 +14,15 @@ by `make deps`), and plain HTTP.
       the reflection client lists lossd.v1.Injector, Observer, System and grpc.health.v1.Health,
       and resolves CreateRule's descriptor (request CreateRuleRequest, response Rule) and
       WatchRetransmits as server streaming
+  test_error_details
+      a refusal's reason is in gRPC's standard detail trailer, decoded by grpc-js with
+      googleapis' own google.rpc.Status and ErrorInfo (google-proto-files, not lossd's
+      protos): with --no-observer, ListFlows is FAILED_PRECONDITION carrying ErrorInfo
+      PART_DISABLED {part: observer}; a ListFlows sent the moment the socket accepts, with a
+      200 ms deadline (the observer loads for 0.4 s or more), is DEADLINE_EXCEEDED carrying
+      PART_LOADING (lossd answers 50 ms before the deadline, so the reason arrives; a fresh
+      daemon is tried up to 3 times, as load can delay that answer past the client's
+      deadline). Before: no details, and clients grepped the message for "loading"
   test_http_probes
       /healthz 200 "ok"; /readyz 200 with every part READY once loaded (JSON naming each
       part's state)
@@ -96,6 +105,54 @@ class Health(unittest.TestCase):
         self.assertEqual(len(watch), 1, o)
         self.assertTrue(watch[0]["server_streaming"])
         self.assertEqual(d.term(), 0, d.stderr())
+
+    def details(self, sock, method, timeout_ms=2000):
+        r = probe("details", sock, method, str(timeout_ms))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_error_details(self):
+        info_type = "type.googleapis.com/google.rpc.ErrorInfo"
+        d = Daemon(self.lab, self.lab.a, ["--no-observer"])
+        disabled = self.details(d.sock, "/lossd.v1.Observer/ListFlows")
+        self.assertEqual(d.term(), 0, d.stderr())
+        self.assertEqual(disabled["code"], "FAILED_PRECONDITION", disabled)
+        self.assertEqual(disabled["details"]["code"], 9, disabled)  # FAILED_PRECONDITION's number
+        self.assertEqual(disabled["details"]["details"], [
+            {"@type": info_type, "reason": "PART_DISABLED", "domain": "lossd",
+             "metadata": {"part": "observer", "state": "disabled"}}])
+
+        # The probe waits for the socket, connects the moment it accepts and calls with a
+        # 200 ms deadline: the observer's load takes longer (0.4-0.6 s when the machine is
+        # idle). lossd answers 50 ms before that deadline; on a machine loaded enough to
+        # delay that answer by 50 ms the client's own deadline wins (no details), so a fresh
+        # daemon is tried up to three times, and every answer that has details must be right.
+        tries = []
+        for _ in range(3):
+            sockdir = self.lab.tempdir()
+            sock = os.path.join(sockdir, "lossd.sock")
+            caller = subprocess.Popen(["node", PROBE, "details", sock, "/lossd.v1.Observer/ListFlows", "200"],
+                                      cwd=NPM, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(0.3)  # node is up and polling for the socket
+            d = Daemon(self.lab, self.lab.a, [], sockdir=sockdir, wait_parts=False)
+            out, err = caller.communicate(timeout=60)
+            after = {k: v[0] for k, v in d.components().items()}["observer"]
+            d.wait_parts()
+            ready_after = {c.name: round(c.ready_after_ns / 1e9, 3) for c in d.health().components}
+            self.assertEqual(d.term(), 0, d.stderr())
+            self.assertEqual(caller.returncode, 0, out + err)
+            loading = json.loads(out)
+            tries.append(dict(loading=loading, observer_after_the_call=after, ready_after_s=ready_after))
+            self.assertEqual(loading["code"], "DEADLINE_EXCEEDED", tries)  # the observer still loaded
+            if loading["details"] is not None:
+                break
+        measured("error_details", disabled=disabled, tries=tries)
+        self.assertIsNotNone(tries[-1]["loading"]["details"], "lossd's answer never beat the deadline: %s" % tries)
+        for t in tries:
+            if t["loading"]["details"] is not None:
+                self.assertEqual(t["loading"]["details"]["details"], [
+                    {"@type": info_type, "reason": "PART_LOADING", "domain": "lossd",
+                     "metadata": {"part": "observer", "state": "loading"}}])
 
     def test_http_probes(self):
         d = Daemon(self.lab, self.lab.a, [])

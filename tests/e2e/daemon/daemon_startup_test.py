@@ -18,6 +18,13 @@ observer's ~3.7 million verified instructions keep it LOADING well past the firs
       right after the ready line: `lossctl rule add` and `lossctl flows` succeed with one
       call each (lossd waits for its parts; lossctl no longer retries on a message); the
       Python client's flows() likewise
+  test_clients_told_loading
+      right after the ready line, with a deadline (200 ms) the observer's load outlasts:
+      `lossctl flows` exits 3 saying lossd is still starting, its observer loading, and the
+      Python client's flows() raises LossdError with reason PART_LOADING: both read the
+      ErrorInfo detail lossd sends (asserted when the observer was still loading after the
+      call). Before: lossctl said "lossd did not answer within 200ms" and Python grepped the
+      message for "loading"
   test_sigterm_while_loading
       SIGTERM while the observer is LOADING: exit 0, the socket file is gone
   test_second_daemon_during_sync_start (issue 25 item 8)
@@ -181,6 +188,41 @@ class DaemonStartup(unittest.TestCase):
         self.assertEqual(d2.term(), 0, d2.stderr())
         self.assertEqual(d.term(), 0, d.stderr())
 
+    def test_clients_told_loading(self):
+        lab = self.lab
+        if config.LOSSCTL is None:
+            self.skipTest("needs --lossctl")
+        sys.path.insert(0, config.PYCLIENT)
+        from lossd_client import Client, LossdError
+        d = self.start()
+        ctl = subprocess.run([config.LOSSCTL, "--addr", d.addr, "--timeout", "200ms", "flows"],
+                             capture_output=True, text=True, timeout=60)
+        ctl_after = self.states(d)["observer"]
+        d2 = self.start(ns=lab.b)
+        py_error = None
+        with Client(d2.sock, stubs=config.STUBS) as c:
+            try:
+                c.flows(timeout=0.2)
+            except LossdError as e:
+                py_error = e
+        py_after = self.states(d2)["observer"]
+        measured("clients_told_loading", lossctl_rc=ctl.returncode, lossctl_err=ctl.stderr.strip(),
+                 lossctl_observer_after=ctl_after,
+                 python=None if py_error is None else [py_error.code, py_error.reason, py_error.metadata,
+                                                       py_error.hint],
+                 python_observer_after=py_after)
+        if ctl_after == LOADING:
+            self.assertEqual(ctl.returncode, 3, ctl)
+            self.assertIn("lossd is still starting: its observer is loading", ctl.stderr)
+        if py_after == LOADING:
+            self.assertIsNotNone(py_error)
+        if py_error is not None:
+            self.assertEqual((py_error.code, py_error.reason, py_error.metadata),
+                             ("DEADLINE_EXCEEDED", "PART_LOADING", {"part": "observer", "state": "loading"}))
+            self.assertIn("wait_ready", py_error.hint)
+        self.assertEqual(d2.term(), 0, d2.stderr())
+        self.assertEqual(d.term(), 0, d.stderr())
+
     def test_sigterm_while_loading(self):
         d = self.start()
         before = self.states(d)
@@ -218,6 +260,9 @@ class DaemonStartup(unittest.TestCase):
             d.obs.ListFlows(pb.ListFlowsRequest(), timeout=10)
         self.assertEqual(cm.exception.code(), self.grpc.StatusCode.FAILED_PRECONDITION)
         self.assertNotIn("loading", cm.exception.details())
+        sys.path.insert(0, config.PYCLIENT)
+        from lossd_client.errors import error_info
+        self.assertEqual(error_info(cm.exception, pb), ("PART_DISABLED", {"part": "observer", "state": "disabled"}))
         self.wait_state(d, "injector", READY)
         self.assertEqual(d.term(), 0, d.stderr())
 
