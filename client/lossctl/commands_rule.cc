@@ -326,10 +326,10 @@ int Effect(const Globals& g, const std::string& id_text) {
   const auto& c = e.counters();
   printf("rule %u\n", e.id());
   KeyValue("configured", FormatRate(e.configured_rate()));
-  if (c.matched_segments() == 0) {
-    KeyValue("measured", "- (no segment matched yet)");
-  } else {
-    KeyValue("measured", FormatRate(e.measured_rate()) + "  99.9% CI " +
+  if (c.matched_packets() == 0) {
+    KeyValue("measured", "- (no packet matched yet)");
+  } else {  // over packets, the trial unit (docs/architecture.md#measured-rate)
+    KeyValue("measured", FormatRate(e.measured_rate()) + " of packets  99.9% CI " +
                              FormatRate(e.rate_ci_low()) + " .. " + FormatRate(e.rate_ci_high()) +
                              (e.configured_within_ci() ? "  (configured rate within)"
                                                        : "  (configured rate OUTSIDE)"));

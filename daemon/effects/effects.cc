@@ -122,9 +122,11 @@ std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rule
     RuleEffect e;
     const RuleCounters& c = rule.counters;
     e.configured = ModelMeanLoss(rule.spec.model);
-    e.measured = c.matched_segs ? double(c.dropped_segs) / double(c.matched_segs) : 0;
-    // The interval comes from skbs: each skb is dropped with the configured
-    // probability, whole, so its segments are not independent trials.
+    // The trial is the skb, the unit the decision is made on (docs/observer.md#
+    // measured-rate): each is dropped whole with the configured probability, so
+    // its segments are not independent trials (a per-segment rule's skbs are one
+    // segment each). The rate and its interval both count skbs.
+    e.measured = c.matched_pkts ? double(c.dropped_pkts) / double(c.matched_pkts) : 0;
     WilsonInterval(c.dropped_pkts, c.matched_pkts, &e.ci_low, &e.ci_high);
     e.configured_within_ci =
         e.configured >= 0 && e.ci_low <= e.configured && e.configured <= e.ci_high;

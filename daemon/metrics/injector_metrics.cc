@@ -64,7 +64,7 @@ RuleFamilies::RuleFamilies(Families* out)
       conf_(out, "lossd_rule_configured_loss_ratio",
             "The rule's configured long-run loss rate (absent for first-k)", MetricType::Gauge),
       meas_(out, "lossd_rule_measured_loss_ratio",
-            "Dropped over matched segments since the rule was created", MetricType::Gauge),
+            "Dropped over matched packets (skbs, the trials) since the rule was created", MetricType::Gauge),
       lo_(out, "lossd_rule_measured_loss_low_ratio",
           "Low end of the 99.9 % interval of the rule's drop rate (per packet)", MetricType::Gauge),
       hi_(out, "lossd_rule_measured_loss_high_ratio",

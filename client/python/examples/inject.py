@@ -277,7 +277,8 @@ def print_effect(rule, final, effect, effect_is_final, tally):
         print("  no counters (the rule was gone and lossd has no effect for it)")
         return
     conf = rule.rate
-    n, k = c.matched_segments, c.dropped_segments
+    # The rate counts skbs, the unit the decision is made on (docs/architecture.md#measured-rate).
+    n, k = c.matched_packets, c.dropped_packets
     if effect_is_final:
         measured, lo, hi, ok = effect.measured_rate, effect.rate_ci_low, effect.rate_ci_high, \
             effect.configured_within_ci
@@ -289,8 +290,8 @@ def print_effect(rule, final, effect, effect_is_final, tally):
     print("  measured rate    %s  (99.9%% CI %s .. %s: configured %s)"
           % (format_rate(measured) if n else "-", format_rate(lo), format_rate(hi),
              "inside" if ok else "OUTSIDE"))
-    print("  dropped          %d of %d segments (%d of %d packets)"
-          % (k, n, c.dropped_packets, c.matched_packets))
+    print("  dropped          %d of %d packets (%d of %d segments)"
+          % (k, n, c.dropped_segments, c.matched_segments))
     if effect:
         print("  retransmitted    %d segments: %s  (%d flows)%s"
               % (effect.retransmitted_total, by_type(effect.retransmitted_segments), effect.flows,

@@ -67,7 +67,7 @@ import time
 from . import cli
 from .errors import LossdError, LossdInputError
 from .spec import RETRANSMIT_TYPES, gilbert_elliott
-from .units import format_rate, parse_rate, wilson_interval
+from .units import format_rate, parse_rate
 
 METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_mean_ms",
            "latency_p50_ms", "latency_p99_ms", "retransmitted_segments", "rto", "cwnd_mean", "cwnd_min", "srtt_mean_us",
@@ -320,12 +320,13 @@ def one_run(client, a, target_kw, st, step, rep, stop):
         tracker = None
         effect = client.rule_effect(rule)
         c = effect.counters
-        lo, hi = wilson_interval(c.dropped_segments, c.matched_segments)
+        # The daemon's rate and interval: over skbs, the unit the decision is made on
+        # (docs/architecture.md#measured-rate), not over segments.
         result.update(
             matched_segments=c.matched_segments, dropped_segments=c.dropped_segments,
             matched_packets=c.matched_packets, dropped_packets=c.dropped_packets,
-            measured_rate=c.dropped_segments / c.matched_segments if c.matched_segments else None,
-            rate_ci_low=lo, rate_ci_high=hi,
+            measured_rate=effect.measured_rate if c.matched_packets else None,
+            rate_ci_low=effect.rate_ci_low, rate_ci_high=effect.rate_ci_high,
             retransmitted_by_type=dict(effect.retransmitted_segments),
             retransmitted_segments=effect.retransmitted_total,
             rto=effect.retransmitted_segments.get("rto", 0),

@@ -274,12 +274,12 @@ class RuleEffect:
 
     def __str__(self):
         c = self.counters
-        s = ("rule %d: configured %s, measured %s [%s, %s] %s; dropped %d of %d segments; "
+        s = ("rule %d: configured %s, measured %s [%s, %s] %s; dropped %d of %d packets; "
              "%d flows; retransmitted %d"
              % (self.id, format_rate(self.configured_rate), format_rate(self.measured_rate),
                 format_rate(self.rate_ci_low), format_rate(self.rate_ci_high),
                 "ok" if self.configured_within_ci else "OUTSIDE CI",
-                c.dropped_segments, c.matched_segments, self.flows, self.retransmitted_total))
+                c.dropped_packets, c.matched_packets, self.flows, self.retransmitted_total))
         if self.retransmitted_segments:
             s += " (%s)" % ", ".join("%s %d" % (t, self.retransmitted_segments[t]) for t in self.types())
         return s

@@ -52,7 +52,7 @@ class ExamplesTest(unittest.TestCase):
         self.assertIn("final effect of rule 1", out)
         self.assertIn("configured rate  5%", out)
         self.assertRegex(out, r"\n\s+0\.5s\s+\d+  (fast|-)")       # a line per interval
-        self.assertRegex(out, r"dropped\s+\d+ of \d+ segments")
+        self.assertRegex(out, r"dropped\s+\d+ of \d+ packets \(\d+ of \d+ segments\)")
         self.assertRegex(out, r"retransmitted\s+\d+ segments")
         self.assertIn("[lossd, just before deletion]", out)     # the fake forgets deleted rules
 

@@ -214,7 +214,7 @@ class LossctlObserve(ClientTestCase):
         self.assertEqual(u64(eff.get("flows")), 1, nums)
         self.assertEqual(set(rt), set(TYPES), "keys of retransmitted_segments: %s" % sorted(rt))
         self.assertEqual(eff["configured_rate"], 0.01)
-        self.assertAlmostEqual(eff["measured_rate"], c["dropped_segments"] / c["matched_segments"], places=12)
+        self.assertAlmostEqual(eff["measured_rate"], int(c["dropped_packets"]) / int(c["matched_packets"]), places=12)
         self.assertLessEqual(eff["rate_ci_low"], eff["measured_rate"])
         self.assertLessEqual(eff["measured_rate"], eff["rate_ci_high"])
         # ~120 MB of 1428-byte (IPv6) segments, at least

@@ -112,7 +112,7 @@ class PythonExamples(ClientTestCase):
         flow.wait()
         ticks = out.ticks()
         dropped = [int(m.group(2)) for m in ticks if m.group(2) != "?"]
-        fin = re.search(r"dropped\s+(\d+) of (\d+) segments", text)
+        fin = re.search(r"dropped\s+\d+ of \d+ packets \((\d+) of (\d+) segments\)", text)
         measured("inject_py", exit=p.returncode, per_second=[(m.group(1), m.group(2), m.group(3)) for m in ticks],
                  final=fin.groups() if fin else None,
                  final_block=[l for l in out.lines if l.startswith("  ")])

@@ -53,6 +53,7 @@ from lab.config import main
 from lab.netns import measured
 from lab.daemon import wait_until
 from lab.clients import ClientTestCase, client_popen
+from lossd_client.units import wilson_interval as wilson  # client/python, stdlib only
 
 
 PORT = 5301
@@ -109,6 +110,13 @@ class Sweep(ClientTestCase):
             self.assertGreater(x["flows"], 0, x)
             self.assertLessEqual(x["rate_ci_low"], x["configured_rate"], x)
             self.assertGreaterEqual(x["rate_ci_high"], x["configured_rate"], x)
+            # One trial unit, the daemon's (docs/architecture.md#measured-rate): skbs. Before,
+            # the sweep counted segments, and its interval was overconfident with GSO.
+            k, n = x["dropped_packets"], x["matched_packets"]
+            self.assertEqual(x["measured_rate"], k / n, x)
+            lo, hi = wilson(k, n)
+            self.assertAlmostEqual(x["rate_ci_low"], lo, places=12, msg=x)
+            self.assertAlmostEqual(x["rate_ci_high"], hi, places=12, msg=x)
             self.assertGreaterEqual(x["retransmitted_segments"], x["dropped_segments"], x)
             if x["configured_rate"] == 0:
                 self.assertEqual((x["dropped_segments"], x["retransmitted_segments"]), (0, 0), x)

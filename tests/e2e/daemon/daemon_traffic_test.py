@@ -76,7 +76,7 @@ class DaemonTraffic(DaemonTestCase):
         # GetRuleEffect agrees with the counters.
         self.assertEqual(e.counters, d.get(r.id).counters)
         self.assertEqual(e.configured_rate, 0.01)
-        self.assertEqual(e.measured_rate, c.dropped_segments / c.matched_segments)
+        self.assertEqual(e.measured_rate, c.dropped_packets / c.matched_packets)
         wlo, whi = wilson(c.dropped_packets, c.matched_packets)
         self.assertAlmostEqual(e.rate_ci_low, wlo, places=12)
         self.assertAlmostEqual(e.rate_ci_high, whi, places=12)
@@ -123,11 +123,13 @@ class DaemonTraffic(DaemonTestCase):
         self.assertEqual(total, retrans, numbers)
         self.assertEqual(total, c.dropped_segments + dsack, numbers)
         self.assertEqual(e.flows, 1, numbers)
-        self.assertEqual(e.measured_rate, c.dropped_segments / c.matched_segments)
-        # The interval is over skbs: a GSO skb is dropped whole.
+        # The rate and its interval count skbs, the trial (a GSO skb is dropped whole),
+        # so the rate lies inside its own interval; segments are only counted.
+        self.assertEqual(e.measured_rate, c.dropped_packets / c.matched_packets)
         lo, hi = wilson(c.dropped_packets, c.matched_packets)
         self.assertAlmostEqual(e.rate_ci_low, lo, places=12)
         self.assertAlmostEqual(e.rate_ci_high, hi, places=12)
+        self.assertTrue(e.rate_ci_low <= e.measured_rate <= e.rate_ci_high, numbers)
         # Per skb the loss is Bernoulli(1 %).
         plo, phi = binom_interval(c.matched_packets, 0.01)
         self.assertTrue(plo <= c.dropped_packets <= phi, numbers)
