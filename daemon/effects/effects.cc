@@ -122,8 +122,8 @@ std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rule
     RuleEffect e;
     const RuleCounters& c = rule.counters;
     e.configured = ModelMeanLoss(rule.spec.model);
-    // The trial is the skb, the unit the decision is made on (docs/observer.md#
-    // measured-rate): each is dropped whole with the configured probability, so
+    // The trial is the skb, the unit the decision is made on (docs/
+    // architecture.md#measured-rate): each is dropped whole with the configured probability, so
     // its segments are not independent trials (a per-segment rule's skbs are one
     // segment each). The rate and its interval both count skbs.
     e.measured = c.matched_pkts ? double(c.dropped_pkts) / double(c.matched_pkts) : 0;

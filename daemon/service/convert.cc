@@ -346,8 +346,7 @@ Status FiltersFromProto(const google::protobuf::RepeatedPtrField<v1::EventFilter
       if (in->size() > kMaxInputLength)
         return InvalidArgument(name + "." + field + ": at most " + std::to_string(kMaxInputLength) +
                                " characters: '" + Shown(*in) + "'");
-      Status clean = CheckNoControlChars(name + "." + field, *in);
-      if (!clean.ok()) return clean;
+      LOSSD_RETURN_IF_ERROR(CheckNoControlChars(name + "." + field, *in));
       *to = *in;
     }
     p.NormalizeOwner();

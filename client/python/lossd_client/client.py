@@ -328,8 +328,9 @@ class Client(_Closing):
         """Stream of RetransmitEvent and Gap records.
 
         Filters: keyword arguments addr=, port=, cgroup=, types=, rule=, netns=,
-        pid=, unit=, container=, pod= make one filter (AND of them); or allow=[...] and deny=[...], lists of filters
-        (event_filter(...) or dicts of those arguments), OR across a list.
+        pid=, unit=, container=, pod= make one filter (AND of them); or
+        allow=[...] and deny=[...], lists of filters (event_filter(...) or dicts
+        of those arguments), OR across a list.
         queue: this subscriber's queue length (daemon default 65536).
         """
         return self._event_stream(self._observer.WatchRetransmits, self.pb2.WatchRetransmitsRequest,

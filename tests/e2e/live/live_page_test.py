@@ -138,6 +138,8 @@ class LivePageTest(DaemonTestCase):
         self.assertEqual((lo, hi), (shown(eff.rate_ci_low), shown(eff.rate_ci_high)), rule_nums)
         self.assertEqual(num(b.text(row + "td.dropped")), eff.counters.dropped_segments, rule_nums)
         self.assertGreater(eff.counters.dropped_segments, 0)
+        # The header says what the rate counts: skbs, the trial unit (issue 24).
+        self.assertIn("dropped / matched packets", b.text("#card-rules h2 .hint"))
         errors = b.console_errors()
         self.assertEqual(errors, [], errors)
 
