@@ -352,6 +352,12 @@ class Lab:
         return {"rx_packets": s.get("rx", {}).get("packets"), "rx_dropped": s.get("rx", {}).get("dropped"),
                 "tx_packets": s.get("tx", {}).get("packets"), "tx_dropped": s.get("tx", {}).get("dropped")}
 
+    def path_drops(self):
+        """What the A-B veth pair's two ends count as dropped (rx + tx; a total to take
+        deltas of): a loss on the path that no rule made."""
+        return sum((s[k] or 0) for s in (self.link_stats(self.a, self.IF_A), self.link_stats(self.b, self.IF_B))
+                   for k in ("rx_dropped", "tx_dropped"))
+
     def features(self, ns, ifname):
         """Every `ethtool -k` feature of ifname: name -> "on"/"off"."""
         out = self.run(ns, "ethtool", "-k", ifname).stdout

@@ -56,6 +56,40 @@ RETRANS_KEYS = ("Tcp.RetransSegs", "TcpExt.TCPFastRetrans", "TcpExt.TCPSlowStart
                 "TcpExt.TCPLossProbeRecovery", "TcpExt.TCPDSACKRecvSegs", "Tcp.OutSegs")
 
 
+# Where else a data segment can vanish between two namespaces of a veth pair, by the
+# kernel's own count: the receiver's TCP discarding data it had (pruned out-of-order
+# segments, a full receive queue or backlog), which the sender learns of by SACK reneging.
+RECEIVER_DISCARD_KEYS = ("TcpExt.TCPRcvQDrop", "TcpExt.TCPBacklogDrop", "TcpExt.TCPOFODrop",
+                         "TcpExt.OfoPruned", "TcpExt.RcvPruned", "TcpExt.TCPZeroWindowDrop",
+                         "TcpExt.PFMemallocDrop")
+
+
+def retransmissions_explained(da, db, dropped_segs, link_drops=0):
+    """Whether the sender's retransmissions (da: its namespace's counter delta) are the
+    segments the rule dropped plus those the receiver (db) saw twice, by the kernels' counts.
+
+    Returns (ok, numbers). Exact in both directions: every dropped segment is resent once,
+    and each further resend is a spurious one the receiver answered with a D-SACK. The
+    sender may not count a D-SACK that reaches a socket already closed, so the receiver's
+    own count of the D-SACKs it sent (TCPDSACKOldSent + TCPDSACKOfoSent) counts too. Only
+    when a kernel counted another loss on the path (link_drops: the veths' rx/tx dropped;
+    the receiver's RECEIVER_DISCARD_KEYS; SACK reneging) may the resends exceed that, never
+    fall below dropped + D-SACKs."""
+    retrans = da["Tcp.RetransSegs"]
+    dsack_recv = da["TcpExt.TCPDSACKRecvSegs"]
+    dsack_sent = db["TcpExt.TCPDSACKOldSent"] + db["TcpExt.TCPDSACKOfoSent"]
+    other = {k.split(".")[1]: db[k] for k in RECEIVER_DISCARD_KEYS if db[k]}
+    if da["TcpExt.TCPSACKReneging"]:
+        other["TCPSACKReneging"] = da["TcpExt.TCPSACKReneging"]
+    if link_drops:
+        other["link_drops"] = link_drops
+    explained = dropped_segs + max(dsack_recv, dsack_sent)
+    numbers = dict(retrans_segs=retrans, dropped_segs=dropped_segs, dsack_recv_segs=dsack_recv,
+                   receiver_dsacks_sent=dsack_sent, other_losses=other)
+    ok = retrans >= dropped_segs + dsack_recv and (retrans == explained or (other and retrans > explained))
+    return ok, numbers
+
+
 def short(c, keys=RETRANS_KEYS):
     """{"RetransSegs": n, ...}: the counters of keys without their group."""
     return {k.split(".")[1]: c[k] for k in keys}
