@@ -10,7 +10,7 @@ TEST_JOBS ?= 4
 CTEST_ARGS ?=
 RUN_ARGS ?=
 
-DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake make g++ \
+DEPS := ccache clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake make g++ \
         libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev iproute2 iperf3 ethtool iptables nftables \
         python3 procps protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
         python3-grpcio python3-protobuf python3-matplotlib \
@@ -21,7 +21,7 @@ DEPS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config cmake mak
 
 # A clients-only build (lossctl, the rule library, the Python client's stubs
 # and their unit tests) needs no BPF toolchain: `make clients`.
-CLIENT_DEPS := cmake make g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev \
+CLIENT_DEPS := ccache cmake make g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev \
         protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc \
         python3 python3-grpcio python3-protobuf python3-pip python3-venv python3-setuptools python3-wheel
 CLIENT_BUILD ?= build-clients

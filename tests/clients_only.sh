@@ -6,18 +6,32 @@
 # hiding works), then the clients-only tree must configure, build lossctl,
 # the rule tests and the Python stubs, and `lossctl --help` must run.
 #   tests/clients_only.sh SOURCE_DIR [WORK_DIR]      (root: needs unshare -m)
+# WORK_DIR (default a temporary directory) and the clients-only build tree
+# ($CLIENTS_TREE, default WORK_DIR/clients) are made afresh and removed at the end unless
+# KEEP_WORK=1. A tree beside the main build tree, at its depth (tests/CMakeLists.txt
+# passes build-clients-only), lets ccache give its compiles the main build's objects
+# (CMakeLists.txt: LOSSD_CCACHE). A hit needs the same flags and every header the compile
+# read, unchanged: one hidden here is a miss and a real compile, which fails as it must.
 set -euo pipefail
 src=$(cd "${1:?usage: clients_only.sh SOURCE_DIR [WORK_DIR]}" && pwd)
 work=${2:-}
-if [ -z "$work" ]; then
-  work=$(mktemp -d /tmp/lossd-clients-only.XXXXXX)
-  trap 'rm -rf "$work"' EXIT
-fi
 jobs=${JOBS:-2}
 
 if [ "${LOSSD_HIDDEN:-}" != 1 ]; then
-  exec unshare -m --propagation private env LOSSD_HIDDEN=1 JOBS="$jobs" "$0" "$src" "$work"
+  if [ -z "$work" ]; then
+    work=$(mktemp -d /tmp/lossd-clients-only.XXXXXX)
+  else
+    rm -rf "$work" && mkdir -p "$work"
+  fi
+  tree=${CLIENTS_TREE:-$work/clients}
+  rm -rf "$tree"
+  rc=0
+  unshare -m --propagation private env LOSSD_HIDDEN=1 JOBS="$jobs" CLIENTS_TREE="$tree" "$0" "$src" "$work" ||
+    rc=$?
+  [ "${KEEP_WORK:-}" = 1 ] || rm -rf "$work" "$tree"
+  exit $rc
 fi
+tree=${CLIENTS_TREE:-$work/clients}
 
 # ---- inside the mount namespace: hide the BPF toolchain ----
 mkdir -p "$work/empty-dir" "$work/pc"
@@ -57,16 +71,17 @@ if [ -f "$work/pc/libbpf.pc" ]; then
 fi
 
 # The clients-only tree: configure, build, run.
-cmake -S "$src" -B "$work/clients" -DLOSSD_CLIENTS_ONLY=ON -DCMAKE_BUILD_TYPE=None \
+cmake -S "$src" -B "$tree" -DLOSSD_CLIENTS_ONLY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   >"$work/clients.log" 2>&1 || { cat "$work/clients.log"; fail "clients-only configure"; }
-cmake --build "$work/clients" -j "$jobs" --target lossctl rules_tests lossd_proto_python \
+cmake --build "$tree" -j "$jobs" --target lossctl rules_tests lossd_proto_python \
   >>"$work/clients.log" 2>&1 || { tail -50 "$work/clients.log"; fail "clients-only build"; }
-[ -x "$work/clients/client/lossctl/lossctl" ] || fail "no lossctl binary"
-"$work/clients/client/lossctl/lossctl" --help >"$work/help.txt" || fail "lossctl --help"
+[ -x "$tree/client/lossctl/lossctl" ] || fail "no lossctl binary"
+command -v ccache >/dev/null && ccache --show-stats 2>/dev/null | grep -i -E "^ *(hits|misses|cache hit|cache miss)" || true
+"$tree/client/lossctl/lossctl" --help >"$work/help.txt" || fail "lossctl --help"
 grep -q "rule" "$work/help.txt" || fail "lossctl --help does not list its commands"
-"$work/clients/client/lossctl/lossctl" rule add --help | grep -q -- "--per-segment" || fail "lossctl rule add --help"
-"$work/clients/tests/unit/rules_tests" --gtest_brief=1 >"$work/rules_tests.log" 2>&1 ||
+"$tree/client/lossctl/lossctl" rule add --help | grep -q -- "--per-segment" || fail "lossctl rule add --help"
+"$tree/tests/unit/rules_tests" --gtest_brief=1 >"$work/rules_tests.log" 2>&1 ||
   { cat "$work/rules_tests.log"; fail "rules_tests"; }
-[ -f "$work/clients/python/lossd/v1/lossd_pb2.py" ] || fail "no Python stubs"
-ls "$work/clients/bpf" "$work/clients/daemon/CMakeFiles" >/dev/null 2>&1 && fail "the clients-only tree has BPF or daemon targets"
+[ -f "$tree/python/lossd/v1/lossd_pb2.py" ] || fail "no Python stubs"
+ls "$tree/bpf" "$tree/daemon/CMakeFiles" >/dev/null 2>&1 && fail "the clients-only tree has BPF or daemon targets"
 echo "clients_only: OK (lossctl built and runs; rules_tests pass; Python stubs generated)"
