@@ -2,53 +2,143 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
+
+#include "common/fd.h"
 
 namespace lossd {
 
-std::vector<TcpSock> TcpSockets() {
-  std::vector<TcpSock> out;
-  for (int v6 = 0; v6 < 2; v6++) {
-    std::ifstream in(v6 ? "/proc/net/tcp6" : "/proc/net/tcp");
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream ls(line);
-      std::string slot, local, remote, st, queues, timer, retr, uid, timeout;
-      if (!(ls >> slot >> local >> remote >> st)) continue;
-      TcpSock s;
-      s.t.family = v6 ? AF_INET6 : AF_INET;
-      s.state = static_cast<int>(std::strtol(st.c_str(), nullptr, 16));
-      auto parse = [&](const std::string& ep, uint32_t* addr, uint16_t* port) {
-        auto colon = ep.find(':');
-        if (colon == std::string::npos) return;
-        std::string a = ep.substr(0, colon);
-        *port = static_cast<uint16_t>(std::strtoul(ep.substr(colon + 1).c_str(), nullptr, 16));
-        // /proc prints each 32-bit word in host order.
-        for (size_t w = 0; w * 8 < a.size() && w < 4; w++)
-          addr[w] = static_cast<uint32_t>(std::strtoul(a.substr(w * 8, 8).c_str(), nullptr, 16));
-      };
-      parse(local, s.t.saddr, &s.t.sport);
-      parse(remote, s.t.daddr, &s.t.dport);
-      ls >> queues >> timer >> retr >> uid >> timeout >> s.inode;  // 0 if absent
-      // ::ffff:a.b.c.d is a.b.c.d on the wire: words 0-1 zero, word 2 0xffff (network order).
-      auto mapped = [](const uint32_t* a) { return !a[0] && !a[1] && a[2] == htonl(0xffff); };
-      if (v6 && mapped(s.t.saddr) && (mapped(s.t.daddr) || s.state == 10)) {
-        s.t.family = AF_INET;
-        s.t.saddr[0] = s.t.saddr[3];
-        s.t.daddr[0] = s.t.daddr[3];
-        for (int w = 1; w < 4; w++) s.t.saddr[w] = s.t.daddr[w] = 0;
+namespace {
+
+constexpr size_t kMaxPorts = 256;
+constexpr size_t kMaxSockets = 1 << 20;
+
+// inet_diag bytecode (linux/inet_diag.h) accepting a socket whose local or remote port
+// is one of `ports`: port tests joined by OR as iproute2's ss joins them. A test is two
+// ops (the second holds the port in `no`); one that holds goes on (yes 8) to a JMP
+// whose `no` leaps to the end (accept); one that fails skips that JMP (no 12) to the
+// next test, and the last one's failure lands past the end (reject). The kernel's audit
+// wants every `no` target on the chain of `yes` steps from the start, which this is.
+std::vector<inet_diag_bc_op> PortFilter(const std::vector<uint16_t>& ports) {
+  std::vector<inet_diag_bc_op> ops;
+  size_t tests = ports.size() * 2, total = tests * 2 + (tests - 1);  // ops of 4 bytes
+  for (uint16_t port : ports) {
+    for (unsigned char code : {static_cast<unsigned char>(INET_DIAG_BC_S_EQ),
+                               static_cast<unsigned char>(INET_DIAG_BC_D_EQ)}) {
+      ops.push_back(inet_diag_bc_op{code, 8, 12});
+      ops.push_back(inet_diag_bc_op{INET_DIAG_BC_NOP, 0, port});
+      if (ops.size() < total) {
+        auto after = static_cast<unsigned short>((total - ops.size() - 1) * sizeof(inet_diag_bc_op));
+        ops.push_back(inet_diag_bc_op{INET_DIAG_BC_JMP, 4, static_cast<unsigned short>(after + 4)});
       }
-      out.push_back(s);
     }
   }
+  return ops;
+}
+
+bool Mapped(const uint32_t* a) {
+  return !a[0] && !a[1] && a[2] == htonl(0xffff);
+}
+
+TcpSock FromDiag(const inet_diag_msg& m) {
+  TcpSock s;
+  s.t.family = m.idiag_family;
+  s.state = m.idiag_state;
+  s.inode = m.idiag_inode;
+  s.t.sport = ntohs(m.id.idiag_sport);
+  s.t.dport = ntohs(m.id.idiag_dport);
+  std::memcpy(s.t.saddr, m.id.idiag_src, sizeof(s.t.saddr));
+  std::memcpy(s.t.daddr, m.id.idiag_dst, sizeof(s.t.daddr));
+  // ::ffff:a.b.c.d is a.b.c.d on the wire: a dual-stack socket's IPv4 peer as IPv4.
+  if (m.idiag_family == AF_INET6 && Mapped(s.t.saddr) && (Mapped(s.t.daddr) || s.state == 10)) {
+    s.t.family = AF_INET;
+    s.t.saddr[0] = s.t.saddr[3];
+    s.t.daddr[0] = s.t.daddr[3];
+    for (int w = 1; w < 4; w++) s.t.saddr[w] = s.t.daddr[w] = 0;
+  }
+  return s;
+}
+
+// One SOCK_DIAG_BY_FAMILY dump of `family`'s TCP sockets, appended to *out.
+Status Dump(uint8_t family, uint32_t states, const std::vector<inet_diag_bc_op>& filter,
+            std::vector<TcpSock>* out) {
+  const char* what = family == AF_INET6 ? "TCP/IPv6 socket dump (NETLINK_SOCK_DIAG)"
+                                        : "TCP/IPv4 socket dump (NETLINK_SOCK_DIAG)";
+  UniqueFd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  if (!fd.valid()) return Status::FromErrno(errno, what);
+  size_t bc_len = filter.size() * sizeof(inet_diag_bc_op);
+  std::vector<char> req(NLMSG_SPACE(sizeof(inet_diag_req_v2)) + RTA_SPACE(bc_len));
+  auto* nh = reinterpret_cast<struct nlmsghdr*>(req.data());
+  nh->nlmsg_len = NLMSG_LENGTH(sizeof(inet_diag_req_v2));
+  nh->nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  nh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  nh->nlmsg_seq = 1;
+  auto* r = static_cast<inet_diag_req_v2*>(NLMSG_DATA(nh));
+  r->sdiag_family = family;
+  r->sdiag_protocol = IPPROTO_TCP;
+  r->idiag_states = states;
+  if (!filter.empty()) {
+    auto* rta = reinterpret_cast<struct rtattr*>(req.data() + NLMSG_ALIGN(nh->nlmsg_len));
+    rta->rta_type = INET_DIAG_REQ_BYTECODE;
+    rta->rta_len = static_cast<unsigned short>(RTA_LENGTH(bc_len));
+    std::memcpy(RTA_DATA(rta), filter.data(), bc_len);
+    nh->nlmsg_len = NLMSG_ALIGN(nh->nlmsg_len) + RTA_ALIGN(rta->rta_len);
+  }
+  if (send(fd.get(), req.data(), nh->nlmsg_len, 0) < 0) return Status::FromErrno(errno, what);
+  std::vector<char> buf(65536);
+  for (;;) {
+    ssize_t n = recv(fd.get(), buf.data(), buf.size(), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, what);
+    }
+    if (n == 0) return Internal(std::string(what) + ": the kernel closed the dump");
+    int len = static_cast<int>(n);
+    for (auto* m = reinterpret_cast<struct nlmsghdr*>(buf.data()); NLMSG_OK(m, len);
+         m = NLMSG_NEXT(m, len)) {
+      if (m->nlmsg_type == NLMSG_DONE) return Status::Ok();
+      if (m->nlmsg_type == NLMSG_ERROR) {
+        auto* err = static_cast<struct nlmsgerr*>(NLMSG_DATA(m));
+        return Status::FromErrno(err->error ? -err->error : EPROTO, what);
+      }
+      if (m->nlmsg_type != SOCK_DIAG_BY_FAMILY || m->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg)))
+        continue;
+      if (out->size() >= kMaxSockets)
+        return ResourceExhausted(std::string(what) + ": more than " + std::to_string(kMaxSockets) +
+                                 " sockets");
+      out->push_back(FromDiag(*static_cast<const inet_diag_msg*>(NLMSG_DATA(m))));
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::vector<TcpSock>> TcpSockets(uint32_t states, const std::vector<uint16_t>& ports) {
+  if (ports.size() > kMaxPorts)
+    return InvalidArgument("a socket dump filters on at most " + std::to_string(kMaxPorts) +
+                           " ports, not " + std::to_string(ports.size()));
+  std::vector<uint16_t> uniq(ports);
+  std::sort(uniq.begin(), uniq.end());
+  uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+  std::vector<inet_diag_bc_op> filter;
+  if (!uniq.empty()) filter = PortFilter(uniq);
+  std::vector<TcpSock> out;
+  for (uint8_t family : {uint8_t{AF_INET}, uint8_t{AF_INET6}})
+    LOSSD_RETURN_IF_ERROR(Dump(family, states, filter, &out));
   return out;
 }
 

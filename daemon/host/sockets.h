@@ -1,10 +1,12 @@
-// The TCP sockets of this network namespace, as /proc/net/tcp{,6} lists them.
+// The TCP sockets of this network namespace, as the kernel's socket diagnostics
+// (NETLINK_SOCK_DIAG, inet_diag) list them, and processes by name.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "observe_abi.h"
 
 namespace lossd {
@@ -16,7 +18,14 @@ struct TcpSock {
   uint64_t inode = 0;
 };
 
-std::vector<TcpSock> TcpSockets();
+// The states TcpSockets takes: a bit per TCP state (1 << TCP_ESTABLISHED, ...).
+constexpr uint32_t kTcpEstablished = 1u << 1, kTcpListen = 1u << 10;
+
+// The IPv4 and IPv6 TCP sockets in `states` whose local or remote port is one of
+// `ports` (empty: any port). The kernel applies the filter (inet_diag bytecode), so
+// the cost is that of the sockets asked for, not of every connection of the host.
+// At most 256 ports (more: InvalidArgument).
+Result<std::vector<TcpSock>> TcpSockets(uint32_t states, const std::vector<uint16_t>& ports = {});
 
 // The processes named `comm` (as /proc/PID/comm says): their pids, the
 // inodes of the sockets they hold, and their cgroup v2 paths (relative to

@@ -31,17 +31,21 @@ bool CgroupHolds(const std::string& rule, const std::string& mount, const std::s
 
 }  // namespace
 
-void HostGuard::Refresh(std::vector<TcpSock>* socks) {
+Status HostGuard::RefreshLocked() {
   uint64_t now = MonotonicNs();
-  if (looked_at_ns_ && now - looked_at_ns_ < 1000000000ull) return;
+  if (looked_at_ns_ && now - looked_at_ns_ < 1000000000ull) return Status::Ok();
+  // Listeners are few: all of them, to find the ports sshd listens on.
+  auto listeners = TcpSockets(kTcpListen);
+  if (!listeners.ok()) return listeners.status();
   looked_at_ns_ = now;
   sshd_ = ProcessesNamed("sshd");
-  if (socks->empty()) *socks = TcpSockets();
   ports_ = configured_;
-  for (const TcpSock& s : *socks)
-    if (s.state == 10 &&
-        std::count(sshd_.socket_inodes.begin(), sshd_.socket_inodes.end(), s.inode))
+  for (const TcpSock& s : *listeners)
+    if (std::count(sshd_.socket_inodes.begin(), sshd_.socket_inodes.end(), s.inode))
       ports_.push_back(s.t.sport);
+  std::sort(ports_.begin(), ports_.end());
+  ports_.erase(std::unique(ports_.begin(), ports_.end()), ports_.end());
+  return Status::Ok();
 }
 
 Status HostGuard::Check(const RuleSpec& spec, const std::string& cgroup_path,
@@ -57,26 +61,45 @@ Status HostGuard::Check(const RuleSpec& spec, const std::string& cgroup_path,
                               " (SSH or lossd's control): narrow it (ports, addresses, cgroup) "
                               "or set force");
   };
+  auto unchecked = [&](const Status& st) -> Status {
+    if (spec.force) {
+      LOG_WARN("host protection skipped (force): %s", st.message().c_str());
+      return Status::Ok();
+    }
+    return Status(st.code(), "host protection cannot check this rule: " + st.message() +
+                                 " (set force to create it unchecked)");
+  };
 
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<TcpSock> socks;
-  Refresh(&socks);
+  // What the guard knows is copied under its lock; the sockets are read outside it,
+  // so rules created side by side do not wait for each other's reads.
+  std::vector<uint16_t> ports;
+  std::vector<std::string> sshd_cgroups;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status st = RefreshLocked();
+    if (!st.ok()) return unchecked(st);
+    ports = ports_;
+    sshd_cgroups = sshd_.cgroups;
+  }
   // A cgroup rule touches only its cgroup's sockets: refused when sshd is in it.
   if (!cgroup_path.empty()) {
-    for (const std::string& cg : sshd_.cgroups)
+    for (const std::string& cg : sshd_cgroups)
       if (CgroupHolds(cgroup_path, cgroup_mount, cg))
         return refuse("would drop packets of sshd's cgroup " + cg);
     return Status::Ok();
   }
-  // Reading the sockets walks the kernel's whole TCP hash: only for rules
-  // whose ports admit a protected one.
-  bool admits = std::any_of(ports_.begin(), ports_.end(), [&](uint16_t p) {
-    return spec.sport.Contains(p) || spec.dport.Contains(p);
-  });
-  if (!admits) return Status::Ok();
-  if (socks.empty()) socks = TcpSockets();
-  for (const TcpSock& s : socks) {
-    for (uint16_t port : ports_) {
+  // Only for rules whose ports admit a protected one, and then only the sockets on
+  // those ports: the kernel filters (host/sockets.h), so the cost does not grow with
+  // the host's other connections.
+  ports.erase(std::remove_if(ports.begin(), ports.end(),
+                             [&](uint16_t p) { return !spec.sport.Contains(p) && !spec.dport.Contains(p); }),
+              ports.end());
+  if (ports.empty()) return Status::Ok();
+  auto socks = TcpSockets(kTcpEstablished | kTcpListen, ports);
+  if (!socks.ok()) return unchecked(socks.status());
+  LOG_DEBUG("host protection: %zu sockets on the protected ports the rule admits", socks->size());
+  for (const TcpSock& s : *socks) {
+    for (uint16_t port : ports) {
       if (s.t.sport != port && s.t.dport != port) continue;
       if (s.state == 1 && RuleCoversFlow(spec, s.t))
         return refuse("would drop packets of a live connection on protected port " +

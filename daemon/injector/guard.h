@@ -23,14 +23,15 @@ class HostGuard {
   // protected port (the configured ones and every port sshd listens on), or
   // a listener on one without naming a single host; for a cgroup rule
   // (cgroup_path resolved, under cgroup_mount), when sshd is in that cgroup.
-  // With spec.force it passes, and the override is logged.
+  // With spec.force it passes, and the override is logged. When the sockets cannot
+  // be read (out of fds, say) the rule is refused with that error, unless force.
   Status Check(const RuleSpec& spec, const std::string& cgroup_path,
                const std::string& cgroup_mount);
 
  private:
   // sshd's processes and listening ports, looked up at most once a second
-  // (a batch of rules does not walk /proc once per rule).
-  void Refresh(std::vector<TcpSock>* socks);
+  // (a batch of rules does not walk /proc once per rule). Under mu_.
+  Status RefreshLocked();
 
   std::vector<uint16_t> configured_;
   std::mutex mu_;

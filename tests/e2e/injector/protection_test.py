@@ -6,7 +6,9 @@ find the port sshd really listens on), with one live IPv4 connection from B (sho
 with FAILED_PRECONDITION: the plain port, the port with an ephemeral source range, the
 port with dst 0.0.0.0/0, the live peer's address, a cgroup sshd is in. --force lets a
 rule through and the override is logged; a rule on another port is untouched unless
---protect-port names it (a listener there is then protected too).
+--protect-port names it (a listener there is then protected too). The guard reads only
+the sockets on the protected ports a rule admits (the kernel filters the dump), not the
+2,000 other connections of the namespace.
 """
 import os
 import textwrap
@@ -105,6 +107,63 @@ class HostProtection(unittest.TestCase):
                 rc, err = self.one_shot(lab, base + ["--protect-port", "nope"])
                 self.assertEqual(rc, 2, err)
                 self.assertIn("--protect-port", err)
+
+    def test_only_the_protected_ports_sockets_are_read(self):
+        # Issue 25 item 11: the guard read all of /proc/net/tcp{,6} (every connection of
+        # the host) for each lossy TCP rule. Now the kernel filters the dump by the
+        # protected ports the rule admits: 2,000 connections on another port are not read.
+        with Lab() as lab:
+            script = os.path.join(lab.tempdir(), "sshd.py")
+            with open(script, "w") as f:
+                f.write(FAKE_SSHD)
+            sshd = lab.popen(lab.a, [PY, script, str(PORT)], stdout=-1)
+            self.assertEqual(sshd.stdout.readline().strip(), "READY")
+            client = os.path.join(lab.tempdir(), "client.py")
+            with open(client, "w") as f:
+                f.write(CLIENT)
+            peer = lab.popen(lab.b, [PY, client, lab.V4_A, str(PORT)], stdout=-1)
+            self.assertEqual(peer.stdout.readline().strip(), "CONNECTED")
+            crowd = lab.popen(lab.a, [PY, "-c", CROWD_SERVER, str(CROWD_PORT), str(CROWD)], stdout=-1)
+            self.assertEqual(crowd.stdout.readline().strip(), "READY")
+            crowd_peer = lab.popen(lab.b, [PY, "-c", CROWD_CLIENT, lab.V4_A, str(CROWD_PORT), str(CROWD)],
+                                   stdout=-1)
+            self.assertEqual(crowd_peer.stdout.readline().strip(), "CONNECTED")
+            self.assertEqual(crowd.stdout.readline().strip(), "ACCEPTED %d" % CROWD)
+            # Admits 2222 (sshd's) but names another peer: checked, and let through.
+            rule = ["--iface", lab.IF_A, "--rate", "1%", "--proto", "tcp", "--dport", "2000-2300",
+                    "--src", "198.51.100.7", "--log-level", "debug"]
+            rc, err = self.one_shot(lab, rule)
+            self.assertEqual(rc, 0, err)
+            # sshd's listener and its one connection; not the crowd's 2,001 sockets.
+            guard = [l for l in err.splitlines() if "host protection" in l]
+            self.assertTrue(any(l.endswith("host protection: 2 sockets on the protected ports the rule admits")
+                                for l in guard), guard)
+            # The same filter still finds the live connection it must protect.
+            rc, err = self.one_shot(lab, rule[:-4] + ["--src", lab.V4_B])
+            self.assertEqual(rc, 1, err)
+            self.assertIn("live connection on protected port %d" % PORT, err)
+
+
+CROWD, CROWD_PORT = 2000, 9000
+CROWD_SERVER = textwrap.dedent("""
+    import resource, socket, sys, time
+    resource.setrlimit(resource.RLIMIT_NOFILE, (8192, max(8192, resource.getrlimit(resource.RLIMIT_NOFILE)[1])))
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(sys.argv[1])))
+    s.listen(4096)
+    print("READY", flush=True)
+    conns = [s.accept()[0] for _ in range(int(sys.argv[2]))]
+    print("ACCEPTED %d" % len(conns), flush=True)
+    time.sleep(120)
+""")
+CROWD_CLIENT = textwrap.dedent("""
+    import resource, socket, sys, time
+    resource.setrlimit(resource.RLIMIT_NOFILE, (8192, max(8192, resource.getrlimit(resource.RLIMIT_NOFILE)[1])))
+    conns = [socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) for _ in range(int(sys.argv[3]))]
+    print("CONNECTED", flush=True)
+    time.sleep(120)
+""")
 
 
 if __name__ == "__main__":
