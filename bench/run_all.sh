@@ -63,6 +63,7 @@ run transport "$PY" "$HERE/transport_bench.py" --lossd "$BUILD/daemon/lossd" \
     --lossctl "$BUILD/client/lossctl/lossctl" --producer "$BUILD/bench/ring_producer"
 run live_page "$PY" "$HERE/live_bench.py" --lossd "$BUILD/daemon/lossd" \
     --producer "$BUILD/bench/ring_producer" --stubs "$BUILD/python"
+run guard "$PY" "$HERE/guard_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python"
 run startup "$PY" "$HERE/startup_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" \
     --prog-load "$BUILD/bench/prog_load"
 # The diagnosis' cost against an older build (issue 13): OLD_LOSSD, default
@@ -77,9 +78,11 @@ else
 fi
 # shellcheck disable=SC2086
 run soak "$PY" "$HERE/soak_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" ${SOAK_ARGS:-}
-# The rule parsers' libFuzzer target, longer than ctest's 20 s (FUZZ_SECONDS, default 120).
-[ -x "$BUILD/tests/fuzz/rule_parsers_fuzz" ] &&
-  run fuzz_rule_parsers "$HERE/../tests/fuzz/run.sh" "$BUILD/tests/fuzz/rule_parsers_fuzz" "${FUZZ_SECONDS:-120}"
+# The libFuzzer targets, longer than ctest's 20 s (FUZZ_SECONDS each, default 120).
+for f in rule_parsers records; do
+  [ -x "$BUILD/tests/fuzz/${f}_fuzz" ] &&
+    run "fuzz_$f" "$HERE/../tests/fuzz/run.sh" "$BUILD/tests/fuzz/${f}_fuzz" "${FUZZ_SECONDS:-120}"
+done
 
 echo "== results in $OUT" >&2
 if [ -n "$missed" ]; then

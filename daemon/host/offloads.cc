@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "host/ethtool.h"
 #include "host/netlink.h"
+#include "host/records.h"
 #include "host/state_dir.h"
 
 namespace lossd {
@@ -45,56 +46,6 @@ Status SetOffloads(const std::string& ifname, Offloads o) {
   return Status::Ok();
 }
 
-struct Record {
-  uint64_t netns = 0;  // 0: this namespace (an older lossd's record, or /proc unreadable)
-  uint32_t ifindex = 0;
-  std::string ifname;
-  Offloads saved;
-};
-
-// The kernel's bounds (GSO_MAX_SEGS, a boolean GRO, IFNAMSIZ): a record
-// outside them was not written by lossd and is never applied.
-constexpr uint64_t kMaxGsoSegs = 65535;
-bool ValidIfname(const std::string& n) {
-  if (n.empty() || n.size() >= IFNAMSIZ) return false;
-  for (unsigned char c : n)
-    if (c <= ' ' || c == '/' || c >= 0x7f) return false;
-  return true;
-}
-
-bool ParseRecord(const std::string& line, Record* r) {
-  std::istringstream in(line);
-  std::vector<std::string> f;
-  for (std::string w; in >> w;) f.push_back(w);
-  auto num = [](const std::string& w, uint64_t max, uint64_t* out) {
-    if (w.empty() || w.size() > 20 || w.find_first_not_of("0123456789") != std::string::npos)
-      return false;
-    errno = 0;
-    unsigned long long v = std::strtoull(w.c_str(), nullptr, 10);
-    if (errno == ERANGE || v > max) return false;
-    *out = v;
-    return true;
-  };
-  size_t at = 0;
-  uint64_t netns = 0, ifindex = 0, gro = 0, gso = 0;
-  if (f.size() == 5) {
-    if (!num(f[0], UINT64_MAX, &netns) || !num(f[1], INT32_MAX, &ifindex) || ifindex == 0)
-      return false;
-    at = 2;
-  } else if (f.size() != 3) {
-    return false;
-  }
-  if (!ValidIfname(f[at]) || !num(f[at + 1], 1, &gro) || !num(f[at + 2], kMaxGsoSegs, &gso) ||
-      gso == 0)
-    return false;
-  r->netns = netns;
-  r->ifindex = static_cast<uint32_t>(ifindex);
-  r->ifname = f[at];
-  r->saved.gro = static_cast<uint32_t>(gro);
-  r->saved.gso_max_segs = static_cast<uint32_t>(gso);
-  return true;
-}
-
 // A record is ~50 bytes; a file past this was not written by lossd (the rest
 // of it is dropped, as junk lines are).
 // The valid offload records of the state file; junk (unparsable or out of
@@ -105,8 +56,8 @@ Result<std::vector<std::string>> ReadRecords(const std::string& file) {
   std::vector<std::string> lines;
   size_t junk = 0;
   for (const std::string& l : *all) {
-    Record r;
-    if (ParseRecord(l, &r)) {
+    OffloadRecord r;
+    if (ParseOffloadRecord(l, &r)) {
       lines.push_back(l);
     } else if (++junk <= 3) {
       LOG_WARN("offload record '%s' in %s is not valid: dropped", Shown(l.substr(0, 80)).c_str(),
@@ -137,8 +88,13 @@ Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& i
   unsigned ifindex = if_nametoindex(ifname.c_str());
   if (ifindex == 0) return Status::FromErrno(errno, "interface " + Shown(ifname));
   g->netns_ = CurrentNetnsIno();
-  g->record_ = std::to_string(g->netns_) + " " + std::to_string(ifindex) + " " + ifname +
-               " " + std::to_string(saved.gro) + " " + std::to_string(saved.gso_max_segs);
+  OffloadRecord rec;
+  rec.netns = g->netns_;
+  rec.ifindex = ifindex;
+  rec.ifname = ifname;
+  rec.gro = saved.gro;
+  rec.gso_max_segs = saved.gso_max_segs;
+  g->record_ = OffloadRecordLine(rec);
   // Record before changing, so a crash in between is recoverable; no record,
   // no change (the rule is refused).
   auto lines = ReadRecords(state_file);
@@ -179,7 +135,7 @@ OffloadGuard::~OffloadGuard() {
 namespace {
 
 // Restores one record in the calling thread's namespace; false to keep it.
-bool RestoreRecord(const Record& r) {
+bool RestoreRecord(const OffloadRecord& r) {
   std::string ifname = r.ifname;
   if (r.ifindex) {
     char name[IF_NAMESIZE] = {};
@@ -190,7 +146,10 @@ bool RestoreRecord(const Record& r) {
     }
     ifname = name;
   }
-  Status st = SetOffloads(ifname, r.saved);
+  Offloads saved;
+  saved.gro = r.gro;
+  saved.gso_max_segs = r.gso_max_segs;
+  Status st = SetOffloads(ifname, saved);
   if (!st.ok()) {
     LOG_WARN("restore offloads of %s: %s (record kept)", ifname.c_str(), st.message().c_str());
     return false;
@@ -210,8 +169,8 @@ int RestoreOffloads(const std::string& state_file) {
     return 0;
   }
   for (const auto& line : *lines) {
-    Record r;
-    ParseRecord(line, &r);  // valid: ReadRecords kept only those
+    OffloadRecord r;
+    ParseOffloadRecord(line, &r);  // valid: ReadRecords kept only those
     // A record of another namespace (a cgroup target's device) is restored
     // there; one whose namespace is gone went with its devices.
     if (r.netns && r.netns != CurrentNetnsIno() && !FindNetns(r.netns, "").ok()) {

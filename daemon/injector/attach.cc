@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "host/netns.h"
+#include "host/records.h"
 #include "host/state_dir.h"
 #include "loss_abi.h"
 
@@ -76,8 +77,12 @@ std::string ProgName(uint32_t prog_id) {
 // The clsact filters attached in other namespaces than lossd's, one record
 // each ("NETNS IFINDEX IFNAME") in the state dir: the next start removes a
 // crashed owner's there (RemoveStaleClsactFilters) and only there.
-std::string FilterRecord(const NetnsRef& ns, int ifindex, const std::string& ifname) {
-  return std::to_string(ns.ino) + " " + std::to_string(ifindex) + " " + ifname;
+std::string FilterRecordOf(const NetnsRef& ns, int ifindex, const std::string& ifname) {
+  FilterRecord r;
+  r.netns = ns.ino;
+  r.ifindex = static_cast<uint32_t>(ifindex);
+  r.ifname = ifname;
+  return FilterRecordLine(r);
 }
 
 Status AddFilterRecord(const std::string& file, const std::string& record) {
@@ -111,7 +116,7 @@ class ClsactAttachment : public Attachment {
   ~ClsactAttachment() override {
     Detach();
     if (ns_.ino && !record_file_.empty())
-      DropFilterRecord(record_file_, FilterRecord(ns_, ifindex_, ifname_));
+      DropFilterRecord(record_file_, FilterRecordOf(ns_, ifindex_, ifname_));
   }
   void Detach() {
     // A namespace that is gone took the filter with its device.
@@ -232,7 +237,7 @@ Result<std::unique_ptr<Attachment>> AttachClsactHere(int prog_fd, int ifindex,
     }
   }
   // Recorded before it exists, so that a crash in between is found again.
-  const std::string record = FilterRecord(ns, ifindex, ifname);
+  const std::string record = FilterRecordOf(ns, ifindex, ifname);
   if (ns.ino && !record_file.empty())
     LOSSD_RETURN_IF_ERROR(AddFilterRecord(record_file, record));
   auto fail = [&](Status st) {
@@ -342,13 +347,15 @@ int RemoveStaleClsactFilters(const std::string& record_file) {
     return removed;
   }
   for (const std::string& line : *lines) {
-    unsigned long long ino = 0;
-    int ifindex = 0;
-    char name[IF_NAMESIZE + 1] = {};
-    if (std::sscanf(line.c_str(), "%llu %d %16s", &ino, &ifindex, name) != 3 || !ino || ifindex <= 0)
-      continue;  // junk: dropped with the rest
-    InNetns(ino, "", [&] {  // a namespace that is gone took the filter with it
-      removed += RemoveStaleFilter(ifindex, name, " in netns " + std::to_string(ino), false);
+    FilterRecord r;
+    if (!ParseFilterRecord(line, &r)) {
+      LOG_WARN("namespace filter record '%s' in %s is not valid: dropped",
+               Shown(line.substr(0, 80)).c_str(), record_file.c_str());
+      continue;
+    }
+    InNetns(r.netns, "", [&] {  // a namespace that is gone took the filter with it
+      removed += RemoveStaleFilter(static_cast<int>(r.ifindex), r.ifname,
+                                   " in netns " + std::to_string(r.netns), false);
       return Status::Ok();
     });
   }
