@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -287,7 +288,13 @@ Daemon::Exit Daemon::BuildServers() {
   if (Exit e = StartGrpc()) return e;
   // The live page: a lossd.v1 client of this server (its in-process channel).
   if (http_) {
-    live_ = std::make_unique<LivePage>(server_->InProcessChannel(grpc::ChannelArguments()));
+    // Its connections' queues, counted in bytes, hold an eighth of --max-stream-memory
+    // together at most (--http-max-streams connections): 16 MiB each by default.
+    LiveOptions live;
+    live.max_queue_bytes = std::max<size_t>(
+        1u << 20, opts_.api.streams.max_queue_bytes / 8 /
+                      std::max<size_t>(1, opts_.http_options.max_streams));
+    live_ = std::make_unique<LivePage>(server_->InProcessChannel(grpc::ChannelArguments()), live);
     live_->Register(http_.get());
   }
   return std::nullopt;

@@ -113,7 +113,8 @@ class StreamLoop {
 class LiveSession {
  public:
   LiveSession(LivePage* page, const EventsQuery& q, v1::EventFilter filter)
-      : page_(page), query_(q), filter_(std::move(filter)), queue_(q.queue) {}
+      : page_(page), query_(q), filter_(std::move(filter)),
+        queue_(q.queue, page->opts_.max_queue_bytes) {}
   ~LiveSession() { Stop(); }
 
   void Start() {

@@ -58,6 +58,10 @@ struct LiveOptions {
   // Debian's libjs-chart.js (3.9.1, UMD build).
   std::string chart_js = "/usr/share/javascript/chart.js/chart.min.js";
   size_t max_rules = 100;  // rules (and effects) sent each second
+  // One connection's queue, in bytes (SseQueue): the daemon gives the live
+  // page's connections an eighth of --max-stream-memory together (beside what
+  // their gRPC streams reserve in the stream budget, the HTTP clients' share).
+  size_t max_queue_bytes = 16u << 20;
 };
 
 class LiveSession;

@@ -19,10 +19,12 @@ void SseQueue::Push(std::string event, std::string data) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
-    if (queue_.size() >= capacity_) {
+    size_t size = event.size() + data.size();
+    if (queue_.size() >= capacity_ || (max_bytes_ && bytes_ + size > max_bytes_)) {
       dropped_[event]++;
       dropped_total_++;
     } else {
+      bytes_ += size;
       queue_.push_back({std::move(event), std::move(data)});
     }
   }
@@ -35,6 +37,7 @@ SseQueue::Batch SseQueue::Take(std::chrono::milliseconds timeout) {
   Batch b;
   b.messages.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
   queue_.clear();
+  bytes_ = 0;
   b.dropped.swap(dropped_);
   b.closed = closed_;
   return b;
@@ -51,6 +54,11 @@ void SseQueue::Close() {
 uint64_t SseQueue::dropped_total() const {
   std::lock_guard<std::mutex> lock(mu_);
   return dropped_total_;
+}
+
+size_t SseQueue::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
 }
 
 namespace {

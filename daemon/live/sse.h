@@ -31,9 +31,14 @@ struct SseMessage {
 // counted under its event name, and the writer reports the count as a gap
 // of that stream before its next messages. So a slow browser loses its own
 // messages, never slows the daemon, and is told exactly what it lost.
+// It holds at most `capacity` messages and `max_bytes` of them (event names and
+// data; 0: no byte bound): a message is a line of JSON whose size the producer does
+// not choose (a flows message grows with the namespace's flows), so messages alone
+// would not bound the memory a slow browser holds.
 class SseQueue {
  public:
-  explicit SseQueue(size_t capacity) : capacity_(capacity ? capacity : 1) {}
+  explicit SseQueue(size_t capacity, size_t max_bytes = 0)
+      : capacity_(capacity ? capacity : 1), max_bytes_(max_bytes) {}
 
   void Push(std::string event, std::string data);
   struct Batch {
@@ -45,9 +50,11 @@ class SseQueue {
   Batch Take(std::chrono::milliseconds timeout);
   void Close();
   uint64_t dropped_total() const;
+  size_t bytes() const;  // held now
 
  private:
-  const size_t capacity_;
+  const size_t capacity_, max_bytes_;
+  size_t bytes_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<SseMessage> queue_;

@@ -35,6 +35,25 @@ TEST(SseQueue, DropsWhatDoesNotFitAndCountsItByStream) {
   EXPECT_FALSE(b.closed);
 }
 
+// Issue 25 item 5: a message's size is not the producer's choice (a flows message
+// grows with the namespace's flows), so the queue is bounded in bytes as well.
+TEST(SseQueue, BoundedInBytesToo) {
+  SseQueue q(1000, 100);  // 1,000 messages, 100 bytes
+  q.Push("flows", std::string(60, 'x'));    // 65 bytes
+  q.Push("flows", std::string(40, 'y'));    // 65 + 45 > 100: dropped
+  q.Push("retransmit", std::string(20, 'z'));  // 65 + 30 = 95: kept
+  EXPECT_EQ(q.bytes(), 95u);
+  SseQueue::Batch b = q.Take(std::chrono::milliseconds(0));
+  ASSERT_EQ(b.messages.size(), 2u);
+  EXPECT_EQ(b.dropped, (std::map<std::string, uint64_t>{{"flows", 1}}));
+  EXPECT_EQ(q.bytes(), 0u);  // taken: room again
+  q.Push("flows", std::string(90, 'x'));
+  EXPECT_EQ(q.Take(std::chrono::milliseconds(0)).messages.size(), 1u);
+  SseQueue unbounded(2);  // no byte bound: messages only
+  unbounded.Push("flows", std::string(1 << 20, 'x'));
+  EXPECT_EQ(unbounded.Take(std::chrono::milliseconds(0)).messages.size(), 1u);
+}
+
 TEST(SseQueue, TakeWaitsForAMessageOrClose) {
   SseQueue q(4);
   std::thread t([&] {
