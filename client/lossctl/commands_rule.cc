@@ -325,10 +325,31 @@ int Effect(const Globals& g, const std::string& id_text) {
   }
   const auto& c = e.counters();
   printf("rule %u\n", e.id());
-  KeyValue("configured", FormatRate(e.configured_rate()));
-  if (c.matched_packets() == 0) {
+  if (e.deterministic()) {
+    // First-k, every-n-th: drops by count, held against the count the model gives
+    // for the packets each flow sent (the data plane's per-flow counts).
+    if (!e.has_expectation()) {
+      KeyValue("expected", c.matched_packets() ? "- (the data plane's per-flow counts do not add "
+                                                 "up to the matched packets: a flow's state was "
+                                                 "evicted, or the rule re-attached)"
+                                               : "- (no packet matched yet)");
+    } else {
+      const auto& x = e.expectation();
+      uint64_t want = x.expected_dropped_packets(), got = x.dropped_packets();
+      std::string verdict =
+          got == want ? "as configured"
+                      : std::string("NOT as configured: ") + (got > want ? "+" : "-") +
+                            std::to_string(got > want ? got - want : want - got);
+      KeyValue("expected", std::to_string(want) + " drops of the " +
+                               std::to_string(x.matched_packets()) + " packets of " +
+                               std::to_string(x.flows()) + " flow" + (x.flows() == 1 ? "" : "s") +
+                               "; " + std::to_string(got) + " dropped  (" + verdict + ")");
+    }
+  } else if (c.matched_packets() == 0) {
+    KeyValue("configured", FormatRate(e.configured_rate()));
     KeyValue("measured", "- (no packet matched yet)");
   } else {  // over packets, the trial unit (docs/architecture.md#measured-rate)
+    KeyValue("configured", FormatRate(e.configured_rate()));
     KeyValue("measured", FormatRate(e.measured_rate()) + " of packets  99.9% CI " +
                              FormatRate(e.rate_ci_low()) + " .. " + FormatRate(e.rate_ci_high()) +
                              (e.configured_within_ci() ? "  (configured rate within)"

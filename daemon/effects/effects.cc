@@ -130,6 +130,17 @@ std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rule
     WilsonInterval(c.dropped_pkts, c.matched_pkts, &e.ci_low, &e.ci_high);
     e.configured_within_ci =
         e.configured >= 0 && e.ci_low <= e.configured && e.configured <= e.ci_high;
+    // First-k and every-n-th drop by count: held against what the model drops of
+    // the packets each flow sent, exactly.
+    e.deterministic = ModelIsDeterministic(rule.spec.model);
+    if (e.deterministic) {
+      e.expectation = inj_->ExpectedDrops(rule.id);
+      e.configured_within_ci = e.expectation && e.expectation->expected == e.expectation->dropped;
+      if (e.configured < 0)
+        e.configured = e.expectation && e.expectation->matched
+                           ? double(e.expectation->expected) / double(e.expectation->matched)
+                           : 0;
+    }
     e.caused = Totals(rule.id);
     e.drops_recorded = c.logged_pkts;
     index[rule.id] = out.size();

@@ -84,10 +84,14 @@ loss_drop_key SentDropKey(const obs_tuple& t);
 
 // A rule's drops held against its configured rate, and what they caused.
 struct RuleEffect {
-  double configured = 0;           // the model's mean rate; -1: none (first-k)
-  double measured = 0;             // dropped / matched segments
+  double configured = 0;           // the model's mean rate (first-k: expected / matched, or 0)
+  double measured = 0;             // dropped / matched packets
   double ci_low = 0, ci_high = 1;  // 99.9 % interval of the per-skb drop rate
+  // Random models: the configured rate lies in the interval. Deterministic ones:
+  // the drops equal the expectation.
   bool configured_within_ci = false;
+  bool deterministic = false;  // first-k, every-n-th: an expected count, not a rate
+  std::optional<Injector::Expectation> expectation;  // deterministic, and stated (injector.h)
   RuleEffectTotals caused;      // retransmissions on the flows it matched
   uint64_t drops_recorded = 0;  // its dropped TCP skbs with payload in the drop log
 };

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "injector/encode.h"
+#include "rules/model.h"
 
 namespace lossd {
 
@@ -258,6 +259,7 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
     for (const Device& d : egress.devices)
       rule.egress[AttachKey{LOSS_HOOK_TC_EGRESS, uint64_t(d.ifindex), d.ns.ino}] = d;
   rule.slot = *slot;
+  rule.generation = maps_.Generation(*slot);
   rule.target = target;
   rule.offloads = offloads;
   rule.expires_ns = expires;
@@ -548,6 +550,57 @@ Result<RuleCounters> Injector::Counters(uint32_t id) const {
   if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
   if (!it->second.live) return it->second.info.counters;
   return LiveCounters(it->second);
+}
+
+std::optional<Injector::Expectation> Injector::ExpectedDrops(uint32_t id) const {
+  LossModel model;
+  uint32_t slot = 0, generation = 0;
+  bool live = false;
+  RuleCounters final_counts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rules_.find(id);
+    if (it == rules_.end() || !ModelIsDeterministic(it->second.info.spec.model)) return std::nullopt;
+    const Rule& r = it->second;
+    // Counted partly in an earlier slot (re-attached): its flows' counts are gone.
+    if (r.before.matched_pkts) return std::nullopt;
+    model = r.info.spec.model;
+    slot = r.slot;
+    generation = r.generation;
+    live = r.live;
+    final_counts = r.info.counters;
+  }
+  // The flow state and the counters are read apart, off the lock: consistent only
+  // if the counters did not move across the read of the flows.
+  for (int attempt = 0; attempt < 3; attempt++) {
+    RuleCounters c0 = final_counts;
+    if (live) {
+      auto c = maps_.Counters(slot);
+      if (!c.ok()) return std::nullopt;
+      c0 = *c;
+    }
+    auto counts = maps_.FlowCounts(slot, generation);
+    if (!counts.ok()) return std::nullopt;
+    RuleCounters c1 = c0;
+    if (live) {
+      auto c = maps_.Counters(slot);
+      if (!c.ok()) return std::nullopt;
+      c1 = *c;
+    }
+    if (c1.matched_pkts != c0.matched_pkts) continue;
+    Expectation e;
+    uint64_t seen = 0;
+    for (uint64_t n : *counts) {
+      seen += n;
+      e.expected += ModelExpectedDrops(model, n);
+    }
+    if (seen != c0.matched_pkts) return std::nullopt;
+    e.matched = c0.matched_pkts;
+    e.dropped = c0.dropped_pkts;
+    e.flows = counts->size();
+    return e;
+  }
+  return std::nullopt;
 }
 
 // What a live rule counted: in its slot, and before it failed and re-attached.

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,17 @@ class Injector {
   Result<RuleInfo> Get(uint32_t id) const;
   // Live counters, or the final ones of an expired rule.
   Result<RuleCounters> Counters(uint32_t id) const;
+  // A deterministic rule's expectation (first-k, every-n-th: rules/model.h):
+  // what its model drops of the packets each of its flows sent, as the data
+  // plane counted them per flow, beside what it matched and dropped at that
+  // same moment. nullopt for the random models, an unknown rule, or when the
+  // per-flow counts do not add up to the matched packets (a flow's state
+  // evicted, packets counted before a re-attach, or traffic that would not
+  // hold still for three reads): then no expectation can be stated.
+  struct Expectation {
+    uint64_t expected = 0, matched = 0, dropped = 0, flows = 0;
+  };
+  std::optional<Expectation> ExpectedDrops(uint32_t id) const;
   size_t LiveCount() const;
   const RuleLimits& limits() const { return opts_.limits; }
   void SetListener(RuleListener* listener);
@@ -194,6 +206,7 @@ class Injector {
   struct Rule {
     RuleInfo info;  // info.counters: the final ones, once retired
     uint32_t slot = 0;
+    uint32_t generation = 0;  // the slot's generation when published (the flow state's key)
     std::vector<AttachKey> attach;
     Target target;  // as resolved when it was last attached
     // A cgroup target's egress: the devices it is decided on (each one's key

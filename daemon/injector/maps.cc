@@ -3,8 +3,10 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/bpf_objects.h"
 #include "common/split_load.h"
@@ -84,6 +86,7 @@ Result<std::unique_ptr<BpfMaps>> BpfMaps::Create() {
   m->hook_stats_fd_ = bpf_map__fd(maps.loss_hook_stats);
   m->drops_fd_ = bpf_map__fd(maps.loss_drops);
   m->cg_self_fd_ = bpf_map__fd(maps.loss_cg_self);
+  m->flow_state_fd_ = bpf_map__fd(maps.loss_flow_state);
   return m;
 }
 
@@ -152,6 +155,45 @@ Result<bool> BpfMaps::ReadDrops(const loss_drop_key& key, loss_drop_log* log) co
     return Status::FromErrno(errno, "read the drop log");
   }
   return true;
+}
+
+// In batches of kFlowBatch entries (bpf_map_lookup_batch; one element at a time where
+// the kernel cannot batch): the whole map is a few milliseconds.
+Result<std::vector<uint64_t>> BpfMaps::ReadFlowCounts(uint32_t slot, uint32_t generation) const {
+  constexpr uint32_t kFlowBatch = 4096;
+  std::vector<uint64_t> out;
+  auto take = [&](const loss_flow_key& k, const loss_flow_state& v) {
+    if (k.slot == slot && k.generation == generation) out.push_back(v.count);
+  };
+  std::vector<loss_flow_key> keys(kFlowBatch);
+  std::vector<loss_flow_state> values(kFlowBatch);
+  alignas(8) char in_token[64] = {}, out_token[64] = {};
+  bool first = true;
+  for (;;) {
+    uint32_t n = kFlowBatch;
+    int rc = bpf_map_lookup_batch(flow_state_fd_, first ? nullptr : in_token, out_token, keys.data(),
+                                  values.data(), &n, nullptr);
+    int err = rc ? errno : 0;
+    if (rc && err != ENOENT) {
+      if (!first || (err != EINVAL && err != ENOTSUP && err != EOPNOTSUPP))
+        return Status::FromErrno(err, "read the rules' flow state (loss_flow_state)");
+      break;  // no batch operations here: one at a time below
+    }
+    for (uint32_t i = 0; i < n; i++) take(keys[i], values[i]);
+    if (err == ENOENT) return out;
+    std::memcpy(in_token, out_token, sizeof(in_token));
+    first = false;
+  }
+  loss_flow_key key{}, next{};
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(flow_state_fd_, prev, &next) == 0) {
+    loss_flow_state v{};
+    if (bpf_map_lookup_elem(flow_state_fd_, &next, &v) == 0) take(next, v);
+    key = next;
+    prev = &key;
+  }
+  if (errno != ENOENT) return Status::FromErrno(errno, "read the rules' flow state (loss_flow_state)");
+  return out;
 }
 
 }  // namespace lossd

@@ -62,6 +62,10 @@ class LossMaps {
   virtual HookCounters ReadHookTotals(uint32_t hook) const = 0;
   // loss_drops: false if the flow has no entry.
   virtual Result<bool> ReadDrops(const loss_drop_key& key, loss_drop_log* log) const = 0;
+  // loss_flow_state: the packet count of each flow the rule in `slot` (of that
+  // generation) decided on, as the data plane counts them (an LRU map: a flow
+  // evicted is missing).
+  virtual Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t slot, uint32_t generation) const = 0;
 };
 
 // One opened loss.bpf.c (its skeleton: loss.skel.h embeds the object file,
@@ -104,13 +108,14 @@ class BpfMaps final : public LossMaps {
   Status WriteConfig(const struct loss_config& cfg) override;
   HookCounters ReadHookTotals(uint32_t hook) const override;
   Result<bool> ReadDrops(const loss_drop_key& key, loss_drop_log* log) const override;
+  Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t slot, uint32_t generation) const override;
 
  private:
   BpfMaps() = default;
   LossObject obj_;
   int ncpus_ = 1;
   int rules_fd_ = -1, stats_fd_ = -1, port_fd_ = -1, host_fd_ = -1, bloom_fd_ = -1, cfg_fd_ = -1;
-  int hook_stats_fd_ = -1, drops_fd_ = -1, cg_self_fd_ = -1;
+  int hook_stats_fd_ = -1, drops_fd_ = -1, cg_self_fd_ = -1, flow_state_fd_ = -1;
 };
 
 }  // namespace lossd

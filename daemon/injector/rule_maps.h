@@ -46,6 +46,11 @@ class RuleMaps {
   Status Withdraw(uint32_t slot);
   void Free(uint32_t slot);
   Result<RuleCounters> Counters(uint32_t slot) const { return maps_->ReadCounters(slot); }
+  // The generation of the rule published in `slot` (its flow state's key).
+  uint32_t Generation(uint32_t slot) const { return generation_[slot]; }
+  Result<std::vector<uint64_t>> FlowCounts(uint32_t slot, uint32_t generation) const {
+    return maps_->ReadFlowCounts(slot, generation);
+  }
 
   // The lease: the data plane drops nothing after `until_ns`
   // (CLOCK_MONOTONIC; 0: no lease).

@@ -19,6 +19,18 @@ double ModelMeanLoss(const LossModel& m) {
   return -1;
 }
 
+bool ModelIsDeterministic(const LossModel& m) {
+  return m.kind == LossModel::Kind::kEveryNth || m.kind == LossModel::Kind::kFirstK;
+}
+
+uint64_t ModelExpectedDrops(const LossModel& m, uint64_t packets) {
+  switch (m.kind) {
+    case LossModel::Kind::kEveryNth: return m.n ? packets / m.n : 0;
+    case LossModel::Kind::kFirstK: return packets < m.n ? packets : m.n;
+    default: return 0;
+  }
+}
+
 void WilsonInterval(uint64_t k, uint64_t n, double* lo, double* hi) {
   if (n == 0) {
     *lo = 0;

@@ -104,6 +104,14 @@ void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* o
   out->set_rate_ci_low(e.ci_low);
   out->set_rate_ci_high(e.ci_high);
   out->set_configured_within_ci(e.configured_within_ci);
+  out->set_deterministic(e.deterministic);
+  if (e.expectation) {
+    v1::Expectation* x = out->mutable_expectation();
+    x->set_expected_dropped_packets(e.expectation->expected);
+    x->set_matched_packets(e.expectation->matched);
+    x->set_dropped_packets(e.expectation->dropped);
+    x->set_flows(e.expectation->flows);
+  }
   CountersToProto(r.counters, out->mutable_counters());
   for (int ty = 0; ty < OBS_RTX_MAX; ty++)
     (*out->mutable_retransmitted_segments())[RtxTypeName(ty)] = e.caused.segs[ty];

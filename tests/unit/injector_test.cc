@@ -82,6 +82,9 @@ class FakeMaps final : public LossMaps {
   }
   HookCounters ReadHookTotals(uint32_t) const override { return HookCounters(); }
   Result<bool> ReadDrops(const loss_drop_key&, loss_drop_log*) const override { return false; }
+  Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t, uint32_t) const override {
+    return std::vector<uint64_t>{};
+  }
 
   std::map<uint32_t, struct loss_rule> rules;  // as last written
   std::map<uint32_t, RuleCounters> counters;   // what the data plane counted

@@ -1,6 +1,7 @@
 // Rule parsing, validation and encoding: each bad input gives a clear error.
 #include "rules/rule.h"
 #include "injector/encode.h"
+#include "rules/model.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -405,6 +406,37 @@ TEST(Encode, Models) {
   EXPECT_EQ(r.model, uint32_t(LOSS_MODEL_FIRST));
   EXPECT_EQ(r.n, 3u);
   EXPECT_EQ(r.flags & LOSS_RULE_SEEDED, 0u);
+}
+
+}  // namespace
+}  // namespace lossd
+
+namespace lossd {
+namespace {
+
+// Issue 24: first-k and every-n-th have an expected count per flow, not a rate.
+TEST(ModelExpectation, DeterministicModelsCountPerFlow) {
+  LossModel nth;
+  nth.kind = LossModel::Kind::kEveryNth;
+  nth.n = 4;
+  LossModel first;
+  first.kind = LossModel::Kind::kFirstK;
+  first.n = 5;
+  LossModel bern;
+  bern.p = 0.5;
+  EXPECT_TRUE(ModelIsDeterministic(nth));
+  EXPECT_TRUE(ModelIsDeterministic(first));
+  EXPECT_FALSE(ModelIsDeterministic(bern));
+  EXPECT_EQ(ModelExpectedDrops(nth, 0), 0u);
+  EXPECT_EQ(ModelExpectedDrops(nth, 3), 0u);
+  EXPECT_EQ(ModelExpectedDrops(nth, 4), 1u);
+  EXPECT_EQ(ModelExpectedDrops(nth, 1003), 250u);
+  EXPECT_EQ(ModelExpectedDrops(first, 3), 3u);
+  EXPECT_EQ(ModelExpectedDrops(first, 5), 5u);
+  EXPECT_EQ(ModelExpectedDrops(first, 1000), 5u);
+  EXPECT_EQ(ModelExpectedDrops(bern, 1000), 0u);
+  nth.n = 0;  // refused by Validate; never a division by zero
+  EXPECT_EQ(ModelExpectedDrops(nth, 10), 0u);
 }
 
 }  // namespace

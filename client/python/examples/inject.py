@@ -277,6 +277,33 @@ def print_effect(rule, final, effect, effect_is_final, tally):
         print("  no counters (the rule was gone and lossd has no effect for it)")
         return
     conf = rule.rate
+    if effect is not None and effect.deterministic:
+        # First-k, every-n-th: an expected count of drops (the data plane's per-flow
+        # counts), not a rate with an interval.
+        if effect.expected_dropped is None:
+            print("  expected drops   unknown (the per-flow counts do not add up to the matched packets)")
+        else:
+            print("  expected drops   %d of %d packets; dropped %d: %s"
+                  % (effect.expected_dropped, effect.expected_of, effect.expected_actual,
+                     "as configured" if effect.configured_within_ci else "NOT as configured"))
+    else:
+        print_rate(conf, c, effect, effect_is_final)
+    print("  dropped          %d of %d packets (%d of %d segments)"
+          % (c.dropped_packets, c.matched_packets, c.dropped_segments, c.matched_segments))
+    if effect:
+        print("  retransmitted    %d segments: %s  (%d flows)%s"
+              % (effect.retransmitted_total, by_type(effect.retransmitted_segments), effect.flows,
+                 "" if effect_is_final else " [lossd, just before deletion]"))
+    if tally and tally.source == "events":
+        print("  seen on stream   %d segments: %s" % (sum(tally.total.values()), by_type(tally.total)))
+    elif tally:
+        print("  seen on stream   %d segments on the rule's flows; all flows: %s"
+              % (tally.rule_total, by_type(tally.total)))
+    if tally and tally.gaps:
+        print("  events lost      %s" % ", ".join("%s %d" % kv for kv in sorted(tally.gaps.items())))
+
+
+def print_rate(conf, c, effect, effect_is_final):
     # The rate counts skbs, the unit the decision is made on (docs/architecture.md#measured-rate).
     n, k = c.matched_packets, c.dropped_packets
     if effect_is_final:
@@ -290,19 +317,6 @@ def print_effect(rule, final, effect, effect_is_final, tally):
     print("  measured rate    %s  (99.9%% CI %s .. %s: configured %s)"
           % (format_rate(measured) if n else "-", format_rate(lo), format_rate(hi),
              "inside" if ok else "OUTSIDE"))
-    print("  dropped          %d of %d packets (%d of %d segments)"
-          % (k, n, c.dropped_segments, c.matched_segments))
-    if effect:
-        print("  retransmitted    %d segments: %s  (%d flows)%s"
-              % (effect.retransmitted_total, by_type(effect.retransmitted_segments), effect.flows,
-                 "" if effect_is_final else " [lossd, just before deletion]"))
-    if tally and tally.source == "events":
-        print("  seen on stream   %d segments: %s" % (sum(tally.total.values()), by_type(tally.total)))
-    elif tally:
-        print("  seen on stream   %d segments on the rule's flows; all flows: %s"
-              % (tally.rule_total, by_type(tally.total)))
-    if tally and tally.gaps:
-        print("  events lost      %s" % ", ".join("%s %d" % kv for kv in sorted(tally.gaps.items())))
 
 
 if __name__ == "__main__":

@@ -256,13 +256,23 @@ class RuleEffect:
     counters: Counters
     retransmitted_segments: dict   # {'fast': n, 'rto': n, ...}
     flows: int
+    # First-k and every-n-th drop by count: `expected_dropped` (None when it cannot be
+    # stated: RuleEffect.expectation in lossd.proto) of the `expected_of` packets then
+    # matched, beside the `expected_actual` drops; configured_within_ci is their equality.
+    deterministic: bool = False
+    expected_dropped: typing.Optional[int] = None
+    expected_of: typing.Optional[int] = None
+    expected_actual: typing.Optional[int] = None
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
     def from_proto(cls, m):
+        x = m.expectation if m.HasField("expectation") else None
         return cls(m.id, m.configured_rate, m.measured_rate, m.rate_ci_low, m.rate_ci_high,
                    m.configured_within_ci, Counters.from_proto(m.counters),
-                   type_counts(m.retransmitted_segments), m.flows, raw=m)
+                   type_counts(m.retransmitted_segments), m.flows, m.deterministic,
+                   x.expected_dropped_packets if x else None, x.matched_packets if x else None,
+                   x.dropped_packets if x else None, raw=m)
 
     @property
     def retransmitted_total(self):
@@ -274,12 +284,19 @@ class RuleEffect:
 
     def __str__(self):
         c = self.counters
-        s = ("rule %d: configured %s, measured %s [%s, %s] %s; dropped %d of %d packets; "
-             "%d flows; retransmitted %d"
-             % (self.id, format_rate(self.configured_rate), format_rate(self.measured_rate),
-                format_rate(self.rate_ci_low), format_rate(self.rate_ci_high),
-                "ok" if self.configured_within_ci else "OUTSIDE CI",
-                c.dropped_packets, c.matched_packets, self.flows, self.retransmitted_total))
+        if self.deterministic:
+            head = ("rule %d: expected %d drops of %d packets, dropped %d: %s"
+                    % (self.id, self.expected_dropped, self.expected_of, self.expected_actual,
+                       "as configured" if self.configured_within_ci else "NOT AS CONFIGURED")
+                    if self.expected_dropped is not None else
+                    "rule %d: expected drops unknown (the per-flow counts do not add up)" % self.id)
+        else:
+            head = ("rule %d: configured %s, measured %s [%s, %s] %s"
+                    % (self.id, format_rate(self.configured_rate), format_rate(self.measured_rate),
+                       format_rate(self.rate_ci_low), format_rate(self.rate_ci_high),
+                       "ok" if self.configured_within_ci else "OUTSIDE CI"))
+        s = head + ("; dropped %d of %d packets; %d flows; retransmitted %d"
+                    % (c.dropped_packets, c.matched_packets, self.flows, self.retransmitted_total))
         if self.retransmitted_segments:
             s += " (%s)" % ", ".join("%s %d" % (t, self.retransmitted_segments[t]) for t in self.types())
         return s

@@ -429,7 +429,11 @@ function renderRules() {
     let measured = "-", interval = "-", inCi = "";
     if (e && matched) {
       measured = fmtRate(e.measured_rate || 0);
-      interval = fmtRate(e.rate_ci_low || 0) + " – " + fmtRate(e.rate_ci_high || 0);
+      // First-k and every-n-th drop by count: the expected drops, not an interval.
+      interval = !e.deterministic
+          ? fmtRate(e.rate_ci_low || 0) + " – " + fmtRate(e.rate_ci_high || 0)
+          : e.expectation ? "expected " + fmtInt(u64(e.expectation.expected_dropped_packets)) + " pkts"
+                          : "expected ?";
       inCi = e.configured_within_ci ? "ok" : "bad";
     }
     const dr = state.dropRate[rule.id];

@@ -8,12 +8,21 @@ The daemon runs in namespace A.
   test_udp_1_percent_and_effect   1 % of 100,000 datagrams: lost == dropped_packets, inside the
                                binomial interval (lab.stats.CONF); GetRuleEffect's measured rate is
                                dropped/matched and its interval is the 99.9 % Wilson interval
+  test_deterministic_models_expected_drops   every 4th and first 5 of three UDP flows each:
+                               GetRuleEffect states the expected drops from the data plane's
+                               per-flow counts (sum of floor(n/4), of min(n, 5)), equal to what
+                               was dropped and to what the receivers lost; lossctl rule effect
+                               and the Python client say "as configured" (issue 24: before,
+                               "configured -100%", "OUTSIDE")
   test_tcp_effect_equals_drops a paced TCP flow A -> B under 1 % on A's egress (clsact): the
                                effect's retransmitted segments (all types) == A's TcpRetransSegs
                                delta == dropped_segments + TCPDSACKRecvSegs delta
 """
 
-from lab import daemon, traffic
+import subprocess
+import sys
+
+from lab import config, daemon, traffic
 from lab.config import main
 from lab.netns import measured
 from lab.stats import binom_interval
@@ -48,6 +57,51 @@ class DaemonTraffic(DaemonTestCase):
         self.assertEqual(g1["unique"], 0, "the 100 % port got datagrams")
         self.assertEqual(g2["unique"], n, "the other port lost datagrams")
         self.assertEqual((c.matched_packets, c.dropped_packets, c.dropped_segments), (n, n, n))
+
+    def test_deterministic_models_expected_drops(self):
+        lab, d = self.lab, self.d
+        counts = (1000, 1001, 1003)  # datagrams of each flow
+        nth = d.create(interface=lab.IF_A, protocol="udp", dport=(9311, 9313), every_nth=4)
+        first = d.create(interface=lab.IF_A, protocol="udp", dport=(9321, 9323), first_k=5)
+        flows = [dict(rx_ns=lab.a, tx_ns=lab.b, dst=lab.V4_A, port=base + i, flow=10 + base % 100 + i,
+                      count=n, pps=10000) for base in (9311, 9321) for i, n in enumerate(counts)]
+        res = traffic.udp_flows(lab, flows)
+        lost = [s["sent"] - g["unique"] for s, g in res]
+        self.counters_settled(nth.id, sum(counts))
+        self.counters_settled(first.id, sum(counts))
+        want = {nth.id: sum(n // 4 for n in counts), first.id: sum(min(n, 5) for n in counts)}
+        got = {}
+        for rid, lost_here in ((nth.id, sum(lost[:3])), (first.id, sum(lost[3:]))):
+            e = d.effect(rid)
+            got[rid] = dict(deterministic=e.deterministic, has=e.HasField("expectation"),
+                            expected=e.expectation.expected_dropped_packets, of=e.expectation.matched_packets,
+                            dropped=e.expectation.dropped_packets, flows=e.expectation.flows,
+                            within=e.configured_within_ci, configured=e.configured_rate,
+                            counters_dropped=e.counters.dropped_packets, lost=lost_here)
+        measured("deterministic_effect", want=want, got=got)
+        for rid, g in got.items():
+            self.assertTrue(g["deterministic"] and g["has"], got)
+            self.assertEqual((g["expected"], g["dropped"], g["counters_dropped"], g["lost"]),
+                             (want[rid],) * 4, got)
+            self.assertEqual((g["of"], g["flows"]), (sum(counts), 3), got)
+            self.assertTrue(g["within"], got)
+        self.assertAlmostEqual(got[first.id]["configured"], 15 / sum(counts))
+        self.assertAlmostEqual(got[nth.id]["configured"], 0.25)
+        if config.LOSSCTL:
+            out = subprocess.run([config.LOSSCTL, "--addr", d.addr, "rule", "effect", str(first.id)],
+                                 capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 0, out)
+            self.assertIn("expected     15 drops of the 3004 packets of 3 flows; 15 dropped  (as configured)",
+                          out.stdout)
+            self.assertNotIn("OUTSIDE", out.stdout)
+            self.assertNotIn("-100", out.stdout)
+        sys.path.insert(0, config.PYCLIENT)
+        from lossd_client import Client
+        with Client(d.sock, stubs=config.STUBS, timeout=30) as c:
+            e = c.rule_effect(nth.id)
+        self.assertEqual((e.deterministic, e.expected_dropped, e.expected_actual, e.configured_within_ci),
+                         (True, want[nth.id], want[nth.id], True), str(e))
+        self.assertIn("as configured", str(e))
 
     def test_udp_1_percent_and_effect(self):
         lab, d = self.lab, self.d
