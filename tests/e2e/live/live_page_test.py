@@ -140,6 +140,15 @@ class LivePageTest(DaemonTestCase):
         self.assertGreater(eff.counters.dropped_segments, 0)
         # The header says what the rate counts: skbs, the trial unit (issue 24).
         self.assertIn("dropped / matched packets", b.text("#card-rules h2 .hint"))
+        # An every-4th rule has an expected count of drops, not an interval (issue 24).
+        nth = d.create(interface=lab.IF_A, protocol="udp", dport=PORT + 3, every_nth=4).id
+        traffic.udp_flows(lab, [dict(rx_ns=lab.a, tx_ns=lab.b, dst=lab.V4_A, port=PORT + 3, flow=7,
+                                     count=400, pps=4000)])
+        nth_row = "#rules tbody tr[data-rule-id='%d'] " % nth
+        b.wait(lambda: b.text(nth_row + "td.interval") == "expected 100 pkts", 6,
+               "the every-4th rule's expected drops")
+        self.assertIn("ok", b.driver.find_element("css selector", nth_row + "td.interval").get_attribute("class"))
+        b.screenshot(artifact("live_page_rules.png"))
         errors = b.console_errors()
         self.assertEqual(errors, [], errors)
 
