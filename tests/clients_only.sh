@@ -6,9 +6,9 @@
 # hiding works), then the clients-only tree must configure, build lossctl,
 # the rule tests and the Python stubs, and `lossctl --help` must run.
 #   tests/clients_only.sh SOURCE_DIR [WORK_DIR]      (root: needs unshare -m)
-# WORK_DIR (default a temporary directory) and the clients-only build tree
-# ($CLIENTS_TREE, default WORK_DIR/clients) are made afresh and removed at the end unless
-# KEEP_WORK=1. A tree beside the main build tree, at its depth (tests/CMakeLists.txt
+# A temporary directory (in WORK_DIR, default /tmp) and the clients-only build tree
+# ($CLIENTS_TREE, default inside that directory) are made afresh and removed at the end
+# (KEEP_WORK=1 keeps them). A tree beside the main build tree, at its depth (tests/CMakeLists.txt
 # passes build-clients-only), lets ccache give its compiles the main build's objects
 # (CMakeLists.txt: LOSSD_CCACHE). A hit needs the same flags and every header the compile
 # read, unchanged: one hidden here is a miss and a real compile, which fails as it must.
@@ -18,18 +18,22 @@ work=${2:-}
 jobs=${JOBS:-2}
 
 if [ "${LOSSD_HIDDEN:-}" != 1 ]; then
-  if [ -z "$work" ]; then
-    work=$(mktemp -d /tmp/lossd-clients-only.XXXXXX)
-  else
-    rm -rf "$work" && mkdir -p "$work"
-  fi
+  # Only what this script makes is removed: a temporary directory inside WORK_DIR,
+  # and a clients tree that is empty or a build tree (its CMakeCache.txt).
+  [ -z "$work" ] || mkdir -p "$work"
+  work=$(mktemp -d "${work:-/tmp}/lossd-clients-only.XXXXXX")
   tree=${CLIENTS_TREE:-$work/clients}
+  if [ -e "$tree" ] && [ ! -f "$tree/CMakeCache.txt" ] && [ -n "$(ls -A "$tree")" ]; then
+    echo "clients_only: FAIL: $tree is neither empty nor a build tree: not removing it" >&2
+    rmdir "$work"
+    exit 1
+  fi
   rm -rf "$tree"
-  rc=0
-  unshare -m --propagation private env LOSSD_HIDDEN=1 JOBS="$jobs" CLIENTS_TREE="$tree" "$0" "$src" "$work" ||
-    rc=$?
-  [ "${KEEP_WORK:-}" = 1 ] || rm -rf "$work" "$tree"
-  exit $rc
+  cleanup() { [ "${KEEP_WORK:-}" = 1 ] || rm -rf "$work" "$tree"; }
+  trap cleanup EXIT
+  trap 'exit 143' TERM INT
+  unshare -m --propagation private env LOSSD_HIDDEN=1 JOBS="$jobs" CLIENTS_TREE="$tree" "$0" "$src" "$work"
+  exit $?
 fi
 tree=${CLIENTS_TREE:-$work/clients}
 

@@ -329,9 +329,9 @@ int Effect(const Globals& g, const std::string& id_text) {
     // First-k, every-n-th: drops by count, held against the count the model gives
     // for the packets each flow sent (the data plane's per-flow counts).
     if (!e.has_expectation()) {
-      KeyValue("expected", c.matched_packets() ? "- (the data plane's per-flow counts do not add "
-                                                 "up to the matched packets: a flow's state was "
-                                                 "evicted, or the rule re-attached)"
+      KeyValue("expected", c.matched_packets() ? "- (the data plane's per-flow counts did not add "
+                                                 "up to the matched packets: traffic still moving, "
+                                                 "a flow's state evicted, or the rule re-attached)"
                                                : "- (no packet matched yet)");
     } else {
       const auto& x = e.expectation();

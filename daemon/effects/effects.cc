@@ -135,7 +135,9 @@ std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rule
     e.deterministic = ModelIsDeterministic(rule.spec.model);
     if (e.deterministic) {
       e.expectation = inj_->ExpectedDrops(rule.id);
-      e.configured_within_ci = e.expectation && e.expectation->expected == e.expectation->dropped;
+      // Unknown (traffic moving as the counts were read): every-n-th falls back to
+      // its rate's interval; first-k, which has no rate, stays unconfirmed.
+      if (e.expectation) e.configured_within_ci = e.expectation->expected == e.expectation->dropped;
       if (e.configured < 0)
         e.configured = e.expectation && e.expectation->matched
                            ? double(e.expectation->expected) / double(e.expectation->matched)

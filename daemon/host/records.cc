@@ -40,10 +40,10 @@ bool Num(const std::string& w, uint64_t max, uint64_t* out) {
 
 }  // namespace
 
-bool ValidIfname(const std::string& n) {
-  if (n.empty() || n.size() > kIfNameMax) return false;
+bool ValidIfname(const std::string& n) {  // the kernel's dev_valid_name, printable ASCII
+  if (n.empty() || n.size() > kIfNameMax || n == "." || n == "..") return false;
   for (unsigned char c : n)
-    if (c <= ' ' || c == '/' || c >= 0x7f) return false;
+    if (c <= ' ' || c == '/' || c == ':' || c >= 0x7f) return false;
   return true;
 }
 

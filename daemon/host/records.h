@@ -2,8 +2,8 @@
 // one lossd and applied by the next start: parsed strictly, since a line that
 // was not written by lossd must never be applied. Decimal fields only (no sign,
 // no space inside, at most 20 digits) within the kernel's ranges, and an
-// interface name the kernel could have given (1-15 bytes, no space, '/' or
-// control byte). Pure: tests/fuzz/records_fuzz.cc fuzzes them.
+// interface name the kernel could have given (1-15 bytes, no space, '/', ':'
+// or control byte, not "." or ".."). Pure: tests/fuzz/records_fuzz.cc fuzzes them.
 #pragma once
 
 #include <cstdint>

@@ -31,14 +31,18 @@ bool CgroupHolds(const std::string& rule, const std::string& mount, const std::s
 
 }  // namespace
 
-Status HostGuard::RefreshLocked() {
+Status HostGuard::RefreshLocked(bool need_ports) {
   uint64_t now = MonotonicNs();
-  if (looked_at_ns_ && now - looked_at_ns_ < 1000000000ull) return Status::Ok();
+  if (!looked_at_ns_ || now - looked_at_ns_ >= 1000000000ull) {
+    looked_at_ns_ = now;
+    sshd_ = ProcessesNamed("sshd");
+    ports_known_ = false;
+  }
+  if (!need_ports || ports_known_) return Status::Ok();
   // Listeners are few: all of them, to find the ports sshd listens on.
   auto listeners = TcpSockets(kTcpListen);
   if (!listeners.ok()) return listeners.status();
-  looked_at_ns_ = now;
-  sshd_ = ProcessesNamed("sshd");
+  ports_known_ = true;
   ports_ = configured_;
   for (const TcpSock& s : *listeners)
     if (std::count(sshd_.socket_inodes.begin(), sshd_.socket_inodes.end(), s.inode))
@@ -76,7 +80,8 @@ Status HostGuard::Check(const RuleSpec& spec, const std::string& cgroup_path,
   std::vector<std::string> sshd_cgroups;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Status st = RefreshLocked();
+    // A cgroup rule needs sshd's cgroups only, not its ports (no socket dump).
+    Status st = RefreshLocked(cgroup_path.empty());
     if (!st.ok()) return unchecked(st);
     ports = ports_;
     sshd_cgroups = sshd_.cgroups;

@@ -29,15 +29,17 @@ class HostGuard {
                const std::string& cgroup_mount);
 
  private:
-  // sshd's processes and listening ports, looked up at most once a second
-  // (a batch of rules does not walk /proc once per rule). Under mu_.
-  Status RefreshLocked();
+  // sshd's processes, and with need_ports its listening ports (a dump of the
+  // listeners), each looked up at most once a second (a batch of rules does
+  // not walk /proc once per rule). Under mu_.
+  Status RefreshLocked(bool need_ports);
 
   std::vector<uint16_t> configured_;
   std::mutex mu_;
   uint64_t looked_at_ns_ = 0;
   Processes sshd_;
   std::vector<uint16_t> ports_;  // configured_ + sshd's
+  bool ports_known_ = false;     // ports_ looked up since sshd_ was
 };
 
 }  // namespace lossd

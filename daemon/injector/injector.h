@@ -155,9 +155,9 @@ class Injector {
   // what its model drops of the packets each of its flows sent, as the data
   // plane counted them per flow, beside what it matched and dropped at that
   // same moment. nullopt for the random models, an unknown rule, or when the
-  // per-flow counts do not add up to the matched packets (a flow's state
-  // evicted, packets counted before a re-attach, or traffic that would not
-  // hold still for three reads): then no expectation can be stated.
+  // per-flow counts do not add up to the matched packets in five reads (traffic
+  // that would not hold still, a flow's state evicted, packets counted before a
+  // re-attach): then no expectation can be stated.
   struct Expectation {
     uint64_t expected = 0, matched = 0, dropped = 0, flows = 0;
   };

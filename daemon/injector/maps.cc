@@ -158,7 +158,8 @@ Result<bool> BpfMaps::ReadDrops(const loss_drop_key& key, loss_drop_log* log) co
 }
 
 // In batches of kFlowBatch entries (bpf_map_lookup_batch; one element at a time where
-// the kernel cannot batch): the whole map is a few milliseconds.
+// the kernel cannot batch: EINVAL before 5.6, its own ENOTSUPP, 524, for a map type
+// without batch operations).
 Result<std::vector<uint64_t>> BpfMaps::ReadFlowCounts(uint32_t slot, uint32_t generation) const {
   constexpr uint32_t kFlowBatch = 4096;
   std::vector<uint64_t> out;
@@ -175,7 +176,7 @@ Result<std::vector<uint64_t>> BpfMaps::ReadFlowCounts(uint32_t slot, uint32_t ge
                                   values.data(), &n, nullptr);
     int err = rc ? errno : 0;
     if (rc && err != ENOENT) {
-      if (!first || (err != EINVAL && err != ENOTSUP && err != EOPNOTSUPP))
+      if (!first || (err != EINVAL && err != ENOTSUP && err != EOPNOTSUPP && err != 524))
         return Status::FromErrno(err, "read the rules' flow state (loss_flow_state)");
       break;  // no batch operations here: one at a time below
     }

@@ -20,7 +20,9 @@ void SseQueue::Push(std::string event, std::string data) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     size_t size = event.size() + data.size();
-    if (queue_.size() >= capacity_ || (max_bytes_ && bytes_ + size > max_bytes_)) {
+    // Past the bytes only with others queued: a message larger than the bound
+    // alone still goes (the bound is then that one message).
+    if (queue_.size() >= capacity_ || (max_bytes_ && !queue_.empty() && bytes_ + size > max_bytes_)) {
       dropped_[event]++;
       dropped_total_++;
     } else {

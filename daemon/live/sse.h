@@ -34,7 +34,9 @@ struct SseMessage {
 // It holds at most `capacity` messages and `max_bytes` of them (event names and
 // data; 0: no byte bound): a message is a line of JSON whose size the producer does
 // not choose (a flows message grows with the namespace's flows), so messages alone
-// would not bound the memory a slow browser holds.
+// would not bound the memory a slow browser holds. A message larger than
+// max_bytes is taken when the queue is empty, so a large namespace's flows still
+// reach the page.
 class SseQueue {
  public:
   explicit SseQueue(size_t capacity, size_t max_bytes = 0)

@@ -3,7 +3,7 @@
 // bytes, cut into lines as ReadStateLines cuts a file; each line goes through both
 // parsers. Besides crashes and sanitizer reports it checks what they promise:
 //   - a record accepted lies in the kernel's ranges (an interface name of 1-15
-//     bytes without space, '/' or control bytes; gro 0 or 1; gso_max_segs
+//     bytes without space, '/', ':' or control bytes; gro 0 or 1; gso_max_segs
 //     1..65535; an ifindex of 1..INT32_MAX, or 0 only in the old 3-field
 //     offload form; a filter record's netns not 0);
 //   - printing a record and parsing it again gives the same record;
@@ -69,7 +69,7 @@ void CheckLine(const std::string& line) {
       Fail("a filter record does not survive printing", line);
   }
   for (unsigned char c : std::string(o.ifname + f.ifname))
-    if (c <= ' ' || c == '/' || c >= 0x7f) Fail("a name byte the kernel never gives", line);
+    if (c <= ' ' || c == '/' || c == ':' || c >= 0x7f) Fail("a name byte the kernel never gives", line);
 }
 
 }  // namespace

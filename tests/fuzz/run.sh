@@ -24,6 +24,7 @@ mkdir -p "$corpus" "$work/seeds"
 name=$(basename "$fuzzer")
 name=${name%_fuzz}
 if [ "$name" != rule_parsers ]; then
+  [ -d "$here/seeds/$name" ] || { echo "FAIL: no seeds in $here/seeds/$name" >&2; exit 1; }
   cp "$here/seeds/$name"/* "$work/seeds/"
 else
 /usr/bin/python3 - "$here/../vectors/rule_parsers.json" "$work/seeds" <<'PY'
@@ -54,7 +55,7 @@ if ! "$fuzzer" -runs=0 -artifact_prefix="$work/seed-" "$work/seeds" > "$work/see
 fi
 rc=0
 "$fuzzer" -seed=1 -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=1024 \
-  $([ "$jobs" -gt 1 ] && echo "-jobs=$jobs -workers=$jobs") -print_final_stats=1 "${dict[@]}" \
+  $([ "$jobs" -gt 1 ] && echo "-jobs=$jobs -workers=$jobs") -print_final_stats=1 ${dict[@]+"${dict[@]}"} \
   -artifact_prefix="$work/" "$corpus" "$work/seeds" > "$work/log" 2>&1 || rc=$?
 grep -E "^#[0-9]+ +DONE|stat::|ERROR|${name}_fuzz:|SUMMARY" "$work/log" || true
 stat() { sed -n "s/^stat::$1: *//p" "$work/log" | tail -1; }

@@ -49,6 +49,11 @@ TEST(SseQueue, BoundedInBytesToo) {
   EXPECT_EQ(q.bytes(), 0u);  // taken: room again
   q.Push("flows", std::string(90, 'x'));
   EXPECT_EQ(q.Take(std::chrono::milliseconds(0)).messages.size(), 1u);
+  q.Push("flows", std::string(500, 'x'));  // larger than the bound, into an empty queue: taken
+  q.Push("flows", std::string(1, 'x'));    // behind it: dropped
+  b = q.Take(std::chrono::milliseconds(0));
+  EXPECT_EQ(b.messages.size(), 1u);
+  EXPECT_EQ(b.dropped, (std::map<std::string, uint64_t>{{"flows", 1}}));
   SseQueue unbounded(2);  // no byte bound: messages only
   unbounded.Push("flows", std::string(1 << 20, 'x'));
   EXPECT_EQ(unbounded.Take(std::chrono::milliseconds(0)).messages.size(), 1u);

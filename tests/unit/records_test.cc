@@ -23,7 +23,7 @@ TEST(Records, OffloadRecordsInTheKernelsRanges) {
        {"", "eth0", "1 2 eth0 1", "1 2 eth0 1 0", "1 2 eth0 1 65536", "1 2 eth0 1 4294967296",
         "1 2 eth0 2 64", "1 0 eth0 1 64", "1 2147483648 eth0 1 64", "18446744073709551616 2 eth0 1 64",
         "-1 2 eth0 1 64", "+1 2 eth0 1 64", "1 2 eth0 1 64 extra", "1  2 eth0 1 64", "1 2 eth0 1 64 ",
-        "1 2 abcdefghijklmnop 1 64", "1 2 a/b 1 64", "1 2 e\x01 1 64", "1 2 e\x7f 1 64", "0x1 2 eth0 1 64",
+        "1 2 abcdefghijklmnop 1 64", "1 2 a/b 1 64", "1 2 e\x01 1 64", "1 2 e\x7f 1 64", "0x1 2 eth0 1 64", "1 2 . 1 64", "1 2 .. 1 64", "1 2 e:1 1 64",
         "1 2 eth0 1 0064x"})
     EXPECT_FALSE(ParseOffloadRecord(junk, &r)) << "'" << junk << "'";
   EXPECT_FALSE(ParseOffloadRecord(std::string("1 2 e\0x 1 64", 12), &r));

@@ -281,7 +281,7 @@ def print_effect(rule, final, effect, effect_is_final, tally):
         # First-k, every-n-th: an expected count of drops (the data plane's per-flow
         # counts), not a rate with an interval.
         if effect.expected_dropped is None:
-            print("  expected drops   unknown (the per-flow counts do not add up to the matched packets)")
+            print("  expected drops   unknown (the per-flow counts did not add up to the matched packets: traffic still moving?)")
         else:
             print("  expected drops   %d of %d packets; dropped %d: %s"
                   % (effect.expected_dropped, effect.expected_of, effect.expected_actual,

@@ -289,7 +289,7 @@ class RuleEffect:
                     % (self.id, self.expected_dropped, self.expected_of, self.expected_actual,
                        "as configured" if self.configured_within_ci else "NOT AS CONFIGURED")
                     if self.expected_dropped is not None else
-                    "rule %d: expected drops unknown (the per-flow counts do not add up)" % self.id)
+                    "rule %d: expected drops unknown (the per-flow counts did not add up: traffic still moving?)" % self.id)
         else:
             head = ("rule %d: configured %s, measured %s [%s, %s] %s"
                     % (self.id, format_rate(self.configured_rate), format_rate(self.measured_rate),

@@ -59,9 +59,11 @@ RETRANS_KEYS = ("Tcp.RetransSegs", "TcpExt.TCPFastRetrans", "TcpExt.TCPSlowStart
 # Where else a data segment can vanish between two namespaces of a veth pair, by the
 # kernel's own count: the receiver's TCP discarding data it had (pruned out-of-order
 # segments, a full receive queue or backlog), which the sender learns of by SACK reneging.
+# Those that count skbs bound the resends they cause; the prunes (and the sender's SACK
+# reneging) count events that may each discard many segments.
 RECEIVER_DISCARD_KEYS = ("TcpExt.TCPRcvQDrop", "TcpExt.TCPBacklogDrop", "TcpExt.TCPOFODrop",
-                         "TcpExt.OfoPruned", "TcpExt.RcvPruned", "TcpExt.TCPZeroWindowDrop",
-                         "TcpExt.PFMemallocDrop")
+                         "TcpExt.TCPZeroWindowDrop", "TcpExt.PFMemallocDrop")
+RECEIVER_PRUNE_KEYS = ("TcpExt.OfoPruned", "TcpExt.RcvPruned")
 
 
 def retransmissions_explained(da, db, dropped_segs, link_drops=0):
@@ -72,21 +74,26 @@ def retransmissions_explained(da, db, dropped_segs, link_drops=0):
     and each further resend is a spurious one the receiver answered with a D-SACK. The
     sender may not count a D-SACK that reaches a socket already closed, so the receiver's
     own count of the D-SACKs it sent (TCPDSACKOldSent + TCPDSACKOfoSent) counts too. Only
-    when a kernel counted another loss on the path (link_drops: the veths' rx/tx dropped;
-    the receiver's RECEIVER_DISCARD_KEYS; SACK reneging) may the resends exceed that, never
-    fall below dropped + D-SACKs."""
+    when a kernel counted another loss on the path may the resends exceed that, never fall
+    below dropped + D-SACKs: by at most the skbs counted lost (link_drops: the veths' rx/tx
+    dropped; the receiver's RECEIVER_DISCARD_KEYS), or by any number when the receiver
+    pruned data it had queued (RECEIVER_PRUNE_KEYS, events of many segments each) or the
+    sender saw SACK reneging."""
     retrans = da["Tcp.RetransSegs"]
     dsack_recv = da["TcpExt.TCPDSACKRecvSegs"]
     dsack_sent = db["TcpExt.TCPDSACKOldSent"] + db["TcpExt.TCPDSACKOfoSent"]
-    other = {k.split(".")[1]: db[k] for k in RECEIVER_DISCARD_KEYS if db[k]}
-    if da["TcpExt.TCPSACKReneging"]:
-        other["TCPSACKReneging"] = da["TcpExt.TCPSACKReneging"]
+    skbs = {k.split(".")[1]: db[k] for k in RECEIVER_DISCARD_KEYS if db[k]}
     if link_drops:
-        other["link_drops"] = link_drops
+        skbs["link_drops"] = link_drops
+    prunes = {k.split(".")[1]: db[k] for k in RECEIVER_PRUNE_KEYS if db[k]}
+    if da["TcpExt.TCPSACKReneging"]:
+        prunes["TCPSACKReneging"] = da["TcpExt.TCPSACKReneging"]
     explained = dropped_segs + max(dsack_recv, dsack_sent)
     numbers = dict(retrans_segs=retrans, dropped_segs=dropped_segs, dsack_recv_segs=dsack_recv,
-                   receiver_dsacks_sent=dsack_sent, other_losses=other)
-    ok = retrans >= dropped_segs + dsack_recv and (retrans == explained or (other and retrans > explained))
+                   receiver_dsacks_sent=dsack_sent, other_losses=dict(skbs, **prunes))
+    excess = retrans - explained
+    ok = retrans >= dropped_segs + dsack_recv and (
+        excess == 0 or (excess > 0 and (bool(prunes) or excess <= sum(skbs.values()))))
     return ok, numbers
 
 
