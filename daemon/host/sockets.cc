@@ -110,7 +110,11 @@ Status Dump(uint8_t family, uint32_t states, const std::vector<inet_diag_bc_op>&
     int len = static_cast<int>(n);
     for (auto* m = reinterpret_cast<struct nlmsghdr*>(buf.data()); NLMSG_OK(m, len);
          m = NLMSG_NEXT(m, len)) {
-      if (m->nlmsg_type == NLMSG_DONE) return Status::Ok();
+      if (m->nlmsg_type == NLMSG_DONE) {  // its payload: the dump's own result
+        int rc = 0;
+        if (m->nlmsg_len >= NLMSG_LENGTH(sizeof(rc))) std::memcpy(&rc, NLMSG_DATA(m), sizeof(rc));
+        return rc < 0 ? Status::FromErrno(-rc, what) : Status::Ok();
+      }
       if (m->nlmsg_type == NLMSG_ERROR) {
         auto* err = static_cast<struct nlmsgerr*>(NLMSG_DATA(m));
         return Status::FromErrno(err->error ? -err->error : EPROTO, what);

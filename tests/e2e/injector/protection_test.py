@@ -59,19 +59,23 @@ class HostProtection(unittest.TestCase):
         rc = d.wait_exit(60)
         return rc, d.stderr()
 
+    def sshd_with_a_peer(self, lab, cgroup=None):
+        """The fake sshd listening on PORT in A (in `cgroup`), with one live connection from B."""
+        script = os.path.join(lab.tempdir(), "sshd.py")
+        with open(script, "w") as f:
+            f.write(FAKE_SSHD)
+        sshd = lab.popen(lab.a, [PY, script, str(PORT)], cgroup=cgroup, stdout=-1)
+        self.assertEqual(sshd.stdout.readline().strip(), "READY")
+        client = os.path.join(lab.tempdir(), "client.py")
+        with open(client, "w") as f:
+            f.write(CLIENT)
+        peer = lab.popen(lab.b, [PY, client, lab.V4_A, str(PORT)], stdout=-1)
+        self.assertEqual(peer.stdout.readline().strip(), "CONNECTED")
+
     def test_rules_that_could_cut_sshd_are_refused(self):
         with Lab() as lab:
             cg = lab.make_cgroup()
-            script = os.path.join(lab.tempdir(), "sshd.py")
-            with open(script, "w") as f:
-                f.write(FAKE_SSHD)
-            sshd = lab.popen(lab.a, [PY, script, str(PORT)], cgroup=cg, stdout=-1)
-            self.assertEqual(sshd.stdout.readline().strip(), "READY")
-            client = os.path.join(lab.tempdir(), "client.py")
-            with open(client, "w") as f:
-                f.write(CLIENT)
-            peer = lab.popen(lab.b, [PY, client, lab.V4_A, str(PORT)], stdout=-1)
-            self.assertEqual(peer.stdout.readline().strip(), "CONNECTED")
+            self.sshd_with_a_peer(lab, cg)
 
             base = ["--iface", lab.IF_A, "--rate", "1%"]
             refused = {
@@ -113,16 +117,7 @@ class HostProtection(unittest.TestCase):
         # the host) for each lossy TCP rule. Now the kernel filters the dump by the
         # protected ports the rule admits: 2,000 connections on another port are not read.
         with Lab() as lab:
-            script = os.path.join(lab.tempdir(), "sshd.py")
-            with open(script, "w") as f:
-                f.write(FAKE_SSHD)
-            sshd = lab.popen(lab.a, [PY, script, str(PORT)], stdout=-1)
-            self.assertEqual(sshd.stdout.readline().strip(), "READY")
-            client = os.path.join(lab.tempdir(), "client.py")
-            with open(client, "w") as f:
-                f.write(CLIENT)
-            peer = lab.popen(lab.b, [PY, client, lab.V4_A, str(PORT)], stdout=-1)
-            self.assertEqual(peer.stdout.readline().strip(), "CONNECTED")
+            self.sshd_with_a_peer(lab)
             crowd = lab.popen(lab.a, [PY, "-c", CROWD_SERVER, str(CROWD_PORT), str(CROWD)], stdout=-1)
             self.assertEqual(crowd.stdout.readline().strip(), "READY")
             crowd_peer = lab.popen(lab.b, [PY, "-c", CROWD_CLIENT, lab.V4_A, str(CROWD_PORT), str(CROWD)],
