@@ -64,7 +64,8 @@ def parse_args(ap, check=None):
         print("%s: needs root (network namespaces, BPF)" % ap.prog, file=sys.stderr)
         sys.exit(77)
     from lab import config
-    config.set_paths(lossd=args.lossd)
+    # The stubs too: the lab reads one-shot lossd's JSON with the lossd.v1 types.
+    config.set_paths(lossd=args.lossd, stubs=os.path.abspath(args.stubs))
     return args
 
 

@@ -171,8 +171,8 @@ def path_run(lab, conf, binary, secs, stats, timer_bin):
         ring_other_per_ack=rr["other"] / (run["acks"] + acks2) if run["acks"] + acks2 else None,
         observer={k: t.get(k) for k in ("retrans_segs", "flows_opened", "flows_closed", "ring_lost", "filtered",
                                         "recursion_misses")},
-        hooks_attached=sorted(h["name"] for h in t["hooks"] if h["attached"]),
-        hooks_not_attached={h["name"]: h["error"] for h in t["hooks"] if not h["attached"]})
+        hooks_attached=sorted(h["name"] for h in t["hooks"] if h["available"]),
+        hooks_not_attached={h["name"]: h["reason"] for h in t["hooks"] if not h["available"]})
     return run
 
 
@@ -315,7 +315,7 @@ def events_part(a, problems):
                                                                     r["burst"]["drain_events_per_s"])))
                     finally:
                         f = inj.stop()
-                    runs[c]["observed"][-1]["injector_dropped_segs"] = f.get("dropped_segs")
+                    runs[c]["observed"][-1]["injector_dropped_segs"] = f.get("dropped_segments")
     finally:
         bstats.close()
 

@@ -51,14 +51,14 @@ def measure(lab, conf, args):
             r = iperf(lab, args.seconds)
         finally:
             final = d.stop()
-        r["hooks"] = d.ready.get("hooks")
+        r["hooks"] = d.hooks
         if final:
-            r["matched_pkts"] = final.get("matched_pkts")  # skbs the hook saw match
-            r["matched_segs"] = final.get("matched_segs")
-            r["dropped_segs"] = final.get("dropped_segs")
-            if r["matched_pkts"]:
-                r["segs_per_skb"] = round(r["matched_segs"] / r["matched_pkts"], 1)
-                r["skbs_per_s"] = round(r["matched_pkts"] / args.seconds)
+            r["matched_packets"] = final.get("matched_packets")  # skbs the hook saw match
+            r["matched_segments"] = final.get("matched_segments")
+            r["dropped_segments"] = final.get("dropped_segments")
+            if r["matched_packets"]:
+                r["segs_per_skb"] = round(r["matched_segments"] / r["matched_packets"], 1)
+                r["skbs_per_s"] = round(r["matched_packets"] / args.seconds)
         return r
     if conf == "C":
         lab.run(lab.b, "iptables", "-A", *IPT_RULE)
@@ -138,9 +138,9 @@ def main():
     # A 0 % rule must have matched the flow and dropped nothing.
     problems = []
     for r in runs["B"]:
-        if not r.get("matched_segs"):
+        if not r.get("matched_segments"):
             problems.append(f"round {r['round']}: lossd's rule matched nothing")
-        if r.get("dropped_segs"):
+        if r.get("dropped_segments"):
             problems.append(f"round {r['round']}: lossd dropped {r['dropped_segs']} segments at 0%")
     return report(out, problems)
 

@@ -79,7 +79,7 @@ import time
 
 from benchlib import binary_id, git_describe, logger, med, report, parse_args
 from lab import traffic
-from lab.lossd import OUTCOMES, TYPES, Lossd, all_events
+from lab.lossd import OUTCOMES, TYPES, Lossd, all_events, ev_count, seg_count, totals
 from lab.netns import Lab
 from lab.stats import cpu_secs, fdinfo
 
@@ -158,19 +158,21 @@ def stop_observer(obs):
 
 
 def parse_output(path, count_from=None):
-    """Totals, subscriber line, counts and hub seqs of the event lines: retransmit, flow_close,
+    """Totals, subscriber line, counts and item numbers of the event lines: retransmit, closed,
     and the kinds an observer with stall detection adds (stall, sample: one ACK of a traced
-    flow)."""
+    flow), and gap (what the subscriber lost)."""
     res = {"totals": None, "subscriber": None, "retransmit_lines": 0, "close_lines": 0,
-           "stall_lines": 0, "sample_lines": 0,
+           "stall_lines": 0, "sample_lines": 0, "gap_lines": 0,
            "bad_lines": 0, "event_line_bytes": 0, "seqs": [], "duplicate_retransmits": 0,
            "repeated_failed_attempts": 0}
     seen = set()
     with open(path, "rb") as f:
         for raw in f:
-            if raw.startswith((b'{"event":"retransmit"', b'{"event":"flow_close"', b'{"event":"stall"',
-                               b'{"event":"sample"')):
-                if raw.startswith(b'{"event":"stall"'):
+            if raw.startswith((b'{"event":"retransmit"', b'{"event":"closed"', b'{"event":"stall"',
+                               b'{"event":"sample"', b'{"event":"gap"')):
+                if raw.startswith(b'{"event":"gap"'):
+                    res["gap_lines"] += 1
+                elif raw.startswith(b'{"event":"stall"'):
                     res["stall_lines"] += 1
                 elif raw.startswith(b'{"event":"sample"'):
                     res["sample_lines"] += 1
@@ -179,8 +181,8 @@ def parse_output(path, count_from=None):
                     # One retransmission attempt: socket, TCP sequence number, the socket's
                     # retransmit count and err; the same four twice is the same attempt twice.
                     try:
-                        ev = json.loads(raw)
-                        key = (ev["cookie"], ev["seq_no"], ev["total_retrans"], ev["err"])
+                        ev = json.loads(raw)["retransmit"]
+                        key = (ev["cookie"], ev["seq"], ev["state"]["total_retrans"], ev["err"])
                         if key in seen:
                             # err 0 (sent): the kernel added its segments to total_retrans,
                             # so a second, real retransmission cannot carry the same four
@@ -191,10 +193,10 @@ def parse_output(path, count_from=None):
                 else:
                     res["close_lines"] += 1
                 res["event_line_bytes"] += len(raw)
-                i = raw.find(b'"seq":')
-                j = raw.find(b",", i)
+                i = raw.find(b'"seq":"')  # the item's number comes first: {"event":..,"seq":"N",..
+                j = raw.find(b'"', i + 7)
                 try:
-                    res["seqs"].append(int(raw[i + 6:j]))
+                    res["seqs"].append(int(raw[i + 7:j]))
                 except ValueError:
                     res["bad_lines"] += 1
                 continue
@@ -204,7 +206,7 @@ def parse_output(path, count_from=None):
                 res["bad_lines"] += 1
                 continue
             if ev.get("event") == "observer_totals":
-                res["totals"] = ev
+                res["totals"] = totals(ev)
             elif ev.get("event") == "subscriber":
                 res["subscriber"] = ev
     return res
@@ -214,14 +216,14 @@ def totals_summary(t):
     out = {"retrans_segs": t["retrans_segs"]}
     for ty in TYPES:
         for o in OUTCOMES:
-            x = t["types"][ty][o]
+            x = {"events": ev_count(t, ty, o), "segs": seg_count(t, ty, o)}
             if x["events"] or x["segs"]:
-                out["%s.%s" % (ty, o)] = {"events": x["events"], "segs": x["segs"]}
+                out["%s.%s" % (ty, o)] = x
     for k in ("ring_lost", "ring_consumed", "hub_published", "filtered", "flows_opened",
               "flows_closed", "recursion_misses", "flow_table_full", "stalls", "samples"):
         out[k] = t.get(k)
-    out["hooks_attached"] = [h["name"] for h in t["hooks"] if h["attached"]]
-    out["hooks_not_attached"] = {h["name"]: h["error"] for h in t["hooks"] if not h["attached"]}
+    out["hooks_attached"] = [h["name"] for h in t["hooks"] if h["available"]]
+    out["hooks_not_attached"] = {h["name"]: h["reason"] for h in t["hooks"] if not h["available"]}
     return out
 
 
@@ -490,7 +492,7 @@ def events(args, stats):
                         % (i, r["burst"]["drained_events"], r["burst"]["drain_secs"],
                            r["burst"]["drain_events_per_s"]))
         f = inj.stop()
-        res["injector_final"] = {k: f[k] for k in ("matched_segs", "dropped_segs")}
+        res["injector_final"] = {k: f[k] for k in ("matched_segments", "dropped_segments")}
     res["runs"] = runs
     o = runs["observed"]
     res["median"] = {

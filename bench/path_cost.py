@@ -133,9 +133,9 @@ class Injector:
                 ran = {i: v for i, v in ran.items() if v[1] > 0}
                 final = self.d.stop()
                 out = {"run_time_ns": sum(v[0] for v in ran.values()), "run_cnt": sum(v[1] for v in ran.values()),
-                       "progs_ran": len(ran), "hooks": self.d.ready.get("hooks"),
-                       "matched_pkts": final.get("matched_pkts"), "matched_segs": final.get("matched_segs"),
-                       "dropped_segs": final.get("dropped_segs")}
+                       "progs_ran": len(ran), "hooks": self.d.hooks,
+                       "matched_packets": final.get("matched_packets"), "matched_segments": final.get("matched_segments"),
+                       "dropped_segments": final.get("dropped_segments")}
             elif self.conf == "iptables":
                 self.t.run(self.t.at, "iptables", "-w", "-F", self.t.chain)
             elif self.conf == "nft":
@@ -284,9 +284,9 @@ def main():
                     i, p, c, r["gbps"], r["host_ns_per_skb"] or 0, r["path_ns_per_skb"] or 0,
                     "  lossd %.1f ns/run (%s runs)" % (r["bpf_ns_per_run"], r["bpf"]["run_cnt"])
                     if r.get("bpf_ns_per_run") else ""))
-                if c == "lossd" and r.get("bpf", {}).get("dropped_segs"):
-                    problems.append("%s round %d: lossd dropped %s at 0%%" % (p, i, r["bpf"]["dropped_segs"]))
-                if c == "lossd" and not r.get("bpf", {}).get("matched_pkts"):
+                if c == "lossd" and r.get("bpf", {}).get("dropped_segments"):
+                    problems.append("%s round %d: lossd dropped %s at 0%%" % (p, i, r["bpf"]["dropped_segments"]))
+                if c == "lossd" and not r.get("bpf", {}).get("matched_packets"):
                     problems.append("%s round %d: lossd's rule matched nothing" % (p, i))
     except KeyboardInterrupt:
         log("interrupted")

@@ -96,7 +96,7 @@ class Dropper:
     def stop(self):
         if self.tool == "lossd":
             f = self.p.stop()
-            return f["matched_segs"], f["dropped_segs"]  # per wire segment (gso_segs)
+            return f["matched_segments"], f["dropped_segments"]  # per wire segment (gso_segs)
         c = self.counts()
         if self.tool == "iptables":
             self.t.run(self.t.r, "iptables", "-w", "-F", "FORWARD")

@@ -106,7 +106,7 @@ def run_observer(a, lab, ns, tmp, rate, lossd=None):
             if line.startswith('{"event":"retransmit"'):
                 retransmits += 1
             elif line.startswith('{"event":"observer_totals"'):
-                totals = json.loads(line)
+                totals = json.loads(line)["observer"]  # the observer's own counters
             elif line.startswith('{"event":"subscriber"'):
                 sub = json.loads(line)
     wanted = prod["submitted"] + prod["lost"]

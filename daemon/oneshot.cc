@@ -23,7 +23,8 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "host/state_dir.h"
-#include "observer/format.h"
+#include "rules/proto.h"
+#include "service/convert.h"
 
 namespace lossd {
 namespace {
@@ -114,6 +115,19 @@ void Print(const Json& j) {
   g_out.Line(JsonLine(j));
 }
 
+// --json: one object per line, "event" first naming what it is; what the API
+// has is in the API's JSON (rules/proto.h ToJson: the names and enum
+// spellings of lossctl -o json); the one-shot's own diagnostics (hooks,
+// observer, subscriber) are plain numbers. docs/observer.md#one-shot-json.
+
+// {"event": kind, ...the fields of m}.
+std::string Tagged(const char* kind, const google::protobuf::Message& m) {
+  std::string body = ToJson(m);
+  std::string line = std::string("{\"event\":\"") + kind + "\"";
+  if (body.size() > 2 && body.front() == '{') return line + "," + body.substr(1);
+  return line + "}";
+}
+
 // SIGINT, SIGTERM and SIGHUP, taken by a thread of their own from the start,
 // so that one during a load cancels it (the observer's load checks the flag
 // between programs) and one at any other time ends the wait at once.
@@ -171,12 +185,24 @@ class Signals {
   std::thread thread_;
 };
 
-// final_counters: the counters Remove() returned (the rule is gone by then).
+// A counters report: a RuleCountersUpdate (its rule as GetRule has it, or
+// for "final" as Remove() returned it) and the hooks' totals.
 void Report(const Injector& inj, uint32_t id, bool json, bool final,
-            const RuleCounters* final_counters = nullptr) {
-  Result<RuleCounters> c =
-      final_counters ? Result<RuleCounters>(*final_counters) : inj.Counters(id);
+            const RuleInfo* removed = nullptr) {
+  static uint64_t seq = 0;  // the main thread's
+  Result<RuleInfo> r = removed ? Result<RuleInfo>(*removed) : inj.Get(id);
   if (json) {
+    v1::RuleCountersUpdate u;
+    u.set_seq(++seq);
+    u.set_time_unix_ns(UnixNs());
+    if (r.ok()) RuleToProto(*r, u.add_rules());
+    Json j = {{"event", final ? "final" : "counters"}};
+    Json update = JsonOf(u);
+    for (auto& [k, v] : update.items()) j[k] = v;
+    if (!r.ok()) {
+      j["rule_id"] = id;
+      j["error"] = r.status().message();
+    }
     Json hooks = Json::object();
     for (int i = 0; i < LOSS_HOOK_MAX; i++) {
       HookCounters h = inj.HookTotals(i);
@@ -187,32 +213,62 @@ void Report(const Injector& inj, uint32_t id, bool json, bool final,
                                 {"always_pass", h.always_pass},
                                 {"lease_expired", h.lease_expired}};
     }
-    Json j = {{"event", final ? "final" : "counters"},
-              {"time", std::round(Now() * 1000) / 1000},  // ms, as before
-              {"rule", id}};
-    if (c.ok()) {
-      j["matched_pkts"] = c->matched_pkts;
-      j["matched_segs"] = c->matched_segs;
-      j["matched_bytes"] = c->matched_bytes;
-      j["dropped_pkts"] = c->dropped_pkts;
-      j["dropped_segs"] = c->dropped_segs;
-      j["dropped_bytes"] = c->dropped_bytes;
-    } else {
-      j["status"] = "gone";
-    }
     j["hooks"] = std::move(hooks);
     Print(j);
-  } else if (c.ok()) {
-    double rate = c->matched_segs ? 100.0 * c->dropped_segs / c->matched_segs : 0;
+  } else if (r.ok()) {
+    const RuleCounters& c = r->counters;
+    double rate = c.matched_segs ? 100.0 * c.dropped_segs / c.matched_segs : 0;
     char line[256];
     snprintf(line, sizeof(line),
              "rule %u: matched %llu pkts / %llu segs, dropped %llu pkts / %llu segs (%.4f%% of "
              "segments)",
-             id, c->matched_pkts, c->matched_segs, c->dropped_pkts, c->dropped_segs, rate);
+             id, c.matched_pkts, c.matched_segs, c.dropped_pkts, c.dropped_segs, rate);
     g_out.Line(line);
   } else {
-    g_out.Line("rule " + std::to_string(id) + ": " + c.status().message());
+    g_out.Line("rule " + std::to_string(id) + ": " + r.status().message());
   }
+}
+
+// The observer's totals: lossd's own namespace's as the API's NetnsTotals,
+// with the observer's own counters and hooks.
+Json TotalsJson(const Observer& obs) {
+  ObsTotals t = obs.Totals();
+  NetnsTotals own;
+  own.ino = obs.own_netns();
+  own.own = true;
+  own.by_type = t.by_type;
+  v1::NetnsTotals nt;
+  NetnsTotalsToProto(own, &nt);
+  Json hooks = Json::array();
+  for (const auto& h : obs.hooks()) {
+    v1::HookAvailability a;
+    a.set_name(h.name);
+    a.set_available(h.attached);
+    a.set_reason(h.error);
+    hooks.push_back(JsonOf(a));
+  }
+  return {{"event", "observer_totals"},
+          {"totals", JsonOf(nt)},
+          {"observer",
+           {{"ring_lost", t.counters[OBS_CNT_RING_LOST]},
+            {"filtered", t.counters[OBS_CNT_FILTERED]},
+            {"flows_opened", t.counters[OBS_CNT_FLOWS_OPENED]},
+            {"flows_closed", t.counters[OBS_CNT_FLOWS_CLOSED]},
+            {"ring_consumed", t.ring_consumed},
+            {"hub_published", t.hub_published},
+            {"recursion_misses", t.recursion_misses},
+            {"flow_table_full", t.counters[OBS_CNT_FLOW_TABLE_FULL]},
+            {"arm_failed", t.counters[OBS_CNT_ARM_FAILED]},
+            {"armed_existing", t.counters[OBS_CNT_ARMED_EXISTING]},
+            {"stalls", t.counters[OBS_CNT_STALLS]},
+            {"samples", t.counters[OBS_CNT_SAMPLES]}}},
+          {"hooks", std::move(hooks)}};
+}
+
+Json NetnsTotalsJson(const NetnsTotals& n) {
+  v1::NetnsTotals nt;
+  NetnsTotalsToProto(n, &nt);
+  return {{"event", "netns_totals"}, {"totals", JsonOf(nt)}};
 }
 
 // The observer with, for --events, the thread printing its events.
@@ -244,7 +300,8 @@ class ObserverRun {
     g_out.Exiting(kExitStallNs);
     StopPrinter();
     g_out.Exiting(kExitStallNs);
-    Print(TotalsJson(obs_->Totals(), obs_->hooks()));
+    PrintGap();  // what the subscriber lost after the last event printed
+    Print(TotalsJson(*obs_));
     // Watching more than its own namespace: each one's totals (observer_totals
     // are lossd's own namespace's).
     if (obs_->netns_watch().mode != NetnsWatch::Mode::kOwn) {
@@ -257,21 +314,69 @@ class ObserverRun {
              {"delivered", sub_->delivered()},
              {"lost", sub_->lost()},
              {"unprinted", unprinted_.load()}});
-    for (const auto& fl : obs_->Flows()) Print({{"event", "flow"}, {"flow", FlowJson(fl)}});
+    for (const auto& fl : obs_->Flows()) {
+      v1::Flow f;
+      FlowToProto(fl.cookie, fl.flow, &f);
+      Print({{"event", "flow"}, {"flow", JsonOf(f)}});
+    }
   }
 
  private:
   explicit ObserverRun(std::unique_ptr<Observer> obs) : obs_(std::move(obs)) {}
 
+  // --events: each event as a TraceMessage item (its "seq" from 1, no gaps:
+  // a Gap item says where the subscriber's queue lost events), "event" naming
+  // its oneof field: retransmit, stall, closed (a flow's closing summary), gap.
   void PrintEvents() {
     for (;;) {
       auto e = sub_->Next(std::chrono::milliseconds(100));
       if (e) {
-        if (!g_out.Line(JsonLine(EventJson(*e)))) unprinted_++;
+        PrintGap();
+        if (!PrintEvent(*e)) unprinted_++;
       } else if (!printing_) {
         break;
       }
     }
+  }
+
+  bool PrintEvent(const ObsEvent& e) {
+    v1::TraceMessage m;
+    const char* kind = nullptr;
+    switch (e.data.ev.kind) {
+      case OBS_EV_RETRANSMIT:
+        EventToProto(e.data.ev, m.mutable_retransmit());
+        kind = "retransmit";
+        break;
+      case OBS_EV_STALL:
+        StallToProto(e.As<obs_stall_event>(), m.mutable_stall());
+        kind = "stall";
+        break;
+      case OBS_EV_FLOW_CLOSE:
+        FlowToProto(e.data.ev.cookie, e.data.flow, m.mutable_closed(),
+                    std::max<uint64_t>(e.data.closed_ns, 1));
+        kind = "closed";
+        break;
+      case OBS_EV_SAMPLE:
+        SampleToProto(e.As<obs_sample_event>(), m.mutable_sample());
+        kind = "sample";
+        break;
+      default: return true;  // a kind this build does not print
+    }
+    m.set_seq(++seq_);
+    return g_out.Line(Tagged(kind, m));
+  }
+
+  // A Gap item for the events the subscriber lost since the last one.
+  void PrintGap() {
+    if (!sub_) return;
+    uint64_t lost = sub_->lost();
+    if (lost == gap_reported_) return;
+    v1::TraceMessage m;
+    m.set_seq(++seq_);
+    m.mutable_gap()->set_source(v1::GAP_SOURCE_SUBSCRIBER);
+    m.mutable_gap()->set_count(lost - gap_reported_);
+    gap_reported_ = lost;
+    if (!g_out.Line(Tagged("gap", m))) unprinted_++;
   }
 
   void StopPrinter() {
@@ -287,6 +392,8 @@ class ObserverRun {
   std::thread printer_;
   std::atomic<bool> printing_{true};
   std::atomic<uint64_t> unprinted_{0};
+  uint64_t seq_ = 0;            // the printer's (Finish's once it stopped)
+  uint64_t gap_reported_ = 0;   // sub_->lost() as of the last Gap item
 };
 
 // Sleeps until the next report is due; false at a signal (INT, TERM, HUP),
@@ -350,17 +457,16 @@ int RunOneShot(const OneShotOptions& o) {
     if (!r.ok()) return Failed(r.status());
     id = *r;
     auto info = inj->Get(id);
-    std::string hooks;
-    for (const auto& h : info->hooks) hooks += (hooks.empty() ? "" : ", ") + h;
-    if (o.json)
-      Print({{"event", "ready"},
-             {"rule", id},
-             {"pid", getpid()},
-             {"hooks", hooks},
-             {"cgroup", info->cgroup},
-             {"cgroup_id", info->cgroup_id}});
-    else
+    if (!info.ok()) return Failed(info.status());
+    if (o.json) {
+      v1::Rule rule;
+      RuleToProto(*info, &rule);
+      Print({{"event", "ready"}, {"pid", getpid()}, {"rule", JsonOf(rule)}});
+    } else {
+      std::string hooks;
+      for (const auto& h : info->hooks) hooks += (hooks.empty() ? "" : ", ") + h;
       g_out.Line("rule " + std::to_string(id) + " active: " + hooks);
+    }
   } else if (o.json) {  // --observe alone
     Print({{"event", "ready"}, {"pid", getpid()}});
   }
@@ -373,7 +479,7 @@ int RunOneShot(const OneShotOptions& o) {
     // Detach first, then report: no drop can happen after the final count.
     auto gone = inj->Remove(id);
     g_out.Exiting(kExitStallNs);
-    Report(*inj, id, o.json, true, gone.ok() ? &gone->counters : nullptr);
+    Report(*inj, id, o.json, true, gone.ok() ? &*gone : nullptr);
   }
   if (g_out.unwritten())
     LOG_WARN("%" PRIu64 " lines not written: stdout was not read in time", g_out.unwritten());

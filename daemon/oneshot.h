@@ -1,8 +1,9 @@
 // lossd's one-shot mode: apply one rule and/or run the TCP observer, report
 // until a signal (or --duration), detach everything, report the final
-// counters. Output: human lines, or JSON lines (common/json.h) that the e2e
-// tests parse: "ready", "counters", "final" (and with the observer every
-// event, "observer_totals", "subscriber", "flow").
+// counters. Output: human lines, or JSON lines that carry the API's messages
+// in the API's JSON (docs/observer.md#one-shot-json): "ready", "counters",
+// "final" (and with the observer every event as a TraceMessage item,
+// "observer_totals", "netns_totals", "subscriber", "flow").
 #pragma once
 
 #include <chrono>

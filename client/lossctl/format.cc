@@ -1,6 +1,5 @@
 #include "format.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <time.h>
 
 #include <algorithm>
@@ -351,22 +350,6 @@ std::vector<std::string> Table::FitLines(size_t max_width,
 void Table::Print(FILE* out) const {
   for (const auto& l : Lines()) fprintf(out, "%s\n", l.c_str());
   fflush(out);
-}
-
-std::string ToJson(const google::protobuf::Message& m) {
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.preserve_proto_field_names = true;
-  opts.always_print_primitive_fields = true;
-  std::string out;
-  auto st = google::protobuf::util::MessageToJsonString(m, &out, opts);
-  if (!st.ok()) return JsonLine({{"error", "cannot render " + m.GetTypeName() + " as JSON"}});
-  return out;
-}
-
-lossd::Json JsonOf(const google::protobuf::Message& m) {
-  lossd::Json j = lossd::Json::parse(ToJson(m), nullptr, /*allow_exceptions=*/false);
-  return j.is_discarded() ? lossd::Json{{"error", "cannot render " + m.GetTypeName() + " as JSON"}}
-                          : j;
 }
 
 bool PrintLine(const std::string& line, bool flush) {

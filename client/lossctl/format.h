@@ -12,6 +12,7 @@
 
 #include "common/json.h"
 #include "lossd/v1/lossd.pb.h"
+#include "rules/proto.h"
 
 namespace lossctl {
 
@@ -86,11 +87,9 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// The message as one line of JSON (field names as in the .proto, default
-// values printed, 64-bit integers as strings as proto3 JSON has them).
-std::string ToJson(const google::protobuf::Message& m);
-// The same as a JSON value, to put several messages in one object (JsonLine).
-lossd::Json JsonOf(const google::protobuf::Message& m);
+// A message as the API's JSON (rules/proto.h: one definition for lossd and lossctl).
+using lossd::JsonOf;
+using lossd::ToJson;
 // Writes a line to stdout and flushes it; false once stdout is gone (EPIPE).
 // Writes line + newline to stdout; flushes unless told not to (a caller
 // printing a batch flushes once at its end). False once stdout is closed.

@@ -1,7 +1,5 @@
 #include "live/live.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -13,6 +11,7 @@
 #include "host/netns.h"
 #include "live/sse.h"
 #include "live/web_assets.h"
+#include "rules/proto.h"
 
 namespace lossd {
 namespace {
@@ -33,18 +32,6 @@ constexpr auto kPeriod = std::chrono::seconds(1);
 constexpr uint64_t kTraceSampleNs = 5000000;
 constexpr uint32_t kTraceMaxSamples = 1000000;  // TraceFlowRequest's maximum
 constexpr auto kCallDeadline = std::chrono::seconds(2);
-
-// protobuf JSON as lossctl -o json prints it: field names as in the .proto,
-// default values printed, 64-bit integers as strings.
-std::string ProtoJson(const google::protobuf::Message& m) {
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.preserve_proto_field_names = true;
-  opts.always_print_primitive_fields = true;
-  std::string out;
-  if (!google::protobuf::util::MessageToJsonString(m, &out, opts).ok())
-    return JsonLine({{"error", "cannot render " + m.GetTypeName() + " as JSON"}});
-  return out;
-}
 
 std::string GapJson(v1::GapSource source, uint64_t count, const std::string& stream) {
   return JsonLine({{"source", v1::GapSource_Name(source)},
@@ -125,7 +112,7 @@ class LiveSession {
           std::chrono::duration_cast<std::chrono::nanoseconds>(kPeriod).count()));
       auto reader = page_->observer_->WatchFlows(ctx, req);
       v1::FlowStreamMessage m;
-      while (reader->Read(&m)) queue_.Push("flows", ProtoJson(m));
+      while (reader->Read(&m)) queue_.Push("flows", ToJson(m));
       return reader->Finish();
     });
     if (query_.flow || query_.rule || query_.Scoped()) {
@@ -142,7 +129,7 @@ class LiveSession {
             } else if (!query_.flow || item.event().cookie() == query_.flow) {
               // The filter (addresses and ports of the flow) can also cover another
               // flow between the same ends: only the one asked for is sent.
-              queue_.Push("retransmit", ProtoJson(item));
+              queue_.Push("retransmit", ToJson(item));
             }
           }
         }
@@ -179,7 +166,7 @@ class LiveSession {
         last_sample = t;
       }
       if (m.has_closed()) trace_done_ = true;
-      queue_.Push("trace", ProtoJson(m));
+      queue_.Push("trace", ToJson(m));
     }
     grpc::Status st = reader->Finish();
     // The flow is gone (closed before the trace began): nothing to try again.
@@ -301,7 +288,7 @@ void LivePage::Events(const httplib::Request& req, httplib::Response& res,
     const std::string& ra = it->tuple().remote_addr();
     filter.set_addr(ra + (ra.find(':') == std::string::npos ? "/32" : "/128"));
     filter.mutable_port()->set_lo(it->tuple().local_port());
-    hello["selected_flow"] = Json::parse(ProtoJson(*it), nullptr, false);
+    hello["selected_flow"] = Json::parse(ToJson(*it), nullptr, false);
   }
   if (q->rule) {
     v1::GetRuleRequest r;
@@ -321,7 +308,7 @@ void LivePage::Events(const httplib::Request& req, httplib::Response& res,
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     if (system_->GetCapabilities(&ctx, v1::GetCapabilitiesRequest(), &caps).ok())
-      session->queue().Push("capabilities", ProtoJson(caps));
+      session->queue().Push("capabilities", ToJson(caps));
   }
   Join(session);
   res.set_header("Cache-Control", "no-cache");
@@ -431,7 +418,7 @@ void LivePage::RunAggregates() {
         if (s->flow() && it != a.retransmits_by_flow().end()) followed[it->first] = it->second;
       }
       a.clear_retransmits_by_flow();  // no copy of the big map
-      const std::string shared = ProtoJson(a);
+      const std::string shared = ToJson(a);
       for (const auto& s : to) {
         auto it = followed.find(s->flow());
         if (!s->flow() || it == followed.end()) {
@@ -440,7 +427,7 @@ void LivePage::RunAggregates() {
         }
         v1::Aggregate own = a;
         (*own.mutable_retransmits_by_flow())[it->first] = it->second;
-        s->queue().Push("aggregate", ProtoJson(own));
+        s->queue().Push("aggregate", ToJson(own));
       }
     }
     grpc::Status st = reader->Finish();
@@ -461,14 +448,14 @@ void LivePage::RunPoll() {
       grpc::ClientContext ctx;
       SetDeadline(&ctx);
       if (system_->GetHealth(&ctx, v1::GetHealthRequest(), &h).ok())
-        Broadcast("health", ProtoJson(h));
+        Broadcast("health", ToJson(h));
     }
     {
       v1::Capabilities caps;
       grpc::ClientContext ctx;
       SetDeadline(&ctx);
       if (system_->GetCapabilities(&ctx, v1::GetCapabilitiesRequest(), &caps).ok())
-        Broadcast("capabilities", ProtoJson(caps));
+        Broadcast("capabilities", ToJson(caps));
     }
     {
       v1::ListRulesResponse all;
@@ -484,7 +471,7 @@ void LivePage::RunPoll() {
         if (shown.size() > opts_.max_rules) shown.resize(opts_.max_rules);
         v1::ListRulesResponse out;
         for (const auto* r : shown) *out.add_rules() = *r;
-        Json j = Json::parse(ProtoJson(out), nullptr, false);
+        Json j = Json::parse(ToJson(out), nullptr, false);
         if (j.is_discarded()) j = Json::object();
         Json msg = {{"total", std::to_string(all.rules_size())},
                     {"time_unix_ns", std::to_string(UnixNs())},
@@ -496,7 +483,7 @@ void LivePage::RunPoll() {
           v1::RuleEffect e;
           grpc::ClientContext ec;
           SetDeadline(&ec);
-          if (injector_->GetRuleEffect(&ec, req, &e).ok()) Broadcast("effect", ProtoJson(e));
+          if (injector_->GetRuleEffect(&ec, req, &e).ok()) Broadcast("effect", ToJson(e));
         }
       }
     }

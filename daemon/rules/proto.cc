@@ -1,5 +1,6 @@
 #include "rules/proto.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <netinet/in.h>
 
 #include <cmath>
@@ -221,6 +222,21 @@ bool ErrorInfoOf(const grpc::Status& st, v1::ErrorInfo* out) {
   for (const google::protobuf::Any& any : details.details())
     if (any.type_url() == kErrorInfoTypeUrl && out->ParseFromString(any.value())) return true;
   return false;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, opts).ok())
+    return JsonLine({{"error", "cannot render " + m.GetTypeName() + " as JSON"}});
+  return out;
+}
+
+Json JsonOf(const google::protobuf::Message& m) {
+  Json j = Json::parse(ToJson(m), nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? Json{{"error", "cannot render " + m.GetTypeName() + " as JSON"}} : j;
 }
 
 }  // namespace lossd

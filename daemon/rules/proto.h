@@ -4,6 +4,7 @@
 
 #include <grpcpp/support/status.h>
 
+#include "common/json.h"
 #include "common/status.h"
 #include "lossd/v1/lossd.pb.h"
 #include "rules/rule.h"
@@ -28,5 +29,13 @@ constexpr char kErrorInfoTypeUrl[] = "type.googleapis.com/google.rpc.ErrorInfo";
 std::string ErrorDetails(grpc::StatusCode code, const Status& st);
 // The ErrorInfo a received status carries; false if it has none.
 bool ErrorInfoOf(const grpc::Status& st, v1::ErrorInfo* out);
+
+// The API's JSON, one definition for every place lossd prints a message
+// (lossctl -o json, the live page's feed, one-shot lossd --json): proto3's
+// JSON mapping with the field names as in the .proto, default values printed,
+// enums by name, 64-bit integers as strings. One line.
+std::string ToJson(const google::protobuf::Message& m);
+// The same as a JSON value, to put messages inside an object (JsonLine).
+Json JsonOf(const google::protobuf::Message& m);
 
 }  // namespace lossd

@@ -2,6 +2,7 @@
 
 #include "common/clock.h"
 #include "observer/diagnosis.h"
+#include "observer/format.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -164,12 +165,6 @@ v1::RetransmitType TypeToProto(int t) {
 
 namespace {
 
-std::string AddrString(uint16_t family, const uint32_t* a) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  inet_ntop(family == AF_INET6 ? AF_INET6 : AF_INET, a, buf, sizeof(buf));
-  return buf;
-}
-
 void StateToProto(const obs_sock_state& s, v1::SocketState* o) {
   o->set_cwnd(s.snd_cwnd);
   o->set_ssthresh(s.snd_ssthresh);
@@ -186,6 +181,7 @@ void StateToProto(const obs_sock_state& s, v1::SocketState* o) {
   o->set_total_retrans(s.total_retrans);
   o->set_ca_state(s.ca_state);
   o->set_backoff(s.backoff);
+  o->set_retransmits(s.retransmits);
   o->set_tcp_state(s.tcp_state);
   o->set_bytes_acked(s.bytes_acked);
   o->set_bytes_sent(s.bytes_sent);
@@ -194,9 +190,9 @@ void StateToProto(const obs_sock_state& s, v1::SocketState* o) {
 }  // namespace
 
 void TupleToProto(const obs_tuple& t, v1::Tuple* out) {
-  out->set_local_addr(AddrString(t.family, t.saddr));
+  out->set_local_addr(AddrText(t.family, t.saddr));
   out->set_local_port(t.sport);
-  out->set_remote_addr(AddrString(t.family, t.daddr));
+  out->set_remote_addr(AddrText(t.family, t.daddr));
   out->set_remote_port(t.dport);
 }
 
@@ -380,6 +376,20 @@ void SampleToProto(const obs_sample_event& e, v1::TraceSample* out) {
   out->set_lost_out(s.lost_out);
   out->set_ca_state(s.ca_state);
   out->set_delivered(s.delivered);
+}
+
+void NetnsTotalsToProto(const NetnsTotals& n, v1::NetnsTotals* out) {
+  out->set_netns_ino(n.ino);
+  out->set_path(n.path);
+  out->set_own(n.own);
+  for (int t = 0; t < OBS_RTX_MAX; t++) {
+    const char* name = RtxTypeName(t);
+    (*out->mutable_sent_segments())[name] = n.by_type[t][OBS_SENT].segs;
+    (*out->mutable_failed_segments())[name] = n.by_type[t][OBS_FAILED].segs;
+    (*out->mutable_sent_events())[name] = n.by_type[t][OBS_SENT].events;
+    (*out->mutable_failed_events())[name] = n.by_type[t][OBS_FAILED].events;
+  }
+  out->set_retrans_segs(RetransSegsOf(n.by_type));
 }
 
 }  // namespace lossd

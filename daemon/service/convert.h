@@ -46,6 +46,7 @@ void StallToProto(const obs_stall_event& e, v1::StallEvent* out);
 void SampleToProto(const obs_sample_event& e, v1::TraceSample* out);
 void DropToProto(const DropRecord& d, v1::DropLink* out);
 void GapToProto(const StreamLoss& l, v1::Gap* out);
+void NetnsTotalsToProto(const NetnsTotals& n, v1::NetnsTotals* out);
 
 // The typed filters of a request (`field`: allow, deny, filter, ...):
 // INVALID_ARGUMENT naming the filter and its field (e.g. "allow[2].port").

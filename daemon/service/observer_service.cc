@@ -209,24 +209,6 @@ grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext
   return Reply(ctx, Status::Ok());
 }
 
-namespace {
-
-void NetnsTotalsToProto(const NetnsTotals& n, v1::NetnsTotals* out) {
-  out->set_netns_ino(n.ino);
-  out->set_path(n.path);
-  out->set_own(n.own);
-  for (int t = 0; t < OBS_RTX_MAX; t++) {
-    const char* name = RtxTypeName(t);
-    (*out->mutable_sent_segments())[name] = n.by_type[t][OBS_SENT].segs;
-    (*out->mutable_failed_segments())[name] = n.by_type[t][OBS_FAILED].segs;
-    (*out->mutable_sent_events())[name] = n.by_type[t][OBS_SENT].events;
-    (*out->mutable_failed_events())[name] = n.by_type[t][OBS_FAILED].events;
-  }
-  out->set_retrans_segs(RetransSegsOf(n.by_type));
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* ObserverService::GetTotals(grpc::CallbackServerContext* ctx,
                                                      const v1::GetTotalsRequest* req,
                                                      v1::GetTotalsResponse* resp) {

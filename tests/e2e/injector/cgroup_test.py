@@ -41,7 +41,7 @@ class CgroupSkb(unittest.TestCase):
     def cg_lossd(self, lab, ns, cg, direction, rate, extra=()):
         d = lab.lossd(ns, ["--hook", "cgroup", "--cgroup", cg, "--dir", direction, "--rate", rate]
                       + list(extra), nsenter=True)
-        self.assertIn("cgroup_skb %s to %s" % (direction, cg), d.ready["hooks"])
+        self.assertIn("cgroup_skb %s to %s" % (direction, cg), d.hooks)
         return d
 
     def ingress_phase(self, lab, cg, rate, p, label):
@@ -55,17 +55,17 @@ class CgroupSkb(unittest.TestCase):
         lost_in, lost_out = N - r_in["unique"], N - r_out["unique"]
         lo, hi = binom_interval(N, p)
         measured(label, lost_in_cgroup=lost_in, lost_outside=lost_out, interval=[lo, hi],
-                 dropped_pkts=f["dropped_pkts"], matched_pkts=f["matched_pkts"],
+                 dropped_pkts=f["dropped_packets"], matched_pkts=f["matched_packets"],
                  udp_in_errors=dc["Udp.InErrors"], rcvbuf_errors=dc["Udp.RcvbufErrors"])
         diag = "in=%s out=%s final=%s udp inerr=%d rcvbuf=%d" % (r_in, r_out, f, dc["Udp.InErrors"],
                                                                  dc["Udp.RcvbufErrors"])
         self.assertEqual(s_in["sent"] + s_out["sent"], 2 * N, diag)
         self.assertEqual(dc["Udp.RcvbufErrors"], 0, diag)
         self.assertEqual(lost_out, 0, "the rule dropped traffic of a process outside its cgroup: " + diag)
-        self.assertEqual(f["matched_pkts"], N, "only the cgroup's datagrams match: " + diag)
-        self.assertEqual(lost_in, f["dropped_pkts"], diag)
-        self.assertEqual(dc["Udp.InErrors"], f["dropped_pkts"], diag)
-        self.assertEqual(f["hooks"]["cgroup_ingress"]["dropped"], f["dropped_pkts"], diag)
+        self.assertEqual(f["matched_packets"], N, "only the cgroup's datagrams match: " + diag)
+        self.assertEqual(lost_in, f["dropped_packets"], diag)
+        self.assertEqual(dc["Udp.InErrors"], f["dropped_packets"], diag)
+        self.assertEqual(f["hooks"]["cgroup_ingress"]["dropped"], f["dropped_packets"], diag)
         self.assertTrue(lo <= lost_in <= hi, diag)
 
     def test_ingress_drops_only_that_cgroups_traffic(self):
@@ -81,8 +81,8 @@ class CgroupSkb(unittest.TestCase):
             cg = lab.make_cgroup()
             d = lab.lossd(lab.a, ["--hook", "cgroup", "--cgroup", cg, "--dir", "egress", "--rate", "10%"],
                           nsenter=True)
-            self.assertIn("clsact egress on %s" % lab.IF_A, d.ready["hooks"])
-            self.assertNotIn("cgroup_skb egress", d.ready["hooks"])
+            self.assertIn("clsact egress on %s" % lab.IF_A, d.hooks)
+            self.assertNotIn("cgroup_skb egress", d.hooks)
             a0 = lab.counters(lab.a)
             ((s, r),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9303,
                                                      flow=3, count=N, pps=PPS, tx_cgroup=cg)])
@@ -91,16 +91,16 @@ class CgroupSkb(unittest.TestCase):
             lost = N - r["unique"]
             lo, hi = binom_interval(N, 0.10)
             measured("cgroup_egress_udp_10pct", send_ok=s["sent"], send_errors=s["errors"],
-                     received=r["unique"], lost=lost, dropped_pkts=f["dropped_pkts"], interval=[lo, hi],
+                     received=r["unique"], lost=lost, dropped_pkts=f["dropped_packets"], interval=[lo, hi],
                      ip_out_discards=da["Ip.OutDiscards"], udp_out=da["Udp.OutDatagrams"])
             diag = "sender=%s receiver=%s final=%s" % (s, r, f)
             self.assertEqual(s["errors"], {}, "the sender was told: " + diag)
             self.assertEqual(s["sent"], N, diag)
             self.assertEqual(da["Udp.OutDatagrams"], N, diag)
             self.assertEqual(da["Ip.OutDiscards"], 0, diag)
-            self.assertEqual(f["matched_pkts"], N, diag)
-            self.assertEqual(lost, f["dropped_pkts"], "lost on the way == dropped: " + diag)
-            self.assertEqual(f["hooks"]["tc_egress"]["dropped"], f["dropped_pkts"], diag)
+            self.assertEqual(f["matched_packets"], N, diag)
+            self.assertEqual(lost, f["dropped_packets"], "lost on the way == dropped: " + diag)
+            self.assertEqual(f["hooks"]["tc_egress"]["dropped"], f["dropped_packets"], diag)
             self.assertTrue(lo <= lost <= hi, diag)
 
     def test_egress_tcp_sender_retransmits_what_was_dropped(self):
@@ -113,19 +113,19 @@ class CgroupSkb(unittest.TestCase):
             s = traffic.tcp_summary(run)
             measured("cgroup_egress_tcp_1pct_per_segment", **s)
             f, da = run["final"], run["da"]
-            self.assertIn("clsact egress on %s" % lab.IF_A, run["ready"]["hooks"])
-            self.assertNotIn("cgroup_skb egress", run["ready"]["hooks"])
+            self.assertIn("clsact egress on %s" % lab.IF_A, run["hooks"])
+            self.assertNotIn("cgroup_skb egress", run["hooks"])
             self.assertEqual(run["receiver"]["bytes"], run["sender"]["bytes"], s)
             self.assertEqual(run["sender"]["errors"], {}, s)
-            self.assertEqual(f["dropped_pkts"], f["dropped_segs"], "per segment: " + str(s))
-            self.assertEqual(f["hooks"]["tc_egress"]["dropped"], f["dropped_pkts"], s)
+            self.assertEqual(f["dropped_packets"], f["dropped_segments"], "per segment: " + str(s))
+            self.assertEqual(f["hooks"]["tc_egress"]["dropped"], f["dropped_packets"], s)
             # Network loss: every dropped segment is retransmitted; an RTO resends more
             # (DESIGN 9), and the receiver D-SACKs spurious ones.
-            self.assertGreaterEqual(da["Tcp.RetransSegs"], f["dropped_segs"], s)
+            self.assertGreaterEqual(da["Tcp.RetransSegs"], f["dropped_segments"], s)
             if da["TcpExt.TCPTimeouts"] == 0:
-                self.assertEqual(da["Tcp.RetransSegs"], f["dropped_segs"] + da["TcpExt.TCPDSACKRecvSegs"], s)
-            lo, hi = binom_interval(f["matched_segs"], 0.01)
-            self.assertTrue(lo <= f["dropped_segs"] <= hi, "outside [%d, %d]: %s" % (lo, hi, s))
+                self.assertEqual(da["Tcp.RetransSegs"], f["dropped_segments"] + da["TcpExt.TCPDSACKRecvSegs"], s)
+            lo, hi = binom_interval(f["matched_segments"], 0.01)
+            self.assertTrue(lo <= f["dropped_segments"] <= hi, "outside [%d, %d]: %s" % (lo, hi, s))
 
     def test_path_with_dotdot_is_the_cgroup_itself(self):
         with Lab() as lab:
@@ -133,12 +133,12 @@ class CgroupSkb(unittest.TestCase):
             spelled = os.path.join(cg, "..", os.path.basename(cg)) + "//"
             d = lab.lossd(lab.a, ["--hook", "cgroup", "--cgroup", spelled, "--dir", "both",
                                   "--rate", "100%"], nsenter=True)
-            self.assertIn("cgroup_skb ingress to %s" % cg, d.ready["hooks"])  # the canonical path
+            self.assertIn("cgroup_skb ingress to %s" % cg, d.hooks)  # the canonical path
             ((s, r),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9304,
                                                      flow=4, count=1000, pps=PPS, tx_cgroup=cg)])
             f = d.stop()
             diag = "sender=%s receiver=%s final=%s" % (s, r, f)
-            self.assertEqual(f["matched_pkts"], 1000, diag)
+            self.assertEqual(f["matched_packets"], 1000, diag)
             self.assertEqual(s["errors"], {}, diag)  # egress: lost, not refused
             self.assertEqual(r["unique"], 0, diag)
 

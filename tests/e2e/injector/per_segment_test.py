@@ -53,8 +53,8 @@ class PerSegment(unittest.TestCase):
             cls.summary = traffic.tcp_summary(dict(sender=cls.sender, receiver=cls.receiver, final=cls.final,
                                                    da=cls.da, db=cls.db, path_drops=cls.path_drops))
             f = cls.final
-            measured("per_segment_egress", segs_per_skb=round(f["matched_segs"] / max(1, f["matched_pkts"]), 2),
-                     binom_interval=binom_interval(f["matched_segs"], 0.01),
+            measured("per_segment_egress", segs_per_skb=round(f["matched_segments"] / max(1, f["matched_packets"]), 2),
+                     binom_interval=binom_interval(f["matched_segments"], 0.01),
                      features_during={k: cls.during.get(k) for k in OFF_WHILE_ACTIVE},
                      gso_max_segs=cls.gso_max_segs, **cls.summary)
         except BaseException:
@@ -73,21 +73,21 @@ class PerSegment(unittest.TestCase):
 
     def test_one_segment_per_skb(self):
         f = self.final
-        self.assertEqual(f["dropped_pkts"], f["dropped_segs"],
+        self.assertEqual(f["dropped_packets"], f["dropped_segments"],
                          "per-segment rule dropped multi-segment skbs: %s" % self.summary)
-        self.assertEqual(f["matched_pkts"], f["matched_segs"],
+        self.assertEqual(f["matched_packets"], f["matched_segments"],
                          "per-segment rule saw multi-segment skbs: %s" % self.summary)
 
     def test_segment_loss_rate_in_binomial_interval(self):
         f = self.final
-        lo, hi = binom_interval(f["matched_segs"], 0.01)
-        self.assertTrue(lo <= f["dropped_segs"] <= hi,
-                        "dropped_segs %d outside [%d, %d]: %s" % (f["dropped_segs"], lo, hi, self.summary))
+        lo, hi = binom_interval(f["matched_segments"], 0.01)
+        self.assertTrue(lo <= f["dropped_segments"] <= hi,
+                        "dropped_segs %d outside [%d, %d]: %s" % (f["dropped_segments"], lo, hi, self.summary))
 
     def test_retransmissions_equal_dropped_segments(self):
         self.assertEqual(self.receiver["bytes"], int(112.5e6))
-        self.assertGreater(self.final["dropped_segs"], 0)
-        ok, _ = retransmissions_explained(self.da, self.db, self.final["dropped_segs"], self.path_drops)
+        self.assertGreater(self.final["dropped_segments"], 0)
+        ok, _ = retransmissions_explained(self.da, self.db, self.final["dropped_segments"], self.path_drops)
         self.assertTrue(ok, self.summary)
 
     def test_offloads_restored_after_sigterm(self):

@@ -28,7 +28,7 @@ class PortIsolation(unittest.TestCase):
             f = d.stop()
             got = {(fl["dst"], fl["port"]): r["unique"] for fl, (s, r) in zip(flows, res)}
             measured("port_isolation", received={"%s:%d" % k: v for k, v in got.items()},
-                     matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
+                     matched_pkts=f["matched_packets"], dropped_pkts=f["dropped_packets"],
                      rcvbuf_errors=dc["Udp.RcvbufErrors"] + dc["Snmp6.Udp6RcvbufErrors"])
             for s, _ in res:
                 self.assertEqual(s["sent"], N)
@@ -37,8 +37,8 @@ class PortIsolation(unittest.TestCase):
             self.assertEqual(got[(lab.V6_B, DROP)], 0, got)
             self.assertEqual(got[(lab.V4_B, KEEP)], N, got)
             self.assertEqual(got[(lab.V6_B, KEEP)], N, got)
-            self.assertEqual(f["matched_pkts"], 2 * N, f)
-            self.assertEqual(f["dropped_pkts"], 2 * N, f)
+            self.assertEqual(f["matched_packets"], 2 * N, f)
+            self.assertEqual(f["dropped_packets"], 2 * N, f)
 
 
 if __name__ == "__main__":

@@ -62,12 +62,12 @@ class SigkillLeavesNoLoss(unittest.TestCase):
         with Lab() as lab:
             d = lab.lossd(lab.b, ["--iface", lab.IF_B, "--proto", "udp", "--dport", str(PORT),
                                   "--rate", "100%", "--lease", "1s", "--interval", "100ms"])
-            self.assertIn("tcx ingress", d.ready["hooks"])
+            self.assertIn("tcx ingress", d.hooks)
             self.assertEqual(flow(lab), 0, "the 100 % rule dropped nothing")
             deadline = time.monotonic() + 5
-            while (d.last_counters() or {}).get("dropped_pkts") != N and time.monotonic() < deadline:
+            while (d.last_counters() or {}).get("dropped_packets") != N and time.monotonic() < deadline:
                 time.sleep(0.05)
-            self.assertEqual(d.last_counters()["dropped_pkts"], N)
+            self.assertEqual(d.last_counters()["dropped_packets"], N)
             d.kill9()
             got = flow(lab)  # right away: no waiting for the lease
             measured("sigkill_tcx", before_kill_received=0, after_kill_received=got, sent=N)
@@ -77,7 +77,7 @@ class SigkillLeavesNoLoss(unittest.TestCase):
         with Lab() as lab:
             d = lab.lossd(lab.a, ["--iface", lab.IF_A, "--dir", "egress", "--proto", "udp", "--dport",
                                   str(PORT), "--rate", "100%", "--lease", "1s", "--interval", "100ms"])
-            self.assertIn("clsact egress", d.ready["hooks"])
+            self.assertIn("clsact egress", d.hooks)
             self.assertEqual(flow(lab), 0, "the 100 % rule dropped nothing")
             d.kill9()
             out, progs = tc_egress_filters(lab, lab.a, lab.IF_A)

@@ -20,7 +20,7 @@ class UdpZeroLoss(unittest.TestCase):
     def test_100k_datagrams_at_0_percent_lose_none(self):
         with Lab() as lab:
             d = lab.udp_rule_at_b(PORT, "0%")
-            self.assertIn("tcx ingress to " + lab.IF_B, d.ready["hooks"])
+            self.assertIn("tcx ingress to " + lab.IF_B, d.hooks)
             c0, sd0, l0 = lab.counters(lab.b), softnet_dropped(), lab.link_stats(lab.b, lab.IF_B)
             ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B,
                                                           port=PORT, flow=1, count=N, pps=PPS)])
@@ -30,7 +30,7 @@ class UdpZeroLoss(unittest.TestCase):
             f = d.stop()
             lost = N - got["unique"]
             measured("udp_zero_loss", sent=sent["sent"], received=got["unique"], lost=lost,
-                     matched_pkts=f["matched_pkts"], dropped_pkts=f["dropped_pkts"],
+                     matched_pkts=f["matched_packets"], dropped_pkts=f["dropped_packets"],
                      rcvbuf_errors=dc["Udp.RcvbufErrors"], udp_in_errors=dc["Udp.InErrors"],
                      softnet_dropped=sd, veth_rx_dropped=veth_rx_dropped, send_secs=sent["secs"])
             diag = ("sender %s receiver %s final %s udp deltas rcvbuf=%d inerr=%d; softnet drops=%d, "
@@ -42,10 +42,10 @@ class UdpZeroLoss(unittest.TestCase):
             self.assertEqual(got["dups"], 0, diag)
             self.assertEqual(got["foreign"], 0, diag)
             self.assertEqual(lost, 0, diag)
-            self.assertEqual(f["matched_pkts"], N, diag)
-            self.assertEqual(f["matched_segs"], N, diag)
-            self.assertEqual(f["dropped_pkts"], 0, diag)
-            self.assertEqual(f["dropped_segs"], 0, diag)
+            self.assertEqual(f["matched_packets"], N, diag)
+            self.assertEqual(f["matched_segments"], N, diag)
+            self.assertEqual(f["dropped_packets"], 0, diag)
+            self.assertEqual(f["dropped_segments"], 0, diag)
             self.assertEqual(f["hooks"]["tc_ingress"]["dropped"], 0, diag)
 
 

@@ -1,8 +1,14 @@
-"""A lossd process inside a lab namespace, and what it printed (stdlib only).
+"""A lossd process inside a lab namespace, and what it printed.
 
     Lossd(lab, ns, args)   lossd --json --state-dir TMP ARGS (a rule: one-shot injector;
                            --observe: the observer; --socket: the daemon, see lab.daemon)
     Output(lines)          an observer's JSON lines: totals, subscriber, flows, events
+    counters(line)         a one-shot counters/final line as plain numbers
+    totals(line)           an observer_totals line as a dict
+
+One-shot --json carries the API's messages in the API's JSON (docs/observer.md#one-shot-json):
+they are read here with the generated lossd.v1 types (json_format, which refuses a name or enum
+spelling the API does not have), so every suite that reads a one-shot line checks its shape.
 """
 
 import json
@@ -18,6 +24,65 @@ from lab import config
 # Retransmission types and outcomes, in the observer's order (and the daemon's BPF maps').
 TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
 OUTCOMES = ("sent", "failed")
+COUNTERS = ("matched_packets", "matched_segments", "matched_bytes", "dropped_packets",
+            "dropped_segments", "dropped_bytes")
+
+
+def api():
+    """The generated lossd.v1 module (lab.daemon.load_stubs: every e2e suite gets --stubs)."""
+    from lab import daemon
+    if daemon.pb is None:
+        raise AssertionError("reading lossd's JSON needs the lossd.v1 stubs: --stubs <build>/python")
+    return daemon.pb
+
+
+def parse(obj, message):
+    """obj (a dict of the API's JSON) as the lossd.v1 `message` (a name: "Rule"); an unknown
+    field or enum spelling is an AssertionError naming it."""
+    from google.protobuf import json_format
+    try:
+        return json_format.ParseDict(obj, getattr(api(), message)())
+    except json_format.ParseError as e:
+        raise AssertionError("not the API's %s JSON: %s: %s" % (message, e, json.dumps(obj)[:2000]))
+
+
+def type_name(e):
+    """A RetransmitEvent's type as the observer's short name ("rto")."""
+    return api().RetransmitType.Name(e.type)[len("RETRANSMIT_TYPE_"):].lower()
+
+
+def outcome_name(e):
+    return api().Outcome.Name(e.outcome)[len("OUTCOME_"):].lower()
+
+
+def cause_name(s):
+    """A StallEvent's cause as the Flow.stall_ns key ("rto", "nagle_delayed_ack")."""
+    return api().StallCause.Name(s.cause)[len("STALL_CAUSE_"):].lower()
+
+
+def tuple_of(m):
+    """A RetransmitEvent's, StallEvent's or Flow's tuple: (local_addr, local_port, remote_addr,
+    remote_port)."""
+    t = m.tuple
+    return (t.local_addr, t.local_port, t.remote_addr, t.remote_port)
+
+
+def counters(ev):
+    """A one-shot counters/final line (a RuleCountersUpdate with the hooks' totals) as plain
+    numbers: rule_id, the six RuleCounters, state, attachments, hooks, rule (a lossd.v1.Rule);
+    None for None."""
+    if ev is None:
+        return None
+    body = {k: v for k, v in ev.items() if k not in ("event", "hooks", "rule_id", "error")}
+    u = parse(body, "RuleCountersUpdate")
+    out = {"hooks": ev.get("hooks", {}), "seq": u.seq, "time_unix_ns": u.time_unix_ns}
+    if not u.rules:
+        out.update(rule_id=ev.get("rule_id"), error=ev.get("error", ""), status="gone")
+        return out
+    r = u.rules[0]
+    out.update({k: getattr(r.counters, k) for k in COUNTERS})
+    out.update(rule_id=r.id, rule=r, state=api().RuleState.Name(r.state), attachments=list(r.attachments))
+    return out
 
 
 class Lossd:
@@ -55,7 +120,9 @@ class Lossd:
         self._q = queue.Queue()
         self._t = threading.Thread(target=self._read if stdout_path is None else self._read_file, daemon=True)
         self._t.start()
-        self.ready = None
+        self.ready = None  # the ready line (a one-shot rule's: with its lossd.v1 Rule as .rule)
+        self.rule = None
+        self.hooks = ""    # a one-shot rule's attachments, ", "-joined
         self.final = None
 
     def _read(self):
@@ -125,12 +192,16 @@ class Lossd:
 
     def wait_ready(self, timeout=40):
         self.ready = self.wait_event("ready", timeout)
+        if "rule" in self.ready:
+            self.rule = parse(self.ready["rule"], "Rule")
+            self.hooks = ", ".join(self.rule.attachments)
         return self.ready
 
     def last_counters(self):
+        """The last counters (or final) line, as counters()."""
         for ev in reversed(self.events):
             if ev.get("event") in ("counters", "final"):
-                return ev
+                return counters(ev)
         return None
 
     def wait_exit(self, timeout=30):
@@ -156,10 +227,11 @@ class Lossd:
         return self.proc.returncode
 
     def stop(self, timeout=60, expect_final=True):
-        """SIGTERM, wait, exit 0; returns the final event (a lossd without a rule prints none)."""
+        """SIGTERM, wait, exit 0; returns the final counters (counters(); a lossd without a
+        rule prints none)."""
         rc = self.term(timeout)
         finals = [e for e in self.events if e.get("event") == "final"]
-        self.final = finals[-1] if finals else None
+        self.final = counters(finals[-1]) if finals else None
         if rc != 0:
             raise AssertionError("lossd exited %d; stderr:\n%s" % (rc, self.stderr()))
         if self.final is None and expect_final:
@@ -184,7 +256,11 @@ class Lossd:
 
 
 class Output:
-    """What an observer printed: totals, subscriber, flows, retransmit and flow_close events."""
+    """What an observer printed: its totals (a dict: the observer's counters, retrans_segs and
+    hooks, with the NetnsTotals as "netns"), subscriber, flows (lossd.v1.Flow), and the event
+    items (lossd.v1.TraceMessage: retransmits, closes and stalls are their payloads)."""
+
+    STREAM = ("retransmit", "stall", "closed", "sample", "gap")
 
     def __init__(self, lines, stderr=""):
         self.raw_lines = lines
@@ -200,25 +276,29 @@ class Output:
             except ValueError:
                 self.bad_lines.append(l)
         by = lambda k: [e for e in self.events if e.get("event") == k]
+        strip = lambda e: {k: v for k, v in e.items() if k != "event"}
+        self.items = [parse(strip(e), "TraceMessage") for e in self.events if e.get("event") in self.STREAM]
         tot = by("observer_totals")
-        self.totals = tot[-1] if tot else None
+        self.totals = totals(tot[-1]) if tot else None
+        self.netns_totals = [parse(e["totals"], "NetnsTotals") for e in by("netns_totals")]
         sub = by("subscriber")
         self.subscriber = sub[-1] if sub else None
-        self.flows = [e["flow"] for e in by("flow")]
-        self.retransmits = by("retransmit")
-        self.closes = by("flow_close")
-        self.stalls = by("stall")
+        self.flows = [parse(e["flow"], "Flow") for e in by("flow")]
+        self.retransmits = [m.retransmit for m in self.items if m.HasField("retransmit")]
+        self.closes = [m.closed for m in self.items if m.HasField("closed")]
+        self.stalls = [m.stall for m in self.items if m.HasField("stall")]
+        self.gaps = [m.gap for m in self.items if m.HasField("gap")]
         fin = by("final")
-        self.final = fin[-1] if fin else None
+        self.final = counters(fin[-1]) if fin else None
 
     def ev(self, typ, outcome="sent"):
-        return self.totals["types"][typ][outcome]["events"]
+        return ev_count(self.totals, typ, outcome)
 
     def segs(self, typ, outcome="sent"):
-        return self.totals["types"][typ][outcome]["segs"]
+        return seg_count(self.totals, typ, outcome)
 
     def retrans_types(self):
-        return {e["type"] for e in self.retransmits}
+        return {type_name(e) for e in self.retransmits}
 
     def all_events(self):
         return all_events(self.totals)
@@ -228,9 +308,9 @@ class Output:
         out = {"retrans_segs": t["retrans_segs"]}
         for ty in TYPES:
             for o in OUTCOMES:
-                x = t["types"][ty][o]
-                if x["events"] or x["segs"]:
-                    out["%s.%s" % (ty, o)] = [x["events"], x["segs"]]
+                x = [self.ev(ty, o), self.segs(ty, o)]
+                if any(x):
+                    out["%s.%s" % (ty, o)] = x
         for k in ("ring_lost", "ring_consumed", "hub_published", "filtered", "flows_opened",
                   "flows_closed", "recursion_misses", "flow_table_full", "arm_failed", "armed_existing",
                   "stalls", "samples"):
@@ -244,6 +324,24 @@ class Output:
         return out
 
 
+def totals(ev):
+    """An observer_totals line as a dict: the observer's own counters (ring_lost, filtered,
+    ...), retrans_segs, hooks (name, available, reason) and its NetnsTotals as "netns"."""
+    nt = parse(ev["totals"], "NetnsTotals")
+    hooks = [parse(h, "HookAvailability") for h in ev["hooks"]]
+    return dict(ev["observer"], retrans_segs=nt.retrans_segs, netns=nt,
+                hooks=[{"name": h.name, "available": h.available, "reason": h.reason} for h in hooks])
+
+
+def ev_count(totals, typ, outcome="sent"):
+    """Retransmit events of a type and outcome in an Output's totals."""
+    return getattr(totals["netns"], outcome + "_events")[typ]
+
+
+def seg_count(totals, typ, outcome="sent"):
+    return getattr(totals["netns"], outcome + "_segments")[typ]
+
+
 def all_events(totals):
-    """Retransmit events of every type and outcome in an observer_totals line."""
-    return sum(totals["types"][ty][o]["events"] for ty in TYPES for o in OUTCOMES)
+    """Retransmit events of every type and outcome in an Output's totals."""
+    return sum(ev_count(totals, ty, o) for ty in TYPES for o in OUTCOMES)

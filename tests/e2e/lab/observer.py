@@ -1,4 +1,4 @@
-"""The observer's exact relations with the kernel, and one observed scenario (stdlib only).
+"""The observer's exact relations with the kernel, and one observed scenario.
 
     observe(lab, ns, traffic, rules)   `lossd --observe --events` in ns beside injector
                                        rules, traffic(), the namespace's counter deltas
@@ -9,7 +9,7 @@
 """
 import json
 
-from lab.lossd import OUTCOMES, TYPES
+from lab.lossd import OUTCOMES, TYPES, outcome_name, type_name
 from lab.stats import short
 
 
@@ -31,7 +31,7 @@ def reconcile(tc, out, dk, filtered_ok=False):
                     "[cookie, tuple, hub seq where it showed, segs]: %s" % gaps)
     for h in t["hooks"]:
         if h["name"] != "iter/tcp":
-            tc.assertTrue(h["attached"], "%s not attached: %s" % (h["name"], ctx))
+            tc.assertTrue(h["available"], "%s not attached (%s): %s" % (h["name"], h["reason"], ctx))
     # Exact.
     tc.assertEqual(t["retrans_segs"], dk["Tcp.RetransSegs"], "retrans_segs != dTcpRetransSegs: " + ctx)
     tc.assertEqual(t["retrans_segs"],
@@ -87,21 +87,20 @@ def check_event_stream(tc, out, ctx):
         tc.assertEqual(len(out.stalls), t["stalls"], "stall lines != stalls: " + ctx)
         # Each flow's record counts the stall events of its socket.
         for c in out.closes:
-            mine = [s for s in out.stalls if s["cookie"] == c["cookie"]]
-            tc.assertEqual(c["flow"]["stalls"], len(mine), "stalls of flow %d: %s" % (c["cookie"], ctx))
-            tc.assertEqual(sum(c["flow"]["stall_ns"].values()), sum(s["duration_ns"] for s in mine),
-                           "stall time of flow %d: %s" % (c["cookie"], ctx))
+            mine = [s for s in out.stalls if s.cookie == c.cookie]
+            tc.assertEqual(c.stalls, len(mine), "stalls of flow %d: %s" % (c.cookie, ctx))
+            tc.assertEqual(sum(c.stall_ns.values()), sum(s.duration_ns for s in mine),
+                           "stall time of flow %d: %s" % (c.cookie, ctx))
         # Line by line, the events add up to the totals.
         for ty in TYPES:
             for o in OUTCOMES:
-                evs = [e for e in out.retransmits if e["type"] == ty and e["outcome"] == o]
+                evs = [e for e in out.retransmits if type_name(e) == ty and outcome_name(e) == o]
                 if not t["filtered"]:
                     tc.assertEqual(len(evs), out.ev(ty, o), "%s.%s events: %s" % (ty, o, ctx))
-                    tc.assertEqual(sum(e["segs"] for e in evs), out.segs(ty, o), "%s.%s segs: %s" % (ty, o, ctx))
-    seqs = [e["seq"] for e in out.retransmits + out.closes + out.stalls]
-    tc.assertEqual(len(seqs), len(set(seqs)), "duplicate hub sequence numbers")
-    if sub["lost"] == 0:
-        tc.assertEqual(sorted(seqs), list(range(1, len(seqs) + 1)), "gaps in hub sequence numbers")
+                    tc.assertEqual(sum(e.segments for e in evs), out.segs(ty, o), "%s.%s segs: %s" % (ty, o, ctx))
+    # The items are numbered from 1 without a gap; what the subscriber lost is in Gap items.
+    tc.assertEqual([m.seq for m in out.items], list(range(1, len(out.items) + 1)), "item numbers")
+    tc.assertEqual(sum(g.count for g in out.gaps), sub["lost"], "Gap items != the subscriber's lost")
 
 
 class Run:
@@ -115,8 +114,8 @@ class Run:
         n = {"kernel": short(self.dk), "observer": self.out.summary()}
         for i, f in enumerate(self.finals):
             if f:
-                n["injector%d" % i] = {k: f.get(k) for k in ("matched_pkts", "matched_segs", "dropped_pkts",
-                                                              "dropped_segs")}
+                n["injector%d" % i] = {k: f.get(k) for k in ("matched_packets", "matched_segments",
+                                                              "dropped_packets", "dropped_segments")}
         return n
 
 
@@ -140,26 +139,29 @@ def unseen(out):
     """Retransmitted segments the kernel counted on a socket but no event reported.
 
     Every retransmit event carries the socket's tp->total_retrans read at the
-    tracepoint (after the kernel counted this retransmission), and a flow_close
-    carries the final value; per socket, in time order, each increase must be
-    exactly the segments of the sent/failed events in between. Returns a list
-    of (cookie, tuple, hub seq of the event where the gap showed, missing segs).
+    tracepoint (after the kernel counted this retransmission); per socket, in
+    time order, each increase must be exactly the segments of the events in
+    between; a closed flow's retransmitted segments (by type, synack aside) must
+    be its events' segments. Returns a list of (cookie, tuple, the TCP sequence
+    number of the event where the gap showed or "close", missing segs).
     """
     by = {}
     for e in out.retransmits:
-        if e["type"] != "synack":
-            by.setdefault(e["cookie"], []).append(("ev", e))
-    for c in out.closes:
-        by.setdefault(c["cookie"], []).append(("close", c))
+        if type_name(e) != "synack":
+            by.setdefault(e.cookie, []).append(e)
     gaps = []
-    for cookie, items in by.items():
-        items.sort(key=lambda x: (x[1]["time_ns"], x[0] == "close"))
+    tup = lambda t: "%s:%s>%s:%s" % (t.local_addr, t.local_port, t.remote_addr, t.remote_port)
+    for cookie, evs in by.items():
+        evs.sort(key=lambda e: e.time_mono_ns)
         seen = 0
-        for kind, e in items:
-            if kind == "ev" and e["outcome"] in ("sent", "failed"):
-                seen += e["segs"]
-            if e["total_retrans"] != seen:
-                gaps.append((cookie, "%s:%s>%s:%s" % (e["saddr"], e["sport"], e["daddr"], e["dport"]),
-                             e["seq"], e["total_retrans"] - seen))
-                seen = e["total_retrans"]
+        for e in evs:
+            seen += e.segments
+            if e.state.total_retrans != seen:
+                gaps.append((cookie, tup(e.tuple), e.seq, e.state.total_retrans - seen))
+                seen = e.state.total_retrans
+    for c in out.closes:
+        counted = sum(v for k, v in c.retransmitted_segments.items() if k != "synack")
+        seen = sum(e.segments for e in by.get(c.cookie, []))
+        if counted != seen:
+            gaps.append((c.cookie, tup(c.tuple), "close", counted - seen))
     return gaps

@@ -103,7 +103,7 @@ def tcp_flow(lab, server_ns, client_ns, dst, port=5201, mbytes=150, rate_mbit=50
 def tcp_loss_run(lab, lossd_ns, lossd_args, dst, mbytes=187.5, rate_mbit=500, cgroup=None, nsenter=False):
     """A paced TCP transfer A -> B under a lossd rule (or none when lossd_args is None).
 
-    Returns dict(sender, receiver, final (lossd's final event), ready, da/db (kernel
+    Returns dict(sender, receiver, final (lossd's final counters), hooks, da/db (kernel
     counter deltas in A/B, read after every socket closed)).
     """
     d = lab.lossd(lossd_ns, lossd_args, nsenter=nsenter) if lossd_args is not None else None
@@ -111,7 +111,7 @@ def tcp_loss_run(lab, lossd_ns, lossd_args, dst, mbytes=187.5, rate_mbit=500, cg
     s, r = tcp_flow(lab, lab.b, lab.a, dst, mbytes=mbytes, rate_mbit=rate_mbit, cgroup=cgroup)
     da, db, path_drops = lab.counters(lab.a) - a0, lab.counters(lab.b) - b0, lab.path_drops() - p0
     f = d.stop() if d else None
-    return dict(sender=s, receiver=r, final=f, ready=d.ready if d else None, da=da, db=db,
+    return dict(sender=s, receiver=r, final=f, hooks=d.hooks if d else None, da=da, db=db,
                 path_drops=path_drops)
 
 
@@ -120,15 +120,15 @@ def tcp_summary(run):
     out = {"sender_" + k.split(".")[1]: run["da"][k] for k in TCP_KEYS}
     out["receiver_OutRsts"] = run["db"]["Tcp.OutRsts"]
     f = run["final"] or {}
-    for k in ("matched_pkts", "matched_segs", "dropped_pkts", "dropped_segs"):
+    for k in ("matched_packets", "matched_segments", "dropped_packets", "dropped_segments"):
         if k in f:
             out[k] = f[k]
     out["bytes"] = run["receiver"]["bytes"]
     out["send_secs"] = run["sender"]["secs"]
     out["socket_total_retrans"] = run["sender"]["total_retrans"]
     out["send_errors"] = run["sender"]["errors"]
-    if f.get("dropped_segs") is not None:
-        out["retransmissions"] = retransmissions_explained(run["da"], run["db"], f["dropped_segs"],
+    if f.get("dropped_segments") is not None:
+        out["retransmissions"] = retransmissions_explained(run["da"], run["db"], f["dropped_segments"],
                                                            run.get("path_drops", 0))[1]
     return out
 
@@ -147,18 +147,18 @@ def assert_network_loss(tc, run, hook, attachment, rate=0.01):
     Returns the final counters and the sender's MIB delta for further checks."""
     s = tcp_summary(run)
     f, da = run["final"], run["da"]
-    tc.assertIn(attachment, run["ready"]["hooks"])
+    tc.assertIn(attachment, run["hooks"])
     tc.assertEqual(run["receiver"]["bytes"], run["sender"]["bytes"], s)
     tc.assertEqual(run["sender"]["errors"], {}, s)
-    tc.assertGreater(f["dropped_segs"], 0, s)
-    tc.assertEqual(f["hooks"][hook]["dropped"], f["dropped_pkts"], s)
-    tc.assertTrue(retransmissions_explained(da, run["db"], f["dropped_segs"], run.get("path_drops", 0))[0], s)
+    tc.assertGreater(f["dropped_segments"], 0, s)
+    tc.assertEqual(f["hooks"][hook]["dropped"], f["dropped_packets"], s)
+    tc.assertTrue(retransmissions_explained(da, run["db"], f["dropped_segments"], run.get("path_drops", 0))[0], s)
     tc.assertEqual(run["sender"]["total_retrans"], da["Tcp.RetransSegs"], s)
     # No reset cut a retransmission short.
     tc.assertEqual(run["db"]["Tcp.OutRsts"] + da["Tcp.OutRsts"], 0, s)
     # The rate applies per skb (a GSO skb's segments are dropped together).
-    lo, hi = binom_interval(f["matched_pkts"], rate)
-    tc.assertTrue(lo <= f["dropped_pkts"] <= hi, "dropped skbs outside [%d, %d]: %s" % (lo, hi, s))
+    lo, hi = binom_interval(f["matched_packets"], rate)
+    tc.assertTrue(lo <= f["dropped_packets"] <= hi, "dropped skbs outside [%d, %d]: %s" % (lo, hi, s))
     return f, da
 
 

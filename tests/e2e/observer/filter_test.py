@@ -58,7 +58,7 @@ class WatchPort(unittest.TestCase):
         self.assertGreater(self.other["total_retrans"], 0, "the other flow lost nothing: nothing to filter")
         self.assertGreater(len(out.retransmits), 0, out.summary())
         for e in out.retransmits + out.closes:
-            self.assertEqual((e["sport"], e["dport"]), (self.watched["sport"], WATCHED), e)
+            self.assertEqual((e.tuple.local_port, e.tuple.remote_port), (self.watched["sport"], WATCHED), e)
         self.assertEqual(len(out.closes), 1, out.closes)
         self.assertEqual(out.totals["flows_closed"], 1, out.summary())
         self.assertGreater(out.totals["filtered"], 0, out.summary())
@@ -66,7 +66,7 @@ class WatchPort(unittest.TestCase):
 
     def test_events_add_up_per_flow(self):
         out = self.run_.out
-        seen = sum(e["segs"] for e in out.retransmits if e["outcome"] in ("sent", "failed"))
+        seen = sum(e.segments for e in out.retransmits)
         self.assertEqual(seen, self.watched["total_retrans"],
                          "watched flow; unseen: %s" % observer.unseen(out))
         self.assertEqual(out.totals["retrans_segs"] - seen, self.other["total_retrans"],
@@ -90,25 +90,25 @@ class Preexisting(unittest.TestCase):
                 traffic.finish(c, stop=True)
             for s in srvs:
                 traffic.finish(s)
-        flows = {(f["sport"], f["dport"]): f for f in out.flows}
+        flows = {(f.tuple.local_port, f.tuple.remote_port): f for f in out.flows}
         measured("preexisting", observer_start_ns=t_start, observer_ready_ns=t_ready,
-                 flows=[{k: f[k] for k in ("sport", "dport", "preexisting", "cwnd", "srtt_us",
-                                           "bytes_acked", "opened_ns")} for f in out.flows])
+                 flows=[{k: getattr(f, k) for k in ("preexisting", "cwnd", "srtt_us", "bytes_acked",
+                                                    "opened_mono_ns")} for f in out.flows])
         self.assertEqual(len(out.flows), 2, out.flows)
         a = flows[(old.sports[0], P1)]
         b = flows[(new.sports[0], P2)]
-        self.assertEqual(b["preexisting"], 0, b)
-        self.assertGreater(b["opened_ns"], t_ready, b)
-        self.assertEqual(a["preexisting"], 1,
+        self.assertFalse(b.preexisting, b)
+        self.assertGreater(b.opened_mono_ns, t_ready, b)
+        self.assertTrue(a.preexisting,
                          "flow established %.1f s before the observer started is not marked pre-existing; "
                          "its record was opened at +%.1f ms of the observer's %.1f ms start-up "
                          "(created by a tracepoint program before the iter/tcp walk?): %s"
-                         % (0.5, (a["opened_ns"] - t_start) / 1e6, (t_ready - t_start) / 1e6, a))
+                         % (0.5, (a.opened_mono_ns - t_start) / 1e6, (t_ready - t_start) / 1e6, a))
         for f in (a, b):
-            self.assertEqual((f["saddr"], f["daddr"]), (Lab.V4_A, Lab.V4_B), f)
-            self.assertGreater(f["cwnd"], 0, f)
-            self.assertGreater(f["srtt_us"], 0, f)
-            self.assertGreater(f["bytes_acked"], 0, f)
+            self.assertEqual((f.tuple.local_addr, f.tuple.remote_addr), (Lab.V4_A, Lab.V4_B), f)
+            self.assertGreater(f.cwnd, 0, f)
+            self.assertGreater(f.srtt_us, 0, f)
+            self.assertGreater(f.bytes_acked, 0, f)
 
 
 if __name__ == "__main__":

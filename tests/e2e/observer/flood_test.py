@@ -49,7 +49,7 @@ class Flood(unittest.TestCase):
             cls.final = inj.stop()
             cls.sent, cls.received = s, r
         measured("flood", lines_read_while_paused=cls.paused_lines, bytes=r["bytes"],
-                 injector_dropped_segs=cls.final["dropped_segs"],
+                 injector_dropped_segs=cls.final["dropped_segments"],
                  kernel=short(cls.dk), observer=cls.out.summary())
 
     def test_many_retransmissions(self):

@@ -323,20 +323,19 @@ class ContainerNetns(unittest.TestCase):
 
     def test_one_shot_watching_the_container_namespace(self):
         out = self.one
-        lines = [e for e in out.events if e.get("event") == "netns_totals"]
-        ctr = [e for e in lines if e["netns"] == self.ino["ctr"]]
+        lines = out.netns_totals
+        ctr = [t for t in lines if t.netns_ino == self.ino["ctr"]]
         self.assertEqual(len(ctr), 1, lines)
         t = ctr[0]
         dk = self.dk["ctr"]
         # It started before the traffic and ended after it: its totals cover the whole
         # run, the pre-existing flow's close included (no loss on it).
-        g = lambda ty, o, k: t["types"][ty][o][k]
-        self.assertEqual(t["retrans_segs"], dk["Tcp.RetransSegs"], t)
-        self.assertEqual(g("fast", "sent", "segs"), dk["TcpExt.TCPFastRetrans"], t)
-        self.assertEqual(g("loss", "sent", "segs"), dk["TcpExt.TCPSlowStartRetrans"], t)
+        self.assertEqual(t.retrans_segs, dk["Tcp.RetransSegs"], t)
+        self.assertEqual(t.sent_segments["fast"], dk["TcpExt.TCPFastRetrans"], t)
+        self.assertEqual(t.sent_segments["loss"], dk["TcpExt.TCPSlowStartRetrans"], t)
         # Its own namespace (HOST) is not in its set: its observer_totals stay 0.
         self.assertEqual(out.totals["retrans_segs"], 0, out.totals)
-        self.assertEqual({e["netns"] for e in lines} - {0}, {self.ino["ctr"], self.ino["host"]}, lines)
+        self.assertEqual({t.netns_ino for t in lines} - {0}, {self.ino["ctr"], self.ino["host"]}, lines)
 
     # ----------------------------------------------------------------- events --
     def test_container_events_equal_its_mib(self):

@@ -27,6 +27,7 @@ import unittest
 
 from lab import observer, traffic
 from lab.config import main
+from lab.lossd import outcome_name, type_name
 from lab.netns import Lab, measured
 from lab.stats import short
 
@@ -74,8 +75,8 @@ class _Reconciles:
         r = self.run_
         s, _ = r.traffic
         sport = s["conns"][0]["sport"]
-        evs = [e for e in r.out.retransmits if e["sport"] == sport and e["outcome"] in ("sent", "failed")]
-        self.assertEqual(sum(e["segs"] for e in evs), s["conns"][0]["total_retrans"],
+        evs = [e for e in r.out.retransmits if e.tuple.local_port == sport]
+        self.assertEqual(sum(e.segments for e in evs), s["conns"][0]["total_retrans"],
                          "socket %d: events vs tcpi_total_retrans; unseen: %s" % (sport, observer.unseen(r.out)))
 
 
@@ -95,31 +96,31 @@ class Ingress1Pct(_Scenario, _Reconciles):
         r = self.run_
         f = r.finals[0]
         self.assertEqual(r.out.totals["retrans_segs"],
-                         f["dropped_segs"] + r.dk["TcpExt.TCPDSACKRecvSegs"], r.numbers())
+                         f["dropped_segments"] + r.dk["TcpExt.TCPDSACKRecvSegs"], r.numbers())
 
     def test_cwnd_falls_after_loss(self):
         out = self.run_.out
-        closes = [c for c in out.closes if c["dport"] == P]
-        self.assertEqual(len(closes), 1, "one flow_close for the bulk flow: %s" % closes)
-        fl = closes[0]["flow"]
-        self.assertGreater(fl["rtx_segs"]["fast"], 0, fl)
-        self.assertLess(fl["cwnd_min"], fl["cwnd_max"], "cwnd never changed: %s" % fl)
-        self.assertGreater(fl["ca_time_ns"]["recovery"], 0, "no time in Recovery: %s" % fl)
-        self.assertEqual(sum(fl["rtx_segs"].values()),
-                         sum(e["segs"] for e in out.retransmits
-                             if e["cookie"] == closes[0]["cookie"] and e["outcome"] == "sent"),
-                         "flow rtx_segs vs its sent retransmit events")
-        fast = [e for e in out.retransmits if e["type"] == "fast"]
+        closes = [c for c in out.closes if c.tuple.remote_port == P]
+        self.assertEqual(len(closes), 1, "one closed flow for the bulk flow: %s" % closes)
+        fl = closes[0]
+        self.assertGreater(fl.retransmitted_segments["fast"], 0, fl)
+        self.assertLess(fl.cwnd_min, fl.cwnd_max, "cwnd never changed: %s" % fl)
+        self.assertGreater(fl.ca_time_ns["recovery"], 0, "no time in Recovery: %s" % fl)
+        self.assertEqual(sum(fl.retransmitted_segments.values()),
+                         sum(e.segments for e in out.retransmits
+                             if e.cookie == fl.cookie and outcome_name(e) == "sent"),
+                         "flow retransmitted_segments vs its sent retransmit events")
+        fast = [e for e in out.retransmits if type_name(e) == "fast"]
         self.assertTrue(fast)
         for e in fast:
-            self.assertNotEqual(e["ca_state"], 4, "fast retransmit in Loss state: %s" % e)
-            if e["ca_state"] == 3:
+            self.assertNotEqual(e.state.ca_state, 4, "fast retransmit in Loss state: %s" % e)
+            if e.state.ca_state == 3:
                 # Entering Recovery set CUBIC's finite ssthresh before the retransmission.
-                self.assertLess(e["ssthresh"], 0x7fffffff, e)
-        self.assertIn(3, [e["ca_state"] for e in fast])
+                self.assertLess(e.state.ssthresh, 0x7fffffff, e)
+        self.assertIn(3, [e.state.ca_state for e in fast])
         # The reduced window is below the largest window the flow had.
-        self.assertLess(min(e["ssthresh"] for e in fast), fl["cwnd_max"], fl)
-        self.assertLess(min(e["cwnd"] for e in fast), fl["cwnd_max"], fl)
+        self.assertLess(min(e.state.ssthresh for e in fast), fl.cwnd_max, fl)
+        self.assertLess(min(e.state.cwnd for e in fast), fl.cwnd_max, fl)
 
 
 class Ingress5Pct(_Scenario, _Reconciles):
@@ -144,9 +145,9 @@ class Ingress01PctPerSegment(_Scenario, _Reconciles):
 
     def test_per_segment_drops(self):
         f = self.run_.finals[0]
-        self.assertEqual(f["dropped_pkts"], f["dropped_segs"], f)
-        self.assertEqual(f["matched_pkts"], f["matched_segs"], f)
-        self.assertGreater(f["dropped_segs"], 0, f)
+        self.assertEqual(f["dropped_packets"], f["dropped_segments"], f)
+        self.assertEqual(f["matched_packets"], f["matched_segments"], f)
+        self.assertGreater(f["dropped_segments"], 0, f)
 
 
 class Ipv6Ingress1Pct(_Scenario, _Reconciles):
@@ -160,10 +161,8 @@ class Ipv6Ingress1Pct(_Scenario, _Reconciles):
         a, b = ipaddress.ip_address(Lab.V6_A), ipaddress.ip_address(Lab.V6_B)
         self.assertTrue(out.retransmits)
         for e in out.retransmits + out.closes:
-            self.assertEqual((ipaddress.ip_address(e["saddr"]), ipaddress.ip_address(e["daddr"]), e["dport"]),
-                             (a, b, P), e)
-        for c in out.closes:
-            self.assertEqual(ipaddress.ip_address(c["flow"]["saddr"]), a, c)
+            self.assertEqual((ipaddress.ip_address(e.tuple.local_addr), ipaddress.ip_address(e.tuple.remote_addr),
+                              e.tuple.remote_port), (a, b, P), e)
 
 
 class ObserverStartKeepsInjector(unittest.TestCase):
@@ -185,14 +184,14 @@ class ObserverStartKeepsInjector(unittest.TestCase):
             out = obs.stop_observer()
             f = inj.stop()
             measured("observer_start_vs_live_egress_rule", filter_before="lossd_tc_out" in before,
-                     filter_after="lossd_tc_out" in after, injector_matched=f["matched_pkts"],
-                     injector_dropped_segs=f["dropped_segs"], kernel=short(dk),
+                     filter_after="lossd_tc_out" in after, injector_matched=f["matched_packets"],
+                     injector_dropped_segs=f["dropped_segments"], kernel=short(dk),
                      observer_stderr=[l for l in out.stderr.splitlines() if "stale" in l])
             self.assertIn("lossd_tc_out", before)
             self.assertIn("lossd_tc_out", after,
                           "the observer's start removed the live injector's clsact filter; its log: %s"
                           % [l for l in out.stderr.splitlines() if "stale" in l])
-            self.assertGreater(f["dropped_segs"], 0, "the running egress rule dropped nothing: %s" % f)
+            self.assertGreater(f["dropped_segments"], 0, "the running egress rule dropped nothing: %s" % f)
 
 
 if __name__ == "__main__":

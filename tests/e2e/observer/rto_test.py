@@ -21,6 +21,7 @@ import time
 import unittest
 
 from lab import observer, traffic
+from lab.lossd import type_name
 from lab.config import main
 from lab.netns import Lab, measured
 
@@ -45,14 +46,14 @@ class Blackout(unittest.TestCase):
             cls.run_ = observer.observe(lab, lab.a, run_traffic)
             s, r, rc, cls.blackout = cls.run_.traffic
             measured("rto_blackout", blackout_rc=rc, blackout_dropped_segs=(cls.blackout or {}).get(
-                "dropped_segs"), **cls.run_.numbers())
+                "dropped_segments"), **cls.run_.numbers())
 
     def test_blackout_rule_ran(self):
         s, r, rc, final = self.run_.traffic
         self.assertEqual(rc, 0)
         self.assertIsNotNone(final, "the 1 s rule printed no final event")
-        self.assertGreater(final["dropped_segs"], 0, final)
-        self.assertEqual(final["dropped_pkts"], final["matched_pkts"], "rate 100%%: %s" % (final,))
+        self.assertGreater(final["dropped_segments"], 0, final)
+        self.assertEqual(final["dropped_packets"], final["matched_packets"], "rate 100%%: %s" % (final,))
         self.assertEqual(r["bytes"], s["bytes"])
 
     def test_reconciles_with_kernel_counters(self):
@@ -64,21 +65,21 @@ class Blackout(unittest.TestCase):
         self.assertGreater(out.ev("rto"), 0, n)
         self.assertGreater(out.segs("loss"), 0, n)
         self.assertLessEqual(out.ev("rto"), dk["TcpExt.TCPTimeouts"], n)
-        rtos = [e for e in out.retransmits if e["type"] == "rto"]
+        rtos = [e for e in out.retransmits if type_name(e) == "rto"]
         self.assertEqual(len(rtos), out.ev("rto"))
         for i, e in enumerate(rtos):
             # The timer's resend of the head: Loss state, cwnd 1, one segment, and the
             # i-th consecutive timeout has i earlier backoffs.
-            self.assertEqual((e["ca_state"], e["cwnd"], e["segs"]), (4, 1, 1), e)
-            self.assertEqual(e["retransmits"], i + 1, e)
-            self.assertEqual(e["backoff"], i, e)
-        fl = [c["flow"] for c in out.closes if c["dport"] == P]
+            self.assertEqual((e.state.ca_state, e.state.cwnd, e.segments), (4, 1, 1), e)
+            self.assertEqual(e.state.retransmits, i + 1, e)
+            self.assertEqual(e.state.backoff, i, e)
+        fl = [c for c in out.closes if c.tuple.remote_port == P]
         self.assertEqual(len(fl), 1)
         # icsk_backoff as read at the tracepoint (the kernel increments it after the resend).
-        self.assertEqual(fl[0]["max_backoff"], rtos[-1]["backoff"], fl[0])
-        self.assertGreater(fl[0]["ca_time_ns"]["loss"], 0, fl[0])
-        self.assertEqual(fl[0]["rtx_segs"]["rto"], out.segs("rto"), fl[0])
-        self.assertEqual(fl[0]["rtx_segs"]["loss"], out.segs("loss"), fl[0])
+        self.assertEqual(fl[0].max_backoff, rtos[-1].state.backoff, fl[0])
+        self.assertGreater(fl[0].ca_time_ns["loss"], 0, fl[0])
+        self.assertEqual(fl[0].retransmitted_segments["rto"], out.segs("rto"), fl[0])
+        self.assertEqual(fl[0].retransmitted_segments["loss"], out.segs("loss"), fl[0])
 
 
 class TailDrop(unittest.TestCase):
@@ -90,7 +91,7 @@ class TailDrop(unittest.TestCase):
                                    rules=[(lab.a, rule)])
         measured("tail_drop_first_%d" % first, **run.numbers())
         self.assertEqual(run.traffic["response_bytes"], 300)
-        self.assertEqual(run.finals[0]["dropped_pkts"], first, run.numbers())
+        self.assertEqual(run.finals[0]["dropped_packets"], first, run.numbers())
         observer.reconcile(self, run.out, run.dk)
         return run
 
@@ -103,7 +104,7 @@ class TailDrop(unittest.TestCase):
         # probe fired, so the probe resent the tail (no new-data probe).
         self.assertEqual(out.ev("tlp"), dk["TcpExt.TCPLossProbes"], run.numbers())
         e = out.retransmits[0]
-        self.assertEqual((e["ca_state"], e["segs"], e["saddr"], e["sport"]), (0, 1, Lab.V4_B, P), e)
+        self.assertEqual((e.state.ca_state, e.segments, e.tuple.local_addr, e.tuple.local_port), (0, 1, Lab.V4_B, P), e)
 
     def test_lost_probe_ends_in_timeout(self):
         run = self.tail(2)
@@ -113,7 +114,7 @@ class TailDrop(unittest.TestCase):
         # Equality condition of the memo: no socket died of a timeout and no passive
         # handshake waited for a SYN-ACK timer.
         self.assertEqual(out.ev("rto"), dk["TcpExt.TCPTimeouts"], run.numbers())
-        self.assertEqual([e["type"] for e in out.retransmits], ["tlp", "rto"])
+        self.assertEqual([type_name(e) for e in out.retransmits], ["tlp", "rto"])
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import unittest
 
 from lab import observer, traffic
 from lab.config import main
+from lab.lossd import tuple_of
 from lab.netns import Lab, measured
 
 
@@ -32,7 +33,7 @@ class Handshake(unittest.TestCase):
                                    rules=[(ns, ["--iface", iface, "--proto", "tcp"] + rule)])
         measured(name, **run.numbers())
         self.assertEqual(run.traffic["response_bytes"], 200, "the connection did not succeed")
-        self.assertEqual(run.finals[0]["dropped_pkts"], dropped, run.numbers())
+        self.assertEqual(run.finals[0]["dropped_packets"], dropped, run.numbers())
         observer.reconcile(self, run.out, run.dk)
         self.assertEqual(run.out.retrans_types(), {kind}, run.numbers())
         self.assertEqual(run.dk["TcpExt.TCPSynRetrans"], run.out.ev(kind), run.numbers())
@@ -45,12 +46,11 @@ class Handshake(unittest.TestCase):
         self.assertLessEqual(out.ev("syn"), dk["TcpExt.TCPTimeouts"], run.numbers())
         self.assertEqual(run.traffic["total_retrans"], 2)
         for i, e in enumerate(out.retransmits):
-            self.assertEqual((e["saddr"], e["daddr"], e["dport"], e["sport"]),
-                             (Lab.V4_A, Lab.V4_B, P, run.traffic["sport"]), e)
-            self.assertEqual((e["tcp_state"], e["segs"], e["retransmits"]), (2, 1, i + 1), e)  # SYN_SENT
-        closes = [c for c in out.closes if c["sport"] == run.traffic["sport"]]
+            self.assertEqual(tuple_of(e), (Lab.V4_A, run.traffic["sport"], Lab.V4_B, P), e)
+            self.assertEqual((e.state.tcp_state, e.segments, e.state.retransmits), (2, 1, i + 1), e)  # SYN_SENT
+        closes = [c for c in out.closes if c.tuple.local_port == run.traffic["sport"]]
         self.assertEqual(len(closes), 1, out.closes)
-        self.assertEqual(closes[0]["flow"]["rtx_segs"]["syn"], 2, closes[0])
+        self.assertEqual(closes[0].retransmitted_segments["syn"], 2, closes[0])
 
     def test_lost_synack_is_resent_and_counted_at_the_server(self):
         run, out, dk = self.handshake("synack_first_1", "b", "a",
@@ -58,8 +58,7 @@ class Handshake(unittest.TestCase):
         self.assertGreaterEqual(out.ev("synack"), 1, run.numbers())
         self.assertEqual(dk["Tcp.RetransSegs"], out.ev("synack"), run.numbers())
         for e in out.retransmits:
-            self.assertEqual((e["saddr"], e["sport"], e["daddr"], e["dport"], e["segs"]),
-                             (Lab.V4_B, P, Lab.V4_A, run.traffic["sport"], 1), e)
+            self.assertEqual(tuple_of(e) + (e.segments,), (Lab.V4_B, P, Lab.V4_A, run.traffic["sport"], 1), e)
 
 
 if __name__ == "__main__":

@@ -105,12 +105,12 @@ class ClientTargets(ClientTestCase):
         ccg = lab.sub_cgroup(top, "system.slice", "docker-%s.scope" % cid)
         one = lab.lossd(lab.b, ["--container", cid[:12], "--dir", "ingress", "--proto", "udp", "--dport",
                                 "9601", "--rate", "100%"], nsenter=True)
-        self.assertEqual(one.ready["cgroup"], ccg)
-        self.assertIn("cgroup_skb ingress to " + ccg, one.ready["hooks"])
+        self.assertEqual(cgroup2_mount() + one.rule.cgroup, ccg)  # Rule.cgroup: relative to the mount
+        self.assertIn("cgroup_skb ingress to " + ccg, one.hooks)
         ((s, r),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=9601, flow=1,
                                                  count=1000, pps=10000, rx_cgroup=ccg)])
         f = one.stop()
-        self.assertEqual((s["sent"], r["unique"], f["dropped_pkts"]), (1000, 0, 1000))
+        self.assertEqual((s["sent"], r["unique"], f["dropped_packets"]), (1000, 0, 1000))
         # The Python client: a rule on a process's cgroup.
         holder = lab.popen(lab.a, ["sleep", "600"], cgroup=ccg)  # never the host's namespace: an egress rule decides on its devices
         code = ("import sys, lossd_client as lc\n"
