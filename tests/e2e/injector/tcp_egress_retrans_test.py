@@ -22,7 +22,7 @@ class TcpEgressRetrans(unittest.TestCase):
         with Lab() as lab:
             run = traffic.tcp_loss_run(lab, lab.a, ["--iface", lab.IF_A] + RULE, lab.V6_B)
             s = traffic.tcp_summary(run)
-            measured("tcp_egress_1pct_clsact_v6", hook=run["ready"]["hooks"], **s)
+            measured("tcp_egress_1pct_clsact_v6", hook=run["hooks"], **s)
             f, da = traffic.assert_network_loss(self, run, "tc_egress", "clsact egress on " + lab.IF_A)
             self.assertEqual(run["receiver"]["bytes"], int(187.5e6), s)
             # STOLEN is not a local drop: TCP retried nothing as a failed transmit.

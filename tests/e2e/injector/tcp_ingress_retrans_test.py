@@ -45,7 +45,7 @@ class TcpIngressRetrans(unittest.TestCase):
         with Lab() as lab:
             run = traffic.tcp_loss_run(lab, lab.b, ["--iface", lab.IF_B] + RULE, lab.V4_B)
             s = traffic.tcp_summary(run)
-            measured("tcp_ingress_1pct_tcx", hook=run["ready"]["hooks"], **s)
+            measured("tcp_ingress_1pct_tcx", hook=run["hooks"], **s)
             traffic.assert_network_loss(self, run, "tc_ingress", "tcx ingress to " + lab.IF_B)
             self.assertEqual(run["receiver"]["bytes"], int(187.5e6), s)
 
