@@ -35,7 +35,8 @@ uint64_t NowUnixNs() {
 }
 
 std::string ExpiresText(const v1::Rule& r) {
-  if (r.state() == v1::RULE_STATE_EXPIRED) return "expired";
+  if (r.state() == v1::RULE_STATE_EXPIRED || r.state() == v1::RULE_STATE_DELETED)
+    return RuleStateName(r.state());
   if (r.expires_unix_ns() == 0) return "never";
   uint64_t now = NowUnixNs();
   if (r.expires_unix_ns() <= now) return "now";
@@ -213,8 +214,9 @@ int AddBatch(const Globals& g, const AddFlags& f) {
 
 // -------------------------------------------------------- ls get rm ... --
 
-int List(const Globals& g, const std::vector<std::string>& labels) {
+int List(const Globals& g, const std::vector<std::string>& labels, bool deleted) {
   v1::ListRulesRequest req;
+  req.set_include_deleted(deleted);
   std::map<std::string, std::string> m;
   std::string error;
   if (!ParseLabels(labels, "--label", &m, &error)) return UsageError(error);
@@ -435,7 +437,12 @@ void AddRuleCommands(CLI::App* app, const Globals* g, Run* run) {
   ls->alias("list");
   ls->add_option("--label", *labels, "Only rules carrying key=value (repeatable: all of them)")
       ->allow_extra_args(false);
-  ls->callback([g, labels, run] { *run = [g, labels] { return List(*g, *labels); }; });
+  auto deleted = std::make_shared<bool>(false);
+  ls->add_flag("--deleted", *deleted,
+               "Deleted rules too (lossd keeps them, with their effect, for --keep-expired)");
+  ls->callback([g, labels, deleted, run] {
+    *run = [g, labels, deleted] { return List(*g, *labels, *deleted); };
+  });
 
   // get
   auto get_id = std::make_shared<std::string>();

@@ -76,7 +76,8 @@ std::string Rate3(double fraction) {
 }
 
 std::string Left(const v1::Rule& r, uint64_t now_unix_ns) {
-  if (r.state() == v1::RULE_STATE_EXPIRED) return "expired";
+  if (r.state() == v1::RULE_STATE_EXPIRED || r.state() == v1::RULE_STATE_DELETED)
+    return RuleStateName(r.state());
   if (!r.expires_unix_ns()) return "no limit";
   if (r.expires_unix_ns() <= now_unix_ns) return "0s";
   uint64_t left = r.expires_unix_ns() - now_unix_ns;

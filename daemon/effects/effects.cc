@@ -92,6 +92,7 @@ EffectTracker::~EffectTracker() {
 void EffectTracker::RulePublished(uint32_t id, const RuleSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   rules_[id] = spec;
+  ended_.erase(id);
   totals_[id];  // known until forgotten: a retired rule's drops still link
   generation_++;
   if (cache_.size() > 65536) cache_.clear();
@@ -99,14 +100,19 @@ void EffectTracker::RulePublished(uint32_t id, const RuleSpec& spec) {
 
 void EffectTracker::RuleRetired(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  rules_.erase(id);
-  generation_++;
   retired_ns_ = MonotonicNs();
+  auto it = rules_.find(id);
+  if (it != rules_.end()) {
+    ended_[id] = {it->second, retired_ns_};
+    rules_.erase(it);
+  }
+  generation_++;
 }
 
 void EffectTracker::RuleForgotten(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (rules_.erase(id)) generation_++;
+  ended_.erase(id);
   totals_.erase(id);
 }
 
@@ -181,6 +187,28 @@ std::vector<uint32_t> EffectTracker::RulesFor(uint64_t cookie, const obs_tuple& 
   return ids;
 }
 
+std::vector<uint32_t> EffectTracker::RulesShownFor(uint64_t cookie, const obs_tuple& t) {
+  std::vector<uint32_t> ids = RulesFor(cookie, t);
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t now = MonotonicNs();
+  for (auto it = ended_.begin(); it != ended_.end();) {
+    if (now - it->second.second >= kLinkAfterRetireNs) {
+      it = ended_.erase(it);
+      continue;
+    }
+    if (RuleCoversFlow(it->second.first, t)) ids.push_back(it->first);
+    ++it;
+  }
+  return ids;
+}
+
+std::optional<DropRecord> EffectTracker::StallCause(const std::vector<uint32_t>& shown,
+                                                    const obs_tuple& t,
+                                                    const obs_stall& st) const {
+  if (!MayLink(shown)) return std::nullopt;
+  return StallDrop(t, st);
+}
+
 std::optional<DropRecord> EffectTracker::DropCovering(const obs_tuple& t, uint32_t seq,
                                                       uint64_t at_or_before_ns) const {
   auto d = inj_->DropsOf(SentDropKey(t));
@@ -230,14 +258,24 @@ void EffectTracker::OnRetransmit(const obs_event& ev) {
     drop = DropCovering(ev.tuple, ev.seq, ev.time_ns);
   if (ids.empty() && !drop) return;
   std::lock_guard<std::mutex> lock(mu_);
+  bool counted = false;  // the linked rule's flows already counted this resend
   for (uint32_t id : ids) {
     if (!rules_.count(id)) continue;  // forgotten since the look-up
     auto& t = totals_[id];
     if (ev.type < OBS_RTX_MAX) t.segs[ev.type] += ev.segs;
     t.flows.insert(ev.cookie);
+    counted |= drop && drop->rule_id == id;
   }
   auto linked = drop ? totals_.find(drop->rule_id) : totals_.end();
-  if (linked != totals_.end()) linked->second.recovery[ev.type].Add(ev.time_ns - drop->time_ns);
+  if (linked == totals_.end()) return;
+  RuleEffectTotals& t = linked->second;
+  t.recovery[ev.type].Add(ev.time_ns - drop->time_ns);
+  // A resend of its drop is one on a flow it matched, also after the rule
+  // ended (expired, deleted): what it caused is within what its flows did.
+  if (!counted) {
+    if (ev.type < OBS_RTX_MAX) t.segs[ev.type] += ev.segs;
+    t.flows.insert(ev.cookie);
+  }
 }
 
 void EffectTracker::OnStall(const obs_event& ev, const obs_stall& st) {
@@ -246,17 +284,25 @@ void EffectTracker::OnStall(const obs_event& ev, const obs_stall& st) {
   std::optional<DropRecord> drop;
   if (MayLink(ids)) drop = StallDrop(ev.tuple, st);
   std::lock_guard<std::mutex> lock(mu_);
+  bool counted = false;
   for (uint32_t id : ids) {
     if (!rules_.count(id)) continue;
     auto& s = totals_[id].stalls_on_flows[st.cause];
     s.count++;
     s.time_ns += st.duration_ns;
+    counted |= drop && drop->rule_id == id;
   }
   auto linked = drop ? totals_.find(drop->rule_id) : totals_.end();
-  if (linked != totals_.end()) {
-    auto& s = linked->second.stalls_caused[st.cause];
-    s.count++;
-    s.time_ns += st.duration_ns;
+  if (linked == totals_.end()) return;
+  auto& s = linked->second.stalls_caused[st.cause];
+  s.count++;
+  s.time_ns += st.duration_ns;
+  // The stall its drop made is one on a flow it matched, also after the rule
+  // ended: stalls_on_flows holds every stall it caused.
+  if (!counted) {
+    auto& on = linked->second.stalls_on_flows[st.cause];
+    on.count++;
+    on.time_ns += st.duration_ns;
   }
 }
 

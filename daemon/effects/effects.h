@@ -125,6 +125,14 @@ class EffectTracker final : public RuleListener {
   // Rules covering a flow tuple (cached per cookie and tuple: a listener's
   // SYN-ACK events carry the listener's cookie with each client's tuple).
   std::vector<uint32_t> RulesFor(uint64_t cookie, const obs_tuple& t);
+  // RulesFor and the rules that ended (expired, failed, deleted) in the last
+  // minute and covered the flow: their drops' resends and stalls come after
+  // them. What the streams show as rule_ids and a rule_id filter selects.
+  std::vector<uint32_t> RulesShownFor(uint64_t cookie, const obs_tuple& t);
+  // The drop that made a stall's hole, if the rules covering its flow
+  // (RulesShownFor) may have made one.
+  std::optional<DropRecord> StallCause(const std::vector<uint32_t>& shown, const obs_tuple& t,
+                                       const obs_stall& st) const;
   uint64_t lost() const {
     std::lock_guard<std::mutex> lock(mu_);
     return sub_ ? sub_->lost() : 0;
@@ -145,6 +153,8 @@ class EffectTracker final : public RuleListener {
   std::shared_ptr<Subscription> sub_;
   mutable std::mutex mu_;
   std::map<uint32_t, RuleSpec> rules_;  // the live ones
+  // Those that ended lately: spec, CLOCK_MONOTONIC of their end (RulesShownFor).
+  std::map<uint32_t, std::pair<RuleSpec, uint64_t>> ended_;
   uint64_t generation_ = 0;
   struct CacheEntry {
     uint64_t generation;

@@ -112,8 +112,12 @@ void Injector::ReapLocked() {
       if (listener_ && !waiting) listener_->RuleRetired(id);
     }
   }
-  // Keep a bounded history of expired and failed rules (their final
-  // counters): at most keep_retired_max, none longer than keep_retired.
+  TrimHistoryLocked(now);
+}
+
+// A bounded history of expired, failed and deleted rules (their final
+// counters): at most keep_retired_max, none longer than keep_retired.
+void Injector::TrimHistoryLocked(uint64_t now) {
   while (!expired_.empty()) {
     uint32_t id = expired_.front();
     auto it = rules_.find(id);
@@ -376,11 +380,25 @@ Status Injector::Retire(Rule& r) {
   return c.ok() ? Status::Ok() : c.status();
 }
 
-Result<RuleInfo> Injector::RemoveLocked(uint32_t id) {
+Result<RuleInfo> Injector::RemoveLocked(uint32_t id, bool keep) {
   auto it = rules_.find(id);
   if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
   Rule& r = it->second;
+  bool was_live = r.live;
   Status st = r.live ? Retire(r) : Status::Ok();
+  bool history = opts_.keep_retired.count() > 0 && opts_.keep_retired_max > 0;
+  if (keep && history && r.retired_ns == 0) {
+    // Out of the kernel, kept: DELETED, with its final counters; the effect
+    // tracker keeps what it caused (RuleRetired, not RuleForgotten).
+    r.info.deleted = true;
+    r.retired_ns = MonotonicNs();
+    expired_.push_back(id);
+    if (listener_ && was_live) listener_->RuleRetired(id);
+    RuleInfo info = r.info;
+    TrimHistoryLocked(r.retired_ns);
+    if (!st.ok()) return st;
+    return info;
+  }
   RuleInfo info = r.info;
   if (r.retired_ns) expired_.erase(std::find(expired_.begin(), expired_.end(), id));
   rules_.erase(it);
@@ -396,6 +414,8 @@ Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rules_.find(id);
   if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  if (it->second.info.deleted)
+    return NotFound("rule " + std::to_string(id) + " was deleted (kept for reading until forgotten)");
   // Replacing an expired rule makes it live again: a new rule as far as the limit goes.
   if (it->second.retired_ns) LOSSD_RETURN_IF_ERROR(CheckLiveLimitLocked());
   auto nid = AddLocked(spec, target, 0, id);
@@ -412,16 +432,23 @@ Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
 
 Result<RuleInfo> Injector::Remove(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  return RemoveLocked(id);
+  return RemoveLocked(id, true);
+}
+
+Result<RuleInfo> Injector::Discard(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RemoveLocked(id, false);
 }
 
 uint32_t Injector::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint32_t> ids;
   for (const auto& [id, r] : rules_) ids.push_back(id);
-  uint32_t n = 0;
-  for (uint32_t id : ids)
-    if (RemoveLocked(id).ok()) n++;
+  uint32_t n = 0;  // the rules it took out of the kernel (not the kept ones it forgot)
+  for (uint32_t id : ids) {
+    bool kept = rules_[id].retired_ns != 0;
+    if (RemoveLocked(id, false).ok() && !kept) n++;
+  }
   return n;
 }
 

@@ -86,6 +86,8 @@ struct RuleInfo {
     return rel.empty() ? "/" : rel;
   }
   bool expired = false;
+  // Deleted (Remove) and kept for inspection as an expired rule is.
+  bool deleted = false;
   // Why the rule is FAILED ("": it is not): its target went away (the
   // interface was deleted, the cgroup removed, the program detached), so it
   // drops nothing. With spec.reattach it waits for its interface to return;
@@ -140,9 +142,15 @@ class Injector {
   // new rule is published before the old one is withdrawn.
   Status Replace(uint32_t id, const RuleSpec& spec);
   // Takes the rule out of the kernel and returns it with its final
-  // counters. An expired rule (retired by the lease thread) is forgotten.
+  // counters. A live (or failed and waiting) rule is kept in the history of
+  // retired rules, deleted, as an expired one is (keep_retired), so that its
+  // counters and what it caused stay readable; a rule already in the history
+  // (expired, failed, deleted) is forgotten.
   Result<RuleInfo> Remove(uint32_t id);
-  // Removes every rule; returns how many there were.
+  // Takes it out and forgets it at once (a batch's rollback: it never was).
+  Result<RuleInfo> Discard(uint32_t id);
+  // Removes and forgets every rule, kept ones too; returns how many it took
+  // out of the kernel (live or waiting to re-attach).
   uint32_t Clear();
 
   // Live rules, failed ones, and the expired (RuleInfo.expired) and failed
@@ -237,7 +245,11 @@ class Injector {
   Result<uint32_t> AddLocked(const RuleSpec& spec, const Target& target, uint64_t expires_ns = 0,
                              uint32_t final_id = 0);
   Status Retire(Rule& r);
-  Result<RuleInfo> RemoveLocked(uint32_t id);
+  // keep: a live or waiting rule joins the history, deleted (Remove); else
+  // it is forgotten at once (Clear).
+  Result<RuleInfo> RemoveLocked(uint32_t id, bool keep);
+  // The history's bound: at most keep_retired_max, none older than keep_retired.
+  void TrimHistoryLocked(uint64_t now);
   // Moves the rule that AddLocked created under `fresh` to `id` (Replace, re-attach).
   void MoveRuleLocked(uint32_t fresh, uint32_t id);
   void FailLocked(uint32_t id, Rule& r, const std::string& reason);

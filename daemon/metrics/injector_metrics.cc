@@ -49,7 +49,7 @@ class RuleFamilies {
 
 RuleFamilies::RuleFamilies(Families* out)
     : info_(out, "lossd_rule_info", "A rule's target and model (value 1)", MetricType::Gauge),
-      live_(out, "lossd_rule_live", "1 while the rule drops, 0 once expired or failed",
+      live_(out, "lossd_rule_live", "1 while the rule drops, 0 once expired, failed or deleted",
             MetricType::Gauge),
       mp_(out, "lossd_rule_matched_packets_total", "Packets (skbs) the rule matched",
           MetricType::Counter),
@@ -115,7 +115,7 @@ void RuleFamilies::Add(const RuleInfo& r, const RuleEffect* e) {
   if (!owner.pod.empty()) il.push_back({"pod", owner.pod});
   info_.Add(il, 1);
   MetricLabels l{{"rule", id}};
-  live_.Add(l, r.expired || !r.failed.empty() ? 0 : 1);
+  live_.Add(l, r.expired || r.deleted || !r.failed.empty() ? 0 : 1);
   const RuleCounters& c = r.counters;
   mp_.Add(l, c.matched_pkts);
   ms_.Add(l, c.matched_segs);
@@ -214,12 +214,15 @@ void InjectorMetrics(const Injector& inj, const Components& parts, EffectTracker
                      const MetricsOptions& opts, Families* out) {
   std::vector<RuleInfo> rules = inj.Rules();
   {
-    Fam f(out, "lossd_rules", "Rules lossd holds, live or expired (kept listed)",
+    Fam f(out, "lossd_rules", "Rules lossd holds: live, or expired or deleted (kept listed)",
           MetricType::Gauge);
     size_t expired =
         std::count_if(rules.begin(), rules.end(), [](const RuleInfo& r) { return r.expired; });
-    f.Add({{"state", "live"}}, double(rules.size() - expired));
+    size_t deleted =
+        std::count_if(rules.begin(), rules.end(), [](const RuleInfo& r) { return r.deleted; });
+    f.Add({{"state", "live"}}, double(rules.size() - expired - deleted));
     f.Add({{"state", "expired"}}, double(expired));
+    f.Add({{"state", "deleted"}}, double(deleted));
   }
   Fam(out, "lossd_rules_max", "Most live rules at once (--max-rules)", MetricType::Gauge)
       .Add({}, parts.limits().max_rules);

@@ -67,7 +67,8 @@ void OwnerToProto(const CgroupOwner& o, v1::CgroupOwner* out) {
 void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_id(r.id);
   SpecToProto(r.spec, out->mutable_spec());
-  out->set_state(r.expired           ? v1::RULE_STATE_EXPIRED
+  out->set_state(r.deleted           ? v1::RULE_STATE_DELETED
+                 : r.expired         ? v1::RULE_STATE_EXPIRED
                  : !r.failed.empty() ? v1::RULE_STATE_FAILED
                                      : v1::RULE_STATE_ACTIVE);
   out->set_reason(!r.failed.empty() ? r.failed : r.note);

@@ -104,7 +104,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
     }
     Status indexed(st.code(), "specs[" + std::to_string(i) + "]: " + st.message());
     if (req->atomic()) {
-      for (uint32_t id : created) (*inj)->Remove(id);
+      for (uint32_t id : created) (*inj)->Discard(id);
       resp->Clear();
       LogChange(ctx, "CreateRules", indexed, "none of " + std::to_string(req->specs_size()));
       return Reply(ctx, indexed);
@@ -161,6 +161,7 @@ grpc::ServerUnaryReactor* InjectorService::ListRules(grpc::CallbackServerContext
   Status st = CheckLabels(req->labels(), parts_->api(), "labels");
   if (!st.ok()) return Reply(ctx, st);
   for (const RuleInfo& info : (*inj)->Rules()) {
+    if (info.deleted && !req->include_deleted()) continue;
     bool match = std::all_of(req->labels().begin(), req->labels().end(), [&](const auto& kv) {
       auto it = info.spec.labels.find(kv.first);
       return it != info.spec.labels.end() && it->second == kv.second;
@@ -202,8 +203,10 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
           v1::RuleCountersUpdate u;
           u.set_seq(seq);
           u.set_time_unix_ns(UnixNs());
+          std::string deleted;  // a watched rule deleted: this update is its last
           if (ids.empty()) {
-            for (const RuleInfo& info : (*inj)->Rules()) RuleToProto(info, u.add_rules());
+            for (const RuleInfo& info : (*inj)->Rules())  // as ListRules lists them
+              if (!info.deleted) RuleToProto(info, u.add_rules());
           } else {
             for (uint32_t id : ids) {
               auto info = (*inj)->Get(id);
@@ -211,10 +214,13 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
                 return grpc::Status(grpc::StatusCode::NOT_FOUND,
                                     "rule " + std::to_string(id) + " is gone");
               RuleToProto(*info, u.add_rules());
+              if (info->deleted && deleted.empty()) deleted = "rule " + std::to_string(id);
             }
           }
-          if (!sink.Write(u) || !sink.Sleep(*period))
-            return grpc::Status::OK;  // client gone (reported as cancelled) or shutdown
+          if (!sink.Write(u)) return grpc::Status::OK;  // client gone (reported as cancelled)
+          if (!deleted.empty())  // after an update with its final counters, state DELETED
+            return grpc::Status(grpc::StatusCode::NOT_FOUND, deleted + " was deleted");
+          if (!sink.Sleep(*period)) return grpc::Status::OK;  // shutdown
         }
       });
 }

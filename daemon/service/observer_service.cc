@@ -31,7 +31,7 @@ FilterLookups LookupsOf(EffectTracker* effects) {
   FilterLookups l;
   if (effects)
     l.rules = [effects](uint64_t cookie, const obs_tuple& t) {
-      return effects->RulesFor(cookie, t);
+      return effects->RulesShownFor(cookie, t);
     };
   return l;
 }
@@ -163,10 +163,13 @@ grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomi
 void StallMessage(EffectTracker* effects, const obs_stall_event& e, v1::StallEvent* out) {
   StallToProto(e, out);
   if (!effects) return;
-  for (uint32_t id : effects->RulesFor(e.ev.cookie, e.ev.tuple)) out->add_rule_ids(id);
-  if (!out->rule_ids_size()) return;
-  if (auto drop = effects->StallDrop(e.ev.tuple, e.stall))
+  std::vector<uint32_t> ids = effects->RulesShownFor(e.ev.cookie, e.ev.tuple);
+  if (auto drop = effects->StallCause(ids, e.ev.tuple, e.stall)) {
     DropToProto(*drop, out->mutable_caused_by());
+    // The rule whose drop made it covered the flow when it dropped.
+    if (std::find(ids.begin(), ids.end(), drop->rule_id) == ids.end()) ids.push_back(drop->rule_id);
+  }
+  for (uint32_t id : ids) out->add_rule_ids(id);
 }
 
 }  // namespace
@@ -180,7 +183,7 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
       [parts](const ObsEvent& e, v1::RetransmitEvent* out) {
         EventToProto(e.data.ev, out);
         if (EffectTracker* effects = parts->effects())
-          for (uint32_t id : effects->RulesFor(e.data.ev.cookie, e.data.ev.tuple))
+          for (uint32_t id : effects->RulesShownFor(e.data.ev.cookie, e.data.ev.tuple))
             out->add_rule_ids(id);
       });
 }
@@ -351,7 +354,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
       if (ev.kind != OBS_EV_RETRANSMIT) return;
       if (ev.outcome != OBS_SENT && ev.outcome != OBS_FAILED) return;
       windows.Add(ev.time_ns, ev.type, ev.segs, ev.cookie,
-                  effects ? effects->RulesFor(ev.cookie, ev.tuple) : std::vector<uint32_t>{});
+                  effects ? effects->RulesShownFor(ev.cookie, ev.tuple) : std::vector<uint32_t>{});
     };
     while (!sink.done()) {
       // What the reader has read by now is in the queue once it is drained.

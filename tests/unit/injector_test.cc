@@ -361,6 +361,47 @@ TEST_F(InjectorTest, ExpiryTakesTheRuleOutAndKeepsItsFinalCounters) {
   EXPECT_EQ(heard_.calls.back(), "forgotten 1");
 }
 
+TEST_F(InjectorTest, ADeletedRuleIsKeptReadableUntilDeletedAgain) {
+  uint32_t id = Add(PortRule(80));
+  maps_->counters[0] = Dropped(6);
+  Take();
+  auto gone = inj_->Remove(id);
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  EXPECT_TRUE(gone->deleted);
+  EXPECT_EQ(gone->counters.dropped_pkts, 6u);
+  EXPECT_EQ(Take(), (Log{"port dport 80 []", "cfg ports 0 dhost 0 shost 0 scan []",
+                         "rule 0 off id 0 gen 1", "detach tc_ingress eth-t#7", "read 0"}));
+  // Out of the kernel, still readable: deleted, its final counters, no attachment.
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->deleted);
+  EXPECT_TRUE(info->hooks.empty());
+  EXPECT_EQ(inj_->Counters(id)->dropped_pkts, 6u);
+  EXPECT_EQ(inj_->LiveCount(), 0u);
+  ASSERT_EQ(inj_->Rules().size(), 1u);
+  // The effect tracker keeps what it caused: retired, not forgotten.
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1"}));
+  EXPECT_EQ(inj_->Replace(id, PortRule(81)).code(), Code::kNotFound);
+  // Deleting it again forgets it.
+  ASSERT_TRUE(inj_->Remove(id).ok());
+  EXPECT_EQ(Take(), Log{});
+  EXPECT_EQ(inj_->Get(id).status().code(), Code::kNotFound);
+  EXPECT_EQ(heard_.calls.back(), "forgotten 1");
+  // Clear and Discard forget at once; so does Remove with keep-expired 0.
+  uint32_t a = Add(PortRule(82)), b = Add(PortRule(83));
+  ASSERT_TRUE(inj_->Discard(a).ok());
+  EXPECT_EQ(inj_->Get(a).status().code(), Code::kNotFound);
+  EXPECT_EQ(inj_->Clear(), 1u);
+  EXPECT_EQ(inj_->Get(b).status().code(), Code::kNotFound);
+  EXPECT_TRUE(inj_->Rules().empty());
+  InjectorOptions o = Options();
+  o.keep_retired = 0ns;
+  Make(o);
+  uint32_t c = Add(PortRule(84));
+  ASSERT_TRUE(inj_->Remove(c).ok());
+  EXPECT_EQ(inj_->Get(c).status().code(), Code::kNotFound);
+}
+
 TEST_F(InjectorTest, ExpiredRulesAreForgottenAfterKeepExpired) {
   InjectorOptions o = Options();
   o.keep_retired = 100ms;

@@ -279,7 +279,9 @@ class Client(_Closing):
         return _t.Rule.from_proto(self._unary(self._injector.UpdateRule, req, timeout), self.pb2)
 
     def delete_rule(self, rule, timeout=None):
-        """Delete a rule (id or Rule); returns it with its final counters."""
+        """Delete a rule (id or Rule); returns it with its final counters. The daemon keeps it,
+        state 'deleted', with its effect (rule_effect) for --keep-expired; deleting it again
+        forgets it."""
         req = self.pb2.DeleteRuleRequest(id=_spec.parse_rule_id(rule))
         return _t.Rule.from_proto(self._unary(self._injector.DeleteRule, req, timeout).rule, self.pb2)
 
@@ -287,9 +289,10 @@ class Client(_Closing):
         req = self.pb2.GetRuleRequest(id=_spec.parse_rule_id(rule))
         return _t.Rule.from_proto(self._unary(self._injector.GetRule, req, timeout), self.pb2)
 
-    def list_rules(self, labels=None, timeout=None):
-        """Every rule, or those carrying all of labels ({'k': 'v'} or 'k=v,...')."""
-        req = self.pb2.ListRulesRequest(labels=parse_labels(labels))
+    def list_rules(self, labels=None, timeout=None, include_deleted=False):
+        """Every rule, or those carrying all of labels ({'k': 'v'} or 'k=v,...'); deleted ones
+        (kept by the daemon, state 'deleted') only with include_deleted."""
+        req = self.pb2.ListRulesRequest(labels=parse_labels(labels), include_deleted=include_deleted)
         resp = self._unary(self._injector.ListRules, req, timeout)
         return [_t.Rule.from_proto(r, self.pb2) for r in resp.rules]
 

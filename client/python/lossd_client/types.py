@@ -172,7 +172,7 @@ class LossModel:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     id: int
-    state: str                # 'active', 'expired', 'failed', 'unspecified'
+    state: str                # 'active', 'expired', 'failed', 'deleted' (kept after delete_rule), 'unspecified'
     reason: str
     attachments: tuple
     interface: str

@@ -409,6 +409,7 @@ function matchText(m) {
 }
 function timeLeft(rule) {
   if (rule.state === "RULE_STATE_EXPIRED") return "expired";
+  if (rule.state === "RULE_STATE_DELETED") return "deleted";
   const exp = u64(rule.expires_unix_ns);
   if (!exp) return "no limit";
   return fmtDuration(Math.max(0, exp - Date.now() * 1e6));

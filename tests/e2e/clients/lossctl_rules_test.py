@@ -151,9 +151,17 @@ class LossctlRules(ClientTestCase):
                             % (lost_drop, N, e["rate_ci_high"]))
             self.assertNotIn("OUTSIDE", r.out, r)
 
-        # rule rm: final counters; the port passes again; the id is gone.
+        # rule rm: final counters; the port passes again; the rule is kept, deleted, with its
+        # counters (and its effect) until a second rm forgets it.
         r = d.ctl_ok("rule", "rm", rid)
         self.assertRegex(r.out, r"rule %d removed: dropped %d of %d segments \(100%%\)" % (rid, lost_drop, N))
+        kept = d.ctlj("rule", "get", rid)
+        self.assertEqual((kept["state"], counters(kept)["dropped_packets"]), ("RULE_STATE_DELETED", lost_drop), kept)
+        self.assertRegex(d.ctl_ok("rule", "get", rid).out, r"rule %d +deleted" % rid)
+        self.assertNotIn(rid, [x["id"] for x in self.rules()])  # listed only when asked
+        self.assertRegex(d.ctl_ok("rule", "ls", "--deleted").out, r"\n +%d +deleted " % rid)
+        self.assertEqual(d.ctlj("rule", "effect", rid)["counters"]["dropped_packets"], str(lost_drop))
+        d.ctl_ok("rule", "rm", rid)
         self.assertEqual(d.ctl("rule", "get", rid).rc, 4)
         ((s2, g2),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=PORT_DROP,
                                                    flow=3, count=500, pps=10_000)])

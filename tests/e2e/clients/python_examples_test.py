@@ -150,7 +150,8 @@ class PythonExamples(ClientTestCase):
         self.assertLess(secs, 10, text)
         self.assertIn("rule %d deleted" % rule["id"], text)
         self.assertEqual(left, [], "inject.py left its rule behind after SIGTERM: %s" % left)
-        self.assertEqual(self.d.ctl("rule", "get", rule["id"]).rc, 4)
+        # Deleted: out of the kernel, kept readable (not listed) until forgotten.
+        self.assertEqual(self.d.ctlj("rule", "get", rule["id"])["state"], "RULE_STATE_DELETED")
 
     # ------------------------------------------------------------------------------------
     def test_3_effect_table_matches_lossctl(self):

@@ -156,6 +156,16 @@ class DaemonApi(DaemonTestCase):
         self.assertEqual(fc.dropped_segments, fc.dropped_packets)
         measured("delete_final_counters", sent=sent, received=got, matched=fc.matched_packets,
                  dropped=fc.dropped_packets)
+        # Kept, DELETED, with its final counters and its effect; deleting it again forgets it.
+        kept = d.get(r2.id)
+        self.assertEqual(kept.state, pb.RULE_STATE_DELETED, kept)
+        self.assertEqual(kept.counters, fc)
+        self.assertEqual(d.effect(r2.id).counters, fc)
+        self.assertNotIn(r2.id, ids())  # listed only when asked
+        self.assertIn(r2.id, [x.id for x in d.inj.ListRules(pb.ListRulesRequest(include_deleted=True),
+                                                            timeout=10).rules])
+        self.assertEqual(d.health().rules, 2)  # the live ones
+        self.assertEqual(d.delete(r2.id).counters, fc)
         for call, req in ((d.inj.GetRule, pb.GetRuleRequest(id=r2.id)),
                           (d.inj.DeleteRule, pb.DeleteRuleRequest(id=r2.id))):
             with self.assertRaises(daemon.grpc.RpcError) as cm:

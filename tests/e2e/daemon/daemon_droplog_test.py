@@ -27,9 +27,21 @@ DropStalls (a daemon with --stall-min 2ms):
       /metrics: lossd_rule_caused_stalls_total / _seconds_total and
       lossd_rule_flow_stalls_total / _seconds_total say the same, lossd_rule_flow_limit_seconds
       _total has every limit and equals limit_ns.
+
+AfterTheRule (issue 24: cause and effect once the rule is gone):
+  test_a_deleted_blackhole_keeps_its_effect / test_an_expired_blackhole_keeps_its_effect
+      A 100 % rule on a paced bulk flow for 1.5 s, ended by DeleteRule (or by its TTL): the flow
+      waits for the retransmission timer, backed off, and the stall ends after the rule is
+      gone. The rule stays readable (GetRule: DELETED / EXPIRED, final counters); GetRuleEffect
+      credits it with the RTO stall (stalls_caused rto >= 1), stalls_on_flows holds every
+      stall it caused (count and time, by cause); a WatchStalls filtered on its id receives
+      that stall, ending after the rule ended, with caused_by naming it. A second DeleteRule
+      forgets it (then NOT_FOUND).
 """
 
-from lab import prom, traffic, web
+import time
+
+from lab import daemon, prom, traffic, web
 from lab.bpfquery import drop_log
 from lab.config import main
 from lab.netns import measured
@@ -245,6 +257,78 @@ class DropStalls(DaemonTestCase):
         self.assertEqual(set(lim), LIMIT_KEYS, lim)
         for k in LIMIT_KEYS:
             self.assertAlmostEqual(lim[k], eff.limit_ns[k] / 1e9, places=6)
+
+
+
+class AfterTheRule(DaemonTestCase):
+    """One blackhole per test on its own port; the daemon keeps ended rules (the default)."""
+
+    def blackhole(self, port, end):
+        """A paced bulk flow A -> B, a 100 % rule on it for 1.5 s, ended by end(rule) (or its
+        TTL: end None); returns (rule, the flow's stall events on the rule's filter, the mono
+        time the rule ended, the receiver's result)."""
+        lab, d, pb = self.lab, self.d, self.pb
+        srv = traffic.server(lab, lab.b, "0.0.0.0", port)
+        cli = traffic.sender(lab, lab.a, lab.V4_B, port, nbytes=30e6, rate_mbit=100)
+        time.sleep(0.5)
+        spec = dict(interface=lab.IF_A, direction="egress", protocol="tcp", dport=port, payload="only", rate=1.0)
+        if end is None:
+            spec["ttl_ns"] = 1_500_000_000
+        r = d.create(**spec)
+        stalls = StreamReader(d.obs.WatchStalls(pb.WatchStallsRequest(allow=[pb.EventFilter(rule_id=r.id)]),
+                                                timeout=120), "stalls")
+        self.readers.append(stalls)
+        time.sleep(1.5)
+        if end is not None:
+            end(r)
+        ended = time.monotonic_ns()
+        traffic.finish(cli, timeout=90)
+        return r, stalls, ended, traffic.finish(srv, timeout=30)
+
+    def check(self, port, end, state):
+        d, pb = self.d, self.pb
+        r, stalls, ended, received = self.blackhole(port, end)
+        info = d.get(r.id)
+        self.assertEqual(pb.RuleState.Name(info.state), state, info)
+        self.assertGreater(info.counters.dropped_packets, 0, info)
+        self.assertEqual(list(info.attachments), [], info)
+
+        def cause(e):
+            return pb.StallCause.Name(e.cause)[len("STALL_CAUSE_"):].lower()
+
+        def linked():
+            evs = [e for e in events_of(stalls.snapshot()) if e.tuple.remote_port == port]
+            return evs if any(e.caused_by.rule_id == r.id and cause(e) == "rto" for e in evs) else None
+        evs = wait_until(linked, 15, "the rule's filter to receive the RTO stall it caused")
+        eff = d.effect(r.id)  # readable after its end
+        caused = {k: (v.count, v.time_ns) for k, v in eff.stalls_caused.items() if v.count}
+        on = {k: (v.count, v.time_ns) for k, v in eff.stalls_on_flows.items() if v.count}
+        rto = [e for e in evs if e.caused_by.rule_id == r.id and cause(e) == "rto"]
+        numbers = dict(state=state, dropped=info.counters.dropped_packets, caused=caused, on_flows=on,
+                       stall_ms=[round(e.duration_ns / 1e6) for e in rto], backoff=[e.backoff for e in rto],
+                       ended_before_stall_end_ms=[round((e.start_mono_ns + e.duration_ns - ended) / 1e6)
+                                                  for e in rto], bytes=received["bytes"])
+        measured("after_the_rule_" + state.split("_")[-1].lower(), **numbers)
+        self.assertEqual(received["bytes"], 30e6, numbers)
+        self.assertGreaterEqual(caused.get("rto", (0, 0))[0], 1, numbers)
+        # The stall it caused ended after the rule did.
+        self.assertTrue(any(e.start_mono_ns + e.duration_ns > ended for e in rto), numbers)
+        self.assertTrue(all(r.id in e.rule_ids for e in rto), numbers)
+        # Every stall it caused is one on the flows it matched.
+        for k, (n, t) in caused.items():
+            self.assertGreaterEqual(on.get(k, (0, 0))[0], n, numbers)
+            self.assertGreaterEqual(on.get(k, (0, 0))[1], t, numbers)
+        # A second delete forgets it.
+        d.delete(r.id)
+        with self.assertRaises(daemon.grpc.RpcError) as cm:
+            d.get(r.id)
+        self.assertEqual(cm.exception.code(), daemon.grpc.StatusCode.NOT_FOUND)
+
+    def test_a_deleted_blackhole_keeps_its_effect(self):
+        self.check(5321, lambda r: self.d.delete(r.id), "RULE_STATE_DELETED")
+
+    def test_an_expired_blackhole_keeps_its_effect(self):
+        self.check(5322, None, "RULE_STATE_EXPIRED")
 
 
 if __name__ == "__main__":

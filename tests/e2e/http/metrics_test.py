@@ -63,10 +63,16 @@ class Metrics(DaemonTestCase):
                      "lossd_rule_configured_loss_ratio", "lossd_rule_live"):
             self.assertEqual(sorted(int(l["rule"]) for l, _ in values(s, name)), shown, name)
         self.assertEqual(len(values(s, "lossd_rule_retransmitted_segments_total")), 3 * 8)
+        # Deleted, it is kept (its final counters), no longer live; deleted again, forgotten.
+        self.d.delete(ids[0])
+        s = self.scrape()
+        self.assertEqual(one(s, "lossd_rule_live", rule=str(ids[0])), 0)
+        self.assertEqual(one(s, "lossd_rules", state="deleted"), 1)
+        self.assertEqual(one(s, "lossd_rules", state="live"), 4)
         self.d.delete(ids[0])
         s = self.scrape()
         gone = [(n, l) for n, l, _ in s if l.get("rule") == str(ids[0])]
-        self.assertEqual(gone, [], "a deleted rule's series stayed")
+        self.assertEqual(gone, [], "a forgotten rule's series stayed")
         self.assertEqual(sorted(int(l["rule"]) for l, _ in values(s, "lossd_rule_info")), sorted(ids)[1:4])
         self.assertEqual(one(s, "lossd_metrics_rules_omitted"), 1)
 
