@@ -62,7 +62,7 @@ loss_drop_key SentDropKey(const obs_tuple& t) {
 
 EffectTracker::EffectTracker(Injector* inj, Observer* obs) : inj_(inj) {
   for (const RuleInfo& r : inj_->Rules())
-    if (!r.expired && r.failed.empty()) {
+    if (!r.expired && !r.deleted && r.failed.empty()) {
       rules_[r.id] = r.spec;
       totals_[r.id];
     }

@@ -75,7 +75,8 @@ FlowTracer::FlowTracer(const TraceSources& src, const ObsFlow& flow, const Trace
       sub_(std::move(sub)),
       end_(opts.duration.count() ? std::chrono::steady_clock::now() + opts.duration
                                  : std::chrono::steady_clock::time_point::max()),
-      next_poll_(std::chrono::steady_clock::now()) {}
+      next_poll_(std::chrono::steady_clock::now()),
+      next_drops_(next_poll_) {}
 
 bool FlowTracer::running() const {
   return sub_ && !closed_ && samples_ < opts_.max_samples &&
@@ -142,12 +143,15 @@ std::vector<TraceItem> FlowTracer::Next() {
     item.event = std::move(e);
     out.push_back(std::move(item));
   }
-  if (closing || std::chrono::steady_clock::now() >= next_poll_) Poll(&out, closing);
+  auto now = std::chrono::steady_clock::now();
+  if (closing || now >= next_poll_ || (!out.empty() && now >= next_drops_)) Poll(&out, closing);
   return out;
 }
 
 void FlowTracer::Poll(std::vector<TraceItem>* out, bool closing) {
-  next_poll_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  auto now = std::chrono::steady_clock::now();
+  next_poll_ = now + std::chrono::milliseconds(100);
+  next_drops_ = now + kDropRead;
   // Drops and gaps go before what came after them (the trace is read in
   // time order): before the close, which is last.
   auto add = [&](TraceItem item) { out->insert(out->end() - (closing ? 1 : 0), std::move(item)); };

@@ -269,7 +269,7 @@ uint32_t BpfTest::Add(const RuleSpec& spec) {
 }
 
 RuleCounters BpfTest::Remove(uint32_t id) {
-  auto r = inj_->Remove(id);
+  auto r = inj_->Discard(id);  // out and forgotten: no deleted rule kept between cases
   if (!r.ok()) {
     ADD_FAILURE() << "Injector::Remove(" << id << "): " << r.status().ToString();
     return {};

@@ -93,7 +93,8 @@ class BpfTest : public ::testing::Test {
 
   // Adds a rule; fails the test and returns 0 if the injector refuses it.
   uint32_t Add(const RuleSpec& spec);
-  // Removes a rule; returns its final counters.
+  // Removes a rule and forgets it (Injector::Discard: the data plane's tests
+  // keep no history); returns its final counters.
   RuleCounters Remove(uint32_t id);
   RuleCounters Counters(uint32_t id);
   // Hook counters accumulated since the test started.

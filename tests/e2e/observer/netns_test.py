@@ -377,9 +377,9 @@ class ContainerNetns(unittest.TestCase):
         self.assertTrue(all(x.drop.rule_id == self.r_c.id for x in drops), drops[:3])
         self.assertEqual(closed[-1].netns_ino, self.ino["ctr"])
         # The resends of the flow are of ranges its recorded drops cover (the container's own
-        # flow: dropped on the host, resent in the container). Not every one: the trace reads
-        # the injector's per-flow log (its last 16 drops) as it goes, and counts the drops
-        # that left it unread as DROP_LOG gaps.
+        # flow: dropped on the host, resent in the container). Not every one (a drop made before
+        # the trace began is not told); none left the injector's per-flow log (its last 16)
+        # unread: the trace reads it with the flow's events (a DROP_LOG gap otherwise).
         ranges = [(x.drop.seq, x.drop.length) for x in drops]
         covered = [e for e in rtx if any((e.seq - s) % (1 << 32) < n for s, n in ranges)]
         lost = sum(m.gap.count for m in msgs if m.HasField("gap")
@@ -388,6 +388,7 @@ class ContainerNetns(unittest.TestCase):
                  drop_log_gaps=lost)
         self.assertGreater(len(covered), len(rtx) / 2, "resends covered by a traced drop: %d of %d "
                            "(drops that left the log unread: %d)" % (len(covered), len(rtx), lost))
+        self.assertEqual(lost, 0, "drops that left the injector's log unread")
 
     # ---------------------------------------------------------------- effects --
     def test_rule_effect_links_container_resends_to_drops(self):
