@@ -43,7 +43,7 @@ struct Flags {
   std::string state_dir = "/run/lossd";
   // daemon mode
   DaemonOptions daemon;
-  std::string max_ttl, default_ttl, keep_expired = "10m";
+  std::string max_ttl, default_ttl, keep_expired = "10m", unmatched_hint = "10s";
   uint32_t keep_expired_max = 1024;
   std::string stall_min = "10ms";
   bool no_observer = false;
@@ -169,10 +169,13 @@ void AddOptions(CLI::App& app, Flags& f) {
                      "The TTL of a rule created without one (a forgotten rule stops by itself); "
                      "0 or none: until deleted; default: 1h, or --max-ttl if shorter");
   daemon->add_option("--keep-expired", f.keep_expired,
-                     "How long expired and failed rules stay listed (GetRule, GetRuleEffect) "
-                     "before they are forgotten (0s..1d)");
+                     "How long expired, failed and deleted rules stay readable (GetRule, "
+                     "GetRuleEffect) before they are forgotten (0s..1d)");
   daemon->add_option("--keep-expired-max", f.keep_expired_max,
-                     "How many expired and failed rules stay listed at most (0..16384)");
+                     "How many expired, failed and deleted rules stay readable at most (0..16384)");
+  daemon->add_option("--unmatched-hint", f.unmatched_hint,
+                     "A live rule that has matched no packet this long says what to check (its "
+                     "direction, interface, ports) in its listing (0s: never; at most 1d)");
   daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
   daemon
       ->add_option("--stall-min", f.stall_min,
@@ -400,6 +403,11 @@ int Main(int argc, char** argv) {
     if (st.ok() && f.keep_expired_max > LOSS_MAX_RULES)
       st = InvalidArgument("--keep-expired-max must lie between 0 and " +
                            std::to_string(LOSS_MAX_RULES));
+    if (st.ok())
+      st = DurationFlag("--unmatched-hint", f.unmatched_hint, false, &d.injector.unmatched_after);
+    if (st.ok() && d.injector.unmatched_after > std::chrono::hours(24))
+      st = InvalidArgument("--unmatched-hint must lie between 0s and 1d (got " +
+                           Shown(f.unmatched_hint) + ")");
     if (!st.ok()) return Usage(st.message());
     d.injector.keep_retired_max = f.keep_expired_max;
     std::chrono::nanoseconds stall_min;

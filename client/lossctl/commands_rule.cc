@@ -63,6 +63,7 @@ void PrintRuleLine(const v1::Rule& r, const char* verb) {
          MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(), ttl.c_str());
   for (const auto& a : r.attachments()) printf("  attached: %s\n", a.c_str());
   if (r.state() == v1::RULE_STATE_FAILED) printf("  FAILED: %s\n", r.reason().c_str());
+  if (!r.hint().empty()) printf("  CHECK: %s\n", r.hint().c_str());
 }
 
 void KeyValue(const char* key, const std::string& value) {
@@ -74,6 +75,7 @@ void PrintRuleDetail(const v1::Rule& r) {
   const v1::RuleCounters& c = r.counters();
   printf("rule %u  %s\n", r.id(), RuleStateName(r.state()));
   if (r.state() == v1::RULE_STATE_FAILED) KeyValue("reason", r.reason());
+  if (!r.hint().empty()) KeyValue("CHECK", r.hint());
   KeyValue("target", Where(r));
   if (!r.cgroup().empty())
     KeyValue("cgroup", r.cgroup() + " (id " + std::to_string(r.cgroup_id()) + ")");
@@ -117,6 +119,9 @@ void PrintRuleTable(const google::protobuf::RepeatedPtrField<v1::Rule>& rules) {
               LabelsSummary(s.labels())});
   }
   t.Print(stdout);
+  // A rule that matched nothing says what to check, below the table (which stays one row each).
+  for (const auto& r : rules)
+    if (!r.hint().empty()) printf("rule %u %s\n", r.id(), r.hint().c_str());
 }
 
 bool ParseRuleId(const std::string& text, uint32_t* id, std::string* error) {
@@ -349,7 +354,7 @@ int Effect(const Globals& g, const std::string& id_text) {
     }
   } else if (c.matched_packets() == 0) {
     KeyValue("configured", FormatRate(e.configured_rate()));
-    KeyValue("measured", "- (no packet matched yet)");
+    KeyValue("measured", e.hint().empty() ? "- (no packet matched yet)" : "- (" + e.hint() + ")");
   } else {  // over packets, the trial unit (docs/architecture.md#measured-rate)
     KeyValue("configured", FormatRate(e.configured_rate()));
     KeyValue("measured", FormatRate(e.measured_rate()) + " of packets  99.9% CI " +

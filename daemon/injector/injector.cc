@@ -471,6 +471,11 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
     } else if (!r.egress_missing.empty()) {
       info.failed = r.egress_missing;
     }
+    uint64_t now = UnixNs(), after = uint64_t(opts_.unmatched_after.count());
+    if (info.failed.empty() && after && info.counters.matched_pkts == 0 &&
+        now - info.created_unix_ns >= after)
+      info.hint = UnmatchedHint(info.spec, info.CgroupRelative(),
+                                std::chrono::nanoseconds(now - info.created_unix_ns));
   }
   return info;
 }

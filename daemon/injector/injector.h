@@ -65,6 +65,9 @@ struct InjectorOptions {
   // how many at most; then it is forgotten everywhere (--keep-expired).
   std::chrono::nanoseconds keep_retired{std::chrono::minutes(10)};
   size_t keep_retired_max = 1024;
+  // A live rule that has matched nothing this long says what to check
+  // (RuleInfo.hint, --unmatched-hint); 0: never.
+  std::chrono::nanoseconds unmatched_after{std::chrono::seconds(10)};
   // Start the threads that renew the lease, reap expired rules and watch
   // the interfaces and cgroups the rules are attached to.
   bool background = true;
@@ -88,6 +91,9 @@ struct RuleInfo {
   bool expired = false;
   // Deleted (Remove) and kept for inspection as an expired rule is.
   bool deleted = false;
+  // Set while it is live and has matched no packet for unmatched_after
+  // (UnmatchedHint: what to check).
+  std::string hint;
   // Why the rule is FAILED ("": it is not): its target went away (the
   // interface was deleted, the cgroup removed, the program detached), so it
   // drops nothing. With spec.reattach it waits for its interface to return;

@@ -607,4 +607,36 @@ Status Validate(const RuleSpec& s) {
   return Status::Ok();
 }
 
+std::string UnmatchedHint(const RuleSpec& s, const std::string& cgroup,
+                          std::chrono::nanoseconds age) {
+  std::string out = "matched no packet in " +
+                    std::to_string(std::chrono::duration_cast<std::chrono::seconds>(age).count()) +
+                    "s: ";
+  const bool in = s.dir == Direction::kIngress, eg = s.dir == Direction::kEgress;
+  if (!cgroup.empty()) {
+    out += std::string("it sees the packets that the sockets in ") + cgroup + " " +
+           (in ? "receive" : eg ? "send" : "send and receive") +
+           "; check that the service's sockets are there (lossctl flows shows each flow's owner)";
+    if (!s.iface.empty()) out += " and that they use " + s.iface;
+    if (in || eg) out += std::string(", and the direction (--dir ") + (in ? "egress" : "ingress") +
+                         " for what they " + (in ? "send" : "receive") + ")";
+  } else if (in) {
+    out += "it sees what arrives on " + s.iface + "; what this host sends leaves by egress " +
+           "(--dir egress), and traffic by another interface never passes " + s.iface;
+  } else if (eg) {
+    out += "it sees what leaves by " + s.iface + "; what this host receives arrives by ingress " +
+           "(--dir ingress), and traffic by another interface never passes " + s.iface;
+  } else {
+    out += "it sees what arrives on and leaves by " + s.iface +
+           ": traffic by another interface never passes it";
+  }
+  if (!s.sport.Any() || !s.dport.Any())
+    out += std::string("; ports are as the packet has them: ") +
+           (eg ? "what a local server sends has its port as --sport"
+               : in ? "what a local server receives has its port as --dport"
+                    : "a local server's port is --dport on ingress and --sport on egress");
+  if (s.src || s.dst) out += "; --src and --dst are the packet's own addresses";
+  return out;
+}
+
 }  // namespace lossd

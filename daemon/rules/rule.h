@@ -98,6 +98,13 @@ struct RuleSpec {
 
 constexpr uint32_t kMaxPriority = 1000000;
 
+// What to check on a live rule that has matched no packet in `age` (the most
+// common mistake: the wrong direction or interface, or a port on the wrong
+// side), for its listing: "matched no packet in 42s: ...". `cgroup`: the
+// cgroup its target resolved to ("" for an interface rule).
+std::string UnmatchedHint(const RuleSpec& s, const std::string& cgroup,
+                          std::chrono::nanoseconds age);
+
 // Parsers: each returns kInvalidArgument with a message naming the input.
 // Every parser takes at most kMaxInputLength characters. The accepted
 // spellings are the ones lossd, lossctl and the Python client (units.py,

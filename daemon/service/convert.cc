@@ -76,6 +76,7 @@ void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_created_unix_ns(r.created_unix_ns);
   out->set_expires_unix_ns(r.expires_unix_ns);
   CountersToProto(r.counters, out->mutable_counters());
+  out->set_hint(r.hint);
   if (!r.cgroup.empty()) {
     std::string rel = r.CgroupRelative();
     out->set_cgroup(rel);
@@ -101,6 +102,7 @@ void LimitsToProto(const Limits& l, google::protobuf::Map<std::string, uint64_t>
 
 void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* out) {
   out->set_id(r.id);
+  out->set_hint(r.hint);
   out->set_configured_rate(e.configured);
   out->set_measured_rate(e.measured);
   out->set_rate_ci_low(e.ci_low);

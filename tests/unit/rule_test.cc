@@ -441,3 +441,32 @@ TEST(ModelExpectation, DeterministicModelsCountPerFlow) {
 
 }  // namespace
 }  // namespace lossd
+
+namespace lossd {
+namespace {
+
+TEST(UnmatchedHint, NamesTheLikelyFixForEachTarget) {
+  using std::chrono::seconds;
+  RuleSpec in;
+  in.iface = "eth0";
+  std::string h = UnmatchedHint(in, "", seconds(12));
+  EXPECT_EQ(h.rfind("matched no packet in 12s: it sees what arrives on eth0; ", 0), 0u) << h;
+  EXPECT_NE(h.find("--dir egress"), std::string::npos) << h;
+  EXPECT_EQ(h.find("port"), std::string::npos) << "no port in the match: " << h;
+  RuleSpec out = in;
+  out.dir = Direction::kEgress;
+  out.dport = {8080, 8080};
+  h = UnmatchedHint(out, "", seconds(3));
+  EXPECT_NE(h.find("leaves by eth0"), std::string::npos) << h;
+  EXPECT_NE(h.find("--dir ingress"), std::string::npos) << h;
+  EXPECT_NE(h.find("--sport"), std::string::npos) << "egress: a server's port is the source: " << h;
+  RuleSpec cg;
+  cg.cgroup = "/sys/fs/cgroup/system.slice/web.service";
+  cg.hook = Hook::kCgroup;
+  h = UnmatchedHint(cg, "/system.slice/web.service", seconds(60));
+  EXPECT_NE(h.find("sockets in /system.slice/web.service receive"), std::string::npos) << h;
+  EXPECT_NE(h.find("--dir egress for what they send"), std::string::npos) << h;
+}
+
+}  // namespace
+}  // namespace lossd

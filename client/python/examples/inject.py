@@ -266,11 +266,13 @@ def cleanup(client, rule, tally, args):
         after = client.rule_effect(rule)  # a daemon may keep the effect of a deleted rule
     except LossdError:
         pass
-    print_effect(rule, final, after or before, after is not None, tally)
+    # What to check on a rule that matched nothing: the daemon's hint while it was live.
+    hint = (before.hint if before else "") or ""
+    print_effect(rule, final, after or before, after is not None, tally, hint)
     return 0
 
 
-def print_effect(rule, final, effect, effect_is_final, tally):
+def print_effect(rule, final, effect, effect_is_final, tally, hint=""):
     c = final.counters if final else (effect.counters if effect else None)
     print("final effect of rule %d (%s):" % (rule.id, rule.match))
     if c is None:
@@ -287,7 +289,7 @@ def print_effect(rule, final, effect, effect_is_final, tally):
                   % (effect.expected_dropped, effect.expected_of, effect.expected_actual,
                      "as configured" if effect.configured_within_ci else "NOT as configured"))
     else:
-        print_rate(conf, c, effect, effect_is_final)
+        print_rate(conf, c, effect, effect_is_final, hint)
     print("  dropped          %d of %d packets (%d of %d segments)"
           % (c.dropped_packets, c.matched_packets, c.dropped_segments, c.matched_segments))
     if effect:
@@ -303,9 +305,14 @@ def print_effect(rule, final, effect, effect_is_final, tally):
         print("  events lost      %s" % ", ".join("%s %d" % kv for kv in sorted(tally.gaps.items())))
 
 
-def print_rate(conf, c, effect, effect_is_final):
+def print_rate(conf, c, effect, effect_is_final, hint=""):
     # The rate counts skbs, the unit the decision is made on (docs/architecture.md#measured-rate).
     n, k = c.matched_packets, c.dropped_packets
+    if n == 0:  # no trial, no interval: say what to check instead
+        print("  configured rate  %s" % format_rate(conf))
+        print("  measured rate    - (no packet matched: %s)"
+              % (hint or "check the rule's --dir, --iface and ports against the traffic"))
+        return
     if effect_is_final:
         measured, lo, hi, ok = effect.measured_rate, effect.rate_ci_low, effect.rate_ci_high, \
             effect.configured_within_ci

@@ -197,6 +197,9 @@ class Rule:
     pod: str = ""
     resolved_cgroup: str = ""
     cgroup_id: int = 0
+    # Set while a live rule has matched no packet for the daemon's --unmatched-hint: what to
+    # check ("matched no packet in 12s: it sees what arrives on eth0; ...").
+    hint: str = ""
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -213,7 +216,7 @@ class Rule:
             match=Match.from_proto(s.match, pb2), loss=LossModel.from_proto(s.loss),
             priority=s.priority, ttl_ns=s.ttl_ns, per_segment=s.per_segment, labels=dict(s.labels),
             force=s.force, created_unix_ns=m.created_unix_ns, expires_unix_ns=m.expires_unix_ns,
-            counters=Counters.from_proto(m.counters), raw=m, **svc)
+            counters=Counters.from_proto(m.counters), hint=getattr(m, "hint", ""), raw=m, **svc)
 
     @property
     def rate(self):
@@ -263,6 +266,7 @@ class RuleEffect:
     expected_dropped: typing.Optional[int] = None
     expected_of: typing.Optional[int] = None
     expected_actual: typing.Optional[int] = None
+    hint: str = ""                 # Rule.hint: a live rule that matched nothing yet
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -272,7 +276,7 @@ class RuleEffect:
                    m.configured_within_ci, Counters.from_proto(m.counters),
                    type_counts(m.retransmitted_segments), m.flows, m.deterministic,
                    x.expected_dropped_packets if x else None, x.matched_packets if x else None,
-                   x.dropped_packets if x else None, raw=m)
+                   x.dropped_packets if x else None, hint=getattr(m, "hint", ""), raw=m)
 
     @property
     def retransmitted_total(self):

@@ -23,10 +23,19 @@ a TTL (a rule without one gets the default, 1 h; ttl 0, "until deleted", is refu
       makes the rule visible (InjectorService::Create: inj_->Add(spec), which attaches) before
       it records its metadata (meta_[id] = m), so a listing in between shows the rule with no
       labels and created/expires 0 (and `rule ls --label k=v` misses a rule that is dropping).
+
+UnmatchedHint (a daemon with --unmatched-hint 1s; issue 24):
+  test_a_rule_that_matches_nothing_says_what_to_check
+      Datagrams arrive on B's interface: an egress rule for them (the wrong direction) has
+      matched nothing after 1 s and its listing says so, naming --dir ingress (rule ls below
+      the table, rule get, rule effect's measured line instead of a 0..100 % interval, -o json
+      Rule.hint and RuleEffect.hint, the Python client's Rule.hint); the ingress rule beside
+      it matches them and carries no hint.
 """
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 
@@ -281,6 +290,47 @@ class LossctlRules(ClientTestCase):
         self.assertGreater(polls[0], 0)
         self.assertEqual(len(seen), 0, "ListRules showed %d of %d rules half-created (no labels, created 0), "
                          "%d times; first: %s" % (len(ids), made, len(seen), seen[:1]))
+
+
+
+class UnmatchedHint(ClientTestCase):
+    daemon_ns = "b"
+    daemon_args = ["--unmatched-hint", "1s"]
+
+    def test_a_rule_that_matches_nothing_says_what_to_check(self):
+        d, lab, I = self.d, self.lab, self.lab.IF_B
+        port = 9050
+        wrong = d.add_rule("--iface", I, "--dir", "egress", "--proto", "udp", "--dport", port, "--rate", "50%", *TTL)
+        right = d.add_rule("--iface", I, "--dir", "ingress", "--proto", "udp", "--dport", port, "--rate", "0%",
+                           *TTL)
+        self.assertEqual(wrong.get("hint", ""), "", wrong)  # as created: age 0
+        traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=lab.V4_B, port=port, flow=1, count=300,
+                                     pps=1000)])
+        time.sleep(1.2)
+        w, r = d.ctlj("rule", "get", wrong["id"]), d.ctlj("rule", "get", right["id"])
+        self.assertEqual(counters(r)["matched_packets"], 300, r)
+        self.assertEqual(counters(w)["matched_packets"], 0, w)
+        self.assertEqual(r.get("hint", ""), "", r)
+        hint = w.get("hint", "")
+        self.assertRegex(hint, r"^matched no packet in \ds: it sees what leaves by %s; .*--dir ingress" % I, w)
+        self.assertIn("--sport", hint)  # the port's side on egress
+        ls = d.ctl_ok("rule", "ls").out
+        self.assertIn("rule %d %s" % (wrong["id"], hint[:40]), ls)
+        self.assertNotIn("rule %d matched no packet" % right["id"], ls)
+        self.assertRegex(d.ctl_ok("rule", "get", wrong["id"]).out, r"CHECK +matched no packet")
+        eff = d.ctl_ok("rule", "effect", wrong["id"]).out
+        self.assertRegex(eff, r"measured +- \(matched no packet in \ds: it sees what leaves by", eff)
+        self.assertNotIn("CI 0", eff)
+        self.assertRegex(d.ctlj("rule", "effect", wrong["id"])["hint"], r"^matched no packet in \ds: ")
+        # The Python client, the other real client.
+        code = ("import sys, lossd_client as L\n"
+                "c = L.Client(sys.argv[1])\n"
+                "print(c.get_rule(int(sys.argv[2])).hint)\n")
+        out = subprocess.run([config.PY, "-c", code, d.addr, str(wrong["id"])], capture_output=True, text=True,
+                             timeout=30, env=dict(os.environ, PYTHONPATH=config.PYCLIENT,
+                                                  LOSSD_PYTHON_STUBS=config.STUBS))
+        self.assertRegex(out.stdout, r"^matched no packet in \ds: it sees what leaves by", out)
+        measured("unmatched_hint", hint=hint)
 
 
 if __name__ == "__main__":
