@@ -88,9 +88,13 @@ void Section(std::vector<TopLine>* out, const std::string& text) {
   out->push_back({text, true});
 }
 
-void AddTable(std::vector<TopLine>* out, const Table& t, size_t indent = 2) {
+// The table's lines, fit to `width` (0: as they are) by leaving out the
+// columns of `drop` in that order (the least useful to a retransmit watcher
+// first), so that a narrow terminal loses those and not the ones on the right.
+void AddTable(std::vector<TopLine>* out, const Table& t, size_t width = 0,
+              const std::vector<size_t>& drop = {}, size_t indent = 2) {
   bool first = true;
-  for (auto& l : t.Lines()) {
+  for (auto& l : width > indent ? t.FitLines(width - indent, drop) : t.Lines()) {
     out->push_back({std::string(indent, ' ') + l, first});
     first = false;
   }
@@ -138,7 +142,7 @@ std::vector<TopLine> RetransmitLines(const TopFrame& f) {
   } else {
     t.AddRow({"waiting for the first " + FormatDuration(f.interval_ns) + " window"});
   }
-  AddTable(&out, t, 0);
+  AddTable(&out, t, 0, {}, 0);
   return out;
 }
 
@@ -162,7 +166,7 @@ std::string HealthLine(const TopFrame& f) {
   return s;
 }
 
-std::vector<TopLine> RuleLines(const TopFrame& f, size_t max_rows) {
+std::vector<TopLine> RuleLines(const TopFrame& f, size_t width, size_t max_rows) {
   std::vector<TopLine> out;
   size_t shown = std::min(f.rules.size(), max_rows);
   std::string title = "RULES";
@@ -205,7 +209,9 @@ std::vector<TopLine> RuleLines(const TopFrame& f, size_t max_rows) {
               Count(c.matched_segments()), FormatBytes(c.matched_bytes()),
               Left(r.rule, f.now_unix_ns)});
   }
-  AddTable(&out, t);
+  // Narrow: BYTES, MATCHED, LEFT, STATE, DIR, the interval, CONFIGURED go first;
+  // ID, TARGET, MATCH, MEASURED, DROPS/s, DROPPED and RETRANS stay.
+  AddTable(&out, t, width, {12, 11, 13, 1, 3, 7, 5});
   return out;
 }
 
@@ -257,7 +263,14 @@ std::vector<TopLine> FlowLines(const TopFrame& f, const TopLayout& layout, size_
     if (owners) row.insert(row.begin() + 2, OwnerSummary(fl.owner()));
     t.AddRow(row);
   }
-  AddTable(&out, t);
+  // Narrow: SENT, CA STATE, SRTT, RATE, CWND, OWNER go first; the endpoints and
+  // the retransmits (the window's, the total, by type) stay.
+  std::vector<size_t> drop = {5, 2, 4, 6, 3};
+  if (owners) {
+    for (size_t& c : drop) c++;
+    drop.push_back(2);
+  }
+  AddTable(&out, t, layout.width, drop);
   return out;
 }
 
@@ -464,7 +477,7 @@ std::vector<TopLine> RenderTop(const TopFrame& f, const TopLayout& layout) {
     flow_rows = std::min(want_flows, avail);
     rule_rows = std::min(rule_rows, avail - flow_rows);
   }
-  for (auto& l : RuleLines(f, rule_rows)) out.push_back(std::move(l));
+  for (auto& l : RuleLines(f, layout.width, rule_rows)) out.push_back(std::move(l));
   out.push_back({"", false});
   for (auto& l : FlowLines(f, layout, flow_rows)) out.push_back(std::move(l));
 

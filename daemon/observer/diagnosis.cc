@@ -14,7 +14,12 @@ FlowLimits LimitsOf(const obs_flow& f, uint64_t life_ns) {
   uint64_t rest = l.busy_ns - part[size_t(Limit::kRwnd)] - part[size_t(Limit::kSndbuf)];
   // cwnd-limited time is sampled at ACKs (ns); busy comes in jiffies: clamp.
   part[size_t(Limit::kCwnd)] = std::min<uint64_t>(f.limit_ns[OBS_LIM_CWND], rest);
-  part[size_t(Limit::kApp)] = rest - part[size_t(Limit::kCwnd)];
+  rest -= part[size_t(Limit::kCwnd)];
+  // A Nagle wait is busy time (the first write in flight, the second queued)
+  // that the kernel's chrono leaves to the application: it is the stall the
+  // flow's record names nagle_delayed_ack, so the two agree about that time.
+  part[size_t(Limit::kNagle)] = std::min<uint64_t>(f.stall_ns[OBS_STALL_NAGLE_DELAYED_ACK], rest);
+  part[size_t(Limit::kApp)] = rest - part[size_t(Limit::kNagle)];
   l.idle_ns = life_ns > l.busy_ns ? life_ns - l.busy_ns : 0;
   if (l.busy_ns) {
     size_t best = 0;
@@ -31,6 +36,7 @@ const char* LimitName(Limit l) {
     case Limit::kRwnd: return "rwnd_limited";
     case Limit::kSndbuf: return "sndbuf_limited";
     case Limit::kCwnd: return "cwnd_limited";
+    case Limit::kNagle: return "nagle_limited";
     case Limit::kApp: return "app_limited";
     case Limit::kCount: break;
   }
@@ -42,6 +48,7 @@ const char* LimitShortName(Limit l) {
     case Limit::kRwnd: return "rwnd";
     case Limit::kSndbuf: return "sndbuf";
     case Limit::kCwnd: return "cwnd";
+    case Limit::kNagle: return "nagle";
     case Limit::kApp: return "app";
     case Limit::kCount: break;
   }

@@ -12,12 +12,14 @@
 
 namespace lossd {
 
-enum class Limit { kRwnd = 0, kSndbuf, kCwnd, kApp, kCount };
+enum class Limit { kRwnd = 0, kSndbuf, kCwnd, kNagle, kApp, kCount };
 
 struct FlowLimits {
   uint64_t busy_ns = 0;  // data in flight or queued (the kernel's tcpi_busy_time)
   // Parts of busy: the kernel's rwnd/sndbuf chrono, our sampled cwnd-limited
-  // time, and the rest (the application sent less than cwnd allowed).
+  // time, the Nagle waits (the flow's nagle_delayed_ack stalls: data queued,
+  // held for the peer's delayed ACK, not the application's doing), and the
+  // rest (the application sent less than cwnd allowed).
   std::array<uint64_t, static_cast<size_t>(Limit::kCount)> within_busy_ns{};
   uint64_t idle_ns = 0;  // life outside busy: nothing to send
   // The largest part of busy and its share of it; kCount while nothing was busy.
@@ -28,7 +30,8 @@ struct FlowLimits {
 // `life_ns`: the flow's age (now or its close, minus opened_ns).
 FlowLimits LimitsOf(const obs_flow& f, uint64_t life_ns);
 
-// "rwnd_limited", "sndbuf_limited", "cwnd_limited", "app_limited"; the
+// "rwnd_limited", "sndbuf_limited", "cwnd_limited", "nagle_limited",
+// "app_limited"; the
 // short names ("rwnd", ...) are for columns.
 const char* LimitName(Limit l);
 const char* LimitShortName(Limit l);

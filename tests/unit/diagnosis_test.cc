@@ -47,6 +47,26 @@ TEST(LimitsOf, SampledCwndTimeIsClampedToWhatBusyLeaves) {
   EXPECT_EQ(l.dominant, Limit::kCwnd);
 }
 
+TEST(LimitsOf, NagleWaitsAreNotTheApplications) {
+  // Busy time that the kernel's chrono leaves to the application but the flow's
+  // stalls name nagle_delayed_ack: it is Nagle's, up to what busy leaves.
+  obs_flow f{};
+  f.limit_ns[OBS_LIM_BUSY] = 500 * kMs;
+  f.limit_ns[OBS_LIM_CWND] = 20 * kMs;
+  f.stall_ns[OBS_STALL_NAGLE_DELAYED_ACK] = 440 * kMs;
+  f.stall_ns[OBS_STALL_RTO] = 300 * kMs;  // other causes stay where the kernel put them
+  FlowLimits l = LimitsOf(f, 600 * kMs);
+  EXPECT_EQ(l.within_busy_ns[size_t(Limit::kNagle)], 440 * kMs);
+  EXPECT_EQ(l.within_busy_ns[size_t(Limit::kApp)], 40 * kMs);
+  EXPECT_EQ(l.dominant, Limit::kNagle);
+  EXPECT_STREQ(LimitName(l.dominant), "nagle_limited");
+  EXPECT_STREQ(LimitShortName(l.dominant), "nagle");
+  f.stall_ns[OBS_STALL_NAGLE_DELAYED_ACK] = 900 * kMs;  // more than busy leaves: clamped
+  l = LimitsOf(f, 600 * kMs);
+  EXPECT_EQ(l.within_busy_ns[size_t(Limit::kNagle)], 480 * kMs);
+  EXPECT_EQ(l.within_busy_ns[size_t(Limit::kApp)], 0u);
+}
+
 TEST(LimitsOf, NothingBusyHasNoDominantLimit) {
   obs_flow f{};
   FlowLimits l = LimitsOf(f, 5 * kMs);

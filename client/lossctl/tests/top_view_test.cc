@@ -190,6 +190,63 @@ TEST(TopView, RuleEffectAndDropRate) {
     EXPECT_NE(row.find(want), std::string::npos) << want << " in: " << row;
 }
 
+TEST(TopView, AnEightyColumnTerminalKeepsTheRetransmitColumns) {
+  TopTracker t("x", 1000000000);
+  TopRule r;
+  r.rule.set_id(3);
+  r.rule.set_state(v1::RULE_STATE_ACTIVE);
+  r.rule.mutable_spec()->set_interface("veth0");
+  r.rule.mutable_spec()->set_direction(v1::DIRECTION_EGRESS);
+  r.rule.mutable_spec()->mutable_match()->set_protocol("tcp");
+  r.rule.mutable_spec()->mutable_match()->mutable_dport()->set_lo(5201);
+  r.rule.mutable_spec()->mutable_loss()->mutable_bernoulli()->set_rate(0.02);
+  r.has_effect = true;
+  r.effect.set_measured_rate(0.0201234);
+  r.effect.set_rate_ci_low(0.018);
+  r.effect.set_rate_ci_high(0.022549);
+  r.effect.set_configured_within_ci(true);
+  r.effect.mutable_counters()->set_matched_segments(123456);
+  r.effect.mutable_counters()->set_matched_bytes(987654321);
+  r.effect.mutable_counters()->set_dropped_segments(2469);
+  (*r.effect.mutable_retransmitted_segments())["fast"] = 2400;
+  (*r.effect.mutable_retransmitted_segments())["rto"] = 77;
+  t.SetRules({r}, 1, 1000000000);
+  v1::ListFlowsResponse fl;
+  v1::Flow* f = fl.add_flows();
+  *f = MakeFlow(9, 40009, 123456789, 2400);
+  (*f->mutable_retransmitted_segments())["rto"] = 77;
+  f->mutable_owner()->set_path("/system.slice/web.service");
+  f->mutable_owner()->set_unit("web.service");
+  t.AddWindow(Window(0, 0, 0, 9, 50));
+  t.SetFlows(fl, 1);
+  TopLayout layout;
+  layout.width = 80;
+  layout.height = 40;
+  auto lines = RenderTop(t.Frame(0), layout);
+  for (const auto& l : lines) EXPECT_LE(l.text.size(), 80u) << l.text;
+  // The rules: what a retransmit watcher reads stays (before: RETRANS was cut off).
+  std::string head = LineStarting(lines, "ID");
+  for (const char* want : {"TARGET", "MATCH", "MEASURED", "DROPPED", "RETRANS"})
+    EXPECT_NE(head.find(want), std::string::npos) << want << " in: " << Text(lines);
+  std::string row = LineStarting(lines, "3 ");
+  for (const char* want : {"veth0", "2.01%", "2469", "2477"})
+    EXPECT_NE(row.find(want), std::string::npos) << want << " in: " << row;
+  // The flows: the endpoints and the retransmits stay.
+  head = LineStarting(lines, "LOCAL");
+  for (const char* want : {"REMOTE", "RETR/", "RETRANS", "BY TYPE"})
+    EXPECT_NE(head.find(want), std::string::npos) << want << " in: " << Text(lines);
+  row = LineStarting(lines, "192.0.2.1:40009");
+  for (const char* want : {"192.0.2.2:5201", "2477", "fast:2400"})
+    EXPECT_NE(row.find(want), std::string::npos) << want << " in: " << row;
+  // A wide terminal keeps every column.
+  layout.width = 200;
+  lines = RenderTop(t.Frame(0), layout);
+  for (const char* want : {"BYTES", "LEFT", "99.9% INTERVAL"})
+    EXPECT_NE(LineStarting(lines, "ID").find(want), std::string::npos) << want;
+  for (const char* want : {"SENT", "CA STATE", "OWNER"})
+    EXPECT_NE(LineStarting(lines, "LOCAL").find(want), std::string::npos) << want;
+}
+
 TEST(TopView, WaitingAndErrorsAreSaid) {
   TopTracker t("unix:/s", 1000000000);
   t.SetRulesError("UNAVAILABLE: loading");

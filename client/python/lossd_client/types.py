@@ -400,7 +400,7 @@ class Flow:
     closed: bool
     duration_ns: int
     # Where its time went (docs/observer.md#limits): {'busy': ns, 'rwnd_limited': ns,
-    # 'sndbuf_limited', 'cwnd_limited', 'app_limited', 'idle'}; the largest limit of
+    # 'sndbuf_limited', 'cwnd_limited', 'nagle_limited', 'app_limited', 'idle'}; the largest limit of
     # busy time and its share ('' while nothing was busy).
     limit_ns: dict = dataclasses.field(default_factory=dict)
     dominant_limit: str = ""

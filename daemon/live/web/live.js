@@ -888,7 +888,7 @@ function renderFlowDiagnosis(f) {
     ? f.dominant_limit.replace("_limited", "") + " " + Math.round(100 * Number(f.dominant_share || 0)) + " % of busy time"
     : "- (nothing busy yet)");
   const parts = ["busy " + fmtDuration(u64(lim.busy))];
-  for (const k of ["rwnd_limited", "sndbuf_limited", "cwnd_limited", "app_limited"])
+  for (const k of ["rwnd_limited", "sndbuf_limited", "cwnd_limited", "nagle_limited", "app_limited"])
     if (u64(lim[k])) parts.push(k.replace("_limited", "") + " " + fmtDuration(u64(lim[k])));
   parts.push("idle " + fmtDuration(u64(lim.idle)));
   setText("flow-time", parts.join(" · "));

@@ -107,7 +107,7 @@ class LossctlDiagnosis(ClientTestCase):
         self.assertGreater(f["dominant_share"], 0, f)
         self.assertLessEqual(f["dominant_share"], 1, f)
         self.assertGreater(u64(f["limit_ns"].get("busy")), 0, f)
-        self.assertIn(f["dominant_limit"], ("rwnd_limited", "sndbuf_limited", "cwnd_limited", "app_limited"), f)
+        self.assertIn(f["dominant_limit"], ("rwnd_limited", "sndbuf_limited", "cwnd_limited", "nagle_limited", "app_limited"), f)
         self.assertGreater(sum(u64(v) for v in f["stall_ns"].values()), 0, f)
         lport = f["tuple"]["local_port"]
         for width, text in tables.items():

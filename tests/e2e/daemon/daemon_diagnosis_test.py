@@ -91,9 +91,16 @@ class Diagnosis(DaemonTestCase):
         # The flow's record counts exactly these events.
         self.assertEqual(f.stalls, len(ev), f)
         self.assertEqual(dict(f.stall_ns), {"nagle_delayed_ack": sum(e.duration_ns for e in ev)}, f)
-        # Stalled or not, the sender was application limited while busy (one request in flight).
-        self.assertEqual(f.dominant_limit, "app_limited", f)
+        # The limits agree with the stalls about that time: the Nagle waits are not the
+        # application's (before: app_limited 1.00 beside stalls all nagle_delayed_ack).
+        nagle = sum(e.duration_ns for e in ev)
         self.assertGreater(f.limit_ns["busy"], 0, f)
+        self.assertEqual(f.limit_ns["nagle_limited"], min(nagle, f.limit_ns["busy"] - f.limit_ns["rwnd_limited"]
+                                                          - f.limit_ns["sndbuf_limited"]
+                                                          - f.limit_ns["cwnd_limited"]), f)
+        self.assertEqual(f.dominant_limit, "nagle_limited", f)
+        self.assertEqual(sum(f.limit_ns[k] for k in ("rwnd_limited", "sndbuf_limited", "cwnd_limited",
+                                                     "nagle_limited", "app_limited")), f.limit_ns["busy"], f)
         time.sleep(0.3)
         self.assertFalse([i for i in other.snapshot() if i.HasField("event")], "allow of another port")
         self.assertFalse([i for i in denied.snapshot() if i.HasField("event")

@@ -54,7 +54,7 @@ from lab.config import main
 from lab.netns import measured
 from lab.daemon import DaemonTestCase, StreamReader, events_of, wait_until
 
-LIMIT_KEYS = {"busy", "rwnd_limited", "sndbuf_limited", "cwnd_limited", "app_limited", "idle"}
+LIMIT_KEYS = {"busy", "rwnd_limited", "sndbuf_limited", "cwnd_limited", "nagle_limited", "app_limited", "idle"}
 
 
 def covers(r, seq):
@@ -174,7 +174,8 @@ class DropLog(DaemonTestCase):
         numbers = dict(limit_ns=lim, duration_ns=summary.duration_ns)
         measured("droplog_limits", **numbers)
         self.assertEqual(set(lim), LIMIT_KEYS, numbers)
-        parts = sum(lim[k] for k in ("rwnd_limited", "sndbuf_limited", "cwnd_limited", "app_limited"))
+        parts = sum(lim[k] for k in ("rwnd_limited", "sndbuf_limited", "cwnd_limited", "nagle_limited",
+                                     "app_limited"))
         self.assertEqual(parts, lim["busy"], numbers)
         # The one matched flow, closed: its life is busy + idle.
         self.assertEqual(lim["busy"] + lim["idle"], max(summary.duration_ns, lim["busy"]), numbers)
