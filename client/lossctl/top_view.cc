@@ -100,7 +100,7 @@ void AddTable(std::vector<TopLine>* out, const Table& t, size_t width = 0,
   }
 }
 
-std::vector<TopLine> RetransmitLines(const TopFrame& f) {
+std::vector<TopLine> RetransmitLines(const TopFrame& f, size_t width) {
   std::vector<TopLine> out;
   std::vector<std::string> head = {"RETRANSMITTED SEGMENTS", "TOTAL"};
   for (const auto& t : RetransmitTypeNames()) head.push_back(Upper(t));
@@ -142,7 +142,8 @@ std::vector<TopLine> RetransmitLines(const TopFrame& f) {
   } else {
     t.AddRow({"waiting for the first " + FormatDuration(f.interval_ns) + " window"});
   }
-  AddTable(&out, t, 0, {}, 0);
+  // Narrow: PROBE0, SYNACK, SYN and UNKNOWN go first (TOTAL still counts them); EVENTS LOST stays.
+  AddTable(&out, t, width, {8, 7, 6, 9}, 0);
   return out;
 }
 
@@ -462,7 +463,7 @@ std::vector<TopLine> RenderTop(const TopFrame& f, const TopLayout& layout) {
   }
   if (!f.note.empty()) out.push_back({f.note, false});
   out.push_back({"", false});
-  for (auto& l : RetransmitLines(f)) out.push_back(std::move(l));
+  for (auto& l : RetransmitLines(f, layout.width)) out.push_back(std::move(l));
   out.push_back({"", false});
 
   // Rows left for the two tables: each takes a title and a column heading.

@@ -224,6 +224,10 @@ TEST(TopView, AnEightyColumnTerminalKeepsTheRetransmitColumns) {
   layout.height = 40;
   auto lines = RenderTop(t.Frame(0), layout);
   for (const auto& l : lines) EXPECT_LE(l.text.size(), 80u) << l.text;
+  // The retransmit totals keep TOTAL, the common types and EVENTS LOST.
+  std::string totals = LineStarting(lines, "RETRANSMITTED SEGMENTS");
+  for (const char* want : {"TOTAL", "FAST", "RTO", "LOSS", "TLP", "EVENTS LOST"})
+    EXPECT_NE(totals.find(want), std::string::npos) << want << " in: " << Text(lines);
   // The rules: what a retransmit watcher reads stays (before: RETRANS was cut off).
   std::string head = LineStarting(lines, "ID");
   for (const char* want : {"TARGET", "MATCH", "MEASURED", "DROPPED", "RETRANS"})

@@ -156,6 +156,40 @@ class LossctlTop(ClientTestCase):
             self.assertIn(bad[0], b.err)
         d.ctl_ok("rule", "rm", rid)
 
+    def test_3_eighty_columns(self):
+        # An 80-column terminal keeps what a retransmit watcher reads (issue 24: before, the
+        # right edge cut RETRANS and BY TYPE first); the least useful columns go instead.
+        d, lab = self.d, self.lab
+        rid = self.rule()["id"]
+        term = Tmux(lab, d.ctl_cmd("top", "--interval", "1s"), width=80, height=40)
+        term.wait_screen(lambda s: "RETRANSMITTED SEGMENTS" in s, 15, "top's first window")
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 80e6, 200)
+        self.addCleanup(flow.close)
+
+        def shown(s):
+            lines = s.splitlines()
+            return (any(re.match(r"\s+192\.0\.2\.1:\d+\s+192\.0\.2\.2:%d\s.*\s(fast|rto|loss|tlp):\d+" % PORT, l)
+                        for l in lines)
+                    and any(re.match(r"\s+%d\s" % rid, l) for l in lines))
+        screen = term.wait_screen(shown, 40, "the flow's retransmits by type and the rule's row")
+        with open(artifact("lossctl_top_80.txt"), "w") as f:
+            f.write(screen)
+        with open(artifact("lossctl_top_80.html"), "w") as f:
+            f.write(screen_html(term.capture(escapes=True), "lossctl top, 80 columns"))
+        flow.wait()
+        term.send("q")
+        term.wait_exit(10)
+        lines = screen.splitlines()
+        self.assertTrue(all(len(l) <= 80 for l in lines), screen)
+        self.assertIn("EVENTS LOST", [l for l in lines if l.startswith("RETRANSMITTED SEGMENTS")][0], screen)
+        heads = [l for l in lines if l.strip().startswith("ID ") or l.strip().startswith("LOCAL ")]
+        self.assertEqual(len(heads), 2, screen)
+        for want in ("TARGET", "MATCH", "MEASURED", "DROPPED", "RETRANS"):
+            self.assertIn(want, heads[0], screen)
+        for want in ("REMOTE", "RETR/", "RETRANS", "BY TYPE"):
+            self.assertIn(want, heads[1], screen)
+        d.ctl_ok("rule", "rm", rid)
+
 
 if __name__ == "__main__":
     main()
