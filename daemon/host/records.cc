@@ -3,6 +3,8 @@
 #include <climits>
 #include <vector>
 
+#include "rules/rule.h"
+
 namespace lossd {
 namespace {
 
@@ -25,17 +27,7 @@ bool Fields(const std::string& line, size_t n, std::vector<std::string>* out) {
 }
 
 bool Num(const std::string& w, uint64_t max, uint64_t* out) {
-  if (w.empty() || w.size() > 20 || w.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  uint64_t v = 0;
-  for (char c : w) {
-    uint64_t d = static_cast<uint64_t>(c - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  if (v > max) return false;
-  *out = v;
-  return true;
+  return ParseDecimal(w, 0, max, out);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 #include "live/sse.h"
 
-#include <cerrno>
-#include <cstdlib>
+#include <cstdint>
 #include <sstream>
+
+#include "rules/rule.h"
 
 namespace lossd {
 
@@ -63,21 +64,6 @@ size_t SseQueue::bytes() const {
   return bytes_;
 }
 
-namespace {
-
-bool ParseNumber(const std::string& text, uint64_t lo, uint64_t hi, uint64_t* out) {
-  if (text.empty() || text.size() > 20) return false;
-  for (char c : text)
-    if (c < '0' || c > '9') return false;
-  errno = 0;
-  unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-  if (errno || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-}  // namespace
-
 Result<EventsQuery> ParseEventsQuery(const std::multimap<std::string, std::string>& params) {
   EventsQuery q;
   for (const auto& kv : params) {
@@ -85,20 +71,20 @@ Result<EventsQuery> ParseEventsQuery(const std::multimap<std::string, std::strin
       return InvalidArgument("query parameter '" + Shown(kv.first) + "' given more than once");
     uint64_t v = 0;
     if (kv.first == "flow") {
-      if (!ParseNumber(kv.second, 1, UINT64_MAX, &v))
+      if (!ParseDecimal(kv.second, 1, UINT64_MAX, &v))
         return InvalidArgument("flow: '" + Shown(kv.second) +
                                "' is not a socket cookie (a positive integer)");
       q.flow = v;
     } else if (kv.first == "rule") {
-      if (!ParseNumber(kv.second, 1, UINT32_MAX, &v))
+      if (!ParseDecimal(kv.second, 1, UINT32_MAX, &v))
         return InvalidArgument("rule: '" + Shown(kv.second) + "' is not a rule id");
       q.rule = static_cast<uint32_t>(v);
     } else if (kv.first == "queue") {
-      if (!ParseNumber(kv.second, 1, 65536, &v))
+      if (!ParseDecimal(kv.second, 1, 65536, &v))
         return InvalidArgument("queue: '" + Shown(kv.second) + "' is not in 1 .. 65536");
       q.queue = v;
     } else if (kv.first == "netns") {
-      if (!ParseNumber(kv.second, 1, UINT32_MAX, &v))
+      if (!ParseDecimal(kv.second, 1, UINT32_MAX, &v))
         return InvalidArgument("netns: '" + Shown(kv.second) +
                                "' is not a network namespace inode (ls -l /proc/PID/ns/net)");
       q.netns = v;
@@ -128,11 +114,9 @@ void ParseMib(const std::string& text, std::map<std::string, uint64_t>* out) {
     std::string prefix = hp.substr(0, hp.size() - 1);
     std::string name, value;
     while (h >> name && v >> value) {
-      char* end = nullptr;
-      errno = 0;
-      unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+      uint64_t n;
       // Some Tcp fields are signed (MaxConn -1): they are not counters we show.
-      if (errno || !end || *end || value[0] == '-') continue;
+      if (!ParseDecimal(value, 0, UINT64_MAX, &n)) continue;
       (*out)[prefix + "." + name] = n;
     }
   }

@@ -35,17 +35,12 @@ Status Ports(const std::string& name, const std::string& text, PortRange* out) {
 
 Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_t max,
                                   const std::string& name) {
-  std::string s = TrimSpace(text);
-  bool digits = !s.empty() && s.size() <= 20;
-  for (char c : s) digits = digits && std::isdigit(static_cast<unsigned char>(c));
-  errno = 0;
-  char* end = nullptr;
-  unsigned long long v = digits ? std::strtoull(s.c_str(), &end, 10) : 0;
-  if (!digits || errno || *end || v < min || v > max)
+  uint64_t v;
+  if (!ParseDecimal(TrimSpace(text), min, max, &v))
     return InvalidArgument(name + ": invalid value '" + Shown(text) +
                            "': expected a whole number from " + std::to_string(min) + " to " +
                            std::to_string(max));
-  return static_cast<uint64_t>(v);
+  return v;
 }
 
 Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {

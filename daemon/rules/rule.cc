@@ -35,15 +35,7 @@ std::string Lower(std::string s) {
 
 // Whole-string unsigned integer.
 bool ParseUint(const std::string& s, uint64_t max, uint64_t* out) {
-  if (s.empty() || s.size() > 20) return false;
-  for (char c : s)
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
-  errno = 0;
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (errno || *end || v > max) return false;
-  *out = v;
-  return true;
+  return ParseDecimal(s, 0, max, out);
 }
 
 // A decimal number as typed: value = digits * 10^exp. The grammar, shared
@@ -160,6 +152,20 @@ std::vector<std::string> Split(const std::string& s, const std::string& seps) {
 }
 
 }  // namespace
+
+bool ParseDecimal(const std::string& s, uint64_t lo, uint64_t hi, uint64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
 
 std::string Cidr::ToString() const {
   char buf[INET6_ADDRSTRLEN] = {};

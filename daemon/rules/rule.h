@@ -105,6 +105,11 @@ constexpr uint32_t kMaxPriority = 1000000;
 std::string UnmatchedHint(const RuleSpec& s, const std::string& cgroup,
                           std::chrono::nanoseconds age);
 
+// A whole decimal number, digits only (no sign, space or prefix), lo..hi:
+// the one strict parser of record lines, query strings and the parsers
+// below. False (out untouched) for anything else, overflow included.
+bool ParseDecimal(const std::string& s, uint64_t lo, uint64_t hi, uint64_t* out);
+
 // Parsers: each returns kInvalidArgument with a message naming the input.
 // Every parser takes at most kMaxInputLength characters. The accepted
 // spellings are the ones lossd, lossctl and the Python client (units.py,

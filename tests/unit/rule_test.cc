@@ -470,3 +470,26 @@ TEST(UnmatchedHint, NamesTheLikelyFixForEachTarget) {
 
 }  // namespace
 }  // namespace lossd
+
+namespace lossd {
+namespace {
+
+TEST(ParseDecimal, DigitsOnlyWithinBoundsWithoutOverflow) {
+  uint64_t v = 7;
+  EXPECT_TRUE(ParseDecimal("0", 0, 10, &v));
+  EXPECT_EQ(v, 0u);
+  EXPECT_TRUE(ParseDecimal("18446744073709551615", 0, UINT64_MAX, &v));
+  EXPECT_EQ(v, UINT64_MAX);
+  v = 7;
+  for (const char* bad : {"", "18446744073709551616", "99999999999999999999", "-1", "+1", " 1", "1 ",
+                          "0x10", "1e3", "123456789012345678901"})
+    EXPECT_FALSE(ParseDecimal(bad, 0, UINT64_MAX, &v)) << bad;
+  EXPECT_EQ(v, 7u) << "untouched on failure";
+  EXPECT_FALSE(ParseDecimal("11", 0, 10, &v));
+  EXPECT_FALSE(ParseDecimal("4", 5, 10, &v));
+  EXPECT_TRUE(ParseDecimal("0010", 5, 10, &v));
+  EXPECT_EQ(v, 10u);
+}
+
+}  // namespace
+}  // namespace lossd
