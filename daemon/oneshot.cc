@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <memory>
@@ -29,9 +28,6 @@
 namespace lossd {
 namespace {
 
-double Now() {
-  return UnixNs() / 1e9;
-}  // for the reports' "time"
 double Elapsed() {
   return MonotonicNs() / 1e9;
 }  // for --duration: no clock steps

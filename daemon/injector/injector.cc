@@ -473,7 +473,7 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
     }
     uint64_t now = UnixNs(), after = uint64_t(opts_.unmatched_after.count());
     if (info.failed.empty() && after && info.counters.matched_pkts == 0 &&
-        now - info.created_unix_ns >= after)
+        now > info.created_unix_ns && now - info.created_unix_ns >= after)
       info.hint = UnmatchedHint(info.spec, info.CgroupRelative(),
                                 std::chrono::nanoseconds(now - info.created_unix_ns));
   }
