@@ -118,31 +118,45 @@ Result<std::vector<Link>> ListLinks(size_t max) {
   req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   req.nh.nlmsg_seq = 1;
   req.ifi.ifi_family = AF_UNSPEC;
-  if (send(fd.get(), &req, req.nh.nlmsg_len, 0) < 0)
-    return Status::FromErrno(errno, "netlink link dump");
   std::vector<Link> links;
+  Status st = NetlinkDump(fd.get(), &req, req.nh.nlmsg_len, RTM_NEWLINK, "netlink link dump",
+                          [&](const struct nlmsghdr& m) {
+                            if (links.size() >= max)
+                              return InvalidArgument("more than " + std::to_string(max) +
+                                                     " devices in one network namespace");
+                            ParseLink(&m, &links);
+                            return Status::Ok();
+                          });
+  if (!st.ok()) return st;
+  return links;
+}
+
+Status NetlinkDump(int fd, const void* req, size_t len, uint16_t type, const char* what,
+                   const std::function<Status(const struct nlmsghdr& m)>& each) {
+  if (send(fd, req, len, 0) < 0) return Status::FromErrno(errno, what);
   std::vector<char> buf(65536);
   for (;;) {
-    ssize_t n = recv(fd.get(), buf.data(), buf.size(), 0);
+    ssize_t n = recv(fd, buf.data(), buf.size(), 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::FromErrno(errno, "netlink link dump");
+      return Status::FromErrno(errno, what);
     }
-    int len = static_cast<int>(n);
-    for (auto* nh = reinterpret_cast<struct nlmsghdr*>(buf.data()); NLMSG_OK(nh, len);
-         nh = NLMSG_NEXT(nh, len)) {
-      if (nh->nlmsg_type == NLMSG_DONE) return links;
-      if (nh->nlmsg_type == NLMSG_ERROR) {
-        auto* err = static_cast<struct nlmsgerr*>(NLMSG_DATA(nh));
-        return Status::FromErrno(-err->error, "netlink link dump");
+    if (n == 0) return Internal(std::string(what) + ": the kernel closed the dump");
+    int left = static_cast<int>(n);
+    for (auto* m = reinterpret_cast<struct nlmsghdr*>(buf.data()); NLMSG_OK(m, left);
+         m = NLMSG_NEXT(m, left)) {
+      if (m->nlmsg_type == NLMSG_DONE) {  // its payload: the dump's own result
+        int rc = 0;
+        if (m->nlmsg_len >= NLMSG_LENGTH(sizeof(rc))) std::memcpy(&rc, NLMSG_DATA(m), sizeof(rc));
+        return rc < 0 ? Status::FromErrno(-rc, what) : Status::Ok();
       }
-      if (nh->nlmsg_type != RTM_NEWLINK) continue;
-      if (links.size() >= max)
-        return InvalidArgument("more than " + std::to_string(max) +
-                               " devices in one network namespace");
-      ParseLink(nh, &links);
+      if (m->nlmsg_type == NLMSG_ERROR) {
+        auto* err = static_cast<const struct nlmsgerr*>(NLMSG_DATA(m));
+        return Status::FromErrno(err->error ? -err->error : EPROTO, what);
+      }
+      if (m->nlmsg_type != type) continue;
+      LOSSD_RETURN_IF_ERROR(each(*m));
     }
-    if (n == 0) return links;
   }
 }
 

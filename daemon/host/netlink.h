@@ -1,7 +1,10 @@
 // rtnetlink requests on a link of this network namespace.
 #pragma once
 
+#include <linux/netlink.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -9,6 +12,14 @@
 #include "common/status.h"
 
 namespace lossd {
+
+// A netlink dump: sends the request (`req`, its nlmsghdr first, NLM_F_DUMP
+// set) on `fd` and hands `each` every reply message of `type`, until the
+// kernel's NLMSG_DONE, whose payload is the dump's own result (an error there
+// or in an NLMSG_ERROR is the errno's Status, named `what`). A dump the
+// kernel closed before DONE is INTERNAL; `each` stops it with its own error.
+Status NetlinkDump(int fd, const void* req, size_t len, uint16_t type, const char* what,
+                   const std::function<Status(const struct nlmsghdr& m)>& each);
 
 // The device's gso_max_segs: how many segments the stack may put in one skb
 // for it (TCP sizes its skbs by it, before any hook sees them).

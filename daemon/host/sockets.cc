@@ -19,6 +19,7 @@
 #include <string>
 
 #include "common/fd.h"
+#include "host/netlink.h"
 
 namespace lossd {
 
@@ -98,35 +99,15 @@ Status Dump(uint8_t family, uint32_t states, const std::vector<inet_diag_bc_op>&
     std::memcpy(RTA_DATA(rta), filter.data(), bc_len);
     nh->nlmsg_len = NLMSG_ALIGN(nh->nlmsg_len) + RTA_ALIGN(rta->rta_len);
   }
-  if (send(fd.get(), req.data(), nh->nlmsg_len, 0) < 0) return Status::FromErrno(errno, what);
-  std::vector<char> buf(65536);
-  for (;;) {
-    ssize_t n = recv(fd.get(), buf.data(), buf.size(), 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(errno, what);
-    }
-    if (n == 0) return Internal(std::string(what) + ": the kernel closed the dump");
-    int len = static_cast<int>(n);
-    for (auto* m = reinterpret_cast<struct nlmsghdr*>(buf.data()); NLMSG_OK(m, len);
-         m = NLMSG_NEXT(m, len)) {
-      if (m->nlmsg_type == NLMSG_DONE) {  // its payload: the dump's own result
-        int rc = 0;
-        if (m->nlmsg_len >= NLMSG_LENGTH(sizeof(rc))) std::memcpy(&rc, NLMSG_DATA(m), sizeof(rc));
-        return rc < 0 ? Status::FromErrno(-rc, what) : Status::Ok();
-      }
-      if (m->nlmsg_type == NLMSG_ERROR) {
-        auto* err = static_cast<struct nlmsgerr*>(NLMSG_DATA(m));
-        return Status::FromErrno(err->error ? -err->error : EPROTO, what);
-      }
-      if (m->nlmsg_type != SOCK_DIAG_BY_FAMILY || m->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg)))
-        continue;
-      if (out->size() >= kMaxSockets)
-        return ResourceExhausted(std::string(what) + ": more than " + std::to_string(kMaxSockets) +
-                                 " sockets");
-      out->push_back(FromDiag(*static_cast<const inet_diag_msg*>(NLMSG_DATA(m))));
-    }
-  }
+  return NetlinkDump(fd.get(), req.data(), nh->nlmsg_len, SOCK_DIAG_BY_FAMILY, what,
+                     [&](const struct nlmsghdr& m) {
+                       if (m.nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) return Status::Ok();
+                       if (out->size() >= kMaxSockets)
+                         return ResourceExhausted(std::string(what) + ": more than " +
+                                                  std::to_string(kMaxSockets) + " sockets");
+                       out->push_back(FromDiag(*static_cast<const inet_diag_msg*>(NLMSG_DATA(&m))));
+                       return Status::Ok();
+                     });
 }
 
 }  // namespace
