@@ -110,6 +110,16 @@ TEST(TopTracker, FlowRatesAndWindowRetransmits) {
   EXPECT_EQ(f.flows[1].window_retrans, 0u);
 }
 
+// The screen at width x height; no line wider than the terminal.
+std::vector<TopLine> RenderAt(const TopFrame& f, size_t width, size_t height, TopLayout* layout) {
+  layout->width = width;
+  layout->height = height;
+  auto lines = RenderTop(f, *layout);
+  EXPECT_LE(lines.size(), height);
+  for (const auto& l : lines) EXPECT_LE(l.text.size(), width) << l.text;
+  return lines;
+}
+
 TEST(TopView, FlowsSortedAndCutToTheTerminal) {
   TopTracker t("x", 1000000000);
   v1::ListFlowsResponse r;
@@ -117,11 +127,7 @@ TEST(TopView, FlowsSortedAndCutToTheTerminal) {
   t.AddWindow(Window(0, 0, 0, 9, 50));
   t.SetFlows(r, 1);
   TopLayout layout;
-  layout.width = 80;
-  layout.height = 24;
-  auto lines = RenderTop(t.Frame(0), layout);
-  EXPECT_LE(lines.size(), 24u);
-  for (const auto& l : lines) EXPECT_LE(l.text.size(), 80u) << l.text;
+  auto lines = RenderAt(t.Frame(0), 80, 24, &layout);
   std::string head = LineStarting(lines, "FLOWS");
   EXPECT_NE(head.find(" of 30, by retrans"), std::string::npos) << Text(lines);
   // The flow with the window's retransmits first.
@@ -161,20 +167,26 @@ TEST(TopView, OwnersShownWhenAFlowHasOne) {
   EXPECT_NE(Text(lines).find("nginx.service"), std::string::npos) << Text(lines);
 }
 
-TEST(TopView, RuleEffectAndDropRate) {
-  TopTracker t("x", 1000000000);
+// Rule 3, 2 % on veth0's egress, with its effect: 2.01 % measured, 1.8 - 2.25 % interval.
+TopRule MakeRule() {
   TopRule r;
   r.rule.set_id(3);
   r.rule.set_state(v1::RULE_STATE_ACTIVE);
   r.rule.mutable_spec()->set_interface("veth0");
   r.rule.mutable_spec()->set_direction(v1::DIRECTION_EGRESS);
   r.rule.mutable_spec()->mutable_loss()->mutable_bernoulli()->set_rate(0.02);
-  r.rule.set_created_unix_ns(5);
   r.has_effect = true;
   r.effect.set_measured_rate(0.0201234);
   r.effect.set_rate_ci_low(0.018);
   r.effect.set_rate_ci_high(0.022549);
   r.effect.set_configured_within_ci(true);
+  return r;
+}
+
+TEST(TopView, RuleEffectAndDropRate) {
+  TopTracker t("x", 1000000000);
+  TopRule r = MakeRule();
+  r.rule.set_created_unix_ns(5);
   r.effect.mutable_counters()->set_matched_segments(10000);
   r.effect.mutable_counters()->set_dropped_segments(100);
   (*r.effect.mutable_retransmitted_segments())["fast"] = 90;
@@ -192,19 +204,9 @@ TEST(TopView, RuleEffectAndDropRate) {
 
 TEST(TopView, AnEightyColumnTerminalKeepsTheRetransmitColumns) {
   TopTracker t("x", 1000000000);
-  TopRule r;
-  r.rule.set_id(3);
-  r.rule.set_state(v1::RULE_STATE_ACTIVE);
-  r.rule.mutable_spec()->set_interface("veth0");
-  r.rule.mutable_spec()->set_direction(v1::DIRECTION_EGRESS);
+  TopRule r = MakeRule();
   r.rule.mutable_spec()->mutable_match()->set_protocol("tcp");
   r.rule.mutable_spec()->mutable_match()->mutable_dport()->set_lo(5201);
-  r.rule.mutable_spec()->mutable_loss()->mutable_bernoulli()->set_rate(0.02);
-  r.has_effect = true;
-  r.effect.set_measured_rate(0.0201234);
-  r.effect.set_rate_ci_low(0.018);
-  r.effect.set_rate_ci_high(0.022549);
-  r.effect.set_configured_within_ci(true);
   r.effect.mutable_counters()->set_matched_segments(123456);
   r.effect.mutable_counters()->set_matched_bytes(987654321);
   r.effect.mutable_counters()->set_dropped_segments(2469);
@@ -220,10 +222,7 @@ TEST(TopView, AnEightyColumnTerminalKeepsTheRetransmitColumns) {
   t.AddWindow(Window(0, 0, 0, 9, 50));
   t.SetFlows(fl, 1);
   TopLayout layout;
-  layout.width = 80;
-  layout.height = 40;
-  auto lines = RenderTop(t.Frame(0), layout);
-  for (const auto& l : lines) EXPECT_LE(l.text.size(), 80u) << l.text;
+  auto lines = RenderAt(t.Frame(0), 80, 40, &layout);
   // The retransmit totals keep TOTAL, the common types and EVENTS LOST.
   std::string totals = LineStarting(lines, "RETRANSMITTED SEGMENTS");
   for (const char* want : {"TOTAL", "FAST", "RTO", "LOSS", "TLP", "EVENTS LOST"})
@@ -243,8 +242,7 @@ TEST(TopView, AnEightyColumnTerminalKeepsTheRetransmitColumns) {
   for (const char* want : {"192.0.2.2:5201", "2477", "fast:2400"})
     EXPECT_NE(row.find(want), std::string::npos) << want << " in: " << row;
   // A wide terminal keeps every column.
-  layout.width = 200;
-  lines = RenderTop(t.Frame(0), layout);
+  lines = RenderAt(t.Frame(0), 200, 40, &layout);
   for (const char* want : {"BYTES", "LEFT", "99.9% INTERVAL"})
     EXPECT_NE(LineStarting(lines, "ID").find(want), std::string::npos) << want;
   for (const char* want : {"SENT", "CA STATE", "OWNER"})
