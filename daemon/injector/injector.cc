@@ -446,7 +446,7 @@ uint32_t Injector::Clear() {
   for (const auto& [id, r] : rules_) ids.push_back(id);
   uint32_t n = 0;  // the rules it took out of the kernel (not the kept ones it forgot)
   for (uint32_t id : ids) {
-    bool kept = rules_[id].retired_ns != 0;
+    bool kept = rules_.at(id).retired_ns != 0;
     if (RemoveLocked(id, false).ok() && !kept) n++;
   }
   return n;

@@ -49,6 +49,7 @@ AfterTheRule (issue 24: cause and effect once the rule is gone):
 import time
 
 from lab import daemon, prom, traffic, web
+from lab import stalls as stalls_lib
 from lab.bpfquery import drop_log
 from lab.config import main
 from lab.netns import measured
@@ -337,7 +338,7 @@ class AfterTheRule(DaemonTestCase):
         self.assertEqual(list(info.attachments), [], info)
 
         def cause(e):
-            return pb.StallCause.Name(e.cause)[len("STALL_CAUSE_"):].lower()
+            return stalls_lib.cause_name(e.cause)
 
         def linked():
             evs = [e for e in events_of(stalls.snapshot()) if e.tuple.remote_port == port]

@@ -55,11 +55,6 @@ def outcome_name(e):
     return api().Outcome.Name(e.outcome)[len("OUTCOME_"):].lower()
 
 
-def cause_name(s):
-    """A StallEvent's cause as the Flow.stall_ns key ("rto", "nagle_delayed_ack")."""
-    return api().StallCause.Name(s.cause)[len("STALL_CAUSE_"):].lower()
-
-
 def tuple_of(m):
     """A RetransmitEvent's, StallEvent's or Flow's tuple: (local_addr, local_port, remote_addr,
     remote_port)."""
