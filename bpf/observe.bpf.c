@@ -48,6 +48,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TCP_ESTABLISHED 1
 #define TCP_CLOSE 7
 #define TCP_FIN_WAIT1 4
+#define TCP_FIN_WAIT2 5
+#define TCP_CLOSING 11
 #define TCP_CLOSE_WAIT 8
 #define TCP_LAST_ACK 9
 #define SOL_TCP 6
@@ -472,29 +474,6 @@ static __always_inline struct tcp_sock *observed_tcp_sock(struct bpf_sock_ops *s
 	return tp;
 }
 
-SEC("sockops")
-int obs_sockops(struct bpf_sock_ops *skops)
-{
-	__u32 op = skops->op;
-	if (op == BPF_SOCK_OPS_RETRANS_CB) {
-		struct tcp_sock *tp = observed_tcp_sock(skops);
-		if (tp)
-			on_retransmit(skops, tp);
-		return 1;
-	}
-	/* Arm the callback before the first SYN (connect), on listeners (their
-	 * children inherit it) and on establishment (both sides). */
-	if (op == BPF_SOCK_OPS_TCP_CONNECT_CB || op == BPF_SOCK_OPS_TCP_LISTEN_CB ||
-	    op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
-		if (!observed_tcp_sock(skops))
-			return 1;
-		__u32 flags = skops->bpf_sock_ops_cb_flags;
-		if (!(flags & BPF_SOCK_OPS_RETRANS_CB_FLAG) &&
-		    bpf_sock_ops_cb_flags_set(skops, flags | BPF_SOCK_OPS_RETRANS_CB_FLAG))
-			count(OBS_CNT_ARM_FAILED);
-	}
-	return 1;
-}
 
 SEC("tp_btf/tcp_retransmit_synack")
 int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_sock *req)
@@ -686,19 +665,14 @@ static __always_inline void stall_end(struct tcp_sock *tp, struct obs_flow *f, _
 	bpf_ringbuf_submit(e, wakeup_flag(now));
 }
 
-static __always_inline void trace_sample(struct tcp_sock *tp, const struct sk_buff *skb,
-					 const struct obs_flow *f, __u64 cookie, __u64 now,
-					 __u32 ack_seq)
+static __always_inline void trace_sample(struct tcp_sock *tp, const struct obs_flow *f,
+					 __u64 cookie, __u64 now, __u32 ack_seq, __be16 raw_wnd)
 {
-	/* the window this ACK advertises, from its header (skb->data is the TCP
-	 * header in tcp_rcv_established). tcp_sock's bitfields are read as C
-	 * fields (vmlinux.h's preserve_access_index): libbpf's
-	 * BPF_CORE_READ_BITFIELD_PROBED read other bytes than rx_opt.snd_wscale
-	 * here, and BPF_CORE_READ_BITFIELD an offset past the struct (libbpf 1.1,
-	 * clang 14). */
-	__be16 raw_wnd = 0;
-	bpf_probe_read_kernel(&raw_wnd, sizeof(raw_wnd),
-			      skb->data + __builtin_offsetof(struct tcphdr, window));
+	/* the window this ACK advertises, from its header, scaled. tcp_sock's
+	 * bitfields are read as C fields (vmlinux.h's preserve_access_index):
+	 * libbpf's BPF_CORE_READ_BITFIELD_PROBED read other bytes than
+	 * rx_opt.snd_wscale here, and BPF_CORE_READ_BITFIELD an offset past the
+	 * struct (libbpf 1.1, clang 14). */
 	__u32 wscale = tp->rx_opt.snd_wscale;
 	__u32 ack_wnd = (__u32)__builtin_bswap16(raw_wnd) << (wscale & 15);
 	count(OBS_CNT_SAMPLES);
@@ -728,24 +702,21 @@ static __always_inline void trace_sample(struct tcp_sock *tp, const struct sk_bu
 }
 
 /*
- * tcp_probe runs at the start of tcp_rcv_established, before the segment's
- * ACK is processed: the ACK's number and window come from the skb, the
- * socket's state is the one the stall (if any) left it in.
+ * One received segment of a flow, before its ACK is processed (the socket's
+ * state is the one the stall, if any, left it in): its flags, ACK number and
+ * raw window come from its header. From tcp_probe (ESTABLISHED) and, once
+ * our FIN is out with data unacknowledged, from the sock_ops header callback
+ * (on_segment_closing).
  */
-SEC("tp_btf/tcp_probe")
-int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
+static __always_inline void on_segment(struct obs_config *cfg, struct tcp_sock *tp, __u64 cookie,
+				       __u16 tcp_flags, __u32 ack, __be16 raw_wnd,
+				       __u32 stall_flags)
 {
-	struct obs_config *cfg = get_config();
-	if (!cfg || !sk || !skb || !in_netns(cfg, sk))
-		return 0;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-	if (!tp)
-		return 0;
+	struct sock *sk = &tp->inet_conn.icsk_inet.sk;
 	__u64 now = bpf_ktime_get_ns();
-	__u64 cookie = bpf_get_socket_cookie(sk);
 	struct obs_flow *f = flow_get(sk, cookie, now, 1);
 	if (!f)
-		return 0;
+		return;
 	__u32 cwnd = tp->snd_cwnd, srtt = tp->srtt_us >> 3;
 	f->cwnd = cwnd;
 	if (cwnd < f->cwnd_min)
@@ -764,11 +735,8 @@ int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
 	f->updated_ns = now;
 	account_limits(tp, f, now);
 
-	const struct tcp_skb_cb *cb = (const void *)skb->cb;
-	__u16 tcp_flags = cb->tcp_flags; /* skb->cb: read in place (a BTF pointer) */
 	if (!(tcp_flags & TCPHDR_ACK))
-		return 0;
-	__u32 ack = cb->ack_seq;
+		return;
 	/* The window before this ACK: the one it advertises is snd_wnd at the
 	 * next ACK (a zero window is seen there, or at the stall's end). */
 	__u32 wnd = tp->snd_wnd;
@@ -781,9 +749,11 @@ int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
 	if ((__s32)(ack - tp->snd_una) > 0) {
 		/* it delivers: a period without delivery ends here */
 		if (!f->idle && now - f->delivered_ns > f->threshold_ns)
-			stall_end(tp, f, cookie, now, ack, 0);
+			stall_end(tp, f, cookie, now, ack, stall_flags);
 		stall_reset(f, now, wnd);
-		f->idle = tp->write_seq == ack; /* nothing sent-and-unacked or queued after it */
+		/* nothing sent-and-unacked or queued after it (our FIN included:
+		 * it has a sequence number of its own in write_seq) */
+		f->idle = tp->write_seq == ack;
 	} else {
 		/* a duplicate, a window update, the answer to a window probe */
 		f->st_acks++;
@@ -794,8 +764,105 @@ int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
 			f->st_backoff = backoff;
 	}
 	if (cfg->n_traced && bpf_map_lookup_elem(&obs_traced, &cookie))
-		trace_sample(tp, skb, f, cookie, now, ack);
+		trace_sample(tp, f, cookie, now, ack, raw_wnd);
+}
+
+/* tcp_probe runs at the start of tcp_rcv_established: every segment of an
+ * established flow (skb->data is its TCP header, skb->cb filled by
+ * tcp_v4/v6_rcv). */
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
+{
+	struct obs_config *cfg = get_config();
+	if (!cfg || !sk || !skb || !in_netns(cfg, sk))
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	const struct tcp_skb_cb *cb = (const void *)skb->cb; /* read in place (a BTF pointer) */
+	__be16 raw_wnd = 0;
+	bpf_probe_read_kernel(&raw_wnd, sizeof(raw_wnd),
+			      skb->data + __builtin_offsetof(struct tcphdr, window));
+	on_segment(cfg, tp, bpf_get_socket_cookie(sk), cb->tcp_flags, cb->ack_seq, raw_wnd, 0);
 	return 0;
+}
+
+/*
+ * After our FIN (the application closed, or shut its write side, often with
+ * data still unacknowledged: write-then-close) segments no longer reach
+ * tcp_rcv_established (tcp_probe) but tcp_rcv_state_process, whose
+ * tcp_validate_incoming runs this callback (BPF_SOCK_OPS_PARSE_HDR_OPT_CB)
+ * before the ACK is processed: the flow's last ACKs, its stalls and its
+ * trace come from here until everything, FIN included, is acknowledged.
+ * Armed by on_state for FIN_WAIT1 / LAST_ACK only (fentry, which would see
+ * tcp_rcv_state_process directly, does not load on these kernels).
+ */
+static __always_inline void on_segment_closing(struct bpf_sock_ops *skops)
+{
+	struct tcp_sock *tp = observed_tcp_sock(skops);
+	if (!tp)
+		return;
+	__u8 state = tp->inet_conn.icsk_inet.sk.__sk_common.skc_state;
+	if (state != TCP_FIN_WAIT1 && state != TCP_CLOSING && state != TCP_LAST_ACK)
+		return;
+	__u64 cookie = bpf_get_socket_cookie(skops);
+	if (!bpf_map_lookup_elem(&obs_flows, &cookie))
+		return; /* only flows the observer knows */
+	struct tcphdr *th = (void *)(long)skops->skb_data;
+	if ((void *)(th + 1) > (void *)(long)skops->skb_data_end)
+		return;
+	struct obs_config *cfg = get_config();
+	if (!cfg)
+		return;
+	on_segment(cfg, tp, cookie, (__u16)skops->skb_tcp_flags, __builtin_bswap32(th->ack_seq),
+		   th->window, OBS_STALL_F_CLOSING);
+}
+
+/* A state change: our FIN arms the header callback (the detector and traces
+ * go on); once it is acknowledged (FIN_WAIT2) it is disarmed. */
+static __always_inline void on_state(struct bpf_sock_ops *skops)
+{
+	__u32 newstate = skops->args[1];
+	__u32 flags = skops->bpf_sock_ops_cb_flags;
+	if (newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK) {
+		if (!(flags & BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG) && observed_tcp_sock(skops) &&
+		    bpf_sock_ops_cb_flags_set(skops, flags | BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG))
+			count(OBS_CNT_ARM_FAILED);
+	} else if (newstate == TCP_FIN_WAIT2 && (flags & BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG)) {
+		bpf_sock_ops_cb_flags_set(skops, flags & ~BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG);
+	}
+}
+
+SEC("sockops")
+int obs_sockops(struct bpf_sock_ops *skops)
+{
+	__u32 op = skops->op;
+	if (op == BPF_SOCK_OPS_RETRANS_CB) {
+		struct tcp_sock *tp = observed_tcp_sock(skops);
+		if (tp)
+			on_retransmit(skops, tp);
+		return 1;
+	}
+	if (op == BPF_SOCK_OPS_PARSE_HDR_OPT_CB) {
+		on_segment_closing(skops);
+		return 1;
+	}
+	if (op == BPF_SOCK_OPS_STATE_CB) {
+		on_state(skops);
+		return 1;
+	}
+	/* Arm the callbacks before the first SYN (connect), on listeners (their
+	 * children inherit them) and on establishment (both sides). */
+	if (op == BPF_SOCK_OPS_TCP_CONNECT_CB || op == BPF_SOCK_OPS_TCP_LISTEN_CB ||
+	    op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		if (!observed_tcp_sock(skops))
+			return 1;
+		__u32 flags = skops->bpf_sock_ops_cb_flags;
+		__u32 want = BPF_SOCK_OPS_RETRANS_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG;
+		if ((flags & want) != want && bpf_sock_ops_cb_flags_set(skops, flags | want))
+			count(OBS_CNT_ARM_FAILED);
+	}
+	return 1;
 }
 
 /* A write after idle: the flow has data to deliver from now on. */
@@ -854,10 +921,13 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 	__u64 cookie = bpf_get_socket_cookie((void *)sk);
 
 	if (newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK) {
-		/* Our FIN is out: ACKs are no longer seen by tcp_probe (it runs in
-		 * ESTABLISHED), so the stall detector stops here. */
+		/* Our FIN is out: ACKs no longer reach tcp_probe (it runs in
+		 * ESTABLISHED) but the sock_ops header callback, armed just before
+		 * this (BPF_SOCK_OPS_STATE_CB runs first); a socket it could not
+		 * arm stops the stall detector here. */
 		struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &cookie);
-		if (f)
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+		if (f && (!tp || !(tp->bpf_sock_ops_cb_flags & BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG)))
 			f->idle = 1;
 		return 0;
 	}
@@ -877,12 +947,16 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 		return 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
 	/* Reset or timed out in a stall: the close ends it (before the summary,
-	 * which counts it). A close after our FIN is not a stall: the detector
-	 * stopped at FIN_WAIT1 / LAST_ACK. */
-	if (tp && !f->idle && (oldstate == TCP_ESTABLISHED || oldstate == TCP_CLOSE_WAIT) &&
+	 * which counts it), also after our FIN while data was outstanding (the
+	 * ACK of everything, FIN included, made the flow idle before a normal
+	 * close). */
+	int closing = oldstate == TCP_FIN_WAIT1 || oldstate == TCP_CLOSING || oldstate == TCP_LAST_ACK;
+	if (tp && !f->idle &&
+	    (oldstate == TCP_ESTABLISHED || oldstate == TCP_CLOSE_WAIT || closing) &&
 	    f->threshold_ns && now - f->delivered_ns > f->threshold_ns) {
 		f->idle = 1;
-		stall_end(tp, f, cookie, now, 0, OBS_STALL_F_AT_CLOSE);
+		stall_end(tp, f, cookie, now, 0,
+			  OBS_STALL_F_AT_CLOSE | (closing ? OBS_STALL_F_CLOSING : 0));
 	}
 	struct obs_close_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
 	if (!e) {
@@ -931,8 +1005,9 @@ int obs_iter_tcp(struct bpf_iter__tcp *ctx)
 	if (!cfg || !in_netns(cfg, sk))
 		return 0;
 	__u32 flags = tp->bpf_sock_ops_cb_flags;
-	if (!(flags & BPF_SOCK_OPS_RETRANS_CB_FLAG)) {
-		flags |= BPF_SOCK_OPS_RETRANS_CB_FLAG;
+	__u32 want = BPF_SOCK_OPS_RETRANS_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG;
+	if ((flags & want) != want) {
+		flags |= want;
 		if (bpf_setsockopt(tp, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags)))
 			count(OBS_CNT_ARM_FAILED);
 		else

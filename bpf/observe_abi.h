@@ -257,6 +257,8 @@ OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 416, "obs_flow layout");
  * that ended it was processed), followed by this.
  */
 #define OBS_STALL_F_AT_CLOSE 1u /* the flow closed while stalled: the close ended it */
+#define OBS_STALL_F_CLOSING 2u	/* after our FIN (FIN_WAIT1, CLOSING, LAST_ACK): the
+				 * application had closed with data unacknowledged */
 struct obs_stall {
 	__u64 start_ns;	     /* the last delivery before it (or the send after idle) */
 	__u64 duration_ns;   /* start to the ACK (or close) that ended it */

@@ -168,6 +168,7 @@ std::string StallEvidence(const v1::StallEvent& e) {
     parts.push_back("caused by rule " + std::to_string(e.caused_by().rule_id()) +
                     "'s drop of seq " + std::to_string(e.caused_by().seq()) + "+" +
                     std::to_string(e.caused_by().length()));
+  if (e.closing()) parts.push_back("after the application's close");
   if (e.at_close()) parts.push_back("ended by the close");
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;

@@ -279,6 +279,7 @@ void StallToProto(const obs_stall_event& e, v1::StallEvent* out) {
   TupleToProto(e.ev.tuple, out->mutable_tuple());
   out->set_cause(StallCauseToProto(static_cast<int>(s.cause)));
   out->set_at_close((s.flags & OBS_STALL_F_AT_CLOSE) != 0);
+  out->set_closing((s.flags & OBS_STALL_F_CLOSING) != 0);
   out->set_threshold_ns(s.threshold_ns);
   out->set_snd_una(s.snd_una);
   out->set_ack_seq(s.ack_seq);

@@ -129,6 +129,9 @@ TEST(StallEvidence, NamesWhatDecidedEachCause) {
   tlp.mutable_caused_by()->set_seq(1234);
   tlp.mutable_caused_by()->set_length(1448);
   EXPECT_EQ(StallEvidence(tlp), "tail loss probe, caused by rule 3's drop of seq 1234+1448");
+  tlp.set_closing(true);
+  EXPECT_EQ(StallEvidence(tlp),
+            "tail loss probe, caused by rule 3's drop of seq 1234+1448, after the application's close");
 
   auto unknown = Stall(v1::STALL_CAUSE_UNKNOWN);
   unknown.set_snd_una(99);

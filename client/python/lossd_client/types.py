@@ -496,6 +496,7 @@ class StallEvent:
     caused_by: typing.Optional[DropLink]   # the rule drop that made the hole, or None
     rule_ids: tuple
     netns_ino: int = 0        # the socket's network namespace (inode)
+    closing: bool = False     # after our FIN: the application closed with data unacknowledged
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -507,7 +508,7 @@ class StallEvent:
                    "" if first == "unspecified" else first, m.first_retransmit_seq,
                    m.retransmits, m.backoff, m.acks, m.min_window, m.min_rtt_us, m.nagle, m.state,
                    DropLink.from_proto(m.caused_by) if m.caused_by.rule_id else None,
-                   tuple(m.rule_ids), m.netns_ino, raw=m)
+                   tuple(m.rule_ids), m.netns_ino, m.closing, raw=m)
 
     @property
     def end_mono_ns(self):

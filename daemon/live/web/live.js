@@ -865,6 +865,7 @@ function stallEvidence(e) {
   if (e.caused_by && n(e.caused_by.rule_id))
     parts.push("caused by rule " + n(e.caused_by.rule_id) + "'s drop of seq " + n(e.caused_by.seq) + "+" +
                n(e.caused_by.length));
+  if (e.closing) parts.push("after the application's close");
   if (e.at_close) parts.push("ended by the close");
   return parts.join(", ");
 }

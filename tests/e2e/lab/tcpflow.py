@@ -12,7 +12,7 @@ namespace by lab.traffic; also a `lossctl sweep --workload` (rr).
       S seconds (its receive buffer fills: a zero window), then reads on.
 
   tcpflow.py send --dst ADDR --port P (--bytes N | --until-stdin) [--conns C]
-                  [--rate-mbit R] [--cc NAME] [--timeout S] [--acked | --hold]
+                  [--rate-mbit R] [--cc NAME] [--timeout S] [--acked | --hold] [--sndbuf B]
       C connections, each paced in the kernel (SO_MAX_PACING_RATE: TCP's internal pacing,
       no fq needed; R Mbit/s each, 0: unpaced), writing N bytes each, or until a line
       arrives on stdin. Prints "STARTED <local port> ..." once every connection is up. A
@@ -23,7 +23,9 @@ namespace by lab.traffic; also a `lossctl sweep --workload` (rr).
       EOFs: each lost data segment was retransmitted before this ends (unlike iperf3, whose
       server may close the data socket while lost data is still outstanding and reset it).
       Prints {"bytes", "errors": {errno: count}, "secs", "total_retrans" (TCP_INFO, all
-      connections), "conns": [{"sport", "bytes", "total_retrans"}]}.
+      connections), "conns": [{"sport", "bytes", "total_retrans"}]}. --sndbuf: SO_SNDBUF
+      (SO_SNDBUFFORCE as root: past net.core.wmem_max), so that a write of up to B bytes
+      returns at once and the write side is shut with the data still unacknowledged.
 
   tcpflow.py rr-server --bind ADDR --port P [--response BYTES] [--conns N] [--cc NAME]
       Prints READY once listening; serves connections (N, then prints {"conns": N} and
@@ -50,6 +52,7 @@ import argparse
 import errno
 import fcntl
 import json
+import os
 import socket
 import struct
 import sys
@@ -58,6 +61,7 @@ import threading
 import time
 
 SO_MAX_PACING_RATE = 47
+SO_SNDBUFFORCE = 32
 TCP_CONGESTION = 13
 # struct tcp_info: u8 x8, then u32 fields: rto(8) ato(12) snd_mss(16) rcv_mss(20)
 # unacked(24) ... total_retrans at 100.
@@ -147,6 +151,8 @@ def connect(a):
         s.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, a.cc.encode())
     if getattr(a, "rate_mbit", 0):
         s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(a.rate_mbit * 1e6 / 8))
+    if getattr(a, "sndbuf", 0):
+        s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE if os.geteuid() == 0 else socket.SO_SNDBUF, a.sndbuf)
     s.settimeout(a.timeout)
     if getattr(a, "sport", 0):  # a chosen local port (a rule can tell the flows apart by it)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -334,6 +340,7 @@ def main():
     w.add_argument("--cc", help="congestion control of the connections (TCP_CONGESTION)")
     w.add_argument("--acked", action="store_true")
     w.add_argument("--hold", action="store_true")
+    w.add_argument("--sndbuf", type=int, default=0, help="SO_SNDBUF of the connections (bytes)")
     s = sub.add_parser("rr-server")
     s.add_argument("--bind", default="0.0.0.0")
     s.add_argument("--port", type=int, required=True)

@@ -52,10 +52,11 @@ def server(lab, ns, bind, port, conns=1, cgroup=None):
 
 
 def sender_cmd(dst, port, nbytes=0, rate_mbit=500, conns=1, until_stdin=False, cc=None, timeout=60,
-               acked=False, hold=False):
+               acked=False, hold=False, sndbuf=0):
     return ([PY, TCPFLOW, "send", "--dst", dst, "--port", str(port), "--conns", str(conns),
              "--rate-mbit", str(rate_mbit), "--timeout", str(timeout)]
             + (["--cc", cc] if cc else []) + (["--acked"] if acked else []) + (["--hold"] if hold else [])
+            + (["--sndbuf", str(int(sndbuf))] if sndbuf else [])
             + (["--until-stdin"] if until_stdin else ["--bytes", str(int(nbytes))]))
 
 
