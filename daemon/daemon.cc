@@ -14,6 +14,7 @@
 #include "common/listener_policy.h"
 #include "common/log.h"
 #include "effects/effects.h"
+#include "host/netns.h"
 #include "host/state_dir.h"
 #include "live/live.h"
 #include "service/channel.h"
@@ -294,6 +295,8 @@ Daemon::Exit Daemon::BuildServers() {
     live.max_queue_bytes = std::max<size_t>(
         1u << 20, opts_.api.streams.max_queue_bytes / 8 /
                       std::max<size_t>(1, opts_.http_options.max_streams));
+    live.own.ports = {http_->port(), static_cast<uint16_t>(tcp_port_)};
+    live.own.netns_ino = ThreadNetnsIno();
     live_ = std::make_unique<LivePage>(server_->InProcessChannel(grpc::ChannelArguments()), live);
     live_->Register(http_.get());
   }

@@ -107,12 +107,28 @@ class LiveSession {
   void Start() {
     flows_.Start([this](grpc::ClientContext* ctx) {
       v1::WatchFlowsRequest req;
-      if (query_.Scoped()) *req.add_filter() = Scope(query_);
+      // ?rule: the rule's flows only (with a scope: the scope's among them).
+      if (query_.Scoped() || query_.rule) {
+        v1::EventFilter* f = req.add_filter();
+        *f = Scope(query_);
+        f->set_rule_id(query_.rule);
+      }
       req.set_interval_ns(static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(kPeriod).count()));
       auto reader = page_->observer_->WatchFlows(ctx, req);
       v1::FlowStreamMessage m;
-      while (reader->Read(&m)) queue_.Push("flows", ToJson(m));
+      const OwnEndpoints& own = page_->opts_.own;
+      while (reader->Read(&m)) {
+        auto* flows = m.mutable_flows();
+        flows->erase(std::remove_if(flows->begin(), flows->end(),
+                                    [&](const v1::Flow& f) {
+                                      const v1::Tuple& t = f.tuple();
+                                      return HiddenFromPage(t.remote_addr(), t.local_port(),
+                                                            t.remote_port(), f.netns_ino(), own);
+                                    }),
+                     flows->end());
+        queue_.Push("flows", ToJson(m));  // one a second, flows or not
+      }
       return reader->Finish();
     });
     if (query_.flow || query_.rule || query_.Scoped()) {

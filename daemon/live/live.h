@@ -48,6 +48,7 @@
 #include <thread>
 
 #include "http/server.h"
+#include "live/sse.h"
 #include "lossd/v1/lossd.grpc.pb.h"
 
 namespace lossd {
@@ -62,6 +63,8 @@ struct LiveOptions {
   // page's connections an eighth of --max-stream-memory together (beside what
   // their gRPC streams reserve in the stream budget, the HTTP clients' share).
   size_t max_queue_bytes = 16u << 20;
+  // Left out of the flows table (HiddenFromPage): lossd's own connections.
+  OwnEndpoints own;
 };
 
 class LiveSession;

@@ -134,4 +134,16 @@ const std::vector<std::string>& KernelRetransmitKeys() {
   return kKeys;
 }
 
+bool HiddenFromPage(const std::string& remote_addr, uint32_t local_port, uint32_t remote_port,
+                    uint64_t netns_ino, const OwnEndpoints& own) {
+  if (local_port == 0 || remote_port == 0) return true;
+  if (own.netns_ino && netns_ino != own.netns_ino) return false;
+  bool loopback = remote_addr.rfind("127.", 0) == 0 || remote_addr == "::1" ||
+                  remote_addr.rfind("::ffff:127.", 0) == 0;
+  for (uint16_t p : own.ports) {
+    if (p && (local_port == p || (loopback && remote_port == p))) return true;
+  }
+  return false;
+}
+
 }  // namespace lossd

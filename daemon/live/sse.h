@@ -65,6 +65,19 @@ class SseQueue {
   bool closed_ = false;
 };
 
+// lossd's own TCP endpoints: its HTTP listener's and gRPC TCP listener's
+// ports, in its own network namespace.
+struct OwnEndpoints {
+  std::vector<uint16_t> ports;
+  uint64_t netns_ino = 0;  // 0: unknown (a port matches in any namespace)
+};
+// What the page's flows table leaves out: a socket without both ports (not
+// connected yet), and lossd's own connections (the page's own HTTP requests,
+// gRPC clients over TCP): its local port is one of lossd's, or it is a
+// loopback connection to one of them.
+bool HiddenFromPage(const std::string& remote_addr, uint32_t local_port, uint32_t remote_port,
+                    uint64_t netns_ino, const OwnEndpoints& own);
+
 // GET /api/v1/events?flow=COOKIE&rule=ID&queue=N
 struct EventsQuery {
   uint64_t flow = 0;    // one flow's retransmissions (its socket cookie); 0: none

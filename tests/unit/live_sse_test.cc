@@ -125,5 +125,24 @@ TEST(ParseMib, PairsHeaderAndValueLines) {
   EXPECT_EQ(m.at("Udp.InDatagrams"), 7u);
 }
 
+TEST(HiddenFromPage, LossdsOwnConnectionsAndUnconnectedSocketsOnly) {
+  OwnEndpoints own{{7071, 50051}, 4026531840u};
+  // Not connected (yet): no port on one end.
+  EXPECT_TRUE(HiddenFromPage("127.0.0.1", 0, 0, own.netns_ino, own));
+  EXPECT_TRUE(HiddenFromPage("10.0.0.2", 41000, 0, own.netns_ino, own));
+  // The page's own HTTP connection, both ends; a remote browser's (server side).
+  EXPECT_TRUE(HiddenFromPage("127.0.0.1", 7071, 52000, own.netns_ino, own));
+  EXPECT_TRUE(HiddenFromPage("127.0.0.1", 52000, 7071, own.netns_ino, own));
+  EXPECT_TRUE(HiddenFromPage("::1", 52000, 50051, own.netns_ino, own));
+  EXPECT_TRUE(HiddenFromPage("192.0.2.9", 7071, 52000, own.netns_ino, own));
+  // A flow to another host's port 7071 is the user's, and so is any flow of another namespace.
+  EXPECT_FALSE(HiddenFromPage("192.0.2.9", 52000, 7071, own.netns_ino, own));
+  EXPECT_FALSE(HiddenFromPage("127.0.0.1", 7071, 52000, own.netns_ino + 1, own));
+  EXPECT_FALSE(HiddenFromPage("10.0.0.2", 41000, 5201, own.netns_ino, own));
+  // A listener not configured (port 0) hides nothing.
+  OwnEndpoints none{{0}, 0};
+  EXPECT_FALSE(HiddenFromPage("127.0.0.1", 52000, 41000, 7, none));
+}
+
 }  // namespace
 }  // namespace lossd

@@ -20,6 +20,7 @@ const GAP_TEXT = {
 };
 const HISTORY = 120;        // windows in the retransmit chart
 const FLOW_HISTORY = 300;   // seconds in the flow chart
+const RTX_LIST = 200;       // retransmissions in the events table
 
 const $ = (id) => document.getElementById(id);
 const u64 = (s) => (s === undefined || s === null || s === "" ? 0 : Number(s));
@@ -103,6 +104,7 @@ const state = {
   flowSeries: { t: [], cwnd: [], srtt: [], retrans: [], lastTotal: null },
   flowRules: new Set(),  // ids of the rules covering the followed flow (its retransmit events say)
   events: [],             // retransmission markers of the selected flow
+  rtxList: [],            // the followed rule's / scope's retransmissions, newest last (RTX_LIST)
   health: null,
   caps: null,
 };
@@ -458,6 +460,8 @@ function renderRules() {
   }
   fillTable(tbody, rows, "data-rule-id", (id) => {
     state.selectedRule = state.selectedRule === String(id) ? "" : String(id);
+    state.rtxList = [];
+    state.rtxDirty = true;
     updateUrl();
     connect();
   });
@@ -594,10 +598,10 @@ function renderFlows() {
         ["mono", endpoint(f.tuple.remote_addr, f.tuple.remote_port)],
         ["owner", ownerText(f.owner)],
         ["num mono netns", u64(f.netns_ino) ? String(f.netns_ino) : "-"],
-        ["", (CA_NAMES[f.ca_state || 0] || f.ca_state) + (f.closed ? " (closed)" : "")],
+        ["", f.closed ? "closed" : (CA_NAMES[f.ca_state || 0] || f.ca_state)],
         ["num", fmtInt(f.cwnd || 0)], ["num", fmtSrtt(f.srtt_us || 0)],
         ["num", fmtBytes(u64(f.bytes_sent))], ["num", fmtBytes(u64(f.bytes_acked))],
-        ["num", r.rate === null ? "-" : fmtBytes(r.rate) + "/s"],
+        ["num", r.rate === null || f.closed ? "-" : fmtBytes(r.rate) + "/s"],
         ["num retrans", fmtInt(sumMap(f.retransmitted_segments))],
         ["", byType(f.retransmitted_segments)], ["limit", limitText(f)], ["num", stallsText(f)],
         ["num", (f.preexisting ? "> " : "") + age],
@@ -672,6 +676,36 @@ function onRetransmit(m) {
     for (const id of e.rule_ids || []) state.flowRules.add(String(id));
   }
   state.events.push(t);
+  if (state.selectedRule || scoped()) {
+    state.rtxList.push({ t, e });
+    if (state.rtxList.length > RTX_LIST) state.rtxList.shift();
+    state.rtxDirty = true;
+  }
+}
+
+function scoped() { return SCOPES.some((k) => params.get(k)); }
+
+// The followed rule's (or scope's) retransmissions: shown only when one is followed.
+function renderEvents() {
+  const on = !!(state.selectedRule || scoped());
+  $("card-events").style.display = on ? "" : "none";
+  if (!on || !state.rtxDirty) return;
+  state.rtxDirty = false;
+  const parts = [];
+  if (state.selectedRule) parts.push("rule " + state.selectedRule + "'s flows");
+  for (const k of SCOPES) if (params.get(k)) parts.push(k + " " + params.get(k));
+  setText("events-title", "of " + parts.join(" and ") + " (" + fmtInt(state.rtxList.length) + ")");
+  $("events-empty").style.display = state.rtxList.length ? "none" : "block";
+  const rows = state.rtxList.slice().reverse().map(({ t, e }, i) => ({
+    id: i, selected: false, cls: "",
+    cells: [["num", fmtClock(t) + "." + String(Math.floor(t % 1000)).padStart(3, "0")],
+            ["mono", endpoint(e.tuple.local_addr, e.tuple.local_port)],
+            ["mono", endpoint(e.tuple.remote_addr, e.tuple.remote_port)],
+            ["", shortEnum(e.type, "RETRANSMIT_TYPE_")], ["num", fmtInt(e.segments || 0)],
+            ["num mono", String(e.seq || 0)], ["num", fmtInt((e.state && e.state.cwnd) || 0)],
+            ["", (e.rule_ids || []).join(", ") || "-"]],
+  }));
+  fillTable(document.querySelector("#events tbody"), rows, "data-event", () => {});
 }
 
 // ---- the followed flow's trace (TraceFlow) -----------------------------------------------------
@@ -873,6 +907,10 @@ function stallEvidence(e) {
 function renderStalls() {
   const list = state.trace.stalls.slice(-200).reverse();
   $("stalls-empty").style.display = list.length ? "none" : "block";
+  const before = (state.trace.flowStalls || 0) - state.trace.stalls.length;
+  setText("stalls-empty", "no stalls in the trace" +
+          (before > 0 ? " (the flow's " + fmtInt(before) + " earlier stall" + (before === 1 ? "" : "s") +
+                        " ended before it began)" : ""));
   const rows = list.map((st, i) => ({
     id: i, selected: false, cls: "",
     cells: [["num", st.x0.toFixed(3) + " s"], ["", st.cause.replace(/_/g, " ")],
@@ -899,9 +937,14 @@ function renderFlowDiagnosis(f) {
     total += u64(f.stall_ns[k]);
     if (u64(f.stall_ns[k])) byCause.push(k.replace(/_/g, " ") + " " + fmtDuration(u64(f.stall_ns[k])));
   }
-  let text = fmtInt(Number(f.stalls || 0)) + (Number(f.stalls || 0) ? " (" + fmtDuration(total) + ": " + byCause.join(", ") + ")" : "");
+  const n = Number(f.stalls || 0);
+  state.trace.flowStalls = n;
+  let text = fmtInt(n) + (n ? " since it opened (" + fmtDuration(total) + ": " + byCause.join(", ") + ")" : "");
+  // The table below holds the trace's stalls: those that ended after it began.
+  if (n !== state.trace.stalls.length) text += ", " + fmtInt(state.trace.stalls.length) + " in this trace";
   if (u64(f.stalled_ns)) text += ", stalled now for " + fmtDuration(u64(f.stalled_ns));
   setText("flow-stalls", text);
+  renderStalls();
 }
 
 function renderTrace() {
@@ -926,4 +969,5 @@ setInterval(renderTrace, 500);
 
 connect();
 // Time left and ages move even when nothing else changes.
-setInterval(() => { renderRules(); renderFlows(); }, 1000);
+setInterval(() => { renderRules(); renderFlows(); renderEvents(); }, 1000);
+renderEvents();
