@@ -939,7 +939,7 @@ function renderFlowDiagnosis(f) {
   }
   const n = Number(f.stalls || 0);
   state.trace.flowStalls = n;
-  let text = fmtInt(n) + (n ? " since it opened (" + fmtDuration(total) + ": " + byCause.join(", ") + ")" : "");
+  let text = fmtInt(n) + (n ? " (" + fmtDuration(total) + ": " + byCause.join(", ") + ")" : "");
   // The table below holds the trace's stalls: those that ended after it began.
   if (n !== state.trace.stalls.length) text += ", " + fmtInt(state.trace.stalls.length) + " in this trace";
   if (u64(f.stalled_ns)) text += ", stalled now for " + fmtDuration(u64(f.stalled_ns));
