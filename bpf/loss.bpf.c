@@ -96,6 +96,19 @@ struct {
 	__type(value, struct loss_drop_log);
 } loss_drop_scratch SEC(".maps");
 
+/* Traced flows and the ring their drops go to (loss_abi.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LOSS_TRACED_FLOWS);
+	__type(key, struct loss_drop_key);
+	__type(value, struct loss_traced);
+} loss_traced SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, LOSS_DROP_RING_BYTES);
+} loss_drop_ring SEC(".maps");
+
 /*
  * Which cgroup a cgroup_skb program runs for. The kernel runs the programs
  * attached to a socket's cgroup and to each of its ancestors (links are
@@ -438,14 +451,28 @@ static __always_inline void log_drop(const struct pkt *p, const struct loss_rule
 			return;
 	}
 	__u64 n = __sync_fetch_and_add(&log->drops, 1);
-	struct loss_drop_range *d = &log->ranges[n & (LOSS_DROP_RANGES - 1)];
-	d->time_ns = bpf_ktime_get_ns();
-	d->seq = seq;
-	d->len = p->payload;
-	d->rule_id = r->id;
-	d->segs = p->segs > 0xffff ? 0xffff : p->segs;
+	struct loss_drop_range d = {
+		.time_ns = bpf_ktime_get_ns(),
+		.seq = seq,
+		.len = p->payload,
+		.rule_id = r->id,
+		.segs = p->segs > 0xffff ? 0xffff : p->segs,
+	};
+	log->ranges[n & (LOSS_DROP_RANGES - 1)] = d;
 	if (rs)
 		rs->logged_pkts++;
+
+	struct loss_traced *t = bpf_map_lookup_elem(&loss_traced, &k);
+	if (!t)
+		return;
+	struct loss_drop_event *e = bpf_ringbuf_reserve(&loss_drop_ring, sizeof(*e), 0);
+	if (!e) {
+		__sync_fetch_and_add(&t->lost, 1);
+		return;
+	}
+	e->key = k;
+	e->range = d;
+	bpf_ringbuf_submit(e, 0);
 }
 
 /* ---- the shared decision ------------------------------------------------ */

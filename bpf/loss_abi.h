@@ -246,4 +246,24 @@ struct loss_drop_log {
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_drop_log) == 8 + 24 * LOSS_DROP_RANGES, "loss_drop_log layout");
 
+/*
+ * Traced flows (TraceFlow): a flow in loss_traced also has each drop of its
+ * data pushed, as one loss_drop_event, to loss_drop_ring, which the daemon
+ * reads on a thread of its own, so a trace gets every drop however slowly
+ * its client reads (the drop log keeps only the last LOSS_DROP_RANGES). A
+ * drop the ring has no room for is counted in the flow's loss_traced.lost.
+ */
+#define LOSS_TRACED_FLOWS 64
+#define LOSS_DROP_RING_BYTES (256 * 1024)
+struct loss_traced {
+	__u64 lost; /* drops of this flow the ring had no room for */
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_traced) == 8, "loss_traced layout");
+
+struct loss_drop_event {
+	struct loss_drop_key key;
+	struct loss_drop_range range;
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_drop_event) == 64, "loss_drop_event layout");
+
 #endif /* LOSSD_LOSS_ABI_H */

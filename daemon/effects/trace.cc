@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "common/log.h"
+
 namespace lossd {
 
 TraceSources TraceSources::Of(Observer* obs) {
@@ -52,16 +54,18 @@ Result<std::unique_ptr<FlowTracer>> FlowTracer::Start(const TraceSources& src, c
   if (!handle.ok()) return handle.status();  // unsubscribes
   std::unique_ptr<FlowTracer> t(new FlowTracer(src, flow, opts, std::move(*sub)));
   t->trace_ = std::move(*handle);
+  // Drops made before now are history: the feed begins here.
+  if (src.drops) {
+    auto feed = src.drops(SentDropKey(t->tuple_));
+    if (!feed.ok()) return feed.status();  // unmarks and unsubscribes
+    t->drops_ = std::move(*feed);
+  }
   // The record as of now, subscribed: what the stream brings beyond it is new.
   if (auto now = t->FlowNow()) t->start_ = *now;
   uint64_t rtx = 0;
   for (uint64_t n : t->start_.flow.rtx_segs) rtx += n;
   t->start_rtx_segs_ = static_cast<uint32_t>(rtx);
   t->start_stalls_ = t->start_.flow.stalls;
-  // Drops before the trace began are history: start from the log's count now.
-  std::vector<DropRecord> old;
-  uint64_t skipped = 0;
-  t->NewDrops(&old, &skipped);
   return t;
 }
 
@@ -74,9 +78,7 @@ FlowTracer::FlowTracer(const TraceSources& src, const ObsFlow& flow, const Trace
       opts_(opts),
       sub_(std::move(sub)),
       end_(opts.duration.count() ? std::chrono::steady_clock::now() + opts.duration
-                                 : std::chrono::steady_clock::time_point::max()),
-      next_poll_(std::chrono::steady_clock::now()),
-      next_drops_(next_poll_) {}
+                                 : std::chrono::steady_clock::time_point::max()) {}
 
 bool FlowTracer::running() const {
   return sub_ && !closed_ && samples_ < opts_.max_samples &&
@@ -84,6 +86,7 @@ bool FlowTracer::running() const {
 }
 
 void FlowTracer::Stop() {
+  drops_.reset();
   trace_.reset();
   sub_.reset();
 }
@@ -92,23 +95,6 @@ std::optional<ObsFlow> FlowTracer::FlowNow() const {
   for (const ObsFlow& f : src_.flows())
     if (f.cookie == cookie_) return f;
   return std::nullopt;
-}
-
-// One flow's drops as the injector logged them (its data, local -> remote),
-// told once each: drops_seen_ is how many of them the trace has told (or skipped).
-void FlowTracer::NewDrops(std::vector<DropRecord>* out, uint64_t* skipped) {
-  if (!src_.drops) return;
-  auto drops = src_.drops(SentDropKey(tuple_));
-  if (!drops.ok() || drops->total <= drops_seen_) return;
-  uint64_t fresh = drops->total - drops_seen_;
-  size_t kept = drops->ranges.size();
-  if (fresh > kept) {
-    *skipped += fresh - kept;
-    fresh = kept;
-  }
-  for (auto it = drops->ranges.end() - static_cast<long>(fresh); it != drops->ranges.end(); ++it)
-    out->push_back(DropOf(*it));
-  drops_seen_ = drops->total;
 }
 
 // The counts are the low 32 bits of growing ones: compared as a difference.
@@ -143,30 +129,31 @@ std::vector<TraceItem> FlowTracer::Next() {
     item.event = std::move(e);
     out.push_back(std::move(item));
   }
-  auto now = std::chrono::steady_clock::now();
-  if (closing || now >= next_poll_ || (!out.empty() && now >= next_drops_)) Poll(&out, closing);
+  Poll(&out, closing);
   return out;
 }
 
 void FlowTracer::Poll(std::vector<TraceItem>* out, bool closing) {
-  auto now = std::chrono::steady_clock::now();
-  next_poll_ = now + std::chrono::milliseconds(100);
-  next_drops_ = now + kDropRead;
   // Drops and gaps go before what came after them (the trace is read in
   // time order): before the close, which is last.
   auto add = [&](TraceItem item) { out->insert(out->end() - (closing ? 1 : 0), std::move(item)); };
-  std::vector<DropRecord> fresh;
-  NewDrops(&fresh, &drops_skipped_);
-  for (const DropRecord& d : fresh) {
-    TraceItem item;
-    item.kind = TraceItem::Kind::kDrop;
-    item.drop = d;
-    add(std::move(item));
+  uint64_t lost = 0;
+  if (drops_) {
+    // At the close, every drop made before it (the ring's reader may be a
+    // poll behind); one the wait does not bring is counted lost.
+    if (closing && !drops_->WaitComplete(out->back().event.data.ev.time_ns,
+                                         std::chrono::milliseconds(500)))
+      LOG_WARN("trace of flow %llu: its drops up to the close did not all arrive",
+               static_cast<unsigned long long>(cookie_));
+    for (const loss_drop_range& d : drops_->Take(&lost)) {
+      TraceItem item;
+      item.kind = TraceItem::Kind::kDrop;
+      item.drop = DropOf(d);
+      add(std::move(item));
+    }
   }
   std::vector<StreamLoss> losses = sub_->TakeLosses();
-  if (drops_skipped_ > drops_reported_)
-    losses.push_back({LossSource::kDropLog, drops_skipped_ - drops_reported_});
-  drops_reported_ = drops_skipped_;
+  if (lost) losses.push_back({LossSource::kDropLog, lost});
   for (const StreamLoss& l : losses) {
     TraceItem item;
     item.kind = TraceItem::Kind::kGap;

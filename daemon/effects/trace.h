@@ -28,8 +28,9 @@ struct TraceSources {
   std::function<std::shared_ptr<const std::vector<ObsFlow>>()> recent_flows;
   // Marks a flow traced while the handle lives (Observer::Trace).
   std::function<Result<std::unique_ptr<FlowTrace>>(uint64_t cookie)> trace;
-  // One flow's drop log (Injector::DropsOf); null: no drops.
-  std::function<Result<FlowDrops>(const loss_drop_key& key)> drops;
+  // One flow's drops from now on (Injector::TraceDrops); null, or a null
+  // feed: no drops.
+  std::function<Result<std::unique_ptr<DropFeed>>(const loss_drop_key& key)> drops;
   // The observer's hub, flows and traces (drops not set).
   static TraceSources Of(Observer* obs);
 };
@@ -62,20 +63,18 @@ struct TraceOptions {
 class FlowTracer {
  public:
   // Subscribes to the flow's events, then marks it traced (no sample is
-  // missed); RESOURCE_EXHAUSTED from either, nothing held then. Drops
-  // logged before now are history: not told.
+  // missed) and opens its drop feed; RESOURCE_EXHAUSTED from any, nothing
+  // held then. Drops made before now are history: not told.
   static Result<std::unique_ptr<FlowTracer>> Start(const TraceSources& src, const ObsFlow& flow,
                                                    const TraceOptions& opts);
   // Until the flow closed, max_samples were taken or the duration passed.
   bool running() const;
   bool closed() const { return closed_; }
   // What came since the last call (waiting up to 50 ms for events), in time
-  // order; also the drops logged since and the losses (gaps), before the
-  // close: read with every batch of the flow's events (at most every
-  // kDropReadNs), every 100 ms, and at the close. The injector keeps a flow's
-  // last 16 drops, so the trace misses one (a DROP_LOG gap) only past 16
-  // drops in 2 ms, 8,000 a second.
-  static constexpr std::chrono::milliseconds kDropRead{2};
+  // order; also the drops made since and the losses (gaps), before the
+  // close (for which it waits until the feed has every drop made before
+  // it). The feed holds every drop however seldom this is called; a DROP_LOG
+  // gap is a drop the kernel's ring or the feed had no room for.
   std::vector<TraceItem> Next();
   // Ends the trace and its subscription (the destructor does it too).
   void Stop();
@@ -91,8 +90,6 @@ class FlowTracer {
              StreamSubscription sub);
   // An event the starting record already counts (obs_event.flow_*).
   bool InStart(const obs_event& ev) const;
-  // The drops logged since the last look, and how many left the log unread.
-  void NewDrops(std::vector<DropRecord>* out, uint64_t* skipped);
   // The drops and losses since the last poll into *out (before its last
   // item, the close, when `closing`).
   void Poll(std::vector<TraceItem>* out, bool closing);
@@ -106,11 +103,9 @@ class FlowTracer {
   // Released in reverse: the trace ends, then the subscription.
   std::optional<StreamSubscription> sub_;
   std::unique_ptr<FlowTrace> trace_;
+  std::unique_ptr<DropFeed> drops_;  // null: no injector
   const std::chrono::steady_clock::time_point end_;
-  std::chrono::steady_clock::time_point next_poll_;   // the 100 ms read
-  std::chrono::steady_clock::time_point next_drops_;  // the next read a batch may make
   uint64_t samples_ = 0;
-  uint64_t drops_seen_ = 0, drops_skipped_ = 0, drops_reported_ = 0;
   bool closed_ = false;
 };
 

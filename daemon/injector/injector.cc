@@ -56,8 +56,11 @@ Result<std::unique_ptr<Injector>> Injector::Start(const InjectorOptions& opts,
                                                   std::unique_ptr<LossMaps> maps,
                                                   std::unique_ptr<HookPrograms> programs,
                                                   std::unique_ptr<Attacher> attacher) {
+  auto ring = DropRing::Start(maps.get());
+  if (!ring.ok()) return ring.status();
   std::unique_ptr<Injector> inj(
       new Injector(opts, std::move(maps), std::move(programs), std::move(attacher)));
+  inj->drop_ring_ = std::move(*ring);
   inj->maps_.SetNetnsCookie(inj->attacher_->NetnsCookie());
   LOSSD_RETURN_IF_ERROR(inj->maps_.WriteConfig());
   inj->Tick();

@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "injector/attach.h"
 #include "injector/attach_table.h"
+#include "injector/drop_ring.h"
 #include "injector/guard.h"
 #include "injector/maps.h"
 #include "injector/probe.h"
@@ -186,6 +187,11 @@ class Injector {
   // (total 0) if rules dropped none of its data, or its entry was evicted
   // (the log is an LRU of LOSS_DROP_FLOWS flows).
   Result<FlowDrops> DropsOf(const loss_drop_key& key) const { return maps_.DropsOf(key); }
+  // Every drop of one flow's data (as `key` names it) from now on, as the
+  // data plane makes them, while the feed lives: what TraceFlow tells.
+  Result<std::unique_ptr<DropFeed>> TraceDrops(const loss_drop_key& key) {
+    return drop_ring_->Feed(key);
+  }
 
   // Extends the lease, removes expired rules and checks the attachments
   // (the background threads do this; exposed for callers that run without).
@@ -284,6 +290,8 @@ class Injector {
   RuleMaps maps_;
   std::unique_ptr<HookPrograms> programs_;
   std::unique_ptr<Attacher> attacher_;  // attaches programs_ (the kernel's)
+  // The traced flows' drops, read from the maps' ring (ends before them).
+  std::unique_ptr<DropRing> drop_ring_;
 
   mutable std::mutex mu_;
   RuleListener* listener_ = nullptr;

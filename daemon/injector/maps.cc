@@ -87,6 +87,8 @@ Result<std::unique_ptr<BpfMaps>> BpfMaps::Create() {
   m->drops_fd_ = bpf_map__fd(maps.loss_drops);
   m->cg_self_fd_ = bpf_map__fd(maps.loss_cg_self);
   m->flow_state_fd_ = bpf_map__fd(maps.loss_flow_state);
+  m->traced_fd_ = bpf_map__fd(maps.loss_traced);
+  m->drop_ring_fd_ = bpf_map__fd(maps.loss_drop_ring);
   return m;
 }
 
@@ -155,6 +157,27 @@ Result<bool> BpfMaps::ReadDrops(const loss_drop_key& key, loss_drop_log* log) co
     return Status::FromErrno(errno, "read the drop log");
   }
   return true;
+}
+
+Status BpfMaps::SetTraced(const loss_drop_key& key, bool on) {
+  if (on) {
+    loss_traced zero{};
+    if (bpf_map_update_elem(traced_fd_, &key, &zero, BPF_NOEXIST) && errno != EEXIST)
+      return Status::FromErrno(errno, "mark a flow traced (loss_traced, " +
+                                          std::to_string(LOSS_TRACED_FLOWS) + " flows at most)");
+  } else if (bpf_map_delete_elem(traced_fd_, &key) && errno != ENOENT) {
+    return Status::FromErrno(errno, "unmark a traced flow (loss_traced)");
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> BpfMaps::ReadTracedLost(const loss_drop_key& key) const {
+  loss_traced t{};
+  if (bpf_map_lookup_elem(traced_fd_, &key, &t)) {
+    if (errno == ENOENT) return uint64_t{0};
+    return Status::FromErrno(errno, "read a traced flow's lost drops (loss_traced)");
+  }
+  return t.lost;
 }
 
 // In batches of kFlowBatch entries (bpf_map_lookup_batch; one element at a time where

@@ -62,6 +62,12 @@ class LossMaps {
   virtual HookCounters ReadHookTotals(uint32_t hook) const = 0;
   // loss_drops: false if the flow has no entry.
   virtual Result<bool> ReadDrops(const loss_drop_key& key, loss_drop_log* log) const = 0;
+  // loss_traced: the flow's drops go to loss_drop_ring too (on), or no
+  // longer; and how many of them the ring had no room for.
+  virtual Status SetTraced(const loss_drop_key& key, bool on) = 0;
+  virtual Result<uint64_t> ReadTracedLost(const loss_drop_key& key) const = 0;
+  // loss_drop_ring's fd; -1: there is none (a fake's maps).
+  virtual int DropRingFd() const = 0;
   // loss_flow_state: the packet count of each flow the rule in `slot` (of that
   // generation) decided on, as the data plane counts them (an LRU map: a flow
   // evicted is missing).
@@ -108,6 +114,9 @@ class BpfMaps final : public LossMaps {
   Status WriteConfig(const struct loss_config& cfg) override;
   HookCounters ReadHookTotals(uint32_t hook) const override;
   Result<bool> ReadDrops(const loss_drop_key& key, loss_drop_log* log) const override;
+  Status SetTraced(const loss_drop_key& key, bool on) override;
+  Result<uint64_t> ReadTracedLost(const loss_drop_key& key) const override;
+  int DropRingFd() const override { return drop_ring_fd_; }
   Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t slot, uint32_t generation) const override;
 
  private:
@@ -116,6 +125,7 @@ class BpfMaps final : public LossMaps {
   int ncpus_ = 1;
   int rules_fd_ = -1, stats_fd_ = -1, port_fd_ = -1, host_fd_ = -1, bloom_fd_ = -1, cfg_fd_ = -1;
   int hook_stats_fd_ = -1, drops_fd_ = -1, cg_self_fd_ = -1, flow_state_fd_ = -1;
+  int traced_fd_ = -1, drop_ring_fd_ = -1;
 };
 
 }  // namespace lossd

@@ -462,10 +462,10 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
     (void)held;  // the stream's budget, for as long as the stream lives
     EffectTracker* effects = parts->effects();
     TraceSources src = TraceSources::Of(obs);
-    src.drops = [parts](const loss_drop_key& key) -> Result<FlowDrops> {
+    src.drops = [parts](const loss_drop_key& key) -> Result<std::unique_ptr<DropFeed>> {
       Injector* inj = parts->injector();
-      if (!inj) return FlowDrops{};
-      return inj->DropsOf(key);
+      if (!inj) return std::unique_ptr<DropFeed>();
+      return inj->TraceDrops(key);
     };
     auto flow = FindTracedFlow(src, cookie, *matcher, wait, [&] { return sink.done(); });
     if (sink.done()) return grpc::Status::CANCELLED;

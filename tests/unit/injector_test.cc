@@ -4,7 +4,9 @@
 // hears. No root, no kernel: the kernel's side is tests/bpf and tests/e2e.
 #include "injector/injector.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <map>
@@ -82,6 +84,20 @@ class FakeMaps final : public LossMaps {
   }
   HookCounters ReadHookTotals(uint32_t) const override { return HookCounters(); }
   Result<bool> ReadDrops(const loss_drop_key&, loss_drop_log*) const override { return false; }
+  Status SetTraced(const loss_drop_key& key, bool on) override {
+    if (on && traced_full) return ResourceExhausted("fake: loss_traced is full");
+    log_->push_back(std::string(on ? "traced " : "untraced ") + std::to_string(key.dport));
+    if (on)
+      traced_lost.emplace(key.dport, 0);
+    else
+      traced_lost.erase(key.dport);
+    return Status::Ok();
+  }
+  Result<uint64_t> ReadTracedLost(const loss_drop_key& key) const override {
+    auto it = traced_lost.find(key.dport);
+    return it == traced_lost.end() ? 0 : it->second;
+  }
+  int DropRingFd() const override { return -1; }
   Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t, uint32_t) const override {
     return std::vector<uint64_t>{};
   }
@@ -89,7 +105,8 @@ class FakeMaps final : public LossMaps {
   std::map<uint32_t, struct loss_rule> rules;  // as last written
   std::map<uint32_t, RuleCounters> counters;   // what the data plane counted
   struct loss_config cfg {};                   // as last written
-  bool fail_rules = false, fail_lists = false;
+  bool fail_rules = false, fail_lists = false, traced_full = false;
+  std::map<uint16_t, uint64_t> traced_lost;  // loss_traced by dport: the ring's losses
 
  private:
   Log* log_;
@@ -641,6 +658,123 @@ TEST_F(InjectorTest, HoldKeepsASharedAttachmentOfAFailedAdd) {
   EXPECT_FALSE(inj_->Add(PortRule(81)).ok());
   EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "rule 0 on id 1 gen 1",
                          "port dport 80 [0]", "cfg ports 1 dhost 0 shost 0 scan []", "reset 1"}));
+}
+
+
+// ---- the traced flows' drops (DropRing over the fake maps: no ring, the test delivers) ----
+
+loss_drop_key FlowKey(uint16_t dport) {
+  uint32_t a[4] = {htonl(0x0a000001), 0, 0, 0}, b[4] = {htonl(0x0a000002), 0, 0, 0};
+  return DropKey(AF_INET, a, 40000, b, dport);
+}
+
+loss_drop_event DropEvent(uint16_t dport, uint32_t seq) {
+  loss_drop_event e{};
+  e.key = FlowKey(dport);
+  e.range.seq = seq;
+  e.range.len = 1448;
+  e.range.segs = 1;
+  e.range.rule_id = 3;
+  return e;
+}
+
+std::vector<uint32_t> Seqs(const std::vector<loss_drop_range>& d) {
+  std::vector<uint32_t> out;
+  for (const auto& r : d) out.push_back(r.seq);
+  return out;
+}
+
+TEST(DropRing, EachFeedGetsEveryDropOfItsFlowOnly) {
+  Log log;
+  FakeMaps maps(&log);
+  auto ring = DropRing::Start(&maps);
+  ASSERT_TRUE(ring.ok()) << ring.status().message();
+  auto a1 = (*ring)->Feed(FlowKey(80)), a2 = (*ring)->Feed(FlowKey(80)), b = (*ring)->Feed(FlowKey(81));
+  ASSERT_TRUE(a1.ok() && a2.ok() && b.ok());
+  EXPECT_EQ(log, (Log{"traced 80", "traced 81"}));  // the kernel's mark: once per flow
+  (*ring)->Deliver(DropEvent(80, 1));
+  (*ring)->Deliver(DropEvent(82, 9));  // a flow no longer traced: nobody's
+  (*ring)->Deliver(DropEvent(80, 2));
+  (*ring)->Deliver(DropEvent(81, 5));
+  uint64_t lost = 0;
+  EXPECT_EQ(Seqs((*a1)->Take(&lost)), (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(Seqs((*a2)->Take(&lost)), (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(Seqs((*b)->Take(&lost)), (std::vector<uint32_t>{5}));
+  EXPECT_EQ(lost, 0u);
+  EXPECT_TRUE((*a1)->Take(&lost).empty());  // told once
+  a1->reset();
+  EXPECT_EQ(log.size(), 2u);  // a2 still traces flow 80
+  (*ring)->Deliver(DropEvent(80, 3));
+  EXPECT_EQ(Seqs((*a2)->Take(&lost)), (std::vector<uint32_t>{3}));
+  a2->reset();
+  EXPECT_EQ(log.back(), "untraced 80");
+  b->reset();
+  EXPECT_EQ(log.back(), "untraced 81");
+}
+
+TEST(DropRing, TheRingsAndTheQueuesLossesAreCountedOnce) {
+  Log log;
+  FakeMaps maps(&log);
+  auto ring = DropRing::Start(&maps);
+  ASSERT_TRUE(ring.ok());
+  auto a = (*ring)->Feed(FlowKey(80));
+  ASSERT_TRUE(a.ok());
+  maps.traced_lost[80] = 5;  // the kernel's ring had no room for 5
+  auto late = (*ring)->Feed(FlowKey(80));  // opened after them: not its losses
+  ASSERT_TRUE(late.ok());
+  uint64_t lost = 0;
+  (*a)->Take(&lost);
+  EXPECT_EQ(lost, 5u);
+  lost = 0;
+  (*a)->Take(&lost);
+  (*late)->Take(&lost);
+  EXPECT_EQ(lost, 0u);
+  for (size_t i = 0; i < DropRing::kFeedQueue + 7; i++) (*ring)->Deliver(DropEvent(80, 1));
+  EXPECT_EQ((*a)->Take(&lost).size(), DropRing::kFeedQueue);
+  EXPECT_EQ(lost, 7u);
+}
+
+TEST(DropRing, RefusedPastItsFlowsOrTheKernels) {
+  Log log;
+  FakeMaps maps(&log);
+  auto ring = DropRing::Start(&maps);
+  ASSERT_TRUE(ring.ok());
+  std::vector<std::unique_ptr<DropFeed>> feeds;
+  for (uint16_t p = 1; p <= LOSS_TRACED_FLOWS; p++) {
+    auto f = (*ring)->Feed(FlowKey(p));
+    ASSERT_TRUE(f.ok());
+    feeds.push_back(std::move(*f));
+  }
+  auto more = (*ring)->Feed(FlowKey(1000));
+  ASSERT_FALSE(more.ok());
+  EXPECT_EQ(more.status().code(), Code::kResourceExhausted);
+  EXPECT_TRUE((*ring)->Feed(FlowKey(1)).ok());  // a flow already traced: one more feed
+  feeds.clear();
+  maps.traced_full = true;
+  auto refused = (*ring)->Feed(FlowKey(1000));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kResourceExhausted);
+  maps.traced_full = false;
+  EXPECT_TRUE((*ring)->Feed(FlowKey(1000)).ok());  // nothing of the refused one was kept
+}
+
+TEST(DropRing, WaitCompleteUntilTheReaderIsPastTheTime) {
+  Log log;
+  FakeMaps maps(&log);
+  auto ring = DropRing::Start(&maps);
+  ASSERT_TRUE(ring.ok());
+  auto f = (*ring)->Feed(FlowKey(80));
+  ASSERT_TRUE(f.ok());
+  (*ring)->SetComplete(100);
+  EXPECT_TRUE((*f)->WaitComplete(100, std::chrono::milliseconds(0)));
+  EXPECT_FALSE((*f)->WaitComplete(101, std::chrono::milliseconds(10)));
+  DropRing* r = ring->get();
+  std::thread later([r] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    r->SetComplete(200);
+  });
+  EXPECT_TRUE((*f)->WaitComplete(150, std::chrono::seconds(10)));
+  later.join();
 }
 
 }  // namespace

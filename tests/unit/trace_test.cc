@@ -50,12 +50,23 @@ loss_drop_range Drop(uint32_t rule, uint32_t seq) {
 }
 
 // The observer's and the injector's parts, faked.
+struct Fakes;
+struct Feed final : DropFeed {
+  explicit Feed(Fakes* f) : f(f) {}
+  std::vector<loss_drop_range> Take(uint64_t* lost) override;
+  bool WaitComplete(uint64_t mono_ns, std::chrono::milliseconds) override;
+  Fakes* f;
+};
+
 struct Fakes {
   Hub hub;
   std::vector<ObsFlow> flows;
   int flow_reads = 0, flows_after = 0;  // flows appear after that many reads
-  FlowDrops drops;
+  // What the flow's drop feed hands over next, and what it lost.
+  std::vector<loss_drop_range> drops;
+  uint64_t drops_lost = 0;
   std::vector<loss_drop_key> drop_keys;
+  std::vector<uint64_t> waited_for;  // the times WaitComplete was asked for
   std::vector<uint64_t> traced;
   bool refuse_trace = false;
   std::function<void()> on_trace;
@@ -70,13 +81,26 @@ struct Fakes {
       traced.push_back(cookie);
       return std::unique_ptr<FlowTrace>();  // nothing to mark in a test
     };
-    s.drops = [this](const loss_drop_key& key) -> Result<FlowDrops> {
+    s.drops = [this](const loss_drop_key& key) -> Result<std::unique_ptr<DropFeed>> {
       drop_keys.push_back(key);
-      return drops;
+      return std::unique_ptr<DropFeed>(new Feed(this));
     };
     return s;
   }
 };
+
+std::vector<loss_drop_range> Feed::Take(uint64_t* lost) {
+  *lost += f->drops_lost;
+  f->drops_lost = 0;
+  std::vector<loss_drop_range> out;
+  out.swap(f->drops);
+  return out;
+}
+
+bool Feed::WaitComplete(uint64_t mono_ns, std::chrono::milliseconds) {
+  f->waited_for.push_back(mono_ns);
+  return true;
+}
 
 std::vector<Kind> Kinds(const std::vector<TraceItem>& items) {
   std::vector<Kind> k;
@@ -145,7 +169,7 @@ TEST(FlowTracer, SubscribesBeforeTracingAndTellsOnlyItsFlow) {
   EXPECT_EQ(items[1].event.data.ev.segs, 2u);
   EXPECT_TRUE((*t)->running());
   EXPECT_FALSE((*t)->closed());
-  // The drop log it reads is the data the flow sends: local -> remote.
+  // The drops it is fed are of the data the flow sends: local -> remote.
   ASSERT_FALSE(f.drop_keys.empty());
   loss_drop_key want = SentDropKey(flow.flow.tuple);
   EXPECT_EQ(std::memcmp(&f.drop_keys.back(), &want, sizeof(want)), 0);
@@ -212,25 +236,25 @@ TEST(FlowTracer, RefusedTraceHoldsNothing) {
   EXPECT_FALSE((*ok)->running());
 }
 
-TEST(FlowTracer, DropsToldOnceOldOnesNotAndBeforeTheClose) {
+TEST(FlowTracer, DropsToldOnceAndBeforeTheCloseWhenTheFeedHasThemAll) {
   Fakes f;
-  f.drops.total = 2;  // before the trace: history
-  f.drops.ranges = {Drop(1, 100), Drop(1, 200)};
   TraceOptions o;
   o.max_samples = 100;
   auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
   ASSERT_TRUE(t.ok());
   FlowTracer& tr = **t;
-  EXPECT_TRUE(tr.Next().empty());  // polled: nothing new
-  f.drops.total = 3;
-  f.drops.ranges.push_back(Drop(2, 300));
+  EXPECT_TRUE(tr.Next().empty());
+  f.drops = {Drop(2, 300)};
   f.hub.Publish(Ev(OBS_EV_SAMPLE, 7));
   ObsEvent close = Ev(OBS_EV_FLOW_CLOSE, 7);
+  close.data.ev.time_ns = 777;
   close.data.closed_ns = 12345;
   f.hub.Publish(close);
-  // The close brings a poll at once; the drop and the gaps go before it.
+  // At the close the trace waits for every drop made before it; the drop
+  // and the gaps go before the close.
   auto items = tr.Next();
   ASSERT_EQ(Kinds(items), (std::vector<Kind>{Kind::kSample, Kind::kDrop, Kind::kClosed}));
+  EXPECT_EQ(f.waited_for, std::vector<uint64_t>{777});
   EXPECT_EQ(items[1].drop.rule_id, 2u);
   EXPECT_EQ(items[1].drop.seq, 300u);
   EXPECT_EQ(items[1].drop.len, 1000u);
@@ -239,25 +263,23 @@ TEST(FlowTracer, DropsToldOnceOldOnesNotAndBeforeTheClose) {
   EXPECT_FALSE(tr.running());
 }
 
-TEST(FlowTracer, DropsThatLeftTheLogAreAGap) {
+TEST(FlowTracer, DropsTheFeedLostAreAGap) {
   Fakes f;
   TraceOptions o;
   o.max_samples = 100;
   auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
   ASSERT_TRUE(t.ok());
   FlowTracer& tr = **t;
-  // 5 drops since, the log keeps the last 2: 3 left it unread.
-  f.drops.total = 5;
-  f.drops.ranges = {Drop(1, 400), Drop(1, 500)};
-  auto items = tr.Next();  // the first call polls at once
+  f.drops = {Drop(1, 400), Drop(1, 500)};
+  f.drops_lost = 3;  // the ring had no room for 3
+  auto items = tr.Next();
   ASSERT_EQ(Kinds(items), (std::vector<Kind>{Kind::kDrop, Kind::kDrop, Kind::kGap}));
   EXPECT_EQ(items[0].drop.seq, 400u);
   EXPECT_EQ(items[1].drop.seq, 500u);
   EXPECT_EQ(items[2].gap.source, LossSource::kDropLog);
   EXPECT_EQ(items[2].gap.count, 3u);
-  // Nothing new by the next poll (100 ms on): told once.
-  std::this_thread::sleep_for(std::chrono::milliseconds(110));
-  EXPECT_TRUE(tr.Next().empty());
+  EXPECT_TRUE(tr.Next().empty());  // told once
+  EXPECT_TRUE(f.waited_for.empty());  // only the close waits
 }
 
 TEST(FlowTracer, HubLossIsAGapOfItsFilteredQueue) {

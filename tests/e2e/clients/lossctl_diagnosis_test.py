@@ -186,10 +186,15 @@ class LossctlDiagnosis(ClientTestCase):
         self.assertGreater(rtx_segs, 0, nums)
         self.assertEqual(rtx_segs, flow_segs - before, nums)
         self.assertEqual(flow_segs, da["Tcp.RetransSegs"], nums)
-        self.assertGreaterEqual(len(stalls), 3, nums)
         self.assertEqual(len(stalls), closed.get("stalls", 0) - stalls_before, nums)
+        # The drops' stalls are the network's (a probe's or the timer's wait); a busy machine
+        # may add a short one of its own (the receiver or the sender descheduled), which no
+        # rule caused.
+        network = [s for s in stalls if s["cause"] in NETWORK_CAUSES]
+        self.assertGreaterEqual(len(network), 3, nums)
         for s in stalls:
-            self.assertIn(s["cause"], NETWORK_CAUSES, s)
+            if s["cause"] not in NETWORK_CAUSES:
+                self.assertNotIn("caused_by", s, s)
         self.assertIn("%d samples" % len(samples), out)
 
         with open(files["csv"]) as fh:
