@@ -445,15 +445,15 @@ function renderRules() {
       selected: String(rule.id) === state.selectedRule,
       cells: [
         ["num", rule.id], ["", (rule.state || "").replace("RULE_STATE_", "").toLowerCase()],
-        ["", targetText(rule) + " " +
+        ["wrap", targetText(rule) + " " +
              (s.direction || "DIRECTION_INGRESS").replace("DIRECTION_", "").toLowerCase()],
-        ["", matchText(s.match)], ["num", lossText(s.loss)],
-        ["num measured", measured], ["num interval " + inCi, interval],
-        ["num", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
+        ["wrap match", matchText(s.match)], ["num", lossText(s.loss)],
+        ["num measured", measured], ["num wrap interval " + inCi, interval],
+        ["num wrap", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
         ["num dropped", fmtInt(u64(c.dropped_segments))],
         ["num", dr === undefined ? "-" : dr.toFixed(dr < 10 ? 1 : 0)],
         ["num caused", e ? fmtInt(sumMap(e.retransmitted_segments)) : "-"],
-        ["", e ? byType(e.retransmitted_segments) : "-"],
+        ["wrap", e ? byType(e.retransmitted_segments) : "-"],
         ["num", e ? fmtInt(u64(e.flows)) : "-"], ["num", timeLeft(rule)],
       ],
     });
@@ -482,7 +482,15 @@ function fillTable(tbody, rows, attr, onClick) {
     r.cells.forEach(([cls, text], j) => {
       const td = tr.cells[j] || tr.insertCell(-1);
       if (td.className !== cls) td.className = cls;
-      if (td.textContent !== String(text)) td.textContent = text;
+      if (td.textContent === String(text)) return;
+      const port = cls.includes("addr") ? String(text).lastIndexOf(":") : -1;
+      if (port > 0) {
+        // An endpoint may break before its port (nothing is added to what is copied).
+        td.replaceChildren(String(text).slice(0, port + 1), document.createElement("wbr"),
+                           String(text).slice(port + 1));
+      } else {
+        td.textContent = text;
+      }
     });
   });
 }
@@ -594,16 +602,16 @@ function renderFlows() {
       selected: String(f.cookie) === state.selectedFlow,
       cls: f.closed ? "closed" : "",
       cells: [
-        ["mono", endpoint(f.tuple.local_addr, f.tuple.local_port)],
-        ["mono", endpoint(f.tuple.remote_addr, f.tuple.remote_port)],
+        ["mono addr", endpoint(f.tuple.local_addr, f.tuple.local_port)],
+        ["mono addr", endpoint(f.tuple.remote_addr, f.tuple.remote_port)],
         ["owner", ownerText(f.owner)],
         ["num mono netns", u64(f.netns_ino) ? String(f.netns_ino) : "-"],
         ["", f.closed ? "closed" : (CA_NAMES[f.ca_state || 0] || f.ca_state)],
         ["num", fmtInt(f.cwnd || 0)], ["num", fmtSrtt(f.srtt_us || 0)],
-        ["num", fmtBytes(u64(f.bytes_sent))], ["num", fmtBytes(u64(f.bytes_acked))],
+        ["num", fmtBytes(u64(f.bytes_sent))], ["num acked", fmtBytes(u64(f.bytes_acked))],
         ["num", r.rate === null || f.closed ? "-" : fmtBytes(r.rate) + "/s"],
         ["num retrans", fmtInt(sumMap(f.retransmitted_segments))],
-        ["", byType(f.retransmitted_segments)], ["limit", limitText(f)], ["num", stallsText(f)],
+        ["wrap", byType(f.retransmitted_segments)], ["limit", limitText(f)], ["num wrap", stallsText(f)],
         ["num", (f.preexisting ? "> " : "") + age],
       ],
     };
