@@ -612,7 +612,7 @@ function renderFlows() {
         ["num", r.rate === null || f.closed ? "-" : fmtBytes(r.rate) + "/s"],
         ["num retrans", fmtInt(sumMap(f.retransmitted_segments))],
         ["wrap", byType(f.retransmitted_segments)], ["limit", limitText(f)], ["num wrap", stallsText(f)],
-        ["num", (f.preexisting ? "> " : "") + age],
+        ["num age", (f.preexisting ? "> " : "") + age],
       ],
     };
   });
