@@ -9,7 +9,8 @@
  *  tp_btf/tcp_probe              per-ACK: folded into the flow's aggregate only:
  *                                where its time went (limits), the stall detector
  *                                (an event per stall, none per ACK), and the ACK
- *                                samples of the flows being traced
+ *                                samples of the flows being traced, and D-SACKs
+ *                                (needless resends: counted, an event each)
  *  tp_btf/tcp_sendmsg_locked     a write after idle starts the stall clock
  *  tp_btf/tcp_cong_state_set     time per congestion state, per flow
  *  tp_btf/inet_sock_set_state    flow open and close (closing summary event)
@@ -701,6 +702,127 @@ static __always_inline void trace_sample(struct tcp_sock *tp, const struct obs_f
 	bpf_ringbuf_submit(e, wakeup_flag(now));
 }
 
+#define OBS_OPT_MAX 40 /* TCP option bytes at most */
+
+static __always_inline __u32 be32_at(const __u8 *b, __u32 i)
+{
+	return ((__u32)b[i & 63] << 24) | ((__u32)b[(i + 1) & 63] << 16) |
+	       ((__u32)b[(i + 2) & 63] << 8) | (__u32)b[(i + 3) & 63];
+}
+
+/*
+ * The D-SACK in a received segment's header `th` (a kernel address), as the
+ * kernel will take it while processing the ACK `ack` (this runs before):
+ * tcp_parse_options' SACK (negotiated, whole blocks), tcp_check_dsack's
+ * test (the first block below the ACK, or inside the second) and
+ * tcp_dsack_seen's count and its dubious cases (an empty or wider than
+ * max_window block, more duplicates than resends). Returns its duplicate
+ * segments (0: none) and the block in *start, *end. Anything in doubt: 0.
+ */
+/* Walks a segment's TCP options to its SACK option (bpf_loop: verified once,
+ * whatever the option count). */
+struct opt_walk {
+	__u8 opt[64]; /* the option bytes (OBS_OPT_MAX of them read) */
+	__u32 i;      /* the option being looked at */
+	__u32 optlen;
+	__u32 sack_len; /* found: the SACK option's length (at opt[i]) */
+};
+
+static long opt_step(__u64 n, void *ctx)
+{
+	struct opt_walk *w = ctx;
+	__u32 i = w->i;
+	if (i >= w->optlen)
+		return 1;
+	__u8 kind = w->opt[i & 63];
+	if (kind == 0) /* end of the options */
+		return 1;
+	if (kind == 1) { /* no-op */
+		w->i = i + 1;
+		return 0;
+	}
+	__u32 len = w->opt[(i + 1) & 63];
+	if (len < 2 || i + len > w->optlen)
+		return 1;
+	if (kind == 5) { /* SACK */
+		w->sack_len = len;
+		return 1;
+	}
+	w->i = i + len;
+	return 0;
+}
+
+static __always_inline __u32 dsack_of(struct tcp_sock *tp, const void *th, __u32 ack,
+				      __u32 *start, __u32 *end)
+{
+	if (!tp->rx_opt.sack_ok || (__s32)(ack - tp->snd_nxt) > 0)
+		return 0; /* no SACK, or an ACK of unsent data (tcp_ack drops it) */
+	struct tcphdr h;
+	if (bpf_probe_read_kernel(&h, sizeof(h), th))
+		return 0;
+	__u32 optlen = (__u32)h.doff * 4;
+	if (optlen <= sizeof(h))
+		return 0;
+	optlen -= sizeof(h);
+	if (optlen > OBS_OPT_MAX)
+		return 0;
+	struct opt_walk w = {};
+	w.optlen = optlen;
+	if (bpf_probe_read_kernel(w.opt, OBS_OPT_MAX, th + sizeof(h)))
+		return 0;
+	bpf_loop(OBS_OPT_MAX, opt_step, &w, 0);
+	__u32 len = w.sack_len, i = w.i;
+	if (len < 10 || (len - 2) % 8)
+		return 0; /* none, or not whole blocks (tcp_parse_options ignores it) */
+	__u32 blocks = (len - 2) / 8;
+	__u8 *opt = w.opt;
+	__u32 s0 = be32_at(opt, i + 2), e0 = be32_at(opt, i + 6);
+	if ((__s32)(s0 - ack) >= 0) {
+		if (blocks < 2)
+			return 0;
+		__u32 s1 = be32_at(opt, i + 10), e1 = be32_at(opt, i + 14);
+		if ((__s32)(e0 - e1) > 0 || (__s32)(s0 - s1) < 0)
+			return 0; /* not inside the second block: an ordinary SACK */
+	}
+	if ((__s32)(s0 - e0) >= 0)
+		return 0;
+	__u32 bytes = e0 - s0, mss = tp->mss_cache, dup = 1;
+	if (bytes > tp->max_window || !mss)
+		return 0;
+	if (bytes > mss)
+		dup = (bytes + mss - 1) / mss;
+	if (tp->dsack_dups + dup > tp->total_retrans)
+		return 0;
+	*start = s0;
+	*end = e0;
+	return dup;
+}
+
+/* A D-SACK of the flow's data: counted in its record, told as an event. */
+static __always_inline void on_dsack(struct tcp_sock *tp, struct obs_flow *f, __u64 cookie,
+				     __u64 now, const void *th, __u32 ack)
+{
+	__u32 start = 0, end = 0;
+	__u32 dup = dsack_of(tp, th, ack, &start, &end);
+	if (!dup)
+		return;
+	f->dsack_segs += dup;
+	count(OBS_CNT_DSACKS);
+	struct obs_dsack_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
+	if (!e) {
+		count(OBS_CNT_RING_LOST);
+		return;
+	}
+	event_head(&e->ev, OBS_EV_DSACK, now, cookie, f);
+	e->ev.type = OBS_RTX_MAX;
+	e->ev.seq = start;
+	e->ev.segs = dup;
+	read_state(tp, &e->ev.st);
+	e->end_seq = end;
+	e->_pad = 0;
+	bpf_ringbuf_submit(e, wakeup_flag(now));
+}
+
 /*
  * One received segment of a flow, before its ACK is processed (the socket's
  * state is the one the stall, if any, left it in): its flags, ACK number and
@@ -709,7 +831,7 @@ static __always_inline void trace_sample(struct tcp_sock *tp, const struct obs_f
  * (on_segment_closing).
  */
 static __always_inline void on_segment(struct obs_config *cfg, struct tcp_sock *tp, __u64 cookie,
-				       __u16 tcp_flags, __u32 ack, __be16 raw_wnd,
+				       const void *th, __u16 tcp_flags, __u32 ack, __be16 raw_wnd,
 				       __u32 stall_flags)
 {
 	struct sock *sk = &tp->inet_conn.icsk_inet.sk;
@@ -737,6 +859,7 @@ static __always_inline void on_segment(struct obs_config *cfg, struct tcp_sock *
 
 	if (!(tcp_flags & TCPHDR_ACK))
 		return;
+	on_dsack(tp, f, cookie, now, th, ack);
 	/* The window before this ACK: the one it advertises is snd_wnd at the
 	 * next ACK (a zero window is seen there, or at the stall's end). */
 	__u32 wnd = tp->snd_wnd;
@@ -783,7 +906,8 @@ int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
 	__be16 raw_wnd = 0;
 	bpf_probe_read_kernel(&raw_wnd, sizeof(raw_wnd),
 			      skb->data + __builtin_offsetof(struct tcphdr, window));
-	on_segment(cfg, tp, bpf_get_socket_cookie(sk), cb->tcp_flags, cb->ack_seq, raw_wnd, 0);
+	on_segment(cfg, tp, bpf_get_socket_cookie(sk), skb->data, cb->tcp_flags, cb->ack_seq, raw_wnd,
+		   0);
 	return 0;
 }
 
@@ -814,7 +938,7 @@ static __always_inline void on_segment_closing(struct bpf_sock_ops *skops)
 	struct obs_config *cfg = get_config();
 	if (!cfg)
 		return;
-	on_segment(cfg, tp, cookie, (__u16)skops->skb_tcp_flags, __builtin_bswap32(th->ack_seq),
+	on_segment(cfg, tp, cookie, th, (__u16)skops->skb_tcp_flags, __builtin_bswap32(th->ack_seq),
 		   th->window, OBS_STALL_F_CLOSING);
 }
 

@@ -86,7 +86,8 @@ enum obs_counter {
 	OBS_CNT_ARMED_EXISTING = 6, /* pre-existing sockets armed by the iterator */
 	OBS_CNT_STALLS = 7,	    /* stall events (in the ring, or in RING_LOST) */
 	OBS_CNT_SAMPLES = 8,	    /* ACK samples of traced flows (likewise) */
-	OBS_CNT_MAX = 9,
+	OBS_CNT_DSACKS = 9,	    /* D-SACK events (likewise) */
+	OBS_CNT_MAX = 10,
 };
 
 /* Ring wakeups: at most one per OBS_WAKEUP_NS, or when this much waits. */
@@ -98,6 +99,7 @@ enum obs_event_kind {
 	OBS_EV_FLOW_CLOSE = 2,
 	OBS_EV_STALL = 3,  /* struct obs_stall_event: a stall ended (or the flow closed in one) */
 	OBS_EV_SAMPLE = 4, /* struct obs_sample_event: one ACK of a traced flow */
+	OBS_EV_DSACK = 5,  /* struct obs_dsack_event: the peer D-SACKed data we resent */
 };
 
 /*
@@ -243,7 +245,9 @@ struct obs_flow {
 	__u32 st_acks;	       /* ACKs since delivered_ns that delivered nothing */
 	__u32 st_min_wnd;      /* smallest peer window seen since delivered_ns, bytes */
 	__u32 st_rtx_mask;     /* 1 << obs_rtx_type of every resend since delivered_ns */
-	__u32 _pad2;
+	/* resent segments the peer reported arriving twice (D-SACK, RFC 2883):
+	 * needless resends, as the kernel counts them (TcpExtTCPDSACKRecvSegs) */
+	__u32 dsack_segs;
 };
 OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 416, "obs_flow layout");
 
@@ -313,6 +317,19 @@ OBS_STATIC_ASSERT(sizeof(struct obs_sample_event) == 232, "obs_sample_event layo
 
 /* Flows traced at once (obs_traced: cookie -> 1). */
 #define OBS_MAX_TRACED 16
+
+/*
+ * A D-SACK the peer sent (RFC 2883: the first SACK block below the ACK, or
+ * inside the second), as the kernel accepts it (tcp_check_dsack,
+ * tcp_dsack_seen: none that is dubious): data we resent had arrived before.
+ */
+struct obs_dsack_event {
+	struct obs_event ev; /* kind OBS_EV_DSACK; seq = the block's start, segs = its
+			      * duplicate segments; st = state before the ACK */
+	__u32 end_seq;       /* the block's end */
+	__u32 _pad;
+};
+OBS_STATIC_ASSERT(sizeof(struct obs_dsack_event) == 184, "obs_dsack_event layout");
 
 /* The closing summary of a flow travels as an event followed by its flow. */
 struct obs_close_event {

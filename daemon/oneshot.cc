@@ -257,7 +257,8 @@ Json TotalsJson(const Observer& obs) {
             {"arm_failed", t.counters[OBS_CNT_ARM_FAILED]},
             {"armed_existing", t.counters[OBS_CNT_ARMED_EXISTING]},
             {"stalls", t.counters[OBS_CNT_STALLS]},
-            {"samples", t.counters[OBS_CNT_SAMPLES]}}},
+            {"samples", t.counters[OBS_CNT_SAMPLES]},
+            {"dsacks", t.counters[OBS_CNT_DSACKS]}}},
           {"hooks", std::move(hooks)}};
 }
 
@@ -281,7 +282,14 @@ class ObserverRun {
     for (const auto& h : run->obs_->hooks())
       if (!h.attached) LOG_WARN("observer: %s not attached: %s", h.name.c_str(), h.error.c_str());
     if (o.events) {
-      run->sub_ = run->obs_->hub().Subscribe(1 << 16);
+      // The kinds it prints (a D-SACK is counted in the totals, not printed).
+      SubscribeOptions so;
+      so.queue = 1 << 16;
+      so.kinds = KindBit(OBS_EV_RETRANSMIT) | KindBit(OBS_EV_STALL) | KindBit(OBS_EV_FLOW_CLOSE) |
+                 KindBit(OBS_EV_SAMPLE);
+      auto sub = run->obs_->hub().Subscribe(std::move(so));
+      if (!sub.ok()) return sub.status();
+      run->sub_ = std::move(*sub);
       run->printer_ = std::thread([r = run.get()] { r->PrintEvents(); });
     }
     return run;

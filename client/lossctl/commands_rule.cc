@@ -381,6 +381,20 @@ int Effect(const Globals& g, const std::string& id_text) {
   if (c.dropped_segments() > 0)
     KeyValue("ratio", Ratio(static_cast<double>(total) / c.dropped_segments()) +
                           " retransmitted per dropped segment");
+  // Of those: the resends of its drops, the others the loss caused, the needless ones.
+  uint64_t of_drops = 0, dsacked = 0;
+  for (const auto& kv : e.resent_dropped_segments()) of_drops += kv.second;
+  std::string dsack_by_type;
+  for (const auto& kv : OrderedByType(e.dsacked_segments())) {
+    if (!kv.second) continue;
+    dsacked += kv.second;
+    dsack_by_type += (dsack_by_type.empty() ? "" : ", ") + kv.first + " " + std::to_string(kv.second);
+  }
+  KeyValue("of which", std::to_string(of_drops) + " resent its dropped segments, " +
+                           std::to_string(total > of_drops ? total - of_drops : 0) +
+                           " other resends (after a timeout TCP resends what was in flight)");
+  KeyValue("needless", std::to_string(dsacked) + " segs the receivers D-SACKed (they had arrived)" +
+                           (dsack_by_type.empty() ? "" : ": " + dsack_by_type));
   // Drop by drop: the resends of its drops and the time they took, the stalls they made.
   KeyValue("drops logged", std::to_string(e.drops_recorded()) + " TCP data skbs (their ranges kept)");
   std::string recovery;

@@ -77,7 +77,8 @@ void EffectTracker::AttachObserver(Observer* obs) {
   // Not the ACK samples of traced flows: they would only take room here.
   SubscribeOptions o;
   o.queue = 1 << 18;
-  o.kinds = KindBit(OBS_EV_RETRANSMIT) | KindBit(OBS_EV_STALL) | KindBit(OBS_EV_FLOW_CLOSE);
+  o.kinds = KindBit(OBS_EV_RETRANSMIT) | KindBit(OBS_EV_STALL) | KindBit(OBS_EV_FLOW_CLOSE) |
+            KindBit(OBS_EV_DSACK);
   sub_ = *obs_->hub().Subscribe(std::move(o));  // in-process: never refused
   thread_ = std::thread([this] { Run(); });
 }
@@ -244,6 +245,7 @@ void EffectTracker::Run() {
       case OBS_EV_RETRANSMIT: OnRetransmit(ev); break;
       case OBS_EV_STALL: OnStall(ev, e->As<obs_stall_event>().stall); break;
       case OBS_EV_FLOW_CLOSE: OnClose(e->data); break;
+      case OBS_EV_DSACK: OnDsack(ev, e->As<obs_dsack_event>().end_seq); break;
       default: break;
     }
   }
@@ -258,6 +260,17 @@ void EffectTracker::OnRetransmit(const obs_event& ev) {
     drop = DropCovering(ev.tuple, ev.seq, ev.time_ns);
   if (ids.empty() && !drop) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (ev.outcome == OBS_SENT && ev.type < OBS_RTX_MAX) {
+    // Kept for the D-SACK that may come: with the rules that count it.
+    Resend r{ev.seq, ev.segs * std::max<uint32_t>(ev.st.mss, 1), ev.type, {}};
+    for (uint32_t id : ids)
+      if (rules_.count(id)) r.rules.push_back(id);
+    if (drop && std::find(r.rules.begin(), r.rules.end(), drop->rule_id) == r.rules.end())
+      r.rules.push_back(drop->rule_id);
+    auto& kept = resends_[ev.cookie];
+    if (kept.size() >= kResendsKept) kept.erase(kept.begin());
+    kept.push_back(std::move(r));
+  }
   bool counted = false;  // the linked rule's flows already counted this resend
   for (uint32_t id : ids) {
     if (!rules_.count(id)) continue;  // forgotten since the look-up
@@ -270,6 +283,7 @@ void EffectTracker::OnRetransmit(const obs_event& ev) {
   if (linked == totals_.end()) return;
   RuleEffectTotals& t = linked->second;
   t.recovery[ev.type].Add(ev.time_ns - drop->time_ns);
+  t.resent_dropped[ev.type] += ev.segs;
   // A resend of its drop is one on a flow it matched, also after the rule
   // ended (expired, deleted): what it caused is within what its flows did.
   if (!counted) {
@@ -306,6 +320,34 @@ void EffectTracker::OnStall(const obs_event& ev, const obs_stall& st) {
   }
 }
 
+const EffectTracker::Resend* EffectTracker::ResendDsacked(const std::vector<Resend>& kept,
+                                                          uint32_t start, uint32_t end) {
+  for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+    // [a, a + n) and [start, end) overlap: each begins before the other ends.
+    bool overlap = static_cast<int32_t>(it->seq - end) < 0 &&
+                   static_cast<int32_t>(start - (it->seq + it->len)) < 0;
+    if (overlap) return &*it;
+  }
+  return nullptr;
+}
+
+// A D-SACK: needless resends, credited to the rules that counted the resend
+// it names (by its type); when that resend is not kept (sent when no rule
+// covered the flow, e.g. the timer's after the rule ended, or not one of the
+// flow's last kResendsKept), to the rules covering the flow or ended within
+// the minute, as unknown.
+void EffectTracker::OnDsack(const obs_event& ev, uint32_t end_seq) {
+  std::vector<uint32_t> now = RulesShownFor(ev.cookie, ev.tuple);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto kept = resends_.find(ev.cookie);
+  const Resend* r = kept == resends_.end() ? nullptr : ResendDsacked(kept->second, ev.seq, end_seq);
+  uint32_t type = r ? r->type : uint32_t(OBS_RTX_UNKNOWN);
+  for (uint32_t id : r ? r->rules : now) {
+    auto t = totals_.find(id);
+    if (t != totals_.end()) t->second.dsacked[type] += ev.segs;
+  }
+}
+
 void EffectTracker::OnClose(const obs_close_event& c) {
   auto ids = RulesFor(c.ev.cookie, c.flow.tuple);
   FlowLimits l =
@@ -314,6 +356,7 @@ void EffectTracker::OnClose(const obs_close_event& c) {
   for (uint32_t id : ids)
     if (rules_.count(id)) totals_[id].limits.Add(l);
   cache_.erase(c.ev.cookie);
+  resends_.erase(c.ev.cookie);
 }
 
 }  // namespace lossd

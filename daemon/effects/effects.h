@@ -58,6 +58,12 @@ struct RuleEffectTotals {
   // Sent resends linked to one of the rule's drops, by obs_rtx_type: drop
   // to resend time.
   std::array<DurationHist, OBS_RTX_MAX> recovery{};
+  std::array<uint64_t, OBS_RTX_MAX> resent_dropped{};  // the same resends, in segments
+  // Resent segments of its flows the receiver D-SACKed (needless: the data
+  // had arrived), by the type of the resend they match, credited to the
+  // rules that counted that resend (unknown: the resend is not kept; then
+  // to the rules covering the flow or ended lately).
+  std::array<uint64_t, OBS_RTX_MAX> dsacked{};
   // Stalls (by obs_stall_cause) whose hole one of the rule's drops covers,
   // and every stall on the flows the rule matched.
   std::array<StallTotal, OBS_STALL_MAX> stalls_caused{}, stalls_on_flows{};
@@ -138,11 +144,24 @@ class EffectTracker final : public RuleListener {
     return sub_ ? sub_->lost() : 0;
   }
 
+  // A flow's sent resends as kept to match its D-SACKs.
+  static constexpr size_t kResendsKept = 64;
+  struct Resend {
+    uint32_t seq = 0, len = 0;  // [seq, seq + len): segs * mss
+    uint32_t type = OBS_RTX_UNKNOWN;
+    std::vector<uint32_t> rules;  // those that counted it (covering, or its drop's)
+  };
+  // The newest of `kept` whose range overlaps [start, end) (mod 2^32); null
+  // if none does.
+  static const Resend* ResendDsacked(const std::vector<Resend>& kept, uint32_t start,
+                                     uint32_t end);
+
  private:
   void Run();
   void OnRetransmit(const obs_event& ev);
   void OnStall(const obs_event& ev, const obs_stall& st);
   void OnClose(const obs_close_event& c);
+  void OnDsack(const obs_event& ev, uint32_t end_seq);
   // Whether a resend or stall of a flow that `ids` cover may be linked to a
   // drop: some rule covers it, or one retired lately (its last drops' resends
   // come after).
@@ -162,6 +181,9 @@ class EffectTracker final : public RuleListener {
     std::vector<uint32_t> rules;
   };
   std::unordered_map<uint64_t, CacheEntry> cache_;
+  // Per flow (cookie) some rule covers, its last kResendsKept sent resends:
+  // what a D-SACK is matched to. Dropped at the close.
+  std::unordered_map<uint64_t, std::vector<Resend>> resends_;  // oldest first
   std::map<uint32_t, RuleEffectTotals> totals_;
   uint64_t retired_ns_ = 0;  // CLOCK_MONOTONIC of the last RuleRetired
   std::atomic<bool> stop_{false};

@@ -117,8 +117,12 @@ void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* o
     x->set_flows(e.expectation->flows);
   }
   CountersToProto(r.counters, out->mutable_counters());
-  for (int ty = 0; ty < OBS_RTX_MAX; ty++)
+  for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
     (*out->mutable_retransmitted_segments())[RtxTypeName(ty)] = e.caused.segs[ty];
+    if (e.caused.resent_dropped[ty])
+      (*out->mutable_resent_dropped_segments())[RtxTypeName(ty)] = e.caused.resent_dropped[ty];
+    if (e.caused.dsacked[ty]) (*out->mutable_dsacked_segments())[RtxTypeName(ty)] = e.caused.dsacked[ty];
+  }
   out->set_flows(e.caused.flows.size());
   out->set_drops_recorded(e.drops_recorded);
   for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
@@ -230,6 +234,7 @@ void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out, uint64_t clo
   out->set_bytes_sent(f.bytes_sent);
   for (int t = 0; t < OBS_RTX_MAX; t++)
     if (f.rtx_segs[t]) (*out->mutable_retransmitted_segments())[RtxTypeName(t)] = f.rtx_segs[t];
+  out->set_dsacked_segments(f.dsack_segs);
   static const char* kCa[OBS_CA_STATES] = {"open", "disorder", "cwr", "recovery", "loss"};
   for (int s = 0; s < OBS_CA_STATES; s++) (*out->mutable_ca_time_ns())[kCa[s]] = f.ca_time_ns[s];
   out->set_max_backoff(f.max_backoff);

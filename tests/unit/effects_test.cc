@@ -109,5 +109,24 @@ TEST(DurationHist, BucketsAreUpperBoundInclusive) {
     EXPECT_LT(DurationHist::kBoundsNs[i - 1], DurationHist::kBoundsNs[i]);
 }
 
+
+TEST(ResendDsacked, TheNewestOverlappingResendModTwoToThe32) {
+  using R = EffectTracker::Resend;
+  std::vector<R> kept = {R{1000, 1448, OBS_RTX_FAST, {1}}, R{5000, 2896, OBS_RTX_RTO, {2}},
+                         R{5000, 1448, OBS_RTX_TLP, {3}}, R{0xfffffe00u, 1448, OBS_RTX_LOSS, {}}};
+  auto type = [&](uint32_t start, uint32_t end) {
+    const R* r = EffectTracker::ResendDsacked(kept, start, end);
+    return r ? r->type : uint32_t(OBS_RTX_MAX);
+  };
+  EXPECT_EQ(type(1000, 2448), uint32_t(OBS_RTX_FAST));
+  EXPECT_EQ(type(2000, 2100), uint32_t(OBS_RTX_FAST));  // inside
+  EXPECT_EQ(type(5000, 6448), uint32_t(OBS_RTX_TLP));   // the newest of two
+  EXPECT_EQ(EffectTracker::ResendDsacked(kept, 5000, 6448)->rules, std::vector<uint32_t>{3});
+  EXPECT_EQ(type(6448, 7896), uint32_t(OBS_RTX_RTO));  // its second segment
+  EXPECT_EQ(type(2448, 5000), uint32_t(OBS_RTX_MAX));  // between: none
+  EXPECT_EQ(type(100, 200), uint32_t(OBS_RTX_LOSS));   // past the wrap
+  EXPECT_EQ(EffectTracker::ResendDsacked({}, 1000, 2448), nullptr);
+}
+
 }  // namespace
 }  // namespace lossd

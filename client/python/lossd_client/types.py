@@ -267,6 +267,11 @@ class RuleEffect:
     expected_of: typing.Optional[int] = None
     expected_actual: typing.Optional[int] = None
     hint: str = ""                 # Rule.hint: a live rule that matched nothing yet
+    # Of retransmitted_segments: the resends of its dropped segments, by type (the rest the
+    # loss caused otherwise: after a timeout TCP resends what was in flight), and the ones the
+    # receivers D-SACKed, by the resend's type: needless, the data had arrived.
+    resent_dropped_segments: dict = dataclasses.field(default_factory=dict)
+    dsacked_segments: dict = dataclasses.field(default_factory=dict)
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -276,7 +281,9 @@ class RuleEffect:
                    m.configured_within_ci, Counters.from_proto(m.counters),
                    type_counts(m.retransmitted_segments), m.flows, m.deterministic,
                    x.expected_dropped_packets if x else None, x.matched_packets if x else None,
-                   x.dropped_packets if x else None, hint=getattr(m, "hint", ""), raw=m)
+                   x.dropped_packets if x else None, hint=getattr(m, "hint", ""),
+                   resent_dropped_segments=type_counts(getattr(m, "resent_dropped_segments", {})),
+                   dsacked_segments=type_counts(getattr(m, "dsacked_segments", {})), raw=m)
 
     @property
     def retransmitted_total(self):
@@ -410,6 +417,7 @@ class Flow:
     stalled_ns: int = 0            # > 0: stalled now, for this long
     min_rtt_us: int = 0
     netns_ino: int = 0             # the socket's network namespace (inode)
+    dsacked_segments: int = 0      # resends the peer D-SACKed: needless (TCPDSACKRecvSegs)
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod

@@ -452,7 +452,7 @@ function renderRules() {
         ["num wrap", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
         ["num dropped", fmtInt(u64(c.dropped_segments))],
         ["num", dr === undefined ? "-" : dr.toFixed(dr < 10 ? 1 : 0)],
-        ["num caused", e ? fmtInt(sumMap(e.retransmitted_segments)) : "-"],
+        ["num wrap caused", e ? causedText(e) : "-"],
         ["wrap", e ? byType(e.retransmitted_segments) : "-"],
         ["num", e ? fmtInt(u64(e.flows)) : "-"], ["num", timeLeft(rule)],
       ],
@@ -468,6 +468,18 @@ function renderRules() {
 }
 
 // Rows updated in place (same row elements, same cells): no flicker, no layout shift.
+// A rule's retransmits caused, and of them the resends that were not of its drops and the
+// needless ones (the receivers D-SACKed them) when there are any.
+function causedText(e) {
+  const total = sumMap(e.retransmitted_segments);
+  const other = Math.max(0, total - sumMap(e.resent_dropped_segments));
+  const needless = sumMap(e.dsacked_segments);
+  const parts = [];
+  if (other) parts.push(fmtInt(other) + " other");
+  if (needless) parts.push(fmtInt(needless) + " needless");
+  return fmtInt(total) + (parts.length ? " (" + parts.join(", ") + ")" : "");
+}
+
 function fillTable(tbody, rows, attr, onClick) {
   while (tbody.rows.length > rows.length) tbody.deleteRow(-1);
   rows.forEach((r, i) => {
@@ -610,7 +622,8 @@ function renderFlows() {
         ["num", fmtInt(f.cwnd || 0)], ["num", fmtSrtt(f.srtt_us || 0)],
         ["num", fmtBytes(u64(f.bytes_sent))], ["num acked", fmtBytes(u64(f.bytes_acked))],
         ["num", r.rate === null || f.closed ? "-" : fmtBytes(r.rate) + "/s"],
-        ["num retrans", fmtInt(sumMap(f.retransmitted_segments))],
+        ["num wrap retrans", fmtInt(sumMap(f.retransmitted_segments)) +
+            (u64(f.dsacked_segments) ? " (" + fmtInt(u64(f.dsacked_segments)) + " needless)" : "")],
         ["wrap", byType(f.retransmitted_segments)], ["limit", limitText(f)], ["num wrap", stallsText(f)],
         ["num age", (f.preexisting ? "> " : "") + age],
       ],

@@ -308,7 +308,7 @@ class Output:
                     out["%s.%s" % (ty, o)] = x
         for k in ("ring_lost", "ring_consumed", "hub_published", "filtered", "flows_opened",
                   "flows_closed", "recursion_misses", "flow_table_full", "arm_failed", "armed_existing",
-                  "stalls", "samples"):
+                  "stalls", "samples", "dsacks"):
             out[k] = t.get(k)
         if self.subscriber:
             out["sub_delivered"] = self.subscriber["delivered"]
