@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/stop_token.h"
 #include "common/stream_budget.h"
 #include "effects/effects.h"
 #include "injector/injector.h"
@@ -136,6 +137,9 @@ class Components {
   const ApiLimits& api() const { return api_; }
   // Every client stream's budget (gRPC and HTTP; the observer's hub uses it).
   StreamBudget& streams() const { return streams_; }
+  // Set when the server shuts down: every stream's producer ends its stream.
+  const StopToken& stream_stop() const { return stream_stop_; }
+  void StopStreams() { stream_stop_.Stop(); }
 
  private:
   void Fail(ComponentStatus* s, const std::string& why) {
@@ -208,6 +212,7 @@ class Components {
   const RuleLimits limits_;
   const ApiLimits api_;
   mutable StreamBudget streams_;
+  StopToken stream_stop_;
   const uint64_t start_ns_;
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;

@@ -365,7 +365,7 @@ int Daemon::Stop(int sig) {
   if (http_) http_->Stop();      // ends its streams; it reads the parts below
   if (live_) live_->Stop();      // its own gRPC streams, before the server shuts down
   stopping_ = true;              // a loading observer stops at its next program
-  g_streams_stopping = true;     // producers end their streams with OK
+  parts_->StopStreams();         // producers end their streams with OK
   if (socket_) socket_->Stop();  // no new connection for a server shutting down
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();

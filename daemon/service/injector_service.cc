@@ -222,7 +222,7 @@ grpc::ServerWriteReactor<v1::RuleCountersUpdate>* InjectorService::WatchRuleCoun
             return grpc::Status(grpc::StatusCode::NOT_FOUND, deleted + " was deleted");
           if (!sink.Sleep(*period)) return grpc::Status::OK;  // shutdown
         }
-      });
+      }, parts_->stream_stop());
 }
 
 grpc::ServerUnaryReactor* InjectorService::GetRuleEffect(grpc::CallbackServerContext* ctx,

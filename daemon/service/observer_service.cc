@@ -155,7 +155,7 @@ grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomi
       if (batch.items_size() && !sink.Write(batch)) break;
     }
     return grpc::Status::OK;
-  });
+  }, parts->stream_stop());
 }
 
 // A stall as the API shows it: with the rules covering its flow and the drop
@@ -310,7 +310,7 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
       }
     }
     return grpc::Status::OK;
-  });
+  }, parts_->stream_stop());
 }
 
 grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
@@ -386,7 +386,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
       if (auto e = sub->Next(wait)) add(*e);
     }
     return grpc::Status::OK;
-  });
+  }, parts_->stream_stop());
 }
 
 namespace {
@@ -497,7 +497,7 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
       }
     }
     return grpc::Status::OK;
-  });
+  }, parts_->stream_stop());
 }
 
 }  // namespace lossd

@@ -12,11 +12,9 @@
 #include <mutex>
 #include <thread>
 
-namespace lossd {
+#include "common/stop_token.h"
 
-// Set when the server shuts down: producers finish their streams cleanly
-// (status OK) instead of being cut off at the shutdown deadline.
-inline std::atomic<bool> g_streams_stopping{false};
+namespace lossd {
 
 template <typename Msg>
 class PumpReactor : public grpc::ServerWriteReactor<Msg> {
@@ -33,7 +31,7 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
     bool Sleep(D d) {
       auto end = std::chrono::steady_clock::now() + d;
       std::unique_lock<std::mutex> lock(r_->mu_);
-      while (!r_->cancelled_ && !g_streams_stopping) {
+      while (!r_->cancelled_ && !r_->stop_->stopped()) {
         auto slice = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
         if (slice >= end) {
           r_->cv_.wait_until(lock, end, [&] { return r_->cancelled_; });
@@ -41,7 +39,7 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
         }
         r_->cv_.wait_until(lock, slice, [&] { return r_->cancelled_; });
       }
-      return !r_->cancelled_ && !g_streams_stopping;
+      return !r_->cancelled_ && !r_->stop_->stopped();
     }
     // A write is in flight (Write would wait for it).
     bool Busy() const {
@@ -51,7 +49,7 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
     // The client went away, or the server is shutting down.
     bool done() const {
       std::lock_guard<std::mutex> lock(r_->mu_);
-      return r_->cancelled_ || g_streams_stopping;
+      return r_->cancelled_ || r_->stop_->stopped();
     }
 
    private:
@@ -62,10 +60,11 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
   // finished at once, with no thread.
   explicit PumpReactor(const grpc::Status& refused) { this->Finish(refused); }
 
-  // produce(sink) runs on its own thread; its return value ends the stream.
+  // produce(sink) runs on its own thread; its return value ends the stream,
+  // as does `stop` (the server's, which outlives the stream: see Sink::done).
   // Whatever the stream must be granted (its budget, its subscription) is
   // taken before, on the caller's thread: a refused stream gets no thread.
-  explicit PumpReactor(std::function<grpc::Status(Sink&)> produce) {
+  PumpReactor(std::function<grpc::Status(Sink&)> produce, const StopToken& stop) : stop_(&stop) {
     thread_ = std::thread([this, produce = std::move(produce)] {
       Sink sink(this);
       grpc::Status st = produce(sink);
@@ -121,6 +120,7 @@ class PumpReactor : public grpc::ServerWriteReactor<Msg> {
     return true;
   }
 
+  const StopToken* stop_ = nullptr;  // null: refused, no producer
   std::mutex mu_;
   std::condition_variable cv_;
   bool writing_ = false;
