@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <map>
 #include <set>
 #include <string>
@@ -25,6 +27,14 @@ using namespace std::chrono_literals;
 // "port dport 80 [0]", "cfg ports 1 dhost 0 shost 0 scan []", "read 0", ...
 using Log = std::vector<std::string>;
 
+// The lease thread writes the config while the test's thread changes rules
+// (TheLeaseIsRenewedWhileAChangeHoldsTheRules): every line goes in under one lock.
+std::mutex g_log_mu;
+void Push(Log* log, std::string line) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  log->push_back(std::move(line));
+}
+
 std::string Slots(const struct loss_bucket& b) {
   std::string s = "[";
   for (uint32_t i = 0; i < b.n; i++) s += (i ? " " : "") + std::to_string(b.slot[i]);
@@ -38,46 +48,46 @@ class FakeMaps final : public LossMaps {
   Status WriteRule(uint32_t slot, const struct loss_rule& r) override {
     if (fail_rules) return Internal("fake: write rule slot " + std::to_string(slot));
     rules[slot] = r;
-    log_->push_back("rule " + std::to_string(slot) + (r.flags & LOSS_RULE_ACTIVE ? " on" : " off") +
+    Push(log_, "rule " + std::to_string(slot) + (r.flags & LOSS_RULE_ACTIVE ? " on" : " off") +
                     " id " + std::to_string(r.id) + " gen " + std::to_string(r.generation));
     return Status::Ok();
   }
   Status ResetCounters(uint32_t slot) override {
     counters[slot] = RuleCounters();
-    log_->push_back("reset " + std::to_string(slot));
+    Push(log_, "reset " + std::to_string(slot));
     return Status::Ok();
   }
   Result<RuleCounters> ReadCounters(uint32_t slot) const override {
-    log_->push_back("read " + std::to_string(slot));
+    Push(log_, "read " + std::to_string(slot));
     auto it = counters.find(slot);
     return it == counters.end() ? RuleCounters() : it->second;
   }
   Status WritePortList(uint32_t key, const struct loss_bucket& b) override {
     if (fail_lists) return Internal("fake: write port index");
-    log_->push_back(std::string("port ") +
+    Push(log_, std::string("port ") +
                     (key / 65536 == LOSS_ANCHOR_DPORT ? "dport " : "sport ") +
                     std::to_string(key % 65536) + " " + Slots(b));
     return Status::Ok();
   }
   Status WriteHostList(const struct loss_host_key& key, const struct loss_bucket& b) override {
-    log_->push_back(std::string("host ") + (key.kind == LOSS_ANCHOR_DHOST ? "dst " : "src ") +
+    Push(log_, std::string("host ") + (key.kind == LOSS_ANCHOR_DHOST ? "dst " : "src ") +
                     Slots(b));
     return Status::Ok();
   }
   Status DeleteHostList(const struct loss_host_key& key) override {
-    log_->push_back(std::string("host ") + (key.kind == LOSS_ANCHOR_DHOST ? "dst" : "src") +
+    Push(log_, std::string("host ") + (key.kind == LOSS_ANCHOR_DHOST ? "dst" : "src") +
                     " deleted");
     return Status::Ok();
   }
   Status WriteBloomWord(uint32_t, uint64_t bits) override {
-    log_->push_back(bits ? "bloom set" : "bloom clear");
+    Push(log_, bits ? "bloom set" : "bloom clear");
     return Status::Ok();
   }
   Status WriteConfig(const struct loss_config& c) override {
     cfg = c;
     std::string scan = "[";
     for (uint32_t i = 0; i < c.n_scan; i++) scan += (i ? " " : "") + std::to_string(c.scan[i]);
-    log_->push_back("cfg ports " + std::to_string(c.n_port_rules) + " dhost " +
+    Push(log_, "cfg ports " + std::to_string(c.n_port_rules) + " dhost " +
                     std::to_string(c.n_dhost_rules) + " shost " + std::to_string(c.n_shost_rules) +
                     " scan " + scan + "]");
     return Status::Ok();
@@ -86,7 +96,7 @@ class FakeMaps final : public LossMaps {
   Result<bool> ReadDrops(const loss_drop_key&, loss_drop_log*) const override { return false; }
   Status SetTraced(const loss_drop_key& key, bool on) override {
     if (on && traced_full) return ResourceExhausted("fake: loss_traced is full");
-    log_->push_back(std::string(on ? "traced " : "untraced ") + std::to_string(key.dport));
+    Push(log_, std::string(on ? "traced " : "untraced ") + std::to_string(key.dport));
     if (on)
       traced_lost.emplace(key.dport, 0);
     else
@@ -114,9 +124,13 @@ class FakeMaps final : public LossMaps {
 
 class FakeAttachment final : public Attachment {
  public:
-  FakeAttachment(std::string what, std::shared_ptr<bool> alive, Log* log)
-      : what_(std::move(what)), alive_(std::move(alive)), log_(log) {}
-  ~FakeAttachment() override { log_->push_back("detach " + what_); }
+  FakeAttachment(std::string what, std::shared_ptr<bool> alive, Log* log,
+                 std::chrono::milliseconds detach_takes)
+      : what_(std::move(what)), alive_(std::move(alive)), log_(log), detach_takes_(detach_takes) {}
+  ~FakeAttachment() override {
+    std::this_thread::sleep_for(detach_takes_);  // a kernel that waits (RCU) to detach
+    Push(log_, "detach " + what_);
+  }
   std::string Describe() const override { return what_; }
   bool Attached() const override { return *alive_; }
 
@@ -124,6 +138,7 @@ class FakeAttachment final : public Attachment {
   std::string what_;
   std::shared_ptr<bool> alive_;
   Log* log_;
+  std::chrono::milliseconds detach_takes_;
 };
 
 // Interfaces and cgroups as the test sets them; attachments that the test
@@ -147,9 +162,9 @@ class FakeAttacher final : public Attacher {
                    (target.netns.ino ? "@" + std::to_string(target.netns.ino) : ""));
     if (refuse.count(kind)) return FailedPrecondition("fake: cannot attach " + what);
     if (!loaded.count(kind)) return Internal("fake: not loaded: " + what);
-    log_->push_back("attach " + what);
+    Push(log_, "attach " + what);
     alive[what] = std::make_shared<bool>(true);
-    return std::unique_ptr<Attachment>(new FakeAttachment(what, alive[what], log_));
+    return std::unique_ptr<Attachment>(new FakeAttachment(what, alive[what], log_, detach_takes));
   }
   Result<int> IfIndex(const std::string& name) const override {
     auto it = ifindex.find(name);
@@ -169,6 +184,7 @@ class FakeAttacher final : public Attacher {
   uint64_t NetnsCookie() const override { return 0; }
 
   std::set<int> loaded, refuse;
+  std::chrono::milliseconds detach_takes{0};
   std::map<std::string, int> ifindex{{"eth-t", 7}, {"eth-u", 9}};
   std::map<std::string, CgroupInfo> cgroups;
   std::map<std::string, std::shared_ptr<bool>> alive;  // by attachment
@@ -248,6 +264,7 @@ class InjectorTest : public ::testing::Test {
   // The log since the last call.
   Log Take() {
     Log out;
+    std::lock_guard<std::mutex> lock(g_log_mu);
     out.swap(log_);
     return out;
   }
@@ -417,6 +434,39 @@ TEST_F(InjectorTest, ADeletedRuleIsKeptReadableUntilDeletedAgain) {
   uint32_t c = Add(PortRule(84));
   ASSERT_TRUE(inj_->Remove(c).ok());
   EXPECT_EQ(inj_->Get(c).status().code(), Code::kNotFound);
+}
+
+// The lease thread takes no lock of the rules: while a change holds them for
+// several leases (ten interfaces whose detaching waits 100 ms each, as a
+// kernel waiting for RCU can), the lease is renewed and never runs out.
+TEST_F(InjectorTest, TheLeaseIsRenewedWhileAChangeHoldsTheRules) {
+  InjectorOptions o = Options();
+  o.lease = 300ms;
+  o.background = true;
+  Make(o);
+  host_->detach_takes = 100ms;
+  for (int i = 0; i < 10; i++) {
+    std::string name = "lk" + std::to_string(i);
+    host_->ifindex[name] = 100 + i;
+    Add(PortRule(80, name));
+  }
+  std::atomic<bool> clearing{true};
+  std::vector<uint64_t> remaining;
+  std::thread sampler([&] {
+    while (clearing) {
+      remaining.push_back(inj_->LeaseRemainingNs());
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(inj_->Clear(), 10u);
+  auto held = std::chrono::steady_clock::now() - t0;
+  clearing = false;
+  sampler.join();
+  EXPECT_GE(held, 3 * o.lease) << "the change must outlast the lease for the test to show it";
+  ASSERT_GT(remaining.size(), 20u);
+  EXPECT_EQ(std::count(remaining.begin(), remaining.end(), 0u), 0)
+      << "the lease ran out while Clear held the rules";
 }
 
 TEST_F(InjectorTest, ExpiredRulesAreForgottenAfterKeepExpired) {
