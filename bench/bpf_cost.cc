@@ -71,8 +71,9 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "injector/injector.h"
+#include "loader/libbpf_log.h"
 
 namespace {
 

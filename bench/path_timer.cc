@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "common/bpf_objects.h"
+#include "loader/bpf_objects.h"
 #include "path_timer.skel.h"
 
 namespace {

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
-#include "common/split_load.h"
+#include "base/clock.h"
+#include "loader/split_load.h"
 #include "loss.skel.h"
 #include "observe.skel.h"
 

@@ -25,7 +25,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/fd.h"
+#include "base/fd.h"
 #include "ring_producer.skel.h"
 
 namespace {

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
-#include "common/status.h"
-#include "common/stop_token.h"
+#include "base/clock.h"
+#include "base/status.h"
+#include "base/stop_token.h"
 #include "common/stream_budget.h"
 #include "effects/effects.h"
 #include "injector/injector.h"

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/address.h"
-#include "common/json.h"
+#include "base/address.h"
+#include "base/json.h"
+#include "base/log.h"
 #include "common/listener_policy.h"
-#include "common/log.h"
 #include "effects/effects.h"
 #include "host/netns.h"
 #include "host/state_dir.h"

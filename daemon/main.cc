@@ -19,9 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "config_file.h"
 #include "daemon.h"
+#include "loader/libbpf_log.h"
 #include "oneshot.h"
 #include "rules/flags.h"
 

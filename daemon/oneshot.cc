@@ -18,9 +18,9 @@
 #include <string>
 #include <thread>
 
-#include "common/clock.h"
-#include "common/json.h"
-#include "common/log.h"
+#include "base/clock.h"
+#include "base/json.h"
+#include "base/log.h"
 #include "host/state_dir.h"
 #include "rules/proto.h"
 #include "service/convert.h"

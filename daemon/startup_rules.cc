@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/fd.h"
+#include "base/fd.h"
 #include "rule_flags.h"  // lossctl's rules-file parser (client/lossctl)
 #include "rules/proto.h"
 

@@ -18,8 +18,8 @@
 #include <mutex>
 #include <thread>
 
+#include "base/fd.h"
 #include "commands.h"
-#include "common/fd.h"
 #include "connect.h"
 #include "filter_flags.h"
 #include "format.h"

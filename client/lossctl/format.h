@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/json.h"
+#include "base/json.h"
 #include "lossd/v1/lossd.pb.h"
 #include "rules/proto.h"
 

@@ -20,8 +20,8 @@
 
 #include <string>
 
-#include "common/address.h"
-#include "common/status.h"
+#include "base/address.h"
+#include "base/status.h"
 
 namespace lossd {
 

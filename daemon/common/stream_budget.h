@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/status.h"
+#include "base/status.h"
 
 namespace lossd {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "common/clock.h"
+#include "base/clock.h"
 #include "rules/match.h"
 #include "rules/model.h"
 

@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "common/log.h"
+#include "base/log.h"
 
 namespace lossd {
 

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "common/fd.h"
-#include "common/status.h"
+#include "base/fd.h"
+#include "base/status.h"
 
 namespace lossd {
 

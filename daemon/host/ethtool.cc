@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/fd.h"
+#include "base/fd.h"
 
 namespace lossd {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/status.h"
+#include "base/status.h"
 
 namespace lossd {
 

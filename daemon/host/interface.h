@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "common/status.h"
+#include "base/status.h"
 
 namespace lossd {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/fd.h"
+#include "base/fd.h"
 #include "host/interface.h"
 
 namespace lossd {

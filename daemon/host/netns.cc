@@ -13,7 +13,7 @@
 #include <linux/nsfs.h>
 #include <sys/ioctl.h>
 
-#include "common/log.h"
+#include "base/log.h"
 
 #ifndef SO_NETNS_COOKIE
 #define SO_NETNS_COOKIE 71

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/fd.h"
-#include "common/status.h"
+#include "base/fd.h"
+#include "base/status.h"
 
 namespace lossd {
 

@@ -17,8 +17,8 @@
 #include <sstream>
 #include <vector>
 
-#include "common/fd.h"
-#include "common/log.h"
+#include "base/fd.h"
+#include "base/log.h"
 #include "host/ethtool.h"
 #include "host/netlink.h"
 #include "host/records.h"

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
+#include "base/status.h"
 
 namespace lossd {
 

@@ -18,7 +18,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/fd.h"
+#include "base/fd.h"
 #include "host/netlink.h"
 
 namespace lossd {

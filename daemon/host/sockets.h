@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "observe_abi.h"
 
 namespace lossd {

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "common/log.h"
+#include "base/log.h"
 
 namespace lossd {
 

@@ -21,7 +21,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "common/fd.h"
+#include "base/fd.h"
 #include "host/cgroup.h"
 
 extern char** environ;

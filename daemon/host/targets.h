@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/fd.h"
-#include "common/status.h"
+#include "base/fd.h"
+#include "base/status.h"
 #include "rules/rule.h"
 
 namespace lossd {

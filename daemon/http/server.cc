@@ -11,7 +11,7 @@
 #include <deque>
 #include <mutex>
 
-#include "common/log.h"
+#include "base/log.h"
 
 namespace lossd {
 namespace {

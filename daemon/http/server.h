@@ -40,8 +40,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/address.h"
-#include "common/status.h"
+#include "base/address.h"
+#include "base/status.h"
 
 namespace lossd {
 

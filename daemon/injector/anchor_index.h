@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "rules/rule.h"
 
 namespace lossd {

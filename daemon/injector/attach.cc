@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "host/netns.h"
 #include "host/records.h"
 #include "host/state_dir.h"

@@ -3,7 +3,7 @@
 #include <net/if.h>
 #include <sys/stat.h>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "host/interface.h"
 #include "host/netlink.h"
 #include "host/netns.h"

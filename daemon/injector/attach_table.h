@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "host/cgroup.h"
 #include "host/offloads.h"
 #include "injector/attach.h"

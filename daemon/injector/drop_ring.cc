@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "common/clock.h"
-#include "common/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 namespace lossd {
 

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "injector/maps.h"
 #include "loss_abi.h"
 

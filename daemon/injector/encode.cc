@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/address.h"
+
 namespace lossd {
 
 uint64_t ProbabilityToThreshold(double p) {
@@ -16,13 +18,12 @@ uint64_t ProbabilityToThreshold(double p) {
 namespace {
 
 void EncodeCidr(const std::optional<Cidr>& c, __u32* addr, __u32* mask) {
-  uint8_t a[16] = {}, m[16] = {};
-  if (c) {
-    for (int bit = 0; bit < c->prefix; bit++) m[bit / 8] |= 0x80 >> (bit % 8);
+  uint8_t a[16] = {};
+  std::array<uint8_t, 16> m = PrefixMask(c ? c->prefix : 0);
+  if (c)
     for (int i = 0; i < 16; i++) a[i] = c->addr[i] & m[i];
-  }
   std::memcpy(addr, a, 16);
-  std::memcpy(mask, m, 16);
+  std::memcpy(mask, m.data(), 16);
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "common/clock.h"
-#include "common/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "rules/match.h"
 #include "rules/model.h"
 

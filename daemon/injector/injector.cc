@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <set>
 
-#include "common/clock.h"
-#include "common/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "injector/encode.h"
 #include "rules/model.h"
 

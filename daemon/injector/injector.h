@@ -20,8 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "common/split_load.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "injector/attach.h"
 #include "injector/attach_table.h"
 #include "injector/drop_ring.h"
@@ -31,6 +30,7 @@
 #include "injector/programs.h"
 #include "injector/rule_maps.h"
 #include "injector/watch.h"
+#include "loader/split_load.h"
 #include "loss_abi.h"
 #include "rules/rule.h"
 

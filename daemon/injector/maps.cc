@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/bpf_objects.h"
-#include "common/split_load.h"
+#include "loader/bpf_objects.h"
+#include "loader/split_load.h"
 #include "loss.skel.h"
 
 namespace lossd {

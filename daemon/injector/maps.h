@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "loss_abi.h"
 
 struct bpf_object;

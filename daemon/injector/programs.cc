@@ -5,8 +5,8 @@
 #include <cstring>
 #include <string>
 
-#include "common/clock.h"
-#include "common/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "host/interface.h"
 
 namespace lossd {

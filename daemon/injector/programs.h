@@ -10,9 +10,9 @@
 #include <mutex>
 #include <vector>
 
-#include "common/split_load.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "injector/maps.h"
+#include "loader/split_load.h"
 #include "loss_abi.h"
 #include "rules/rule.h"
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/log.h"
+#include "base/log.h"
 
 namespace lossd {
 

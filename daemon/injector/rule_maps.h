@@ -18,7 +18,7 @@
 #include <set>
 #include <vector>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "injector/anchor_index.h"
 #include "injector/maps.h"
 #include "loss_abi.h"

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "host/netlink.h"
 
 namespace lossd {

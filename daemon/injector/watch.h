@@ -14,8 +14,8 @@
 #include <mutex>
 #include <thread>
 
-#include "common/fd.h"
-#include "common/status.h"
+#include "base/fd.h"
+#include "base/status.h"
 
 namespace lossd {
 

@@ -5,9 +5,9 @@
 #include <map>
 #include <sstream>
 
-#include "common/clock.h"
-#include "common/json.h"
-#include "common/log.h"
+#include "base/clock.h"
+#include "base/json.h"
+#include "base/log.h"
 #include "host/netns.h"
 #include "live/sse.h"
 #include "live/web_assets.h"

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
+#include "base/address.h"
 #include "metrics/families.h"
-#include "observer/format.h"
 
 namespace lossd {
 namespace {

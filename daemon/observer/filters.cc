@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "base/address.h"
 #include "rules/match.h"
 
 namespace lossd {
@@ -97,7 +98,7 @@ bool FilterSet::Any(FilterSubject& s) const {
   if (all_) return true;
   if (types_ && (s.type < 0 || (types_ >> s.type) & 1)) return true;  // flows: type ignored
   if (!hosts_.empty()) {
-    int fam = t.family == AF_INET ? 4 : 6;
+    int fam = VersionOfAf(t.family);
     if (hosts_.count(HostKey(fam, reinterpret_cast<const uint8_t*>(t.saddr))) ||
         hosts_.count(HostKey(fam, reinterpret_cast<const uint8_t*>(t.daddr))))
       return true;

@@ -20,7 +20,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "common/stream_budget.h"
 #include "observe_abi.h"
 

@@ -12,8 +12,9 @@
 #include <map>
 #include <mutex>
 
-#include "common/clock.h"
-#include "common/log.h"
+#include "base/address.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "host/cgroup.h"
 #include "observe.skel.h"
 
@@ -574,13 +575,11 @@ Status Observer::SetFilters(const std::vector<ObsFilterSpec>& filters) {
     f.cgroup_id = s.cgroup_id;
     int fam = s.family ? s.family : s.addr ? s.addr->family : 0;
     if (fam && fam != 4 && fam != 6) return InvalidArgument("filter family must be 4 or 6");
-    f.family = fam == 4 ? AF_INET : fam == 6 ? AF_INET6 : 0;
+    f.family = AfOfVersion(fam);
     if (s.addr) {
-      uint8_t a[16] = {}, m[16] = {};
-      for (int bit = 0; bit < s.addr->prefix; bit++) m[bit / 8] |= 0x80 >> (bit % 8);
-      for (int b = 0; b < 16; b++) a[b] = s.addr->addr[b] & m[b];
-      std::memcpy(f.addr, a, 16);
-      std::memcpy(f.mask, m, 16);
+      const auto m = PrefixMask(s.addr->prefix);
+      for (int b = 0; b < 16; b++) reinterpret_cast<uint8_t*>(f.addr)[b] = s.addr->addr[b] & m[b];
+      std::memcpy(f.mask, m.data(), 16);
     }
   }
   return WriteConfigLocked();

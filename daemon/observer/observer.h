@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/bpf_objects.h"
-#include "common/split_load.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "host/netns.h"
+#include "loader/bpf_objects.h"
+#include "loader/split_load.h"
 #include "observe_abi.h"
 #include "observer/hub.h"
 #include "rules/rule.h"

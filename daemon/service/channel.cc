@@ -19,8 +19,8 @@
 #include <cstring>
 #include <vector>
 
-#include "common/clock.h"
-#include "common/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 namespace lossd {
 namespace {

@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/fd.h"
-#include "common/status.h"
+#include "base/fd.h"
+#include "base/status.h"
 #include "common/stream_budget.h"
 
 namespace grpc {

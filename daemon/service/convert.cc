@@ -1,8 +1,8 @@
 #include "service/convert.h"
 
-#include "common/clock.h"
+#include "base/address.h"
+#include "base/clock.h"
 #include "observer/diagnosis.h"
-#include "observer/format.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "effects/effects.h"
 #include "host/targets.h"
 #include "injector/injector.h"

@@ -2,7 +2,7 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
-#include "common/json.h"
+#include "base/json.h"
 
 namespace lossd {
 namespace {

@@ -1,9 +1,9 @@
 // The Injector service: lossd.v1 <-> the injector, which owns every rule.
 #include <algorithm>
 
-#include "common/clock.h"
-#include "common/json.h"
-#include "common/log.h"
+#include "base/clock.h"
+#include "base/json.h"
+#include "base/log.h"
 #include "service/channel.h"
 #include "service/convert.h"
 #include "service/refusals.h"

@@ -5,11 +5,11 @@
 #include <deque>
 #include <memory>
 
-#include "common/clock.h"
+#include "base/clock.h"
+#include "effects/trace.h"
 #include "host/cgroup.h"
 #include "host/targets.h"
 #include "observer/windows.h"
-#include "effects/trace.h"
 #include "service/channel.h"
 #include "service/convert.h"
 #include "service/services.h"

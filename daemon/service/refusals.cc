@@ -4,9 +4,9 @@
 
 #include <mutex>
 
-#include "common/clock.h"
-#include "common/log.h"
-#include "common/rate_limit.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/rate_limit.h"
 #include "rules/proto.h"
 
 namespace lossd {

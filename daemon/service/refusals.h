@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "common/json.h"
+#include "base/json.h"
 #include "service/channel.h"
 
 namespace lossd {

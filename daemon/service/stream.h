@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/stop_token.h"
+#include "base/stop_token.h"
 
 namespace lossd {
 

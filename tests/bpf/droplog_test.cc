@@ -4,7 +4,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
-#include "common/clock.h"
+#include "base/clock.h"
 #include "harness.h"
 
 namespace lossd::bpftest {

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/log.h"
+#include "base/log.h"
 
 int main(int argc, char** argv) {
   bool listing = false;

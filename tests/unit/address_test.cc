@@ -1,10 +1,34 @@
-// ParseListenAddress: loopback is decided on the parsed address.
-#include "common/address.h"
+// ParseListenAddress: loopback is decided on the parsed address; the IP
+// helpers every part shares (families, text, prefix masks).
+#include "base/address.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 namespace lossd {
 namespace {
+
+TEST(Address, FamiliesTextAndPrefixMasks) {
+  EXPECT_EQ(AfOfVersion(4), AF_INET);
+  EXPECT_EQ(AfOfVersion(6), AF_INET6);
+  EXPECT_EQ(AfOfVersion(5), 0);
+  EXPECT_EQ(VersionOfAf(AF_INET), 4);
+  EXPECT_EQ(VersionOfAf(AF_INET6), 6);
+  EXPECT_EQ(VersionOfAf(AF_UNIX), 0);
+  uint8_t v4[4] = {10, 0, 0, 1}, v6[16] = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  EXPECT_EQ(AddrText(AF_INET, v4), "10.0.0.1");
+  EXPECT_EQ(AddrText(AF_INET6, v6), "fd00::1");
+  std::array<uint8_t, 16> none{}, all;
+  all.fill(0xff);
+  EXPECT_EQ(PrefixMask(0), none);
+  EXPECT_EQ(PrefixMask(128), all);
+  EXPECT_EQ(PrefixMask(200), all);  // bounded
+  auto m20 = PrefixMask(20);
+  EXPECT_EQ(m20[0], 0xff);
+  EXPECT_EQ(m20[1], 0xff);
+  EXPECT_EQ(m20[2], 0xf0);
+  EXPECT_EQ(m20[3], 0x00);
+}
 
 TEST(ListenAddress, LoopbackIsDecidedOnTheParsedAddress) {
   struct Case {

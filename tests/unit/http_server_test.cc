@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/fd.h"
+#include "base/fd.h"
 
 namespace lossd {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <regex>
 
-#include "common/json.h"
-#include "common/log.h"
-#include "common/rate_limit.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "base/rate_limit.h"
 #include "service/refusals.h"
 
 namespace lossd {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/json.h"
+#include "base/json.h"
 #include "rules/flags.h"
 
 #ifndef LOSSD_VECTORS

@@ -1,5 +1,5 @@
 // Status helpers: quoted input stays bounded and valid UTF-8.
-#include "common/status.h"
+#include "base/status.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@ import statistics
 
 from .errors import LossdInputError
 
-# The spellings are lossd's and lossctl's (daemon/rules/rule.h): the vectors
+# The spellings are lossd's and lossctl's (lib/rules/rule.h): the vectors
 # of tests/vectors/rule_parsers.json hold both languages to them.
 
 MAX_INPUT = 256  # characters, as kMaxInputLength

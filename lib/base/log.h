@@ -3,9 +3,8 @@
 // journald too, which adds its own: the line keeps lossd's). Two formats
 // (--log-format): text ("TIME LEVEL MESSAGE") and json (one object per line:
 // time, level, msg, then the call site's structured fields, if any; written
-// by nlohmann-json, every string escaped). libbpf's own messages are routed
-// here too (RouteLibbpfLogs), at debug level for its chatter, warn for its
-// warnings. docs/architecture.md#logs.
+// by nlohmann-json, every string escaped). libbpf's own messages come here
+// too (daemon/loader/libbpf_log.h). docs/architecture.md#logs.
 #pragma once
 
 #include <time.h>
@@ -30,11 +29,11 @@ bool ParseLogFormat(const char* text, LogFormat* format);
 bool LogEnabled(LogLevel level);
 
 void Log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void VLog(LogLevel level, const char* fmt, va_list ap);
 // A line with structured fields: `msg` is the whole human message (the text
 // format prints only it); the json format writes `fields` (an object) beside
 // time, level and msg (a field named like one of those three is left out).
 void LogFields(LogLevel level, const std::string& msg, const nlohmann::ordered_json& fields);
-void RouteLibbpfLogs();
 
 // The pure parts (unit-tested): RFC 3339 in UTC with microseconds, and one
 // whole line without its newline. `fields` may be null.

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "rules/rule.h"
 
 namespace CLI {

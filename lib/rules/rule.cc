@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/address.h"
+
 namespace lossd {
 
 std::string TrimSpace(const std::string& s) {
@@ -168,9 +170,7 @@ bool ParseDecimal(const std::string& s, uint64_t lo, uint64_t hi, uint64_t* out)
 }
 
 std::string Cidr::ToString() const {
-  char buf[INET6_ADDRSTRLEN] = {};
-  inet_ntop(family == 4 ? AF_INET : AF_INET6, addr.data(), buf, sizeof(buf));
-  return std::string(buf) + "/" + std::to_string(prefix);
+  return AddrText(AfOfVersion(family), addr.data()) + "/" + std::to_string(prefix);
 }
 
 Result<Cidr> ParseCidr(const std::string& text) {
@@ -211,8 +211,9 @@ Result<Cidr> ParseCidr(const std::string& text) {
   }
   // Host bits must be zero: "10.0.0.1/24" is almost always a typo for a host
   // or a network, and silently masking it would target the wrong traffic.
-  for (int bit = c.prefix; bit < max; bit++) {
-    if (c.addr[bit / 8] & (0x80 >> (bit % 8)))
+  const auto mask = PrefixMask(c.prefix);
+  for (int i = 0; i < 16; i++) {
+    if (c.addr[i] & ~mask[i])
       return InvalidArgument("invalid CIDR '" + Shown(text) + "': host bits set beyond /" +
                              std::to_string(c.prefix));
   }

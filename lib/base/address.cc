@@ -1,4 +1,4 @@
-#include "common/address.h"
+#include "base/address.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -7,6 +7,26 @@
 #include <cstring>
 
 namespace lossd {
+
+int AfOfVersion(int version) {
+  return version == 4 ? AF_INET : version == 6 ? AF_INET6 : 0;
+}
+
+int VersionOfAf(int af) {
+  return af == AF_INET ? 4 : af == AF_INET6 ? 6 : 0;
+}
+
+std::string AddrText(int af, const void* addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  inet_ntop(af == AF_INET6 ? AF_INET6 : AF_INET, addr, buf, sizeof(buf));
+  return buf;
+}
+
+std::array<uint8_t, 16> PrefixMask(int prefix) {
+  std::array<uint8_t, 16> m{};
+  for (int bit = 0; bit < prefix && bit < 128; bit++) m[bit / 8] |= 0x80 >> (bit % 8);
+  return m;
+}
 
 std::string ListenAddress::ToString() const {
   return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);

@@ -1,4 +1,4 @@
-#include "common/rate_limit.h"
+#include "base/rate_limit.h"
 
 #include <algorithm>
 
@@ -16,7 +16,8 @@ bool LineRateLimiter::Admit(uint64_t now_ns, uint64_t* suppressed) {
   }
   if (now_ns > last_ns_) {  // a clock that went back refills nothing
     uint64_t elapsed = now_ns - last_ns_;
-    budget_ns_ = elapsed >= capacity_ns_ ? capacity_ns_ : std::min(capacity_ns_, budget_ns_ + elapsed);
+    budget_ns_ =
+        elapsed >= capacity_ns_ ? capacity_ns_ : std::min(capacity_ns_, budget_ns_ + elapsed);
     last_ns_ = now_ns;
   }
   if (budget_ns_ < cost_ns_) {

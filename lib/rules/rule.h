@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "loss_abi.h"
 
 namespace lossd {

@@ -1,6 +1,4 @@
-#include "common/log.h"
-
-#include <bpf/libbpf.h>
+#include "base/log.h"
 
 #include <atomic>
 #include <cstdio>
@@ -8,7 +6,7 @@
 #include <ctime>
 #include <mutex>
 
-#include "common/json.h"
+#include "base/json.h"
 
 namespace lossd {
 namespace {
@@ -20,14 +18,15 @@ std::mutex g_mu;
 void Write(LogLevel level, const std::string& msg, const Json* fields) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  std::string line =
-      FormatLogLine(static_cast<LogFormat>(g_format.load(std::memory_order_relaxed)), ts, level,
-                    msg, fields);
+  std::string line = FormatLogLine(static_cast<LogFormat>(g_format.load(std::memory_order_relaxed)),
+                                   ts, level, msg, fields);
   line += '\n';
   std::lock_guard<std::mutex> lock(g_mu);
   fwrite(line.data(), 1, line.size(), stderr);
   fflush(stderr);
 }
+
+}  // namespace
 
 void VLog(LogLevel level, const char* fmt, va_list ap) {
   if (!LogEnabled(level)) return;
@@ -37,18 +36,6 @@ void VLog(LogLevel level, const char* fmt, va_list ap) {
   while (n && msg[n - 1] == '\n') msg[--n] = 0;
   Write(level, std::string(msg, n), nullptr);
 }
-
-int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list ap) {
-  LogLevel l = level == LIBBPF_WARN ? LogLevel::kWarn : LogLevel::kDebug;
-  // libbpf echoes every netlink refusal, including the expected ones of a
-  // query ("Parent Qdisc doesn't exists"); the failures that matter come back
-  // as errors we report with context, so its echo is debug detail.
-  if (strstr(fmt, "Kernel error message") != nullptr) l = LogLevel::kDebug;
-  VLog(l, fmt, ap);
-  return 0;
-}
-
-}  // namespace
 
 const char* LogLevelName(LogLevel l) {
   switch (l) {
@@ -137,10 +124,6 @@ void LogFields(LogLevel level, const std::string& msg, const Json& fields) {
   std::string m = msg;
   while (!m.empty() && m.back() == '\n') m.pop_back();
   Write(level, m, &fields);
-}
-
-void RouteLibbpfLogs() {
-  libbpf_set_print(LibbpfPrint);
 }
 
 }  // namespace lossd

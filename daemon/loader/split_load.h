@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/status.h"
+#include "base/status.h"
 
 namespace lossd {
 

@@ -4,8 +4,8 @@
 
 #include <grpcpp/support/status.h>
 
-#include "common/json.h"
-#include "common/status.h"
+#include "base/json.h"
+#include "base/status.h"
 #include "lossd/v1/lossd.pb.h"
 #include "rules/rule.h"
 

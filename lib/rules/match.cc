@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "base/address.h"
+
 namespace lossd {
 namespace {
 
@@ -15,18 +17,17 @@ bool AddrIn(const std::optional<Cidr>& c, uint16_t family, const uint32_t* a) {
 }  // namespace
 
 bool AddrInCidr(const Cidr& c, uint16_t family, const uint32_t* a) {
-  if ((c.family == 4) != (family == AF_INET)) return false;
+  if (c.family != VersionOfAf(family)) return false;
   const auto* b = reinterpret_cast<const uint8_t*>(a);
-  for (int bit = 0; bit < c.prefix; bit++) {
-    uint8_t m = 0x80 >> (bit % 8);
-    if ((b[bit / 8] & m) != (c.addr[bit / 8] & m)) return false;
-  }
+  const auto mask = PrefixMask(c.prefix);
+  for (int i = 0; i < 16; i++)
+    if ((b[i] & mask[i]) != (c.addr[i] & mask[i])) return false;
   return true;
 }
 
 bool RuleCoversFlow(const RuleSpec& s, const obs_tuple& t) {
   if (s.l4proto != 0 && s.l4proto != IPPROTO_TCP) return false;
-  if (s.family && (s.family == 4) != (t.family == AF_INET)) return false;
+  if (s.family && s.family != VersionOfAf(t.family)) return false;
   // Ingress: packets remote -> local; egress: local -> remote.
   auto in = [&] {
     return AddrIn(s.src, t.family, t.daddr) && AddrIn(s.dst, t.family, t.saddr) &&
