@@ -320,7 +320,7 @@ class ObserverRun {
              {"unprinted", unprinted_.load()}});
     for (const auto& fl : obs_->Flows()) {
       v1::Flow f;
-      FlowToProto(fl.cookie, fl.flow, &f);
+      FlowToProto(fl.cookie, fl.flow, &obs_->owners(), &f);
       Print({{"event", "flow"}, {"flow", JsonOf(f)}});
     }
   }
@@ -348,15 +348,15 @@ class ObserverRun {
     const char* kind = nullptr;
     switch (e.data.ev.kind) {
       case OBS_EV_RETRANSMIT:
-        EventToProto(e.data.ev, m.mutable_retransmit());
+        EventToProto(e.data.ev, &obs_->owners(), m.mutable_retransmit());
         kind = "retransmit";
         break;
       case OBS_EV_STALL:
-        StallToProto(e.As<obs_stall_event>(), m.mutable_stall());
+        StallToProto(e.As<obs_stall_event>(), &obs_->owners(), m.mutable_stall());
         kind = "stall";
         break;
       case OBS_EV_FLOW_CLOSE:
-        FlowToProto(e.data.ev.cookie, e.data.flow, m.mutable_closed(),
+        FlowToProto(e.data.ev.cookie, e.data.flow, &obs_->owners(), m.mutable_closed(),
                     std::max<uint64_t>(e.data.closed_ns, 1));
         kind = "closed";
         break;

@@ -520,14 +520,6 @@ size_t OwnerCache::size() const {
   return cache_.size();
 }
 
-OwnerCache& DefaultOwnerCache() {
-  static OwnerCache cache;
-  return cache;
-}
-
-CgroupOwner OwnerOfCgroupId(uint64_t id) {
-  return DefaultOwnerCache().Of(id);
-}
 
 Result<std::string> ResolveServiceCgroup(const ServiceTarget& t, const std::string& mount) {
   if (t.pid) return PidCgroup(t.pid, mount);

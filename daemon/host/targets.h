@@ -77,10 +77,6 @@ class OwnerCache {
   std::unordered_map<uint64_t, CgroupOwner> cache_;
 };
 
-// The process's cache, which OwnerOfCgroupId reads (created on first use).
-OwnerCache& DefaultOwnerCache();
-// DefaultOwnerCache().Of(id): for the callers that are not handed a cache.
-CgroupOwner OwnerOfCgroupId(uint64_t id);
 
 // Resolves the service to the absolute path of its cgroup under the cgroup
 // v2 mount `mount`: NOT_FOUND naming what was looked for and where,

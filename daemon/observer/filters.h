@@ -48,8 +48,8 @@ bool OwnerMatches(const StreamFilter& f, const CgroupOwner& owner);
 // What filters read beyond an event's own fields, looked up only when a
 // filter asks for it.
 struct FilterLookups {
-  // Who a cgroup id is (host/targets.h, cached per id).
-  std::function<CgroupOwner(uint64_t cgroup_id)> owner = OwnerOfCgroupId;
+  // Who a cgroup id is (the observer's OwnerCache); null: nobody.
+  std::function<CgroupOwner(uint64_t cgroup_id)> owner;
   // The rules whose match covers a flow (EffectTracker::RulesFor); null: none.
   std::function<std::vector<uint32_t>(uint64_t cookie, const obs_tuple& t)> rules;
 };

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "host/netns.h"
+#include "host/targets.h"
 #include "loader/bpf_objects.h"
 #include "loader/split_load.h"
 #include "observe_abi.h"
@@ -156,6 +157,9 @@ class Observer {
   // (TraceFlow streams waiting for a flow), the table is read once per max_age.
   std::shared_ptr<const std::vector<ObsFlow>> RecentFlows(std::chrono::milliseconds max_age) const;
   Hub& hub() { return hub_; }
+  // Who the sockets' cgroups are (the owners of flows and events), looked up
+  // once per cgroup id and kept: the one cache of the process.
+  OwnerCache& owners() const { return owners_; }
   // Stops the ring reader thread, then reads what is left in the ring (at a
   // one-shot's exit: every event reaches the hub). No event is read after it.
   void StopAndDrain();
@@ -203,6 +207,7 @@ class Observer {
   struct obs_config cfg_ {};
   std::map<uint64_t, int> traced_;  // cookie -> traces of it
   Hub hub_;
+  mutable OwnerCache owners_;
   std::atomic<uint64_t> consumed_{0};
   std::vector<ObsEvent> batch_;  // read from the ring, not yet published (reader's)
   std::atomic<bool> stop_{false};

@@ -203,11 +203,11 @@ void TupleToProto(const obs_tuple& t, v1::Tuple* out) {
   out->set_remote_port(t.dport);
 }
 
-void EventToProto(const obs_event& e, v1::RetransmitEvent* out) {
+void EventToProto(const obs_event& e, OwnerCache* owners, v1::RetransmitEvent* out) {
   out->set_time_mono_ns(e.time_ns);
   out->set_cookie(e.cookie);
   out->set_cgroup_id(e.cgroup_id);
-  if (e.cgroup_id) OwnerToProto(OwnerOfCgroupId(e.cgroup_id), out->mutable_owner());
+  if (e.cgroup_id && owners) OwnerToProto(owners->Of(e.cgroup_id), out->mutable_owner());
   TupleToProto(e.tuple, out->mutable_tuple());
   out->set_type(TypeToProto(static_cast<int>(e.type)));
   out->set_outcome(static_cast<v1::Outcome>(e.outcome));
@@ -218,11 +218,12 @@ void EventToProto(const obs_event& e, v1::RetransmitEvent* out) {
   out->set_netns_ino(e.netns);
 }
 
-void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out, uint64_t closed_ns) {
+void FlowToProto(uint64_t cookie, const obs_flow& f, OwnerCache* owners, v1::Flow* out,
+                 uint64_t closed_ns) {
   out->set_cookie(cookie);
   TupleToProto(f.tuple, out->mutable_tuple());
   out->set_cgroup_id(f.cgroup_id);
-  if (f.cgroup_id) OwnerToProto(OwnerOfCgroupId(f.cgroup_id), out->mutable_owner());
+  if (f.cgroup_id && owners) OwnerToProto(owners->Of(f.cgroup_id), out->mutable_owner());
   out->set_opened_mono_ns(f.opened_ns);
   out->set_cwnd(f.cwnd);
   out->set_cwnd_min(f.cwnd_min == 0xffffffff ? 0 : f.cwnd_min);
@@ -273,14 +274,14 @@ v1::StallCause StallCauseToProto(int c) {
   }
 }
 
-void StallToProto(const obs_stall_event& e, v1::StallEvent* out) {
+void StallToProto(const obs_stall_event& e, OwnerCache* owners, v1::StallEvent* out) {
   const obs_stall& s = e.stall;
   out->set_start_mono_ns(s.start_ns);
   out->set_duration_ns(s.duration_ns);
   out->set_cookie(e.ev.cookie);
   out->set_cgroup_id(e.ev.cgroup_id);
   out->set_netns_ino(e.ev.netns);
-  if (e.ev.cgroup_id) OwnerToProto(OwnerOfCgroupId(e.ev.cgroup_id), out->mutable_owner());
+  if (e.ev.cgroup_id && owners) OwnerToProto(owners->Of(e.ev.cgroup_id), out->mutable_owner());
   TupleToProto(e.ev.tuple, out->mutable_tuple());
   out->set_cause(StallCauseToProto(static_cast<int>(s.cause)));
   out->set_at_close((s.flags & OBS_STALL_F_AT_CLOSE) != 0);

@@ -1,6 +1,7 @@
 // Translation between the public API (lossd.v1 messages) and the injector/
-// observer types, and from Status to grpc::Status. No kernel access here but
-// the socket owners' names (host/targets.h: OwnerOfCgroupId, cached per id).
+// observer types, and from Status to grpc::Status. No kernel access here: the
+// socket owners' names come from the observer's OwnerCache (`owners`, null:
+// no owner shown), which looks each cgroup id up once.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -36,13 +37,14 @@ Result<std::chrono::nanoseconds> StreamPeriod(uint64_t ns, const char* field);
 
 v1::RetransmitType TypeToProto(int obs_type);
 void TupleToProto(const obs_tuple& t, v1::Tuple* out);
-void EventToProto(const obs_event& e, v1::RetransmitEvent* out);
+void EventToProto(const obs_event& e, OwnerCache* owners, v1::RetransmitEvent* out);
 // `closed_ns`: a closing summary's close time (the flow's life ends there;
 // closed and duration_ns set); 0: an open flow, as of now.
-void FlowToProto(uint64_t cookie, const obs_flow& f, v1::Flow* out, uint64_t closed_ns = 0);
+void FlowToProto(uint64_t cookie, const obs_flow& f, OwnerCache* owners, v1::Flow* out,
+                 uint64_t closed_ns = 0);
 v1::StallCause StallCauseToProto(int obs_cause);
 // Without caused_by, rule_ids (the service adds them).
-void StallToProto(const obs_stall_event& e, v1::StallEvent* out);
+void StallToProto(const obs_stall_event& e, OwnerCache* owners, v1::StallEvent* out);
 void SampleToProto(const obs_sample_event& e, v1::TraceSample* out);
 void DropToProto(const DropRecord& d, v1::DropLink* out);
 void GapToProto(const StreamLoss& l, v1::Gap* out);

@@ -26,10 +26,15 @@ constexpr uint64_t kAggregateSlack = 2ull * 1000 * 1000;
 using FilterList = google::protobuf::RepeatedPtrField<v1::EventFilter>;
 
 // What the filters look up beyond an event: owners by cgroup id (the
-// default) and the rules covering a flow, from the effect tracker.
-FilterLookups LookupsOf(EffectTracker* effects) {
+// observer's cache, once it is loaded) and the rules covering a flow, from
+// the effect tracker.
+FilterLookups LookupsOf(const Components* parts) {
   FilterLookups l;
-  if (effects)
+  l.owner = [parts](uint64_t cgroup_id) {
+    Observer* obs = parts->observer();
+    return obs ? obs->owners().Of(cgroup_id) : CgroupOwner{};
+  };
+  if (EffectTracker* effects = parts->effects())
     l.rules = [effects](uint64_t cookie, const obs_tuple& t) {
       return effects->RulesShownFor(cookie, t);
     };
@@ -83,7 +88,7 @@ Status ParseRequestFilters(const Components* parts, const FilterList& allow, con
                          std::to_string(max) + " (lossd --max-filters)");
   if (st.ok()) st = FiltersOf(allow, field, &allow_list);
   if (st.ok()) st = FiltersOf(deny, "deny", &deny_list);
-  *out = std::make_shared<const StreamFilters>(allow_list, deny_list, LookupsOf(parts->effects()));
+  *out = std::make_shared<const StreamFilters>(allow_list, deny_list, LookupsOf(parts));
   return st;
 }
 
@@ -160,8 +165,9 @@ grpc::ServerWriteReactor<Batch>* EventStream(const Components* parts, std::atomi
 
 // A stall as the API shows it: with the rules covering its flow and the drop
 // of one of them that made its hole, if one did.
-void StallMessage(EffectTracker* effects, const obs_stall_event& e, v1::StallEvent* out) {
-  StallToProto(e, out);
+void StallMessage(EffectTracker* effects, OwnerCache* owners, const obs_stall_event& e,
+                  v1::StallEvent* out) {
+  StallToProto(e, owners, out);
   if (!effects) return;
   std::vector<uint32_t> ids = effects->RulesShownFor(e.ev.cookie, e.ev.tuple);
   if (auto drop = effects->StallCause(ids, e.ev.tuple, e.stall)) {
@@ -181,7 +187,7 @@ grpc::ServerWriteReactor<v1::RetransmitStreamBatch>* ObserverService::WatchRetra
   return EventStream<v1::RetransmitStreamBatch>(
       parts_, &subscribers_, ctx, req, OBS_EV_RETRANSMIT, "WatchRetransmits",
       [parts](const ObsEvent& e, v1::RetransmitEvent* out) {
-        EventToProto(e.data.ev, out);
+        EventToProto(e.data.ev, &parts->observer()->owners(), out);
         if (EffectTracker* effects = parts->effects())
           for (uint32_t id : effects->RulesShownFor(e.data.ev.cookie, e.data.ev.tuple))
             out->add_rule_ids(id);
@@ -194,7 +200,7 @@ grpc::ServerWriteReactor<v1::StallStreamBatch>* ObserverService::WatchStalls(
   return EventStream<v1::StallStreamBatch>(
       parts_, &subscribers_, ctx, req, OBS_EV_STALL, "WatchStalls",
       [parts](const ObsEvent& e, v1::StallEvent* out) {
-        StallMessage(parts->effects(), e.As<obs_stall_event>(), out);
+        StallMessage(parts->effects(), &parts->observer()->owners(), e.As<obs_stall_event>(), out);
       });
 }
 
@@ -208,7 +214,7 @@ grpc::ServerUnaryReactor* ObserverService::ListFlows(grpc::CallbackServerContext
   Status st = ParseRequestFilters(parts_, req->filter(), "filter", FilterList(), &filters);
   if (!st.ok()) return Reply(ctx, st);
   for (const auto& f : obs->Flows())
-    if (filters->WantsFlow(f.cookie, f.flow)) FlowToProto(f.cookie, f.flow, resp->add_flows());
+    if (filters->WantsFlow(f.cookie, f.flow)) FlowToProto(f.cookie, f.flow, &obs->owners(), resp->add_flows());
   return Reply(ctx, Status::Ok());
 }
 
@@ -286,13 +292,13 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
       for (const auto& f : obs->Flows()) {
         newest = std::max<uint64_t>(newest, f.flow.updated_ns);
         if ((first || f.flow.updated_ns > since) && filters->WantsFlow(f.cookie, f.flow))
-          FlowToProto(f.cookie, f.flow, m.add_flows());
+          FlowToProto(f.cookie, f.flow, &obs->owners(), m.add_flows());
       }
       // Every close since the subscription, the first message's too: a flow
       // that closed before the snapshot was taken is in no snapshot.
       take(std::chrono::milliseconds(0));
       for (const ObsEvent& e : closes.waiting()) {
-        FlowToProto(e.data.ev.cookie, e.data.flow, m.add_flows(),
+        FlowToProto(e.data.ev.cookie, e.data.flow, &obs->owners(), m.add_flows(),
                     std::max<uint64_t>(e.data.closed_ns, 1));
       }
       closes.waiting().clear();
@@ -393,19 +399,19 @@ namespace {
 
 // One item of a trace as its message.
 void TraceItemToProto(const TraceItem& item, uint64_t cookie, EffectTracker* effects,
-                      v1::TraceMessage* m) {
+                      OwnerCache* owners, v1::TraceMessage* m) {
   switch (item.kind) {
     case TraceItem::Kind::kSample:
       SampleToProto(item.event.As<obs_sample_event>(), m->mutable_sample());
       break;
     case TraceItem::Kind::kRetransmit:
-      EventToProto(item.event.data.ev, m->mutable_retransmit());
+      EventToProto(item.event.data.ev, owners, m->mutable_retransmit());
       break;
     case TraceItem::Kind::kStall:
-      StallMessage(effects, item.event.As<obs_stall_event>(), m->mutable_stall());
+      StallMessage(effects, owners, item.event.As<obs_stall_event>(), m->mutable_stall());
       break;
     case TraceItem::Kind::kClosed:
-      FlowToProto(cookie, item.event.data.flow, m->mutable_closed(),
+      FlowToProto(cookie, item.event.data.flow, owners, m->mutable_closed(),
                   std::max<uint64_t>(item.event.data.closed_ns, 1));
       break;
     case TraceItem::Kind::kDrop: DropToProto(item.drop, m->mutable_drop()->mutable_drop()); break;
@@ -456,7 +462,7 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
   opts.stream = "";
   // After the wait: the effects are published with the injector.
   auto matcher = std::make_shared<const StreamFilters>(by, std::vector<StreamFilter>(),
-                                                       LookupsOf(parts_->effects()));
+                                                       LookupsOf(parts_));
   const Components* parts = parts_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     (void)held;  // the stream's budget, for as long as the stream lives
@@ -476,12 +482,12 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
     uint64_t seq = 0;
     v1::TraceMessage first;
     first.set_seq(++seq);
-    FlowToProto(trace.start().cookie, trace.start().flow, first.mutable_flow());
+    FlowToProto(trace.start().cookie, trace.start().flow, &obs->owners(), first.mutable_flow());
     bool ok = sink.Write(first);
     while (ok && !sink.done() && trace.running()) {
       for (const TraceItem& item : trace.Next()) {
         v1::TraceMessage m;
-        TraceItemToProto(item, flow->cookie, effects, &m);
+        TraceItemToProto(item, flow->cookie, effects, &obs->owners(), &m);
         m.set_seq(++seq);
         if (!(ok = sink.Write(std::move(m)))) break;
       }
@@ -492,7 +498,7 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
       if (auto now = trace.FlowNow()) {
         v1::TraceMessage m;
         m.set_seq(++seq);
-        FlowToProto(now->cookie, now->flow, m.mutable_closed());
+        FlowToProto(now->cookie, now->flow, &obs->owners(), m.mutable_closed());
         sink.Write(std::move(m));
       }
     }

@@ -154,9 +154,15 @@ TEST(OwnerCache, StartsOverWhenFull) {
   EXPECT_EQ(lookups, 5) << "1 was forgotten with the others";
 }
 
-TEST(OwnerCache, TheFreeFunctionReadsTheDefaultCache) {
-  EXPECT_EQ(&DefaultOwnerCache(), &DefaultOwnerCache());
-  EXPECT_EQ(OwnerOfCgroupId(0).path, "");
+TEST(OwnerCache, IdZeroIsNobodyAndNeverLookedUp) {
+  int asked = 0;
+  OwnerCache cache([&](uint64_t) -> std::optional<std::string> {
+    asked++;
+    return std::string("/x");
+  });
+  EXPECT_EQ(cache.Of(0).path, "");
+  EXPECT_EQ(asked, 0);
+  EXPECT_EQ(cache.size(), 0u);
 }
 
 }  // namespace
