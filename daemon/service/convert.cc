@@ -369,6 +369,18 @@ Status FiltersFromProto(const google::protobuf::RepeatedPtrField<v1::EventFilter
   return Status::Ok();
 }
 
+void AggregateToProto(const RtxWindow& w, uint64_t window_ns, uint64_t unix_minus_mono,
+                      v1::Aggregate* out) {
+  out->set_window_start_unix_ns(w.start_ns + unix_minus_mono);
+  out->set_window_start_mono_ns(w.start_ns);
+  out->set_window_ns(window_ns);
+  for (int t = 0; t < OBS_RTX_MAX; t++)
+    (*out->mutable_retransmits_by_type())[RtxTypeName(t)] = w.by_type[t];
+  for (const auto& [cookie, n] : w.by_flow) (*out->mutable_retransmits_by_flow())[cookie] = n;
+  for (const auto& [id, n] : w.by_rule) (*out->mutable_retransmits_by_rule())[id] = n;
+  out->set_late_segments(w.late);
+}
+
 void SampleToProto(const obs_sample_event& e, v1::TraceSample* out) {
   const obs_sample& s = e.sample;
   out->set_time_mono_ns(e.ev.time_ns);

@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "effects/effects.h"
 #include "host/targets.h"
+#include "observer/windows.h"
 #include "injector/injector.h"
 #include "lossd/v1/lossd.pb.h"
 #include "observer/filters.h"
@@ -48,6 +49,10 @@ void StallToProto(const obs_stall_event& e, OwnerCache* owners, v1::StallEvent* 
 void SampleToProto(const obs_sample_event& e, v1::TraceSample* out);
 void DropToProto(const DropRecord& d, v1::DropLink* out);
 void GapToProto(const StreamLoss& l, v1::Gap* out);
+// One closed window of WatchAggregates (`window_ns` long; its start in unix
+// time is the kernel's plus `unix_minus_mono`), without its gaps and seq.
+void AggregateToProto(const RtxWindow& w, uint64_t window_ns, uint64_t unix_minus_mono,
+                      v1::Aggregate* out);
 void NetnsTotalsToProto(const NetnsTotals& n, v1::NetnsTotals* out);
 
 // The typed filters of a request (`field`: allow, deny, filter, ...):

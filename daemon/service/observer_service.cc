@@ -7,11 +7,10 @@
 
 #include "base/clock.h"
 #include "effects/trace.h"
-#include "host/cgroup.h"
-#include "host/targets.h"
 #include "observer/windows.h"
 #include "service/channel.h"
 #include "service/convert.h"
+#include "service/requests.h"
 #include "service/services.h"
 #include "service/stream.h"
 
@@ -22,75 +21,6 @@ namespace {
 // ring's reader, and its wait is this much past the end.
 constexpr uint64_t kAggregateHold = 5ull * 1000 * 1000 * 1000;
 constexpr uint64_t kAggregateSlack = 2ull * 1000 * 1000;
-
-using FilterList = google::protobuf::RepeatedPtrField<v1::EventFilter>;
-
-// What the filters look up beyond an event: owners by cgroup id (the
-// observer's cache, once it is loaded) and the rules covering a flow, from
-// the effect tracker.
-FilterLookups LookupsOf(const Components* parts) {
-  FilterLookups l;
-  l.owner = [parts](uint64_t cgroup_id) {
-    Observer* obs = parts->observer();
-    return obs ? obs->owners().Of(cgroup_id) : CgroupOwner{};
-  };
-  if (EffectTracker* effects = parts->effects())
-    l.rules = [effects](uint64_t cookie, const obs_tuple& t) {
-      return effects->RulesShownFor(cookie, t);
-    };
-  return l;
-}
-
-// The filters as FiltersFromProto reads them, each service a filter names (a
-// unit, container, pod or pid) resolved to its cgroup as CreateRule resolves
-// a rule's target (host/targets.h): the same NOT_FOUND for a name nothing
-// has, so a watch of a service that is not there fails at once instead of
-// showing nothing for ever.
-Status FiltersOf(const FilterList& in, const char* field, std::vector<StreamFilter>* out) {
-  LOSSD_RETURN_IF_ERROR(FiltersFromProto(in, field, out));
-  std::string mount;
-  for (int i = 0; i < in.size(); i++) {
-    const v1::EventFilter& f = in[i];
-    ServiceTarget t;
-    t.pid = f.pid();
-    t.unit = f.unit();
-    t.container = f.container();
-    t.pod = f.pod();
-    if (!t.Any()) continue;
-    std::string name = std::string(field) + "[" + std::to_string(i) + "]";
-    if (!f.cgroup().empty())
-      return InvalidArgument(name + ": a cgroup and " + t.Describe() + " both: name it one way");
-    if (mount.empty()) mount = Cgroup2Mount();
-    if (mount.empty())
-      return FailedPrecondition(name + ": no cgroup v2 mount to find " + t.Describe() + " in");
-    auto path = ResolveServiceCgroup(t, mount);
-    if (!path.ok()) return Status(path.status().code(), name + ": " + path.status().message());
-    StreamFilter& s = (*out)[size_t(i)];
-    s.unit.clear();
-    s.container.clear();
-    s.pod.clear();
-    s.cgroup = path->size() > mount.size() ? path->substr(mount.size()) : "/";
-    s.NormalizeOwner();
-  }
-  return Status::Ok();
-}
-
-// A request's allow (`field`) and deny filters: at most --max-filters of them
-// (allow and deny together). *out is set even when they are refused (unused then).
-Status ParseRequestFilters(const Components* parts, const FilterList& allow, const char* field,
-                           const FilterList& deny, std::shared_ptr<const StreamFilters>* out) {
-  std::vector<StreamFilter> allow_list, deny_list;
-  size_t n = size_t(allow.size()) + deny.size();
-  uint32_t max = parts->api().max_filters;
-  Status st = Status::Ok();
-  if (n > max)
-    st = InvalidArgument(std::to_string(n) + " filters in one request, the limit is " +
-                         std::to_string(max) + " (lossd --max-filters)");
-  if (st.ok()) st = FiltersOf(allow, field, &allow_list);
-  if (st.ok()) st = FiltersOf(deny, "deny", &deny_list);
-  *out = std::make_shared<const StreamFilters>(allow_list, deny_list, LookupsOf(parts));
-  return st;
-}
 
 // The event streams (WatchRetransmits, WatchStalls): events of one kind
 // through the request's allow/deny filters, in batches, with in-band gaps.
@@ -372,14 +302,7 @@ grpc::ServerWriteReactor<v1::Aggregate>* ObserverService::WatchAggregates(
       }
       for (RtxWindow& w : windows.TakeClosed(complete, MonotonicNs())) {
         v1::Aggregate a;
-        a.set_window_start_unix_ns(w.start_ns + unix_minus_mono);
-        a.set_window_start_mono_ns(w.start_ns);
-        a.set_window_ns(window);
-        for (int t = 0; t < OBS_RTX_MAX; t++)
-          (*a.mutable_retransmits_by_type())[RtxTypeName(t)] = w.by_type[t];
-        for (const auto& [cookie, n] : w.by_flow) (*a.mutable_retransmits_by_flow())[cookie] = n;
-        for (const auto& [id, n] : w.by_rule) (*a.mutable_retransmits_by_rule())[id] = n;
-        a.set_late_segments(w.late);
+        AggregateToProto(w, window, unix_minus_mono, &a);
         for (const StreamLoss& l : sub.TakeLosses()) GapToProto(l, a.add_gaps());
         a.set_seq(++seq);
         if (!sink.Write(a)) return grpc::Status::OK;
@@ -424,45 +347,18 @@ void TraceItemToProto(const TraceItem& item, uint64_t cookie, EffectTracker* eff
 grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
     grpc::CallbackServerContext* ctx, const v1::TraceFlowRequest* req) {
   using Reactor = PumpReactor<v1::TraceMessage>;
-  constexpr uint64_t kHour = 3600ull * 1000 * 1000 * 1000;
-  Status st;
-  std::vector<StreamFilter> by;
-  bool by_filter = req->has_flow();
-  if (!req->cookie() && !by_filter)
-    st = InvalidArgument("name the flow to trace: cookie, or flow (an address and/or port)");
-  else if (req->cookie() && by_filter)
-    st = InvalidArgument("cookie and flow both set: name the flow one way");
-  if (st.ok() && by_filter) {
-    FilterList one;
-    *one.Add() = req->flow();
-    st = FiltersOf(one, "flow", &by);
-    if (st.ok() && !by[0].types.empty()) st = InvalidArgument("flow.types: a flow has no type");
-  }
-  if (st.ok() && req->wait_ns() > kHour) st = InvalidArgument("wait_ns: at most 1 h");
-  if (st.ok() && req->max_samples() > 1000000)
-    st = InvalidArgument("max_samples: at most 1,000,000 (got " +
-                         std::to_string(req->max_samples()) + ")");
-  if (st.ok() && req->duration_ns() > 24 * kHour) st = InvalidArgument("duration_ns: at most 24 h");
-  uint64_t cookie = req->cookie();
-  auto wait = std::chrono::nanoseconds(req->wait_ns() ? req->wait_ns() : 10000000000ull);
-  TraceOptions opts;
-  opts.max_samples = req->max_samples() ? req->max_samples() : 100000;
-  opts.duration = std::chrono::nanoseconds(req->duration_ns());
-  opts.queue = *parts_->streams().QueueLength(0, 65536, "");
+  TraceRequest tr;
+  Status st = ParseTraceRequest(parts_, *req, &tr);
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
   if (!st.ok()) return new Reactor(ToGrpc(st));
   if (!obs) return new Reactor(ToGrpc(need.status()));
   // Its budget first (it may wait up to an hour for its flow): the trace's
   // subscription is counted under this ticket. Refused: no thread.
-  auto ticket = parts_->streams().Open("TraceFlow", Subscription::QueueBytes(opts.queue),
+  auto ticket = parts_->streams().Open("TraceFlow", Subscription::QueueBytes(tr.opts.queue),
                                        StreamPeerOf(*ctx));
   if (!ticket.ok()) return new Reactor(ToGrpc(ticket.status()));
   auto held = std::make_shared<StreamBudget::Ticket>(std::move(*ticket));
-  opts.stream = "";
-  // After the wait: the effects are published with the injector.
-  auto matcher = std::make_shared<const StreamFilters>(by, std::vector<StreamFilter>(),
-                                                       LookupsOf(parts_));
   const Components* parts = parts_;
   return new Reactor([=](Reactor::Sink& sink) -> grpc::Status {
     (void)held;  // the stream's budget, for as long as the stream lives
@@ -473,10 +369,10 @@ grpc::ServerWriteReactor<v1::TraceMessage>* ObserverService::TraceFlow(
       if (!inj) return std::unique_ptr<DropFeed>();
       return inj->TraceDrops(key);
     };
-    auto flow = FindTracedFlow(src, cookie, *matcher, wait, [&] { return sink.done(); });
+    auto flow = FindTracedFlow(src, tr.cookie, *tr.match, tr.wait, [&] { return sink.done(); });
     if (sink.done()) return grpc::Status::CANCELLED;
     if (!flow.ok()) return ToGrpc(flow.status());
-    auto tracer = FlowTracer::Start(src, *flow, opts);
+    auto tracer = FlowTracer::Start(src, *flow, tr.opts);
     if (!tracer.ok()) return ToGrpc(tracer.status());
     FlowTracer& trace = **tracer;
     uint64_t seq = 0;
