@@ -106,8 +106,7 @@ class LiveLayoutTest(DaemonTestCase):
         b.wait(lambda: self.js(b, "document.querySelectorAll('#events tbody tr').length") >= 3, 20,
                "the rule's retransmissions listed")
         events = b.texts("#events tbody tr")
-        ev_cells = [[c.text for c in tr.find_elements("css selector", "td")]
-                    for tr in b.driver.find_elements("css selector", "#events tbody tr")]
+        ev_cells = b.cells("#events tbody tr")
         title = b.text("#events-title")
         followed_rows = self.flow_rows(b)
         over_rule = b.driver.execute_script(OVERFLOW_JS)

@@ -37,7 +37,7 @@ from lab import daemon, traffic
 from lab.config import main
 from lab.daemon import DaemonTestCase
 from lab.netns import cgroup2_mount, measured
-from lab.stats import binom_interval
+from lab.stats import binom_interval, retransmissions_explained
 
 N = 10_000
 PPS = 10_000
@@ -90,17 +90,19 @@ class ServiceTargets(DaemonTestCase):
         self.assertEqual(c.dropped_packets, lost_t, diag)
         self.assertTrue(lo <= lost_t <= hi, "%d of %d lost, outside [%d, %d]: %s" % (lost_t, N, lo, hi, diag))
         # TCP: a server on the same port in the sibling, then in the target.
-        a0 = lab.counters(lab.a)
+        a0, b0, p0 = lab.counters(lab.a), lab.counters(lab.b), lab.path_drops()
         _, recv = traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, port=port, mbytes=4, rate_mbit=200,
                                    server_cgroup=sibling)
         c1, da = self.rule_counters(rule.id), lab.counters(lab.a) - a0
+        db, path_drops = lab.counters(lab.b) - b0, lab.path_drops() - p0
         self.assertEqual(recv["bytes"], 4_000_000)
         self.assertEqual(c1.matched_packets, c.matched_packets, "sibling's TCP matched: %s" % c1)
-        # Nothing of the sibling's was lost: every resend it made (a tail loss probe when a
-        # busy machine delays the last ACK) was of a segment the receiver already had, which
-        # it reported with a D-SACK.
-        self.assertEqual(da["Tcp.RetransSegs"] - da["TcpExt.TCPDSACKRecvSegs"], 0,
-                         "sibling's TCP lost segments: %s" % {k: v for k, v in da.items() if v})
+        # Nothing of the sibling's was lost to lossd: every resend it made (a tail loss probe
+        # when a busy machine delays the last ACK) was of a segment the receiver already had,
+        # which it reported with a D-SACK, or of one a kernel counted lost on the path (a
+        # full veth ring on a loaded machine): stats.retransmissions_explained with no drops.
+        ok, numbers = retransmissions_explained(da, db, 0, path_drops)
+        self.assertTrue(ok, "sibling's TCP lost segments: %s %s" % (numbers, {k: v for k, v in da.items() if v}))
         a1 = lab.counters(lab.a)
         _, recv = traffic.tcp_flow(lab, lab.b, lab.a, lab.V4_B, port=port, mbytes=4, rate_mbit=200,
                                    server_cgroup=target)
