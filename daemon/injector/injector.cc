@@ -1,7 +1,5 @@
 #include "injector/injector.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <set>
 
@@ -11,76 +9,6 @@
 #include "rules/model.h"
 
 namespace lossd {
-
-Injector::Injector(const InjectorOptions& opts, std::unique_ptr<LossMaps> maps,
-                   std::unique_ptr<HookPrograms> programs, std::unique_ptr<Attacher> attacher)
-    : opts_(opts),
-      guard_(opts.limits.protected_ports),
-      maps_(std::move(maps)),
-      programs_(std::move(programs)),
-      attacher_(std::move(attacher)),
-      attach_(attacher_.get(), opts.state_dir.empty() ? "" : opts.state_dir + "/offloads") {}
-
-Status Injector::CheckOptions(const InjectorOptions& opts) {
-  // One slot stays free for Replace, which publishes before it withdraws.
-  if (opts.limits.max_rules == 0 || opts.limits.max_rules >= LOSS_MAX_RULES)
-    return InvalidArgument("max rules must lie between 1 and " +
-                           std::to_string(LOSS_MAX_RULES - 1));
-  return Status::Ok();
-}
-
-Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts) {
-  LOSSD_RETURN_IF_ERROR(CheckOptions(opts));
-  auto maps = BpfMaps::Create();
-  if (!maps.ok()) return maps.status();
-  auto programs = std::make_unique<HookPrograms>((*maps)->object());
-  const std::string filter_records = opts.state_dir.empty() ? "" : opts.state_dir + "/netns-filters";
-  auto attacher = std::make_unique<KernelAttacher>(programs.get(), (*maps)->CgroupSelfFd(),
-                                                   opts.xdp_mode, filter_records);
-  // What a dead previous owner left behind, before this one's lease starts.
-  if (!opts.state_dir.empty()) mkdir(opts.state_dir.c_str(), 0700);
-  int stale = RemoveStaleClsactFilters(filter_records);
-  if (stale) LOG_INFO("removed %d stale clsact filter(s) of a previous lossd", stale);
-  if (!opts.state_dir.empty()) RestoreOffloads(opts.state_dir + "/offloads");
-  return Start(opts, std::move(*maps), std::move(programs), std::move(attacher));
-}
-
-Result<std::unique_ptr<Injector>> Injector::Create(const InjectorOptions& opts,
-                                                   std::unique_ptr<LossMaps> maps,
-                                                   std::unique_ptr<Attacher> attacher) {
-  LOSSD_RETURN_IF_ERROR(CheckOptions(opts));
-  return Start(opts, std::move(maps), std::make_unique<HookPrograms>(nullptr), std::move(attacher));
-}
-
-Result<std::unique_ptr<Injector>> Injector::Start(const InjectorOptions& opts,
-                                                  std::unique_ptr<LossMaps> maps,
-                                                  std::unique_ptr<HookPrograms> programs,
-                                                  std::unique_ptr<Attacher> attacher) {
-  auto ring = DropRing::Start(maps.get());
-  if (!ring.ok()) return ring.status();
-  std::unique_ptr<Injector> inj(
-      new Injector(opts, std::move(maps), std::move(programs), std::move(attacher)));
-  inj->drop_ring_ = std::move(*ring);
-  inj->maps_.SetNetnsCookie(inj->attacher_->NetnsCookie());
-  LOSSD_RETURN_IF_ERROR(inj->maps_.WriteConfig());
-  inj->Tick();
-  if (opts.background) {
-    Injector* p = inj.get();
-    auto threads = WatchThreads::Start(
-        WatchThreads::Period(opts.lease),
-        {[p] { p->RenewLease(); }, [p] { p->Reap(); }, [p] { p->CheckAttachments(); }});
-    if (!threads.ok()) return threads.status();
-    inj->threads_ = std::move(*threads);
-  }
-  return inj;
-}
-
-Injector::~Injector() {
-  threads_.reset();  // stopped and joined first: they call into the rules
-  Clear();
-  // Attachments and offload guards are gone with the rules; the qdiscs lossd
-  // created go with attach_, then the programs, the maps last.
-}
 
 void Injector::SetListener(RuleListener* listener) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -192,177 +120,46 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
 // resolved the target).
 Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
                                      uint64_t expires_ns, uint32_t final_id) {
-  const int ifindex = target.ifindex;
-  const CgroupInfo& cg = target.cgroup;
   Hook hook = ChooseHook(spec);
   LOSSD_RETURN_IF_ERROR(CheckHook(spec, hook));
-
-  // A cgroup target's egress is decided on the devices its packets leave by
-  // (clsact, STOLEN: the sender's stack believes the packet left), in the
-  // namespaces of its processes; never at cgroup_skb egress, where a drop is
-  // a refusal the sending socket is told about (DESIGN 14).
-  const bool cgroup_egress = hook == Hook::kCgroup && spec.dir != Direction::kIngress;
-  EgressDevices egress;
-  if (cgroup_egress) {
-    auto e = attacher_->Egress(cg);
-    if (!e.ok()) return e.status();
-    egress = std::move(*e);
-  }
-  struct Want {
-    AttachKey key;
-    std::string iface;
-    Target target;
-  };
-  std::vector<Want> wants;
-  uint8_t mask = 0;
-  for (int kind : HookKinds(hook, spec.dir)) {
-    mask |= uint8_t(1u << kind);
-    if (kind == LOSS_HOOK_TC_EGRESS && cgroup_egress) {
-      for (const Device& d : egress.devices) {
-        Target t = target;
-        t.ifindex = d.ifindex;
-        t.netns = d.ns;
-        wants.push_back({AttachKey{kind, uint64_t(d.ifindex), d.ns.ino}, d.name, t});
-      }
-      continue;
-    }
-    wants.push_back({AttachKey{kind, hook == Hook::kCgroup ? cg.id : uint64_t(ifindex)},
-                     spec.iface, target});
-  }
+  auto plan = PlanAttachments(*attacher_, spec, hook, target);
+  if (!plan.ok()) return plan.status();
   LOSSD_RETURN_IF_ERROR(maps_.CheckFreeSlot());
 
   // Attach (shared, reference-counted), then change offloads, then publish;
   // the hold gives back what it took unless the rule is published.
   AttachHold hold(&attach_);
-  for (const Want& w : wants) LOSSD_RETURN_IF_ERROR(hold.Attach(w.key, w.iface, w.target));
-  std::vector<Device> offloads;
-  if (spec.per_segment)
-    offloads = cgroup_egress ? egress.devices
-                             : std::vector<Device>{Device{NetnsRef{}, ifindex, spec.iface}};
-  for (const Device& d : offloads) LOSSD_RETURN_IF_ERROR(hold.DisableOffloads(d));
-
+  LOSSD_RETURN_IF_ERROR(plan->Take(hold));
   uint64_t expires = expires_ns             ? expires_ns
                      : spec.ttl.count() > 0 ? MonotonicNs() + uint64_t(spec.ttl.count())
                                             : 0;
-  struct loss_rule enc = Encode(spec, static_cast<uint32_t>(ifindex), cg.id, cg.level, expires,
-                                0 /* the slot's: RuleMaps::Publish */);
-  enc.m.hook_mask = mask;
+  struct loss_rule enc = Encode(spec, static_cast<uint32_t>(target.ifindex), target.cgroup.id,
+                                target.cgroup.level, expires, 0 /* the slot's: RuleMaps::Publish */);
+  enc.m.hook_mask = plan->hook_mask;
   enc.id = final_id ? final_id : next_id_;  // what the drop log records
   auto slot = maps_.Publish(spec, enc);
   if (!slot.ok()) return slot.status();
   hold.Commit();
 
   Rule rule;
+  static_cast<RuleAttachments&>(rule) = std::move(plan->holds);
   rule.info.id = next_id_++;
   rule.info.spec = spec;
   rule.info.spec.hook = hook;
   if (NamesCgroup(spec)) {
-    rule.info.cgroup = cg.path;
-    rule.info.cgroup_mount = cg.mount;
-    rule.info.cgroup_id = cg.id;
+    rule.info.cgroup = target.cgroup.path;
+    rule.info.cgroup_mount = target.cgroup.mount;
+    rule.info.cgroup_id = target.cgroup.id;
   }
-  for (const Want& w : wants) rule.attach.push_back(w.key);
-  if (cgroup_egress)
-    for (const Device& d : egress.devices)
-      rule.egress[AttachKey{LOSS_HOOK_TC_EGRESS, uint64_t(d.ifindex), d.ns.ino}] = d;
   rule.slot = *slot;
   rule.generation = maps_.Generation(*slot);
   rule.target = target;
-  rule.offloads = offloads;
   rule.expires_ns = expires;
   rule.live = true;
-  DescribeLocked(rule);
+  rule.Describe(attach_, rule.info.spec, rule.target, &rule.info.hooks);
   uint32_t id = rule.info.id;
   rules_[id] = std::move(rule);
   return id;
-}
-
-// What the rule's listing says it is attached to; a cgroup rule with egress
-// and no device (its processes' namespaces are gone) says so.
-void Injector::DescribeLocked(Rule& r) const {
-  r.info.hooks.clear();
-  for (const auto& k : r.attach) r.info.hooks.push_back(attach_.Describe(k));
-  r.egress_missing.clear();
-  if (r.info.spec.hook == Hook::kCgroup && r.info.spec.dir != Direction::kIngress &&
-      r.egress.empty())
-    r.egress_missing = "no egress device: the network namespace(s) of cgroup " +
-                       r.target.cgroup.path +
-                       "'s processes are gone, so nothing decides its egress; it applies again "
-                       "when a process of the cgroup is in a namespace with a device";
-}
-
-Status Injector::AddEgressLocked(Rule& r, const Device& dev) {
-  AttachKey key{LOSS_HOOK_TC_EGRESS, uint64_t(dev.ifindex), dev.ns.ino};
-  Target t = r.target;
-  t.ifindex = dev.ifindex;
-  t.netns = dev.ns;
-  AttachHold hold(&attach_);
-  LOSSD_RETURN_IF_ERROR(hold.Attach(key, dev.name, t));
-  if (r.info.spec.per_segment) LOSSD_RETURN_IF_ERROR(hold.DisableOffloads(dev));
-  hold.Commit();
-  r.attach.push_back(key);
-  r.egress[key] = dev;
-  if (r.info.spec.per_segment) r.offloads.push_back(dev);
-  return Status::Ok();
-}
-
-void Injector::FollowEgressLocked(uint32_t id, Rule& r, const std::set<AttachKey>& dead) {
-  auto now = attacher_->Egress(r.target.cgroup);
-  if (!now.ok()) {  // logged once per cause, not at every check
-    if (now.status().message() != r.egress_error)
-      LOG_WARN("rule %u: %s", id, now.status().message().c_str());
-    r.egress_error = now.status().message();
-    return;
-  }
-  r.egress_error.clear();
-  std::map<AttachKey, Device> want;
-  for (const Device& d : now->devices)
-    want[AttachKey{LOSS_HOOK_TC_EGRESS, uint64_t(d.ifindex), d.ns.ino}] = d;
-  // Without a process the cgroup says nothing about where its packets go:
-  // the devices it has keep it until they are gone. (Only a rule created on a
-  // cgroup with no process at all starts on lossd's own namespace's devices,
-  // AddLocked: a service not started yet, on this host.)
-  bool changed = false;
-  for (auto it = r.egress.begin(); it != r.egress.end();) {
-    const AttachKey k = it->first;
-    const Device dev = it->second;
-    bool gone = dead.count(k) > 0 || (now->has_processes && !want.count(k));
-    if (!gone) {
-      ++it;
-      continue;
-    }
-    LOG_INFO("rule %u: egress device %s%s left (%s)", id, dev.name.c_str(), dev.ns.Suffix().c_str(),
-             dead.count(k) ? "gone" : "no process of the cgroup is in its namespace now");
-    attach_.Release({k}, {});
-    r.attach.erase(std::find(r.attach.begin(), r.attach.end(), k));
-    auto off = std::find(r.offloads.begin(), r.offloads.end(), dev);
-    if (off != r.offloads.end()) {
-      attach_.Release({}, {dev});
-      r.offloads.erase(off);
-    }
-    it = r.egress.erase(it);
-    changed = true;
-  }
-  // Devices are added only where a process of the cgroup is: a target whose
-  // processes are all gone (a stopped container) keeps what is left of its
-  // devices, and with none it is FAILED (DescribeLocked) until one is back.
-  if (now->has_processes) {
-    for (const auto& [k, dev] : want) {
-      if (r.egress.count(k)) continue;
-      Status st = AddEgressLocked(r, dev);
-      if (!st.ok()) {
-        if (st.message() != r.egress_error)
-          LOG_WARN("rule %u: egress device %s%s: %s (retried)", id, dev.name.c_str(),
-                   dev.ns.Suffix().c_str(), st.message().c_str());
-        r.egress_error = st.message();
-        continue;
-      }
-      LOG_INFO("rule %u: egress decided on %s%s too", id, dev.name.c_str(),
-               dev.ns.Suffix().c_str());
-      changed = true;
-    }
-  }
-  if (changed) DescribeLocked(r);
 }
 
 // Takes a live rule out of the kernel: unpublish, deactivate, detach what
@@ -370,10 +167,7 @@ void Injector::FollowEgressLocked(uint32_t id, Rule& r, const std::set<AttachKey
 // packet can reach it any more) and frees its slot.
 Status Injector::Retire(Rule& r) {
   Status st = maps_.Withdraw(r.slot);
-  attach_.Release(r.attach, r.offloads);
-  r.attach.clear();
-  r.egress.clear();
-  r.offloads.clear();
+  r.Release(attach_);
   r.info.hooks.clear();  // a retired rule lists no attachment: the kernel has none of it
   auto c = LiveCounters(r);
   if (c.ok()) r.info.counters = *c;
@@ -522,7 +316,9 @@ void Injector::CheckAttachments() {
       return dead.count(a) > 0 && !r.egress.count(a);
     });
     if (k == r.attach.end()) {
-      if (!r.egress.empty() || !r.egress_missing.empty()) FollowEgressLocked(id, r, dead);
+      if ((!r.egress.empty() || !r.egress_missing.empty()) &&
+          r.FollowEgress(attach_, *attacher_, id, r.info.spec, r.target, dead))
+        r.Describe(attach_, r.info.spec, r.target, &r.info.hooks);
       continue;
     }
     std::string reason = attach_.WhyDead(*k, r.info.spec.iface, r.target);
@@ -590,8 +386,7 @@ Result<RuleCounters> Injector::Counters(uint32_t id) const {
 std::optional<Injector::Expectation> Injector::ExpectedDrops(uint32_t id) const {
   LossModel model;
   uint32_t slot = 0, generation = 0;
-  bool live = false;
-  RuleCounters final_counts;
+  std::optional<RuleCounters> final_counts;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = rules_.find(id);
@@ -602,42 +397,10 @@ std::optional<Injector::Expectation> Injector::ExpectedDrops(uint32_t id) const 
     model = r.info.spec.model;
     slot = r.slot;
     generation = r.generation;
-    live = r.live;
-    final_counts = r.info.counters;
+    if (!r.live) final_counts = r.info.counters;
   }
-  // The flow state and the counters are read apart, off the lock: consistent only
-  // if the counters did not move across the read of the flows.
-  for (int attempt = 0; attempt < 5; attempt++) {
-    RuleCounters c0 = final_counts;
-    if (live) {
-      auto c = maps_.Counters(slot);
-      if (!c.ok()) return std::nullopt;
-      c0 = *c;
-    }
-    auto counts = maps_.FlowCounts(slot, generation);
-    if (!counts.ok()) return std::nullopt;
-    RuleCounters c1 = c0;
-    if (live) {
-      auto c = maps_.Counters(slot);
-      if (!c.ok()) return std::nullopt;
-      c1 = *c;
-    }
-    if (c1.matched_pkts != c0.matched_pkts) continue;
-    Expectation e;
-    uint64_t seen = 0;
-    for (uint64_t n : *counts) {
-      seen += n;
-      e.expected += ModelExpectedDrops(model, n);
-    }
-    // The data plane counts a flow's packet a moment before the rule's: a packet
-    // between the two, or a flow evicted, and they differ. Read again.
-    if (seen != c0.matched_pkts) continue;
-    e.matched = c0.matched_pkts;
-    e.dropped = c0.dropped_pkts;
-    e.flows = counts->size();
-    return e;
-  }
-  return std::nullopt;
+  // Off the lock: the maps are read, not the rules.
+  return maps_.Expect(model, slot, generation, final_counts ? &*final_counts : nullptr);
 }
 
 // What a live rule counted: in its slot, and before it failed and re-attached.

@@ -28,6 +28,7 @@
 #include "injector/maps.h"
 #include "injector/probe.h"
 #include "injector/programs.h"
+#include "injector/rule_attachments.h"
 #include "injector/rule_maps.h"
 #include "injector/watch.h"
 #include "loader/split_load.h"
@@ -173,9 +174,7 @@ class Injector {
   // per-flow counts do not add up to the matched packets in five reads (traffic
   // that would not hold still, a flow's state evicted, packets counted before a
   // re-attach): then no expectation can be stated.
-  struct Expectation {
-    uint64_t expected = 0, matched = 0, dropped = 0, flows = 0;
-  };
+  using Expectation = DropExpectation;
   std::optional<Expectation> ExpectedDrops(uint32_t id) const;
   size_t LiveCount() const;
   const RuleLimits& limits() const { return opts_.limits; }
@@ -223,18 +222,12 @@ class Injector {
   std::vector<ProgLoadStats> LoadedPrograms() const { return programs_->Loaded(); }
 
  private:
-  struct Rule {
+  // A rule and what it holds of the attachment table (rule_attachments.h).
+  struct Rule : RuleAttachments {
     RuleInfo info;  // info.counters: the final ones, once retired
     uint32_t slot = 0;
     uint32_t generation = 0;  // the slot's generation when published (the flow state's key)
-    std::vector<AttachKey> attach;
-    Target target;  // as resolved when it was last attached
-    // A cgroup target's egress: the devices it is decided on (each one's key
-    // is in `attach`), followed by CheckAttachments.
-    std::map<AttachKey, Device> egress;
-    std::vector<Device> offloads;  // per-segment: the devices made single-segment
-    std::string egress_missing;    // why a cgroup rule's egress has no device ("": it has)
-    std::string egress_error;      // the last failure following its devices (logged once)
+    Target target;            // as resolved when it was last attached
     uint64_t expires_ns = 0;  // CLOCK_MONOTONIC, the data plane's clock
     bool live = false;        // holds a slot; false once expired or failed
     uint64_t retired_ns = 0;  // CLOCK_MONOTONIC: when it joined the history (0: not in it)
@@ -265,14 +258,6 @@ class Injector {
   // Moves the rule that AddLocked created under `fresh` to `id` (Replace, re-attach).
   void MoveRuleLocked(uint32_t fresh, uint32_t id);
   void FailLocked(uint32_t id, Rule& r, const std::string& reason);
-  // A live cgroup rule's egress devices brought up to date: attached to the
-  // devices its processes' namespaces have now, detached from those gone
-  // (`dead`: the attachments the kernel no longer runs).
-  void FollowEgressLocked(uint32_t id, Rule& r, const std::set<AttachKey>& dead);
-  // Attaches (and with per_segment, makes single-segment) one egress device
-  // of a cgroup rule; the rule holds what it took.
-  Status AddEgressLocked(Rule& r, const Device& dev);
-  void DescribeLocked(Rule& r) const;
   void ReattachLocked(uint32_t id);
   void Reap();
   void ReapLocked();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/log.h"
+#include "rules/model.h"
 
 namespace lossd {
 
@@ -157,6 +158,38 @@ Status RuleMaps::WriteLists(const std::vector<AnchorKey>& keys) {
     }
   }
   return WriteConfig();
+}
+
+std::optional<DropExpectation> RuleMaps::Expect(const LossModel& model, uint32_t slot,
+                                                uint32_t generation,
+                                                const RuleCounters* final_counts) const {
+  auto read = [&]() -> Result<RuleCounters> {
+    if (final_counts) return *final_counts;
+    return Counters(slot);
+  };
+  for (int attempt = 0; attempt < 5; attempt++) {
+    auto c0 = read();
+    if (!c0.ok()) return std::nullopt;
+    auto counts = FlowCounts(slot, generation);
+    if (!counts.ok()) return std::nullopt;
+    auto c1 = read();
+    if (!c1.ok()) return std::nullopt;
+    if (c1->matched_pkts != c0->matched_pkts) continue;
+    DropExpectation e;
+    uint64_t seen = 0;
+    for (uint64_t n : *counts) {
+      seen += n;
+      e.expected += ModelExpectedDrops(model, n);
+    }
+    // The data plane counts a flow's packet a moment before the rule's: a packet
+    // between the two, or a flow evicted, and they differ. Read again.
+    if (seen != c0->matched_pkts) continue;
+    e.matched = c0->matched_pkts;
+    e.dropped = c0->dropped_pkts;
+    e.flows = counts->size();
+    return e;
+  }
+  return std::nullopt;
 }
 
 }  // namespace lossd

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -25,6 +26,13 @@
 #include "rules/rule.h"
 
 namespace lossd {
+
+// What a deterministic model (first-k, every-n-th: rules/model.h) drops of the
+// packets each flow of a rule sent, as the data plane counted them per flow,
+// beside what the rule matched and dropped at that same moment.
+struct DropExpectation {
+  uint64_t expected = 0, matched = 0, dropped = 0, flows = 0;
+};
 
 class RuleMaps {
  public:
@@ -51,6 +59,13 @@ class RuleMaps {
   Result<std::vector<uint64_t>> FlowCounts(uint32_t slot, uint32_t generation) const {
     return maps_->ReadFlowCounts(slot, generation);
   }
+  // The expectation of `model` for the rule published in `slot` under
+  // `generation`: its counters read live, or `final_counts` once retired.
+  // The per-flow counts and the counters are read apart: nullopt when they do
+  // not add up in five reads (traffic that would not hold still, a flow's
+  // state evicted). Reads the maps only (callable without the rules' lock).
+  std::optional<DropExpectation> Expect(const LossModel& model, uint32_t slot, uint32_t generation,
+                                        const RuleCounters* final_counts) const;
 
   // The lease: the data plane drops nothing after `until_ns`
   // (CLOCK_MONOTONIC; 0: no lease).
