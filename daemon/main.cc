@@ -63,6 +63,8 @@ int Usage(const std::string& message) {
   return 2;
 }
 
+void AddListenerOptions(CLI::Option_group* daemon, DaemonOptions& d);
+void AddRuleAndObserverOptions(CLI::Option_group* daemon, Flags& f);
 void AddLimitOptions(CLI::Option_group* daemon, Flags& f);
 
 void AddOptions(CLI::App& app, Flags& f) {
@@ -98,9 +100,21 @@ void AddOptions(CLI::App& app, Flags& f) {
                  "every port sshd listens on; repeatable");
   app.add_flag("--force", f.force,
                "Let the rule on the command line past host protection (logged)");
-  DaemonOptions& d = f.daemon;
   auto* daemon =
       app.add_option_group("daemon", "Serving the gRPC API (when no rule or --observe is given)");
+  AddListenerOptions(daemon, f.daemon);
+  AddRuleAndObserverOptions(daemon, f);
+  AddLimitOptions(daemon, f);
+  daemon->add_option("--rules", f.rules_file,
+                     "Create the rules of this JSON file at start, before serving (what 'lossctl "
+                     "rule add --file' takes); one refused: exit 2");
+  daemon->add_flag("--sync-start", f.daemon.sync_start,
+                   "Load every BPF program before serving (the old start-up; for benchmarks). "
+                   "Default: serve at once, GetHealth reports what is still loading");
+}
+
+// Where the daemon serves: the Unix socket, TCP with TLS, HTTP.
+void AddListenerOptions(CLI::Option_group* daemon, DaemonOptions& d) {
   daemon->add_option("--socket", d.socket, "Unix socket (mode 0660); empty: none");
   daemon->add_option(
       "--socket-group", d.socket_group,
@@ -163,6 +177,11 @@ void AddOptions(CLI::App& app, Flags& f) {
                    "GET /metrics: the K open flows with the most retransmits as series of their "
                    "own (their addresses become labels), the rest as flow=\"other\"; 0: none")
       ->capture_default_str();
+}
+
+// The rules' bounds and history, and the observer's stall threshold.
+void AddRuleAndObserverOptions(CLI::Option_group* daemon, Flags& f) {
+  DaemonOptions& d = f.daemon;
   daemon->add_option("--max-rules", f.max_rules, "Most rules at once");
   daemon->add_option("--max-ttl", f.max_ttl,
                      "Every rule must expire within this (e.g. 1h); default: no limit");
@@ -187,13 +206,6 @@ void AddOptions(CLI::App& app, Flags& f) {
       ->add_option("--stall-rtts", d.stall_rtts,
                    "Times a flow's minimum RTT a stall must exceed (1..1000; see --stall-min)")
       ->capture_default_str();
-  AddLimitOptions(daemon, f);
-  daemon->add_option("--rules", f.rules_file,
-                     "Create the rules of this JSON file at start, before serving (what 'lossctl "
-                     "rule add --file' takes); one refused: exit 2");
-  daemon->add_flag("--sync-start", d.sync_start,
-                   "Load every BPF program before serving (the old start-up; for benchmarks). "
-                   "Default: serve at once, GetHealth reports what is still loading");
 }
 
 // The daemon's bounds on what one client may ask (docs/architecture.md#limits).
@@ -311,6 +323,105 @@ void RaiseFileLimit() {
               static_cast<unsigned long long>(was));
 }
 
+// --observe-netns: all (the daemon's default), own (--observe's) or paths.
+Status ObserveNetnsFlag(const Flags& f, bool daemon_mode, NetnsWatch* out) {
+  auto w = ParseNetnsWatch(f.observe_netns.empty() ? (daemon_mode ? "all" : "own")
+                                                    : f.observe_netns);
+  if (!w.ok()) return w.status();
+  // Named namespaces must exist now: a typo is a usage error, not a daemon
+  // that observes nothing.
+  for (const auto& p : w->paths) {
+    if (p == "own") continue;
+    auto ns = OpenNetns(p);
+    if (!ns.ok()) return InvalidArgument("--observe-netns: " + ns.status().message());
+  }
+  *out = *w;
+  return Status::Ok();
+}
+
+// A duration flag within [lo, hi] (text: as given, for the message).
+Status BoundedDurationFlag(const char* flag, const std::string& text, bool positive,
+                           std::chrono::nanoseconds lo, std::chrono::nanoseconds hi,
+                           const char* range, std::chrono::nanoseconds* out) {
+  LOSSD_RETURN_IF_ERROR(DurationFlag(flag, text, positive, out));
+  if (*out < lo || *out > hi)
+    return InvalidArgument(std::string(flag) + " must lie between " + range + " (got " +
+                           Shown(text) + ")");
+  return Status::Ok();
+}
+
+// The daemon's options from its flags (the one-shot run's have been read).
+Status DaemonFlags(const Flags& f, const InjectorOptions& injector,
+                   const std::vector<ObsFilterSpec>& filters, const NetnsWatch& netns,
+                   DaemonOptions* out) {
+  DaemonOptions d = f.daemon;
+  d.injector = injector;
+  RuleLimits& limits = d.injector.limits;
+  limits.max_rules = f.max_rules;
+  std::chrono::nanoseconds max_ttl{0};
+  if (!f.max_ttl.empty()) LOSSD_RETURN_IF_ERROR(DurationFlag("--max-ttl", f.max_ttl, true, &max_ttl));
+  limits.max_ttl_ns = static_cast<uint64_t>(max_ttl.count());
+  auto dflt = DefaultTtl(f.default_ttl, limits.max_ttl_ns);
+  if (!dflt.ok()) return dflt.status();
+  limits.default_ttl_ns = *dflt;
+  LOSSD_RETURN_IF_ERROR(BoundedDurationFlag("--keep-expired", f.keep_expired, false,
+                                            std::chrono::nanoseconds(0), std::chrono::hours(24),
+                                            "0s and 1d", &d.injector.keep_retired));
+  if (f.keep_expired_max > LOSS_MAX_RULES)
+    return InvalidArgument("--keep-expired-max must lie between 0 and " +
+                           std::to_string(LOSS_MAX_RULES));
+  d.injector.keep_retired_max = f.keep_expired_max;
+  LOSSD_RETURN_IF_ERROR(BoundedDurationFlag("--unmatched-hint", f.unmatched_hint, false,
+                                            std::chrono::nanoseconds(0), std::chrono::hours(24),
+                                            "0s and 1d", &d.injector.unmatched_after));
+  std::chrono::nanoseconds stall_min;
+  LOSSD_RETURN_IF_ERROR(BoundedDurationFlag("--stall-min", f.stall_min, true,
+                                            std::chrono::milliseconds(1), std::chrono::minutes(1),
+                                            "1ms and 1min", &stall_min));
+  if (d.stall_rtts < 1 || d.stall_rtts > 1000)
+    return InvalidArgument("--stall-rtts must lie between 1 and 1000");
+  d.stall_min_ns = static_cast<uint64_t>(stall_min.count());
+  const ApiLimits& api = d.api;
+  if (api.streams.max_streams == 0 || api.streams.max_streams_per_kind == 0 ||
+      api.streams.max_queue == 0 || f.max_stream_mib == 0 || api.max_filters == 0 ||
+      api.max_label_bytes == 0 || api.max_batch == 0)
+    return InvalidArgument(
+        "--max-streams, --max-streams-per-kind, --max-queue, --max-stream-memory, "
+        "--max-filters, --max-label-bytes and --max-batch must be > 0");
+  if (f.max_stream_mib > (1u << 20))
+    return InvalidArgument("--max-stream-memory must be at most 1048576 MiB");
+  if (api.max_message_bytes < 4096 || api.max_message_bytes > (1u << 30))
+    return InvalidArgument("--max-message-bytes must lie between 4096 and 1073741824");
+  d.api.streams.max_queue_bytes = f.max_stream_mib << 20;
+  d.observer = !f.no_observer;
+  d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
+  d.observer_netns = netns;
+  if (!f.rules_file.empty()) {
+    auto rules = ReadRulesFile(f.rules_file);
+    if (!rules.ok()) return rules.status();
+    d.rules_file = f.rules_file;
+    d.startup_rules = std::move(*rules);
+  }
+  *out = std::move(d);
+  return Status::Ok();
+}
+
+// --print-config-example: how the build writes dist/lossd.conf.
+int PrintConfigExample(CLI::App& app) {
+  std::string example = ConfigExample(
+      &app,
+      "# lossd's configuration file: TOML, one `key = value` per flag of lossd --help (the\n"
+      "# long name without \"--\"). lossd reads /etc/lossd/lossd.conf if it exists, or the\n"
+      "# file of --config FILE; a flag given on the command line wins over the file (the\n"
+      "# systemd unit gives --socket, --socket-group and --max-ttl on its command line). A\n"
+      "# key that names no flag stops lossd (exit 2). Generated from lossd " LOSSD_VERSION
+      " at build time:\n"
+      "# every setting below is commented out and shows its default. Giving a rule's flags\n"
+      "# here (iface, cgroup, ...) makes lossd a one-shot run: start-up rules go in --rules.\n\n");
+  fputs(example.c_str(), stdout);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"lossd: eBPF packet-loss injector"};
@@ -328,20 +439,7 @@ int Main(int argc, char** argv) {
             ParseErrorMessage(app, e).c_str());
     return 2;
   }
-  if (f.print_config_example) {
-    std::string example = ConfigExample(
-        &app,
-        "# lossd's configuration file: TOML, one `key = value` per flag of lossd --help (the\n"
-        "# long name without \"--\"). lossd reads /etc/lossd/lossd.conf if it exists, or the\n"
-        "# file of --config FILE; a flag given on the command line wins over the file (the\n"
-        "# systemd unit gives --socket, --socket-group and --max-ttl on its command line). A\n"
-        "# key that names no flag stops lossd (exit 2). Generated from lossd " LOSSD_VERSION
-        " at build time:\n"
-        "# every setting below is commented out and shows its default. Giving a rule's flags\n"
-        "# here (iface, cgroup, ...) makes lossd a one-shot run: start-up rules go in --rules.\n\n");
-    fputs(example.c_str(), stdout);
-    return 0;
-  }
+  if (f.print_config_example) return PrintConfigExample(app);
 
   LogLevel level;
   if (!ParseLogLevel(f.log_level.c_str(), &level))
@@ -361,87 +459,17 @@ int Main(int argc, char** argv) {
   Status st = WatchFilters(f, &filters);
   bool daemon_mode = !HasRule(f) && !f.observe;
   NetnsWatch netns;
-  if (st.ok()) {
-    auto w = ParseNetnsWatch(f.observe_netns.empty() ? (daemon_mode ? "all" : "own")
-                                                      : f.observe_netns);
-    if (w.ok()) {
-      netns = *w;
-      // Named namespaces must exist now: a typo is a usage error, not a
-      // daemon that observes nothing.
-      for (const auto& p : netns.paths) {
-        if (p == "own") continue;
-        auto ns = OpenNetns(p);
-        if (!ns.ok()) {
-          st = InvalidArgument("--observe-netns: " + ns.status().message());
-          break;
-        }
-      }
-    } else {
-      st = w.status();
-    }
-  }
+  if (st.ok()) st = ObserveNetnsFlag(f, daemon_mode, &netns);
   if (st.ok()) st = InjectorFlags(f, &injector);
   if (st.ok() && !f.duration.empty())
     st = DurationFlag("--duration", f.duration, false, &o.duration);
   if (st.ok()) st = DurationFlag("--interval", f.interval, true, &o.interval);
 
-  if (!HasRule(f) && !f.observe) {
-    DaemonOptions d = f.daemon;
-    d.injector = injector;
-    d.injector.limits.max_rules = f.max_rules;
-    std::chrono::nanoseconds max_ttl{0};
-    if (st.ok() && !f.max_ttl.empty()) st = DurationFlag("--max-ttl", f.max_ttl, true, &max_ttl);
+  if (daemon_mode) {
     if (!st.ok()) return Usage(st.message());
-    d.injector.limits.max_ttl_ns = static_cast<uint64_t>(max_ttl.count());
-    auto dflt = DefaultTtl(f.default_ttl, d.injector.limits.max_ttl_ns);
-    if (!dflt.ok()) return Usage(dflt.status().message());
-    d.injector.limits.default_ttl_ns = *dflt;
-    if (st.ok())
-      st = DurationFlag("--keep-expired", f.keep_expired, false, &d.injector.keep_retired);
-    if (st.ok() && d.injector.keep_retired > std::chrono::hours(24))
-      st = InvalidArgument("--keep-expired must lie between 0s and 1d (got " +
-                           Shown(f.keep_expired) + ")");
-    if (st.ok() && f.keep_expired_max > LOSS_MAX_RULES)
-      st = InvalidArgument("--keep-expired-max must lie between 0 and " +
-                           std::to_string(LOSS_MAX_RULES));
-    if (st.ok())
-      st = DurationFlag("--unmatched-hint", f.unmatched_hint, false, &d.injector.unmatched_after);
-    if (st.ok() && d.injector.unmatched_after > std::chrono::hours(24))
-      st = InvalidArgument("--unmatched-hint must lie between 0s and 1d (got " +
-                           Shown(f.unmatched_hint) + ")");
+    DaemonOptions d;
+    st = DaemonFlags(f, injector, filters, netns, &d);
     if (!st.ok()) return Usage(st.message());
-    d.injector.keep_retired_max = f.keep_expired_max;
-    std::chrono::nanoseconds stall_min;
-    st = DurationFlag("--stall-min", f.stall_min, true, &stall_min);
-    if (st.ok() &&
-        (stall_min < std::chrono::milliseconds(1) || stall_min > std::chrono::minutes(1)))
-      st = InvalidArgument("--stall-min must lie between 1ms and 1min (got " + Shown(f.stall_min) +
-                           ")");
-    if (st.ok() && (d.stall_rtts < 1 || d.stall_rtts > 1000))
-      st = InvalidArgument("--stall-rtts must lie between 1 and 1000");
-    if (!st.ok()) return Usage(st.message());
-    d.stall_min_ns = static_cast<uint64_t>(stall_min.count());
-    const ApiLimits& api = d.api;
-    if (api.streams.max_streams == 0 || api.streams.max_streams_per_kind == 0 ||
-        api.streams.max_queue == 0 || f.max_stream_mib == 0 || api.max_filters == 0 ||
-        api.max_label_bytes == 0 || api.max_batch == 0)
-      return Usage(
-          "--max-streams, --max-streams-per-kind, --max-queue, --max-stream-memory, "
-          "--max-filters, --max-label-bytes and --max-batch must be > 0");
-    if (f.max_stream_mib > (1u << 20))
-      return Usage("--max-stream-memory must be at most 1048576 MiB");
-    if (api.max_message_bytes < 4096 || api.max_message_bytes > (1u << 30))
-      return Usage("--max-message-bytes must lie between 4096 and 1073741824");
-    d.api.streams.max_queue_bytes = f.max_stream_mib << 20;
-    d.observer = !f.no_observer;
-    d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
-    d.observer_netns = netns;
-    if (!f.rules_file.empty()) {
-      auto rules = ReadRulesFile(f.rules_file);
-      if (!rules.ok()) return Usage(rules.status().message());
-      d.rules_file = f.rules_file;
-      d.startup_rules = std::move(*rules);
-    }
     return RunDaemon(d);
   }
 
