@@ -1,5 +1,5 @@
 // A rule as flags or as a JSON object with the flags' names, built by the
-// rule library's builder (daemon/rules/flags.h: the daemon's own parsers and
+// rule library's builder (lib/rules/flags.h: the daemon's own parsers and
 // spellings) and turned into a lossd.v1.RuleSpec, with lossctl's labels and
 // force. Errors name the flag (or field) and say what to fix.
 #pragma once

@@ -1,6 +1,6 @@
 // Which TCP listeners lossd accepts for its control channel (gRPC's
 // --listen: whoever reaches it can change rules), decided on the parsed
-// address (common/address.h). The read-only HTTP listener (--http) has a
+// address (base/address.h). The read-only HTTP listener (--http) has a
 // rule of its own, CheckHttpTransport in http/server.h: nothing over it
 // changes a rule, so plaintext on loopback is its default and TLS without
 // client certificates is allowed. A control listener that does not

@@ -1,7 +1,7 @@
 // The hook programs of bpf/loss.bpf.c: which ones a rule runs in, and their
 // split load (docs/architecture.md#start-up): each loads on first use, from a
 // bpf_object of its own whose maps are the injector's (bpf_map__reuse_fd,
-// common/split_load.h), so a daemon that only uses tc ingress never verifies
+// loader/split_load.h), so a daemon that only uses tc ingress never verifies
 // the other four.
 #pragma once
 

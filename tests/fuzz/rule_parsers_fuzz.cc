@@ -1,4 +1,4 @@
-// libFuzzer target of the rule library's parsers (daemon/rules: rule.h's
+// libFuzzer target of the rule library's parsers (lib/rules: rule.h's
 // Parse*, flags.h's BuildRuleSpec). Input: lines "FLAG=VALUE" (the RuleFlags
 // fields, as tests/vectors/rule_parsers.json names them); every line's value
 // also goes through each single parser. Besides crashes and sanitizer reports

@@ -1,4 +1,4 @@
-// The log's pure parts (daemon/common/log.h, rate_limit.h, service/refusals.h):
+// The log's pure parts (lib/base/log.h, rate_limit.h, service/refusals.h):
 // RFC 3339 times, the text and json lines, the rate limit of refusals and
 // their line.
 #include <gtest/gtest.h>

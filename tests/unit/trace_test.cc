@@ -108,6 +108,17 @@ std::vector<Kind> Kinds(const std::vector<TraceItem>& items) {
   return k;
 }
 
+// A trace of flow 7 (port 80 to 5000), up to 100 samples unless `o` says; null if refused.
+TraceOptions UpTo100Samples() {
+  TraceOptions o;
+  o.max_samples = 100;
+  return o;
+}
+std::unique_ptr<FlowTracer> TraceFlow7(Fakes& f, TraceOptions o = UpTo100Samples()) {
+  auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
 const StreamFilters kNoFilter({}, {}, FilterLookups{});
 auto kNever = [] { return false; };
 
@@ -238,11 +249,9 @@ TEST(FlowTracer, RefusedTraceHoldsNothing) {
 
 TEST(FlowTracer, DropsToldOnceAndBeforeTheCloseWhenTheFeedHasThemAll) {
   Fakes f;
-  TraceOptions o;
-  o.max_samples = 100;
-  auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
-  ASSERT_TRUE(t.ok());
-  FlowTracer& tr = **t;
+  auto t = TraceFlow7(f);
+  ASSERT_NE(t, nullptr);
+  FlowTracer& tr = *t;
   EXPECT_TRUE(tr.Next().empty());
   f.drops = {Drop(2, 300)};
   f.hub.Publish(Ev(OBS_EV_SAMPLE, 7));
@@ -265,11 +274,9 @@ TEST(FlowTracer, DropsToldOnceAndBeforeTheCloseWhenTheFeedHasThemAll) {
 
 TEST(FlowTracer, DropsTheFeedLostAreAGap) {
   Fakes f;
-  TraceOptions o;
-  o.max_samples = 100;
-  auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
-  ASSERT_TRUE(t.ok());
-  FlowTracer& tr = **t;
+  auto t = TraceFlow7(f);
+  ASSERT_NE(t, nullptr);
+  FlowTracer& tr = *t;
   f.drops = {Drop(1, 400), Drop(1, 500)};
   f.drops_lost = 3;  // the ring had no room for 3
   auto items = tr.Next();
@@ -286,14 +293,13 @@ TEST(FlowTracer, HubLossIsAGapOfItsFilteredQueue) {
   Fakes f;
   uint64_t ring = 0;
   f.hub.SetRingLost([&] { return ring; });
-  TraceOptions o;
+  TraceOptions o = UpTo100Samples();
   o.queue = 2;
-  o.max_samples = 100;
-  auto t = FlowTracer::Start(f.Sources(), Flow(7, 80, 5000), o);
-  ASSERT_TRUE(t.ok());
+  auto t = TraceFlow7(f, o);
+  ASSERT_NE(t, nullptr);
   for (int i = 0; i < 5; i++) f.hub.Publish(Ev(OBS_EV_SAMPLE, 7));
   ring = 4;
-  auto items = (*t)->Next();
+  auto items = t->Next();
   ASSERT_EQ(Kinds(items),
             (std::vector<Kind>{Kind::kSample, Kind::kSample, Kind::kGap, Kind::kGap}));
   EXPECT_EQ(items[2].gap.source, LossSource::kKernelRing);
