@@ -164,6 +164,11 @@ void AddListenerOptions(CLI::Option_group* daemon, DaemonOptions& d) {
                    "Most open HTTP connections (streams included); over it: 503")
       ->capture_default_str();
   daemon
+      ->add_option("--http-max-connections-per-address", d.http_options.max_per_address,
+                   "Most open HTTP connections from one client address; over it: 503")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  daemon
       ->add_option("--http-max-streams", d.http_options.max_streams,
                    "Most long-lived HTTP streams at once; over it: 503")
       ->capture_default_str();

@@ -1,6 +1,9 @@
 #include "http/server.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,7 +14,10 @@
 #include <deque>
 #include <mutex>
 
+#include "base/clock.h"
 #include "base/log.h"
+#include "base/rate_limit.h"
+#include "http/connection.h"
 
 namespace lossd {
 namespace {
@@ -26,10 +32,19 @@ bool IsToken(const std::string& s) {
 
 constexpr size_t kMaxHeaderBytes = 8192;
 constexpr size_t kMaxHeaderFields = 64;
-constexpr size_t kRejectThreads = 2;
+constexpr size_t kKeepAliveMax = 100;  // requests on one connection
 
-// Set on the reject pool's threads: every request read there is answered 503.
-thread_local bool t_reject = false;
+// The connection a worker thread is serving: PreRoute marks its head read.
+thread_local HttpConnection* t_conn = nullptr;
+
+std::string PeerAddress(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr, buf, sizeof(buf));
+  else if (a.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr, buf, sizeof(buf));
+  return buf;
+}
 
 void Plain(httplib::Response& res, int status, const std::string& text) {
   res.status = status;
@@ -70,70 +85,17 @@ bool Readable(const std::string& path) {
 
 }  // namespace
 
-// httplib hands every accepted connection to enqueue() as an opaque task
-// that reads, answers and closes it; the task must run (it owns the socket).
-// Up to `workers` connections run at once, each on a worker of its own (none
-// waits behind another). Over that, the task runs on a small reject pool
-// whose thread-local flag makes PreRoute answer 503 + Connection: close: one
-// short request read (--http read timeout) per refused connection, never an
-// idle keep-alive held by the daemon.
-class HttpServer::CappedQueue final : public httplib::TaskQueue {
+// httplib's request parsing and answering (process_request: routing, the
+// pre-routing handler, content providers), run on a connection lossd accepted.
+class HttpServer::Engine final : public httplib::Server {
  public:
-  CappedQueue(size_t workers, std::atomic<uint64_t>* open, std::atomic<uint64_t>* rejected)
-      : workers_(workers), open_(open), rejected_(rejected) {
-    for (size_t i = 0; i < workers; i++) threads_.emplace_back([this] { Work(&work_, false); });
-    for (size_t i = 0; i < kRejectThreads; i++)
-      threads_.emplace_back([this] { Work(&reject_, true); });
+  bool Serve(httplib::Stream& strm, bool close, bool& closed) {
+    return process_request(strm, close, closed, nullptr);
   }
-  ~CappedQueue() override { shutdown(); }
-
-  void enqueue(std::function<void()> fn) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (open_->load() < workers_) {
-      open_->fetch_add(1);  // released when the task returns
-      work_.push_back(std::move(fn));
-    } else {
-      rejected_->fetch_add(1);
-      reject_.push_back(std::move(fn));
-    }
-    cv_.notify_all();
-  }
-
-  void shutdown() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (shutdown_) return;
-      shutdown_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
- private:
-  void Work(std::deque<std::function<void()>>* q, bool reject) {
-    t_reject = reject;
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return shutdown_ || !q->empty(); });
-        if (q->empty()) return;  // shut down, and nothing left to close
-        fn = std::move(q->front());
-        q->pop_front();
-      }
-      fn();
-      if (!reject) open_->fetch_sub(1);
-    }
-  }
-
-  const size_t workers_;
-  std::atomic<uint64_t>* open_;
-  std::atomic<uint64_t>* rejected_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> work_, reject_;
-  bool shutdown_ = false;
-  std::vector<std::thread> threads_;
+  // httplib's content providers write only while its listening socket is
+  // set (svr_sock_: its "shutting down" test); lossd's, until Stop().
+  void SetListening(int fd) { svr_sock_ = fd; }
+  void SetStopping() { svr_sock_ = INVALID_SOCKET; }
 };
 
 Status CheckHttpTransport(const HttpOptions& o) {
@@ -192,14 +154,19 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpOptions& opts) 
     return InvalidArgument("--http-max-streams must be below --http-max-connections (streams " +
                            std::to_string(opts.max_streams) + ", connections " +
                            std::to_string(opts.max_connections) + ")");
+  if (opts.max_per_address == 0)
+    return InvalidArgument("--http-max-connections-per-address must be at least 1");
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->opts_ = opts;
+  s->opts_.max_per_address = std::min(opts.max_per_address, opts.max_connections);
   s->own_name_ = OwnHostName();
   if (!opts.tls_cert.empty()) {
     for (const std::string* f : {&opts.tls_cert, &opts.tls_key, &opts.tls_client_ca}) {
       if (!f->empty() && !Readable(*f))
         return Status::FromErrno(errno, "--http TLS file " + Shown(*f));
     }
+    // httplib's SSLServer sets the context up (certificate chain, key, client
+    // CA and verification); lossd runs the connections on it.
     auto ssl = std::make_unique<httplib::SSLServer>(
         opts.tls_cert.c_str(), opts.tls_key.c_str(),
         opts.tls_client_ca.empty() ? nullptr : opts.tls_client_ca.c_str());
@@ -209,36 +176,12 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpOptions& opts) 
           Shown(opts.tls_key) +
           (opts.tls_client_ca.empty() ? "" : " / client CA " + Shown(opts.tls_client_ca)) +
           " (unreadable, not PEM, or the key does not match)");
-    s->server_ = std::move(ssl);
-    s->tls_ = true;
-  } else {
-    s->server_ = std::make_unique<httplib::Server>();
+    s->tls_ = std::move(ssl);
   }
   HttpServer* self = s.get();
-  httplib::Server& srv = *s->server_;
-  srv.new_task_queue = [self] {
-    return new CappedQueue(self->opts_.max_connections, &self->open_connections_,
-                           &self->rejected_connections_);
-  };
-  auto secs = [](std::chrono::milliseconds ms, time_t* sec, time_t* usec) {
-    *sec = ms.count() / 1000;
-    *usec = (ms.count() % 1000) * 1000;
-  };
-  time_t sec, usec;
-  secs(opts.read_timeout, &sec, &usec);
-  srv.set_read_timeout(sec, usec);
-  secs(opts.write_timeout, &sec, &usec);
-  srv.set_write_timeout(sec, usec);
-  srv.set_keep_alive_timeout(opts.keep_alive.count());
-  srv.set_keep_alive_max_count(100);
+  s->engine_ = std::make_unique<Engine>();
+  Engine& srv = *s->engine_;
   srv.set_payload_max_length(0);
-  // httplib's default also sets SO_REUSEPORT, which lets a second lossd bind
-  // the same port and share its connections (scrapes would alternate between
-  // two daemons): SO_REUSEADDR only, so a second bind fails with EADDRINUSE.
-  srv.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   srv.set_pre_routing_handler([self](const httplib::Request& req, httplib::Response& res) {
     return self->PreRoute(req, res);
   });
@@ -247,25 +190,50 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpOptions& opts) 
   });
   srv.set_exception_handler([](const httplib::Request&, httplib::Response& res,
                                std::exception_ptr) { Plain(res, 500, "internal error"); });
-
-  errno = 0;
-  if (opts.addr.port == 0) {
-    int port = srv.bind_to_any_port(opts.addr.host);
-    if (port <= 0)
-      return Status::FromErrno(errno ? errno : EADDRNOTAVAIL,
-                               "--http: cannot listen on " + opts.addr.ToString());
-    s->port_ = static_cast<uint16_t>(port);
-  } else {
-    if (!srv.bind_to_port(opts.addr.host, opts.addr.port))
-      return Status::FromErrno(errno ? errno : EADDRINUSE,
-                               "--http: cannot listen on " + opts.addr.ToString());
-    s->port_ = opts.addr.port;
-  }
+  s->stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->stop_fd_ < 0) return Status::FromErrno(errno, "--http: eventfd");
+  LOSSD_RETURN_IF_ERROR(s->Bind());
   return s;
+}
+
+// SO_REUSEADDR only: SO_REUSEPORT would let a second lossd bind the same port
+// and share its connections (scrapes would alternate between two daemons).
+Status HttpServer::Bind() {
+  const std::string where = "--http: cannot listen on " + opts_.addr.ToString();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(opts_.addr.port);
+  int rc = getaddrinfo(opts_.addr.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || !res) return InvalidArgument(where + ": " + gai_strerror(rc));
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int err = errno;
+  if (fd >= 0) {
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      err = errno;
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0) return Status::FromErrno(err, where);
+  listen_fd_ = fd;
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+  return Status::Ok();
 }
 
 HttpServer::~HttpServer() {
   Stop();
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (stop_fd_ >= 0) close(stop_fd_);
 }
 
 void HttpServer::Get(const std::string& path, Handler handler) {
@@ -281,33 +249,153 @@ void HttpServer::GetStream(const std::string& path, StreamHandler handler) {
 }
 
 void HttpServer::Start() {
-  if (started_) return;
+  if (started_ || stopping_) return;
   started_ = true;
-  thread_ = std::thread([this] {
-    if (!server_->listen_after_bind() && !stopping_)
-      LOG_ERROR("--http %s: the listener stopped", opts_.addr.ToString().c_str());
-    listen_returned_ = true;
-  });
+  engine_->SetListening(listen_fd_);
+  for (size_t i = 0; i < opts_.max_connections; i++) workers_.emplace_back([this] { Work(); });
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
 }
 
 void HttpServer::Stop() {
   if (stopping_.exchange(true)) return;
-  if (!started_) return;
-  // stop() closes the listening socket; listen_after_bind then shuts the
-  // queue down, which waits for every connection's task (streams end: their
-  // slots report stopping()).
-  // httplib's stop() does nothing before listen_after_bind() marked the
-  // server running: a Stop() right after Start() waits for that first.
-  while (!server_->is_running() && !listen_returned_)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (engine_) engine_->SetStopping();
+  // Every wait of the accept loop and the connections ends at once: idle
+  // keep-alives close, streams end (their slots report stopping()).
+  uint64_t one = 1;
+  if (stop_fd_ >= 0 && write(stop_fd_, &one, sizeof(one)) != sizeof(one))
+    LOG_WARN("--http: stop: %s", strerror(errno));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  if (accept_thread_.joinable()) accept_thread_.join();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+}
+
+// Admits a connection while its address and the listener are under their
+// caps; over either it is answered at once. A full file table pauses the
+// accepts (the pending connection stays in the backlog) instead of spinning.
+void HttpServer::AcceptLoop() {
+  LineRateLimiter log_limit(1, 3);
+  while (!stopping_) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (poll(p, 2, -1) < 0 && errno != EINTR) {
+      LOG_ERROR("--http %s: poll: %s", opts_.addr.ToString().c_str(), strerror(errno));
+      return;
+    }
+    if (p[1].revents) return;
+    if (!(p[0].revents & POLLIN)) continue;
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        uint64_t held = 0;
+        if (log_limit.Admit(MonotonicNs(), &held))
+          LOG_WARN("--http %s: accept: %s (pausing 100 ms; %llu such lines held back)",
+                   opts_.addr.ToString().c_str(), strerror(err),
+                   static_cast<unsigned long long>(held));
+        poll(&p[1], 1, 100);
+      }
+      continue;
+    }
+    std::string peer = PeerAddress(a);
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size_t& n = per_peer_[peer];
+      if (open_connections_.load() >= opts_.max_connections) {
+        why = "lossd is serving its most HTTP connections (" +
+              std::to_string(opts_.max_connections) + ", --http-max-connections); retry";
+      } else if (n >= opts_.max_per_address) {
+        why = "lossd is serving its most HTTP connections from " + peer + " (" +
+              std::to_string(opts_.max_per_address) +
+              ", --http-max-connections-per-address); retry";
+      } else {
+        n++;
+        open_connections_.fetch_add(1);
+        queue_.push_back({fd, peer});
+        cv_.notify_one();
+        continue;
+      }
+      if (n == 0) per_peer_.erase(peer);
+    }
+    Refuse(fd, why);
+  }
+}
+
+void HttpServer::Refuse(int fd, const std::string& why) {
+  rejected_busy_.fetch_add(1);
+  if (!tls_) {
+    // What the client sent already is read first: closing with it unread
+    // would reset the connection before the client reads the answer.
+    char buf[4096];
+    for (int i = 0; i < 16 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; i++) {
+    }
+    const std::string body = why + "\n";
+    const std::string r = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                          "Content-Length: " + std::to_string(body.size()) +
+                          "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
+    if (send(fd, r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) shutdown(fd, SHUT_WR);
+  }
+  close(fd);
+}
+
+void HttpServer::Work() {
+  for (;;) {
+    Accepted c;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_.load() || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every admitted connection closed
+      c = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Serve(c.fd);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--per_peer_[c.peer] == 0) per_peer_.erase(c.peer);
+    open_connections_.fetch_sub(1);
+  }
+}
+
+// One connection: the TLS handshake and the first head within the head
+// timeout of the accept; then up to kKeepAliveMax requests, each next one
+// starting within the keep-alive timeout and its head within the head timeout.
+void HttpServer::Serve(int fd) {
+  using Clock = HttpConnection::Clock;
+  SSL* ssl = nullptr;
+  if (tls_) {
+    ssl = SSL_new(tls_->ssl_context());
+    if (!ssl || SSL_set_fd(ssl, fd) != 1) {
+      if (ssl) SSL_free(ssl);
+      close(fd);
+      return;
+    }
+  }
+  HttpConnection c(fd, ssl, {opts_.read_timeout, opts_.write_timeout}, stop_fd_);
+  c.StartHead(Clock::now() + opts_.head_timeout);
+  if (c.Handshake()) {
+    t_conn = &c;
+    for (size_t left = kKeepAliveMax; left > 0 && !stopping_; left--) {
+      if (left != kKeepAliveMax) {
+        if (!c.WaitRequest(opts_.keep_alive)) break;
+        c.StartHead(Clock::now() + opts_.head_timeout);
+      }
+      bool closed = false;
+      if (!engine_->Serve(c, left == 1, closed) || closed) break;
+    }
+    t_conn = nullptr;
+  }
+  if (c.head_timed_out()) timed_out_.fetch_add(1);
 }
 
 HttpStats HttpServer::stats() const {
   HttpStats st;
   st.requests = requests_.load();
   st.rejected_busy = rejected_busy_.load();
+  st.timed_out = timed_out_.load();
   st.refused = refused_.load();
   st.connections_open = open_connections_.load();
   st.streams_open = streams_.load();
@@ -317,14 +405,7 @@ HttpStats HttpServer::stats() const {
 httplib::Server::HandlerResponse HttpServer::PreRoute(const httplib::Request& req,
                                                       httplib::Response& res) {
   using R = httplib::Server::HandlerResponse;
-  if (t_reject) {
-    rejected_busy_.fetch_add(1);
-    res.set_header("Retry-After", "1");
-    PlainAndClose(res, 503,
-                  "lossd is serving its most HTTP connections (" +
-                      std::to_string(opts_.max_connections) + ", --http-max-connections); retry");
-    return R::Handled;
-  }
+  if (t_conn) t_conn->HeadDone();  // the rest is the handler's, bounded by its write timeout
   // DNS rebinding: a page of another site whose name now resolves here.
   const std::string host = req.get_header_value("Host");
   std::string origin = req.get_header_value("Origin");

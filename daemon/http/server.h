@@ -2,8 +2,11 @@
 // cpp-httplib, plaintext on loopback or TLS (optionally mutual), with every
 // input bounded: methods other than GET/HEAD are 405 (with Allow), unknown
 // paths 404, request headers over 8 KiB or 64 fields 431, a request body
-// 413, read and keep-alive timeouts, and a connection cap (over it: 503 +
-// Connection: close). See docs/architecture.md#http.
+// 413, read and keep-alive timeouts, a deadline for each request head, and
+// connection caps, in all and per client address (over either: 503 +
+// Connection: close at once, without reading). lossd accepts and keeps the
+// connections (connection.h); httplib parses and answers. See
+// docs/architecture.md#http.
 //
 // Routes are registered before Start() and never change after it:
 //
@@ -32,10 +35,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,9 +61,14 @@ struct HttpOptions {
   // page whose name now resolves to 127.0.0.1 reads nothing).
   std::vector<std::string> allowed_hosts;
   size_t max_connections = 32;  // open connections at once (streams included)
+  // Open connections from one client address at once (at most max_connections).
+  size_t max_per_address = 16;
   size_t max_streams = 8;       // long-lived streaming responses at once (GetStream)
   std::chrono::milliseconds read_timeout{2000};
   std::chrono::milliseconds write_timeout{5000};
+  // A request's head (and, on a new TLS connection, the handshake before it)
+  // must arrive within this from the connection's accept or its first byte.
+  std::chrono::milliseconds head_timeout{5000};
   // An idle connection closes after this; Stop() waits for idle ones too
   // (httplib checks for a stop only between requests).
   std::chrono::seconds keep_alive{2};
@@ -79,6 +90,7 @@ bool HostAllowed(const std::string& host, const std::string& own_name,
 struct HttpStats {
   uint64_t requests = 0;          // answered by a route (any status)
   uint64_t rejected_busy = 0;     // 503: over the connection or stream cap
+  uint64_t timed_out = 0;         // closed: a request head not complete within its deadline
   uint64_t refused = 0;           // 404, 405, 413, 431
   uint64_t connections_open = 0;  // now
   uint64_t streams_open = 0;      // now
@@ -125,36 +137,52 @@ class HttpServer {
   void Stop();
 
   uint16_t port() const { return port_; }
-  bool tls() const { return tls_; }
+  bool tls() const { return tls_ != nullptr; }
   bool stopping() const { return stopping_.load(); }
   HttpStats stats() const;
 
  private:
   friend class HttpStreamSlot;
-  class CappedQueue;
+  class Engine;
   struct Route {
     Handler handler;
     StreamHandler stream;
   };
+  struct Accepted {
+    int fd;
+    std::string peer;  // the client's address, without the port
+  };
   HttpServer() = default;
+  Status Bind();
+  void AcceptLoop();
+  // Over a cap: 503 + Connection: close written at once (plaintext; a TLS
+  // client's connection is closed), never waiting on the client.
+  void Refuse(int fd, const std::string& why);
+  void Work();
+  void Serve(int fd);
   httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
   void Dispatch(const httplib::Request& req, httplib::Response& res);
   const Route* Find(const std::string& path) const;
 
   HttpOptions opts_;
   std::string own_name_;  // gethostname(), lower case
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<Engine> engine_;           // parses and answers
+  std::unique_ptr<httplib::SSLServer> tls_;  // its SSL_CTX (certificates, client CA); null: plaintext
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;  // an eventfd, written once by Stop(): ends every wait
   uint16_t port_ = 0;
-  bool tls_ = false;
   bool started_ = false;
   std::map<std::string, Route> exact_, prefix_;
-  std::thread thread_;
+  std::thread accept_thread_;
+  std::vector<std::thread> workers_;  // max_connections: an admitted connection never waits
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Accepted> queue_;
+  std::map<std::string, size_t> per_peer_;  // open connections by client address
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> listen_returned_{false};
-  std::atomic<uint64_t> requests_{0}, rejected_busy_{0}, refused_{0};
+  std::atomic<uint64_t> requests_{0}, rejected_busy_{0}, refused_{0}, timed_out_{0};
   std::atomic<uint64_t> streams_{0};           // held by HttpStreamSlot
-  std::atomic<uint64_t> open_connections_{0};  // kept by the CappedQueue
-  std::atomic<uint64_t> rejected_connections_{0};
+  std::atomic<uint64_t> open_connections_{0};  // admitted, until served
 };
 
 }  // namespace lossd

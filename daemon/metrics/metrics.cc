@@ -47,10 +47,12 @@ void HttpMetrics(const HttpServer& http, Families* out) {
       .Add({}, st.requests);
   {
     Fam f(out, "lossd_http_refused_total",
-          "HTTP requests refused: busy (503, over a cap), bad (404, 405, 413, 431)",
+          "HTTP requests refused: busy (503, over a cap), bad (404, 405, 413, 431), slow "
+          "(the connection closed: a request head not complete within its deadline)",
           MetricType::Counter);
     f.Add({{"reason", "busy"}}, st.rejected_busy);
     f.Add({{"reason", "bad"}}, st.refused);
+    f.Add({{"reason", "slow"}}, st.timed_out);
   }
   Fam(out, "lossd_http_connections_open", "Open HTTP connections", MetricType::Gauge)
       .Add({}, st.connections_open);

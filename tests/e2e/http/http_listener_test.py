@@ -14,6 +14,11 @@ One daemon in namespace A, --http 127.0.0.1:0 (its own loopback), --http-max-con
   test_connection_cap                 4 idle connections hold the cap: the 5th is answered 503
                                       and closed, gRPC still serves, and HTTP serves again once
                                       they go; lossd_http_refused_total counts it
+  test_slow_heads_and_the_cap_per_address
+                                      6 connections dripping a head from 127.0.0.1: 4 admitted
+                                      (per-address cap), 2 answered 503 at once; 127.0.0.2 is
+                                      served meanwhile, 127.0.0.1 gets 503 at once; the 4 closed
+                                      at the 5 s head deadline; refused{reason="slow"}
   test_default_port_and_off           no --http: 127.0.0.1:7071, and a second daemon there
                                       exits 1 (address in use); --http '': no listener
   test_plaintext_off_loopback_refused --http on the veth address without TLS: exit 2, the
@@ -25,8 +30,10 @@ One daemon in namespace A, --http 127.0.0.1:0 (its own loopback), --http-max-con
 """
 import http.client
 import os
+import socket
 import ssl
 import subprocess
+import threading
 import time
 
 from lab import config, prom, web
@@ -162,6 +169,81 @@ class HttpListener(DaemonTestCase):
         r = wait_until(lambda: (lambda r: r if r.status == 200 else None)(self.get("/metrics")), 10,
                        "HTTP to serve again once the idle connections closed", step=0.1)
         self.assertRegex(r.text(), r'lossd_http_refused_total\{reason="busy"\} [1-9]')
+
+    def test_slow_heads_and_the_cap_per_address(self):
+        """Slowloris (issue 25 item 4): 6 connections from 127.0.0.1 each send a request head a
+        byte every 0.5 s. Over the per-address cap (4) the 5th and 6th are answered 503 at once;
+        a client from 127.0.0.2 is served meanwhile and one more from 127.0.0.1 gets its 503 at
+        once, not a hang; each slow one is closed at its head's deadline (5 s from its accept)
+        although it never stopped sending (before: each byte restarted a 2 s read timeout, and
+        40 such held every worker for a minute)."""
+        d = Daemon(self.lab, self.lab.a, ["--http-max-connections", "12", "--http-max-streams", "1",
+                                          "--http-max-connections-per-address", "4"], wait_parts=False)
+        try:
+            head = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200
+            slow = [web.connect(d.ns, "127.0.0.1", d.http_port) for _ in range(6)]
+            t0 = time.monotonic()
+            ended = {}  # connection index -> (seconds from the start, what it got)
+
+            def drip(i, s):
+                got = b""
+                for b in head:
+                    try:
+                        s.sendall(bytes([b]))
+                    except OSError:
+                        break
+                    s.settimeout(0.5)
+                    try:
+                        chunk = s.recv(4096)
+                        if not chunk:
+                            break
+                        got += chunk
+                        if b"\r\n\r\n" in got:
+                            break
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        break
+                ended[i] = (time.monotonic() - t0, got)
+            threads = [threading.Thread(target=drip, args=(i, s), daemon=True) for i, s in enumerate(slow)]
+            for t in threads:
+                t.start()
+            time.sleep(0.5)
+            t1 = time.monotonic()
+            other = web.request(d.ns, "127.0.0.1", d.http_port, "/metrics", source="127.0.0.2", timeout=5)
+            other_s = time.monotonic() - t1
+            t1 = time.monotonic()
+            s = web.connect(d.ns, "127.0.0.1", d.http_port)
+            same = web.raw(s, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout=5)
+            s.close()
+            same_s = time.monotonic() - t1
+            for t in threads:
+                t.join(15)
+            for c in slow:
+                c.close()
+            statuses = sorted(web.status_of(g) for _, g in ended.values())
+            held = sorted(round(t, 2) for t, g in ended.values() if not g)
+            measured("http_slowloris", other_status=other.status, other_s=round(other_s, 3),
+                     same_status=web.status_of(same), same_s=round(same_s, 3), slow_statuses=statuses,
+                     slow_closed_after_s=held)
+            self.assertEqual(other.status, 200, other)
+            self.assertLess(other_s, 2)
+            self.assertEqual(web.status_of(same), 503, same[:200])
+            self.assertIn(b"--http-max-connections-per-address", same)
+            self.assertLess(same_s, 2)
+            self.assertEqual(len(ended), 6, "a slow connection was still open after 15 s")
+            self.assertEqual(statuses, [0, 0, 0, 0, 503, 503], ended)
+            # The 4 admitted ones: closed by lossd at 5 s (head timeout) from their accept,
+            # never answered; a byte every 0.5 s would have taken 110 s to send the head.
+            self.assertEqual(len(held), 4, ended)
+            for t in held:
+                self.assertTrue(4.0 <= t <= 8.0, held)
+            m = wait_until(lambda: (lambda r: r if r.status == 200 else None)(
+                web.request(d.ns, "127.0.0.1", d.http_port, "/metrics")), 10, "/metrics again", step=0.2)
+            self.assertRegex(m.text(), r'lossd_http_refused_total\{reason="slow"\} [4-9]')
+            self.assertRegex(m.text(), r'lossd_http_refused_total\{reason="busy"\} [3-9]')
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
 
     def test_default_port_and_off(self):
         d = Daemon(self.lab, self.lab.b, http=None, wait_parts=False)

@@ -5,8 +5,9 @@ created in: so a helper thread enters the namespace, opens the socket, and hands
 test then uses it from any thread. Nothing here touches the host's namespace.
 
     in_netns(ns, fn, *args)        fn(*args) on a thread inside ns; its result (or exception)
-    connect(ns, host, port)        a connected TCP socket inside ns
-    request(ns, host, port, path, method="GET", headers=None, body=None, tls=None)
+    connect(ns, host, port, source=None)
+                                   a connected TCP socket inside ns (from address `source`)
+    request(ns, host, port, path, method="GET", headers=None, body=None, tls=None, source=None)
                                    -> Reply(status, headers {lower-case: value}, body bytes)
     raw(sock_or_ns, ..., data)     bytes sent as they are, the reply read until close/timeout
     get_json(ns, host, port, path) the body parsed as JSON (status must be 200)
@@ -49,13 +50,16 @@ def in_netns(ns, fn, *args, **kw):
     return out.get("value")
 
 
-def connect(ns, host, port, timeout=10):
-    """A TCP socket connected to host:port inside ns (usable from any thread)."""
+def connect(ns, host, port, timeout=10, source=None):
+    """A TCP socket connected to host:port inside ns (usable from any thread), from the
+    address `source` if given (e.g. 127.0.0.2: another client address on loopback)."""
     def make():
         fam = socket.AF_INET6 if ":" in host else socket.AF_INET
         s = socket.socket(fam, socket.SOCK_STREAM)
         s.settimeout(timeout)
         try:
+            if source:
+                s.bind((source, 0))
             s.connect((host, port))
         except BaseException:
             s.close()
@@ -77,13 +81,16 @@ class Reply:
         return "Reply(%d, %s, %r)" % (self.status, self.headers, self.body[:200])
 
 
-def request(ns, host, port, path, method="GET", headers=None, body=None, tls=None, timeout=20):
-    """One HTTP/1.1 request (http.client) inside ns. tls: an ssl.SSLContext for HTTPS."""
+def request(ns, host, port, path, method="GET", headers=None, body=None, tls=None, timeout=20,
+            source=None):
+    """One HTTP/1.1 request (http.client) inside ns. tls: an ssl.SSLContext for HTTPS;
+    source: the client's address."""
     def do():
+        src = (source, 0) if source else None
         if tls is not None:
-            c = http.client.HTTPSConnection(host, port, timeout=timeout, context=tls)
+            c = http.client.HTTPSConnection(host, port, timeout=timeout, context=tls, source_address=src)
         else:
-            c = http.client.HTTPConnection(host, port, timeout=timeout)
+            c = http.client.HTTPConnection(host, port, timeout=timeout, source_address=src)
         try:
             c.request(method, path, body=body, headers=headers or {})
             r = c.getresponse()

@@ -1,0 +1,156 @@
+#include "http/connection.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace lossd {
+namespace {
+
+void AddressOf(const sockaddr_storage& a, std::string* ip, int* port) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    inet_ntop(AF_INET, &v4->sin_addr, buf, sizeof(buf));
+    *port = ntohs(v4->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof(buf));
+    *port = ntohs(v6->sin6_port);
+  }
+  *ip = buf;
+}
+
+}  // namespace
+
+HttpConnection::HttpConnection(int fd, SSL* ssl, Timeouts timeouts, int stop_fd)
+    : fd_(fd), ssl_(ssl), timeouts_(timeouts), stop_fd_(stop_fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    AddressOf(a, &remote_ip_, &remote_port_);
+  len = sizeof(a);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    AddressOf(a, &local_ip_, &local_port_);
+}
+
+HttpConnection::~HttpConnection() {
+  if (ssl_) {
+    SSL_shutdown(ssl_);  // one close_notify, not waited for
+    SSL_free(ssl_);
+  }
+  close(fd_);
+}
+
+void HttpConnection::StartHead(Clock::time_point deadline) {
+  head_deadline_ = deadline;
+}
+
+HttpConnection::Clock::time_point HttpConnection::ReadDeadline() const {
+  return std::min(Clock::now() + timeouts_.read, head_deadline_);
+}
+
+bool HttpConnection::Wait(short events, Clock::time_point deadline) const {
+  for (;;) {
+    auto now = Clock::now();
+    if (now >= deadline) {
+      if (deadline == head_deadline_) head_timed_out_ = true;
+      return false;
+    }
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+    pollfd p[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
+    int n = poll(p, 2, static_cast<int>(std::min<long long>(ms, 60000)));
+    if (n < 0 && errno != EINTR) return false;
+    if (n <= 0) continue;
+    if (p[1].revents) return false;  // the listener is stopping
+    // An error or hang-up is reported as ready: the read or write that
+    // follows returns it.
+    if (p[0].revents) return true;
+  }
+}
+
+bool HttpConnection::WaitFor(int ssl_error, Clock::time_point deadline) const {
+  if (ssl_error == SSL_ERROR_WANT_READ) return Wait(POLLIN, deadline);
+  if (ssl_error == SSL_ERROR_WANT_WRITE) return Wait(POLLOUT, deadline);
+  return false;
+}
+
+bool HttpConnection::Handshake() {
+  if (!ssl_) return true;
+  ERR_clear_error();
+  for (;;) {
+    int r = SSL_accept(ssl_);
+    if (r == 1) return true;
+    int err = SSL_get_error(ssl_, r);
+    if (!WaitFor(err, head_deadline_)) return false;
+  }
+}
+
+bool HttpConnection::WaitRequest(std::chrono::milliseconds idle) {
+  if (ssl_ && SSL_pending(ssl_) > 0) return true;
+  return Wait(POLLIN, Clock::now() + idle);
+}
+
+bool HttpConnection::is_readable() const {
+  if (ssl_ && SSL_pending(ssl_) > 0) return true;
+  return Wait(POLLIN, ReadDeadline());
+}
+
+bool HttpConnection::is_writable() const {
+  return Wait(POLLOUT, Clock::now() + timeouts_.write);
+}
+
+ssize_t HttpConnection::read(char* ptr, size_t size) {
+  const auto deadline = ReadDeadline();
+  for (;;) {
+    if (ssl_) {
+      ERR_clear_error();
+      int n = SSL_read(ssl_, ptr, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+      if (n > 0) return n;
+      int err = SSL_get_error(ssl_, n);
+      if (err == SSL_ERROR_ZERO_RETURN) return 0;
+      if (!WaitFor(err, deadline)) return -1;
+      continue;
+    }
+    ssize_t n = recv(fd_, ptr, size, 0);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    if (!Wait(POLLIN, deadline)) return -1;
+  }
+}
+
+ssize_t HttpConnection::write(const char* ptr, size_t size) {
+  const auto deadline = Clock::now() + timeouts_.write;
+  for (;;) {
+    if (ssl_) {
+      ERR_clear_error();
+      int n = SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+      if (n > 0) return n;
+      if (!WaitFor(SSL_get_error(ssl_, n), deadline)) return -1;
+      continue;
+    }
+    ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    if (!Wait(POLLOUT, deadline)) return -1;
+  }
+}
+
+void HttpConnection::get_remote_ip_and_port(std::string& ip, int& port) const {
+  ip = remote_ip_;
+  port = remote_port_;
+}
+
+void HttpConnection::get_local_ip_and_port(std::string& ip, int& port) const {
+  ip = local_ip_;
+  port = local_port_;
+}
+
+}  // namespace lossd
