@@ -20,6 +20,7 @@
 #include "base/fd.h"
 #include "base/log.h"
 #include "host/ethtool.h"
+#include "host/interface.h"
 #include "host/netlink.h"
 #include "host/records.h"
 #include "host/state_dir.h"
@@ -85,12 +86,12 @@ Result<std::unique_ptr<OffloadGuard>> OffloadGuard::Disable(const std::string& i
   g->state_file_ = state_file;
   g->gro_ = saved.gro;
   g->gso_max_segs_ = saved.gso_max_segs;
-  unsigned ifindex = if_nametoindex(ifname.c_str());
-  if (ifindex == 0) return Status::FromErrno(errno, "interface " + Shown(ifname));
+  auto ifindex = IfIndex(ifname);
+  if (!ifindex.ok()) return ifindex.status();
   g->netns_ = CurrentNetnsIno();
   OffloadRecord rec;
   rec.netns = g->netns_;
-  rec.ifindex = ifindex;
+  rec.ifindex = static_cast<unsigned>(*ifindex);
   rec.ifname = ifname;
   rec.gro = saved.gro;
   rec.gso_max_segs = saved.gso_max_segs;

@@ -2,6 +2,13 @@
 #include "base/status.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "host/interface.h"
 
 namespace lossd {
 namespace {
@@ -19,6 +26,33 @@ TEST(Shown, CutsAtACharacterBoundary) {
   EXPECT_LE(Shown(std::string(1000, 'x')).size(), 64u);
   EXPECT_EQ(Utf8Prefix("\xF0\x9F\x98\x80z", 2), "");
   EXPECT_EQ(Utf8Prefix("ab", 5), "ab");
+}
+
+// Out of file descriptors is the daemon running out, not a wrong request
+// (issue 25 item 1): RESOURCE_EXHAUSTED, never NOT_FOUND.
+TEST(FromErrno, OutOfDescriptorsIsResourceExhausted) {
+  EXPECT_EQ(Status::FromErrno(EMFILE, "x").code(), Code::kResourceExhausted);
+  EXPECT_EQ(Status::FromErrno(ENFILE, "x").code(), Code::kResourceExhausted);
+  EXPECT_EQ(Status::FromErrno(ENOENT, "x").code(), Code::kNotFound);
+}
+
+TEST(IfIndex, AnInterfaceLookupOutOfDescriptorsIsNotAMissingInterface) {
+  ASSERT_TRUE(IfIndex("lo").ok());
+  rlimit was{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+  rlimit low = was;
+  low.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> held;
+  for (int fd; (fd = dup(0)) >= 0;) held.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  auto r = IfIndex("lo");  // if_nametoindex needs a socket
+  for (int fd : held) close(fd);
+  setrlimit(RLIMIT_NOFILE, &was);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kResourceExhausted) << r.status().message();
+  EXPECT_NE(r.status().message().find("Too many open files"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace
