@@ -47,6 +47,11 @@ Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels
                              "']: " + std::to_string(std::max(kv.first.size(), kv.second.size())) +
                              " bytes in a key or value, the limit is " +
                              std::to_string(lim.max_label_bytes) + " (lossd --max-label-bytes)");
+    // A selector too (ListRules): a NUL or escape in it would be logged and
+    // echoed as it is.
+    LOSSD_RETURN_IF_ERROR(CheckNoControlChars(std::string(field) + " key", kv.first));
+    LOSSD_RETURN_IF_ERROR(
+        CheckNoControlChars(std::string(field) + "['" + Shown(kv.first) + "']", kv.second));
   }
   return Status::Ok();
 }

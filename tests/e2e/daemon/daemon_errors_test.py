@@ -7,6 +7,8 @@ carries a ttl of at most 1 h).
   test_invalid_match           bad CIDRs, ports, protocol, family, TCP flags, enum values
   test_invalid_loss_model      rate > 100 %, negative, NaN, bad Gilbert-Elliott, no model at all
   test_unknown_rule_id         Get/Delete/Update/GetRuleEffect/WatchRuleCounters: NOT_FOUND
+  test_control_characters_in_names_and_labels   a NUL in an interface name, an escape in a
+                               label, either in ListRules' selector: INVALID_ARGUMENT
   test_unknown_interface       NOT_FOUND (also an interface of another namespace)
   test_no_target_and_xdp_egress   INVALID_ARGUMENT
   test_ttl_limits              ttl above --max-ttl and ttl 0 refused, ttl == max accepted
@@ -112,6 +114,20 @@ class DaemonErrors(DaemonTestCase):
                     pb.UpdateRuleRequest(id=999999, spec=self.spec(protocol="udp")))
         self.expect(NF, "999999", d.inj.GetRuleEffect, pb.GetRuleEffectRequest(id=999999))
         self.expect(NF, "999999", d.inj.WatchRuleCounters, pb.WatchRuleCountersRequest(ids=[999999]))
+
+    def test_control_characters_in_names_and_labels(self):
+        """Issue 25 item 9: a NUL or another control character in a name or a label, and in
+        ListRules' label selector, is refused naming the field and the byte."""
+        INV = daemon.grpc.StatusCode.INVALID_ARGUMENT
+        pb, d = self.pb, self.d
+        self.create_fails(INV, ["interface name", "control character", "v0\\x00 decoy"],
+                          interface="v0\x00 decoy", protocol="udp")
+        self.create_fails(INV, ["label", "control character"], interface=self.lab.IF_A, protocol="udp",
+                          labels={"team": "a\x1b[2Jb"})
+        self.expect(INV, ["labels key", "control character"], d.inj.ListRules,
+                    pb.ListRulesRequest(labels={"a\x00b": "x"}))
+        self.expect(INV, ["labels['team']", "control character", "\\x07"], d.inj.ListRules,
+                    pb.ListRulesRequest(labels={"team": "a\x07"}))
 
     def test_unknown_interface(self):
         NF = daemon.grpc.StatusCode.NOT_FOUND
