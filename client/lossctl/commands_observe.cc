@@ -405,11 +405,12 @@ int StatsRules(const Globals& g, const std::vector<uint32_t>& ids, uint64_t inte
       std::string matched = "-", dropped = "-", share = "-", traffic = "-";
       // A rule seen for the first time, or whose counters restarted
       // (UpdateRule), has no rate yet.
-      if (it != prev.end() && secs > 0 && c.matched_segments() >= it->second.matched_segments() &&
-          c.dropped_segments() >= it->second.dropped_segments() &&
+      // Packets: the rule's decisions, the unit of its rate (DropShare).
+      if (it != prev.end() && secs > 0 && c.matched_packets() >= it->second.matched_packets() &&
+          c.dropped_packets() >= it->second.dropped_packets() &&
           c.matched_bytes() >= it->second.matched_bytes()) {
-        uint64_t dm = c.matched_segments() - it->second.matched_segments();
-        uint64_t dd = c.dropped_segments() - it->second.dropped_segments();
+        uint64_t dm = c.matched_packets() - it->second.matched_packets();
+        uint64_t dd = c.dropped_packets() - it->second.dropped_packets();
         uint64_t db = c.matched_bytes() - it->second.matched_bytes();
         char buf[32];
         snprintf(buf, sizeof(buf), "%.0f", dm / secs);
@@ -422,7 +423,7 @@ int StatsRules(const Globals& g, const std::vector<uint32_t>& ids, uint64_t inte
       char line[256];
       snprintf(line, sizeof(line), "%8s %6u %8s %10s %10s %9s %10" PRIu64 " %10s",
                Clock(u.time_unix_ns()).c_str(), r.id(), RuleStateName(r.state()), matched.c_str(),
-               dropped.c_str(), share.c_str(), c.dropped_segments(), traffic.c_str());
+               dropped.c_str(), share.c_str(), c.dropped_packets(), traffic.c_str());
       if (!PrintLine(line)) return false;
     }
     if (u.rules().empty() && !PrintLine(Clock(u.time_unix_ns()) + "  no rules")) return false;

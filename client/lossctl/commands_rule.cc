@@ -43,6 +43,9 @@ std::string ExpiresText(const v1::Rule& r) {
   return "in " + FormatDuration(r.expires_unix_ns() - now);
 }
 
+// A rule's share of drops, in its decisions: packets (skbs; segments when
+// per-segment), the unit its rate and interval are stated in (a GSO packet is
+// one decision however many segments it carries).
 std::string DropShare(uint64_t dropped, uint64_t matched) {
   if (matched == 0) return "-";
   return FormatRate(static_cast<double>(dropped) / static_cast<double>(matched));
@@ -101,7 +104,8 @@ void PrintRuleDetail(const v1::Rule& r) {
   KeyValue("dropped", std::to_string(c.dropped_packets()) + " pkts, " +
                           std::to_string(c.dropped_segments()) + " segs, " +
                           FormatBytes(c.dropped_bytes()) + " (" +
-                          DropShare(c.dropped_segments(), c.matched_segments()) + " of segments)");
+                          DropShare(c.dropped_packets(), c.matched_packets()) +
+                          " of packets: one decision each)");
 }
 
 void PrintRuleTable(const google::protobuf::RepeatedPtrField<v1::Rule>& rules) {
@@ -114,8 +118,8 @@ void PrintRuleTable(const google::protobuf::RepeatedPtrField<v1::Rule>& rules) {
     t.AddRow({std::to_string(r.id()), RuleStateName(r.state()), TargetSummary(r),
               DirectionName(s.direction()), HookName(s.hook()), MatchSummary(s.match()),
               LossSummary(s.loss()), std::to_string(s.priority()), ExpiresText(r),
-              std::to_string(c.matched_segments()), std::to_string(c.dropped_segments()),
-              DropShare(c.dropped_segments(), c.matched_segments()), FormatBytes(c.matched_bytes()),
+              std::to_string(c.matched_packets()), std::to_string(c.dropped_packets()),
+              DropShare(c.dropped_packets(), c.matched_packets()), FormatBytes(c.matched_bytes()),
               LabelsSummary(s.labels())});
   }
   t.Print(stdout);
@@ -295,9 +299,10 @@ int Remove(const Globals& g, const std::vector<std::string>& id_texts) {
       PrintLine(ToJson(resp));
     } else {
       const auto& c = resp.rule().counters();
-      printf("rule %u removed: dropped %" PRIu64 " of %" PRIu64 " segments (%s), %s\n", id,
-             c.dropped_segments(), c.matched_segments(),
-             DropShare(c.dropped_segments(), c.matched_segments()).c_str(),
+      printf("rule %u removed: dropped %" PRIu64 " of %" PRIu64 " packets (%s), %" PRIu64
+             " segments, %s\n",
+             id, c.dropped_packets(), c.matched_packets(),
+             DropShare(c.dropped_packets(), c.matched_packets()).c_str(), c.dropped_segments(),
              FormatBytes(c.dropped_bytes()).c_str());
     }
   }

@@ -71,8 +71,10 @@ class Counters:
 
     @property
     def drop_rate(self):
-        """Dropped / matched segments, None before any match."""
-        return self.dropped_segments / self.matched_segments if self.matched_segments else None
+        """Dropped / matched packets (the rule's decisions: a GSO packet is one, whatever
+        segments it carries; the unit of the daemon's measured rate and interval), None
+        before any match."""
+        return self.dropped_packets / self.matched_packets if self.matched_packets else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,8 +21,10 @@ class ViewsTest(support.StubsTestCase):
         m.spec.loss.seed = 0
         m.spec.ttl_ns = 30 * 10**9
         m.spec.labels["a"] = "b"
-        m.counters.matched_segments = 1000
-        m.counters.dropped_segments = 10
+        m.counters.matched_packets = 1000
+        m.counters.dropped_packets = 10
+        m.counters.matched_segments = 4000  # GSO packets of 4: the rate is of packets
+        m.counters.dropped_segments = 40
         r = t.Rule.from_proto(m, pb2)
         self.assertEqual((r.id, r.state, r.reason, r.hook, r.direction), (3, "failed", "no such device", "tc", "egress"))
         self.assertEqual(r.match.dport, (8080, 8080))

@@ -163,7 +163,9 @@ class LossctlRules(ClientTestCase):
         # rule rm: final counters; the port passes again; the rule is kept, deleted, with its
         # counters (and its effect) until a second rm forgets it.
         r = d.ctl_ok("rule", "rm", rid)
-        self.assertRegex(r.out, r"rule %d removed: dropped %d of %d segments \(100%%\)" % (rid, lost_drop, N))
+        # The share is of packets, the rule's decisions (docs/architecture.md#measured-rate).
+        self.assertRegex(r.out, r"rule %d removed: dropped %d of %d packets \(100%%\), %d segments, "
+                         % (rid, lost_drop, N, lost_drop))
         kept = d.ctlj("rule", "get", rid)
         self.assertEqual((kept["state"], counters(kept)["dropped_packets"]), ("RULE_STATE_DELETED", lost_drop), kept)
         self.assertRegex(d.ctl_ok("rule", "get", rid).out, r"rule %d +deleted" % rid)
