@@ -41,7 +41,9 @@ HttpConnection::HttpConnection(int fd, SSL* ssl, Timeouts timeouts, int stop_fd)
 
 HttpConnection::~HttpConnection() {
   if (ssl_) {
-    SSL_shutdown(ssl_);  // one close_notify, not waited for
+    // One close_notify, not waited for; none after a failed handshake.
+    if (SSL_is_init_finished(ssl_)) SSL_shutdown(ssl_);
+    ERR_clear_error();
     SSL_free(ssl_);
   }
   close(fd_);

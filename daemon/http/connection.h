@@ -4,7 +4,9 @@
 // bounded three ways: by the read or write timeout of one operation, by the
 // deadline of the request head being read (a client that sends its head a
 // byte at a time cannot hold the connection past it: slowloris), and by the
-// listener's stop (an eventfd that ends every wait at once).
+// listener's stop (an eventfd that ends every wait at once). OpenSSL writes
+// to the socket without MSG_NOSIGNAL: HttpServer::Create ignores SIGPIPE
+// process-wide (as httplib's and gRPC's initialisation do too).
 #pragma once
 
 #include <httplib.h>

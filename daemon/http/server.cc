@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <csignal>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -156,6 +157,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpOptions& opts) 
                            std::to_string(opts.max_connections) + ")");
   if (opts.max_per_address == 0)
     return InvalidArgument("--http-max-connections-per-address must be at least 1");
+  std::signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error return, not a signal
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->opts_ = opts;
   s->opts_.max_per_address = std::min(opts.max_per_address, opts.max_connections);
