@@ -33,12 +33,17 @@ observer's ~3.7 million verified instructions keep it LOADING well past the firs
       still there and serves; the first removes it at its exit. Before: the second found
       the bound socket refusing connections, deleted it, and the first stayed "ready" and
       unreachable.
+  test_socket_of_another_state_dir_and_a_replaced_path (issue 25 item 8)
+      a second daemon with another state dir on the first's socket exits 1 (the socket's
+      lock) and the first still serves; a socket another program put at the path while the
+      first ran is left at the first's exit (lossd unlinks only the inode it bound)
   test_no_observer
       --no-observer: the observer is DISABLED at once, its RPCs answer FAILED_PRECONDITION
       (not "loading"), the injector READY
 """
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -251,6 +256,37 @@ class DaemonStartup(unittest.TestCase):
         self.assertTrue(first.alive(), "the first daemon does not answer on its socket")
         self.assertEqual(first.term(), 0, first.stderr())
         self.assertFalse(os.path.exists(first.sock), "the socket file is still there")
+
+    def test_socket_of_another_state_dir_and_a_replaced_path(self):
+        """Issue 25 item 8, the socket's own guards: a second daemon with another state dir
+        (so the state dir's lock does not stop it) but the same socket path exits 1 on the
+        socket's flock and leaves the first's socket answering; a first daemon whose socket
+        path was replaced meanwhile by another program's socket leaves that one at exit
+        (it unlinks only the inode it bound)."""
+        lab = self.lab
+        first = Daemon(lab, lab.a, wait_parts=False)
+        second = lab.run(lab.a, config.LOSSD, "--json", "--state-dir", lab.tempdir(),
+                         "--socket", first.sock, "--http", "127.0.0.1:0", check=False, timeout=60)
+        measured("second_daemon_other_state_dir", rc=second.returncode,
+                 stderr=second.stderr.strip()[-300:])
+        self.assertEqual(second.returncode, 1, second.stderr)
+        self.assertIn(first.sock, second.stderr)
+        self.assertTrue(os.path.exists(first.sock), "the second daemon removed the first's socket")
+        self.assertTrue(first.alive(), "the first daemon does not answer on its socket")
+        # Another program's socket now at the path (the first's moved aside).
+        os.rename(first.sock, first.sock + ".moved")
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            other.bind(first.sock)
+            ino = os.stat(first.sock).st_ino
+            self.assertEqual(first.term(), 0, first.stderr())
+            self.assertTrue(os.path.exists(first.sock), "lossd removed a socket it did not bind")
+            self.assertEqual(os.stat(first.sock).st_ino, ino)
+        finally:
+            other.close()
+            for p in (first.sock, first.sock + ".moved"):
+                if os.path.exists(p):
+                    os.unlink(p)
 
     def test_no_observer(self):
         pb = self.pb
