@@ -1,6 +1,5 @@
 #include "http/connection.h"
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,33 +9,14 @@
 #include <cerrno>
 
 namespace lossd {
-namespace {
-
-void AddressOf(const sockaddr_storage& a, std::string* ip, int* port) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.ss_family == AF_INET) {
-    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
-    inet_ntop(AF_INET, &v4->sin_addr, buf, sizeof(buf));
-    *port = ntohs(v4->sin_port);
-  } else if (a.ss_family == AF_INET6) {
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
-    inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof(buf));
-    *port = ntohs(v6->sin6_port);
-  }
-  *ip = buf;
-}
-
-}  // namespace
-
 HttpConnection::HttpConnection(int fd, SSL* ssl, Timeouts timeouts, int stop_fd)
     : fd_(fd), ssl_(ssl), timeouts_(timeouts), stop_fd_(stop_fd) {
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
-  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    AddressOf(a, &remote_ip_, &remote_port_);
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) remote_ = SockAddrOf(a);
+  a = {};
   len = sizeof(a);
-  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    AddressOf(a, &local_ip_, &local_port_);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) local_ = SockAddrOf(a);
 }
 
 HttpConnection::~HttpConnection() {
@@ -146,13 +126,13 @@ ssize_t HttpConnection::write(const char* ptr, size_t size) {
 }
 
 void HttpConnection::get_remote_ip_and_port(std::string& ip, int& port) const {
-  ip = remote_ip_;
-  port = remote_port_;
+  ip = remote_.addr;
+  port = remote_.port;
 }
 
 void HttpConnection::get_local_ip_and_port(std::string& ip, int& port) const {
-  ip = local_ip_;
-  port = local_port_;
+  ip = local_.addr;
+  port = local_.port;
 }
 
 }  // namespace lossd

@@ -16,6 +16,8 @@
 #include <chrono>
 #include <string>
 
+#include "base/address.h"
+
 namespace lossd {
 
 class HttpConnection final : public httplib::Stream {
@@ -65,8 +67,7 @@ class HttpConnection final : public httplib::Stream {
   int stop_fd_;
   Clock::time_point head_deadline_ = Clock::time_point::max();
   mutable bool head_timed_out_ = false;
-  std::string remote_ip_, local_ip_;
-  int remote_port_ = 0, local_port_ = 0;
+  SockAddr remote_, local_;
 };
 
 }  // namespace lossd

@@ -38,15 +38,6 @@ constexpr size_t kKeepAliveMax = 100;  // requests on one connection
 // The connection a worker thread is serving: PreRoute marks its head read.
 thread_local HttpConnection* t_conn = nullptr;
 
-std::string PeerAddress(const sockaddr_storage& a) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.ss_family == AF_INET)
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr, buf, sizeof(buf));
-  else if (a.ss_family == AF_INET6)
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr, buf, sizeof(buf));
-  return buf;
-}
-
 void Plain(httplib::Response& res, int status, const std::string& text) {
   res.status = status;
   res.set_content(text + "\n", "text/plain; charset=utf-8");
@@ -227,8 +218,7 @@ Status HttpServer::Bind() {
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  port_ = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+  port_ = SockAddrOf(a).port;
   return Status::Ok();
 }
 
@@ -303,7 +293,7 @@ void HttpServer::AcceptLoop() {
       }
       continue;
     }
-    std::string peer = PeerAddress(a);
+    std::string peer = SockAddrOf(a).addr;
     std::string why;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -22,6 +22,20 @@ std::string AddrText(int af, const void* addr) {
   return buf;
 }
 
+SockAddr SockAddrOf(const struct sockaddr_storage& a) {
+  SockAddr out;
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    out.addr = AddrText(AF_INET, &v4->sin_addr);
+    out.port = ntohs(v4->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    out.addr = AddrText(AF_INET6, &v6->sin6_addr);
+    out.port = ntohs(v6->sin6_port);
+  }
+  return out;
+}
+
 std::array<uint8_t, 16> PrefixMask(int prefix) {
   std::array<uint8_t, 16> m{};
   for (int bit = 0; bit < prefix && bit < 128; bit++) m[bit / 8] |= 0x80 >> (bit % 8);

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+struct sockaddr_storage;
+
 #include "base/status.h"
 
 namespace lossd {
@@ -21,6 +23,14 @@ int VersionOfAf(int af);
 // An address in network byte order (4 or 16 bytes at `addr`) as text
 // (inet_ntop: "10.0.0.1", "fd00::1"); `af` AF_INET or AF_INET6.
 std::string AddrText(int af, const void* addr);
+
+// A socket's address (getpeername, getsockname, accept) as its address text
+// (AddrText; "" for a family other than IPv4/IPv6) and its port (host order).
+struct SockAddr {
+  std::string addr;
+  uint16_t port = 0;
+};
+SockAddr SockAddrOf(const struct sockaddr_storage& a);
 
 // The 16-byte network-order mask of a prefix length (0..128): /20 is
 // ff ff f0 00 ...

@@ -255,37 +255,32 @@ class Browser:
     def open(self, url):
         self.driver.get(url)
 
-    def cells(self, css):
-        """Each row css matches as the visible texts of its td cells (read again, like
-        texts, when a re-render replaces a row while it is read)."""
+    def _fresh(self, read):
+        """read() again when the page replaced an element while it was read (it re-renders
+        its tables each second: a stale element)."""
         from selenium.common.exceptions import StaleElementReferenceException
-        from selenium.webdriver.common.by import By
         for attempt in range(20):
             try:
-                return [[c.text for c in tr.find_elements(By.CSS_SELECTOR, "td")]
-                        for tr in self.driver.find_elements(By.CSS_SELECTOR, css)]
+                return read()
             except StaleElementReferenceException:
                 if attempt == 19:
                     raise
                 time.sleep(0.05)
+
+    def cells(self, css):
+        """Each row css matches as the visible texts of its td cells."""
+        from selenium.webdriver.common.by import By
+        return self._fresh(lambda: [[c.text for c in tr.find_elements(By.CSS_SELECTOR, "td")]
+                                    for tr in self.driver.find_elements(By.CSS_SELECTOR, css)])
 
     def text(self, css):
         t = self.texts(css)
         return t[0] if t else None
 
     def texts(self, css):
-        """The visible text of every element css matches. The page re-renders its tables
-        each second, so an element found may be replaced before it is read (a stale
-        element): then it reads them all again."""
-        from selenium.common.exceptions import StaleElementReferenceException
+        """The visible text of every element css matches."""
         from selenium.webdriver.common.by import By
-        for attempt in range(20):
-            try:
-                return [e.text for e in self.driver.find_elements(By.CSS_SELECTOR, css)]
-            except StaleElementReferenceException:
-                if attempt == 19:
-                    raise
-                time.sleep(0.05)
+        return self._fresh(lambda: [e.text for e in self.driver.find_elements(By.CSS_SELECTOR, css)])
 
     def click(self, css):
         from selenium.webdriver.common.by import By
