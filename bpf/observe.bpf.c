@@ -339,6 +339,36 @@ static __always_inline void stall_reset(struct obs_flow *f, __u64 now, __u32 wnd
 	f->st_min_wnd = wnd;
 }
 
+__u64 obs_last_wakeup_ns;
+
+static __always_inline __u64 wakeup_flag(__u64 now)
+{
+	return ring_wakeup_flag(&obs_ring, &obs_last_wakeup_ns, now);
+}
+
+/* A flow record was created: told to user space only while someone waits
+ * for a flow to open (TraceFlow's wait), so an idle waiter costs nothing. */
+static __always_inline void flow_opened(__u64 cookie, const struct obs_flow *f, __u64 now)
+{
+	struct obs_config *cfg = get_config();
+	if (!cfg || !cfg->open_waiters)
+		return;
+	struct obs_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
+	if (!e) {
+		count(OBS_CNT_RING_LOST);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = OBS_EV_FLOW_OPEN;
+	e->cpu = bpf_get_smp_processor_id();
+	e->time_ns = now;
+	e->cookie = cookie;
+	e->cgroup_id = f->cgroup_id;
+	e->tuple = f->tuple;
+	e->netns = f->netns;
+	bpf_ringbuf_submit(e, wakeup_flag(now));
+}
+
 /* The flow record of a wanted socket, created on first sight. */
 static __always_inline struct obs_flow *flow_get(const struct sock *sk, __u64 cookie, __u64 now,
 						 int create)
@@ -356,8 +386,10 @@ static __always_inline struct obs_flow *flow_get(const struct sock *sk, __u64 co
 	if (!init)
 		return NULL;
 	flow_init(init, &t, cg, sock_netns(sk), now);
-	if (bpf_map_update_elem(&obs_flows, &cookie, init, BPF_NOEXIST) == 0)
+	if (bpf_map_update_elem(&obs_flows, &cookie, init, BPF_NOEXIST) == 0) {
 		count(OBS_CNT_FLOWS_OPENED);
+		flow_opened(cookie, init, now);
+	}
 	return bpf_map_lookup_elem(&obs_flows, &cookie);
 }
 
@@ -395,13 +427,6 @@ static __always_inline void flow_counts(struct obs_event *e, const struct obs_fl
 		rtx += f->rtx_segs[i];
 	e->flow_rtx_segs = (__u32)rtx;
 	e->flow_stalls = f->stalls;
-}
-
-__u64 obs_last_wakeup_ns;
-
-static __always_inline __u64 wakeup_flag(__u64 now)
-{
-	return ring_wakeup_flag(&obs_ring, &obs_last_wakeup_ns, now);
 }
 
 /* Called where the kernel has just counted segs in TcpRetransSegs. */

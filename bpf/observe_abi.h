@@ -100,6 +100,8 @@ enum obs_event_kind {
 	OBS_EV_STALL = 3,  /* struct obs_stall_event: a stall ended (or the flow closed in one) */
 	OBS_EV_SAMPLE = 4, /* struct obs_sample_event: one ACK of a traced flow */
 	OBS_EV_DSACK = 5,  /* struct obs_dsack_event: the peer D-SACKed data we resent */
+	OBS_EV_FLOW_OPEN = 6, /* struct obs_event, head only: a flow record was created (sent
+			       * only while obs_config.open_waiters is set) */
 };
 
 /*
@@ -362,8 +364,10 @@ struct obs_config {
 	__u64 stall_min_ns;  /* stall threshold floor; 0 = OBS_STALL_MIN_NS_DEFAULT */
 	__u32 stall_rtts;    /* ... times the flow's minimum RTT; 0 = OBS_STALL_RTTS_DEFAULT */
 	__u32 netns_mode;    /* obs_netns_mode */
+	__u32 open_waiters;  /* callers waiting for a flow to open (0: no OBS_EV_FLOW_OPEN) */
+	__u32 reserved;
 	struct obs_filter filters[OBS_MAX_FILTERS];
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_config) == 32 + 48 * OBS_MAX_FILTERS, "obs_config layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_config) == 40 + 48 * OBS_MAX_FILTERS, "obs_config layout");
 
 #endif /* LOSSD_OBSERVE_ABI_H */

@@ -10,28 +10,62 @@ TraceSources TraceSources::Of(Observer* obs) {
   TraceSources s;
   s.hub = &obs->hub();
   s.flows = [obs] { return obs->Flows(); };
-  s.recent_flows = [obs] { return obs->RecentFlows(std::chrono::milliseconds(20)); };
+  s.flow = [obs](uint64_t cookie) { return obs->FlowOf(cookie); };
+  s.watch_opens = [obs] { return obs->WatchOpens(); };
   s.trace = [obs](uint64_t cookie) { return obs->Trace(cookie); };
   return s;
 }
 
 Result<ObsFlow> FindTracedFlow(const TraceSources& src, uint64_t cookie, const StreamFilters& by,
                                std::chrono::nanoseconds wait, const std::function<bool()>& stop) {
+  auto wanted = [&](const ObsFlow& f) { return cookie ? f.cookie == cookie : by.WantsFlow(f.cookie, f.flow); };
   auto find = [&]() -> std::optional<ObsFlow> {
-    auto flows = src.recent_flows ? src.recent_flows()
-                                  : std::make_shared<const std::vector<ObsFlow>>(src.flows());
-    for (const ObsFlow& f : *flows) {
-      if (cookie ? f.cookie == cookie : by.WantsFlow(f.cookie, f.flow)) return f;
-    }
+    for (const ObsFlow& f : src.flows())
+      if (wanted(f)) return f;
     return std::nullopt;
   };
-  auto give_up = std::chrono::steady_clock::now() + wait;
-  std::optional<ObsFlow> flow = find();
-  while (!flow && !cookie && !stop() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    flow = find();
+  auto lookup = [&](uint64_t c) -> std::optional<ObsFlow> {
+    if (src.flow) return src.flow(c);
+    for (const ObsFlow& f : src.flows())
+      if (f.cookie == c) return f;
+    return std::nullopt;
+  };
+  if (cookie || wait.count() <= 0) {
+    if (auto f = cookie ? lookup(cookie) : find()) return *f;
+  } else {
+    // Listen first, then look: a flow opened in between is in the queue.
+    std::unique_ptr<OpenWatch> watching;
+    if (src.watch_opens) {
+      auto w = src.watch_opens();
+      if (!w.ok()) return w.status();
+      watching = std::move(*w);
+    }
+    SubscribeOptions so;
+    so.queue = 256;  // within the stream's budget (its ticket counts the trace's queue)
+    so.kinds = KindBit(OBS_EV_FLOW_OPEN);
+    auto sub = src.hub->Subscribe(std::move(so));
+    if (!sub.ok()) return sub.status();
+    struct Leave {
+      Hub* hub;
+      std::shared_ptr<Subscription> sub;
+      ~Leave() { hub->Unsubscribe(sub); }
+    } leave{src.hub, *sub};
+    std::optional<ObsFlow> flow = find();
+    uint64_t lost = 0;
+    auto give_up = std::chrono::steady_clock::now() + wait;
+    while (!flow && !stop()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      auto e = leave.sub->Next(std::min(left, std::chrono::milliseconds(200)));
+      if (leave.sub->lost() != lost) {  // opens that did not fit the queue: look at them all
+        lost = leave.sub->lost();
+        flow = find();
+      } else if (e) {
+        if (auto f = lookup(e->data.ev.cookie); f && wanted(*f)) flow = f;
+      }
+    }
+    if (flow) return *flow;
   }
-  if (flow) return *flow;
   return NotFound(cookie ? "no open flow with cookie " + std::to_string(cookie)
                          : "no open flow matched within " + std::to_string(wait.count() / 1000000) +
                                " ms");

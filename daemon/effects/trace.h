@@ -23,9 +23,11 @@ namespace lossd {
 struct TraceSources {
   Hub* hub = nullptr;
   std::function<std::vector<ObsFlow>()> flows;  // the open flows (Observer::Flows)
-  // The same, as read at most 20 ms ago (Observer::RecentFlows), for those
-  // waiting for a flow; null: `flows`.
-  std::function<std::shared_ptr<const std::vector<ObsFlow>>()> recent_flows;
+  // One open flow by cookie (Observer::FlowOf); null: looked for in `flows`.
+  std::function<std::optional<ObsFlow>(uint64_t cookie)> flow;
+  // The hub gets OBS_EV_FLOW_OPEN events while the handle lives
+  // (Observer::WatchOpens); null: the hub's publisher sends them anyway.
+  std::function<Result<std::unique_ptr<OpenWatch>>()> watch_opens;
   // Marks a flow traced while the handle lives (Observer::Trace).
   std::function<Result<std::unique_ptr<FlowTrace>>(uint64_t cookie)> trace;
   // One flow's drops from now on (Injector::TraceDrops); null, or a null
@@ -36,8 +38,9 @@ struct TraceSources {
 };
 
 // The flow to trace: the open flow with this cookie, or (cookie 0) the
-// first open flow `by` wants, looked for again every 20 ms for up to `wait`
-// while `stop()` is false. NOT_FOUND otherwise.
+// first open flow `by` wants, then the first such flow to open within `wait`
+// (woken by the flow-open events, no polling of the table) while `stop()` is
+// false (checked every 200 ms). NOT_FOUND otherwise.
 Result<ObsFlow> FindTracedFlow(const TraceSources& src, uint64_t cookie, const StreamFilters& by,
                                std::chrono::nanoseconds wait, const std::function<bool()>& stop);
 

@@ -560,6 +560,28 @@ FlowTrace::~FlowTrace() {
   obs_->Untrace(cookie_);
 }
 
+Result<std::unique_ptr<OpenWatch>> Observer::WatchOpens() {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  cfg_.open_waiters++;
+  Status st = WriteConfigLocked();
+  if (!st.ok()) {
+    cfg_.open_waiters--;
+    return st;
+  }
+  return std::unique_ptr<OpenWatch>(new OpenWatch(this));
+}
+
+void Observer::UnwatchOpens() {
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  cfg_.open_waiters--;
+  Status st = WriteConfigLocked();
+  if (!st.ok()) LOG_WARN("observer: %s", st.message().c_str());
+}
+
+OpenWatch::~OpenWatch() {
+  obs_->UnwatchOpens();
+}
+
 Status Observer::SetFilters(const std::vector<ObsFilterSpec>& filters) {
   if (filters.size() > OBS_MAX_FILTERS)
     return InvalidArgument("at most " + std::to_string(OBS_MAX_FILTERS) + " observer filters");
@@ -656,15 +678,11 @@ ObsTotals Observer::Totals() const {
   return t;
 }
 
-std::shared_ptr<const std::vector<ObsFlow>> Observer::RecentFlows(
-    std::chrono::milliseconds max_age) const {
-  std::lock_guard<std::mutex> lock(recent_mu_);  // one reader; the others take its copy
-  auto now = std::chrono::steady_clock::now();
-  if (!recent_flows_ || now - recent_at_ > max_age) {
-    recent_flows_ = std::make_shared<const std::vector<ObsFlow>>(Flows());
-    recent_at_ = std::chrono::steady_clock::now();
-  }
-  return recent_flows_;
+std::optional<ObsFlow> Observer::FlowOf(uint64_t cookie) const {
+  ObsFlow f;
+  f.cookie = cookie;
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.obs_flows), &cookie, &f.flow)) return std::nullopt;
+  return f;
 }
 
 std::vector<ObsFlow> Observer::Flows() const {

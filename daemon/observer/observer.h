@@ -124,6 +124,20 @@ class FlowTrace {
   uint64_t cookie_;
 };
 
+// While it lives, the kernel sends an OBS_EV_FLOW_OPEN event to the hub for
+// each flow record it creates (none while nobody waits for one).
+class OpenWatch {
+ public:
+  ~OpenWatch();
+  OpenWatch(const OpenWatch&) = delete;
+  OpenWatch& operator=(const OpenWatch&) = delete;
+
+ private:
+  friend class Observer;
+  explicit OpenWatch(Observer* obs) : obs_(obs) {}
+  Observer* obs_;
+};
+
 class Observer {
  public:
   // Creates the maps, loads each program on its own (between programs, a
@@ -153,9 +167,10 @@ class Observer {
   // Whether sockets of namespace `ino` are watched.
   bool Watches(uint64_t ino) const;
   std::vector<ObsFlow> Flows() const;
-  // The open flows as read at most `max_age` ago: however many callers poll
-  // (TraceFlow streams waiting for a flow), the table is read once per max_age.
-  std::shared_ptr<const std::vector<ObsFlow>> RecentFlows(std::chrono::milliseconds max_age) const;
+  // The open flow with this cookie, if there is one.
+  std::optional<ObsFlow> FlowOf(uint64_t cookie) const;
+  // Flow-open events while the handle lives (TraceFlow's wait for its flow).
+  Result<std::unique_ptr<OpenWatch>> WatchOpens();
   Hub& hub() { return hub_; }
   // Who the sockets' cgroups are (the owners of flows and events), looked up
   // once per cgroup id and kept: the one cache of the process.
@@ -167,7 +182,9 @@ class Observer {
  private:
   Observer() = default;
   friend class FlowTrace;
+  friend class OpenWatch;
   void Untrace(uint64_t cookie);
+  void UnwatchOpens();
   Status WriteConfigLocked();  // cfg_ into obs_cfg (cfg_mu_ held)
   Status Load(const ObserverOptions& opts, const std::atomic<bool>* cancel);
   // Load's steps, in order.
@@ -203,7 +220,7 @@ class Observer {
   std::vector<BpfLink> links_;
   std::vector<ObsHookStatus> hooks_;
   RingBuffer ring_;    // read by the reader thread only, until StopReader()
-  std::mutex cfg_mu_;  // cfg_ and traced_
+  std::mutex cfg_mu_;  // cfg_ (open_waiters among it) and traced_
   struct obs_config cfg_ {};
   std::map<uint64_t, int> traced_;  // cookie -> traces of it
   Hub hub_;
@@ -217,9 +234,6 @@ class Observer {
   uint64_t own_ino_ = 0;
   std::vector<Netns> held_;  // the named namespaces (kSet), held open: their inodes stay theirs
   mutable std::mutex paths_mu_;
-  mutable std::mutex recent_mu_;  // the two below
-  mutable std::shared_ptr<const std::vector<ObsFlow>> recent_flows_;
-  mutable std::chrono::steady_clock::time_point recent_at_;
   std::map<uint64_t, std::string> paths_;  // netns inode -> a path to it
 };
 

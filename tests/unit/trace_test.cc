@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 namespace lossd {
@@ -136,30 +137,91 @@ TEST(FindTracedFlow, ByCookieNowOnly) {
   EXPECT_EQ(f.flow_reads, 1);  // a cookie is looked up once: no waiting
 }
 
-TEST(FindTracedFlow, ByFilterTheFirstWithinTheWait) {
+StreamFilters Port81() {
+  StreamFilter p;
+  p.port.lo = p.port.hi = 81;
+  return StreamFilters({p}, {}, FilterLookups{});
+}
+
+TEST(FindTracedFlow, ByFilterAnOpenFlowAtOnce) {
   Fakes f;
   f.flows = {Flow(1, 80, 5000), Flow(2, 81, 5001), Flow(3, 81, 5002)};
-  f.flows_after = 2;  // the flows open while it waits
-  StreamFilters port81({[] {
-                         StreamFilter p;
-                         p.port.lo = p.port.hi = 81;
-                         return p;
-                       }()},
-                       {}, FilterLookups{});
-  auto got = FindTracedFlow(f.Sources(), 0, port81, std::chrono::seconds(5), kNever);
+  auto got = FindTracedFlow(f.Sources(), 0, Port81(), std::chrono::seconds(5), kNever);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->cookie, 2u);
-  EXPECT_EQ(f.flow_reads, 3);
-  f.flows.clear();
-  auto none = FindTracedFlow(f.Sources(), 0, port81, std::chrono::milliseconds(50), kNever);
+  EXPECT_EQ(f.flow_reads, 1);
+}
+
+// The wait is on the hub's flow-open events: the table is read once, then
+// only the flows the events name are looked at.
+TEST(FindTracedFlow, WaitsForTheOpenEventNotPolling) {
+  Fakes f;
+  std::mutex mu;
+  std::vector<ObsFlow> table = {Flow(1, 80, 5000)};
+  int reads = 0, watches = 0;
+  TraceSources s = f.Sources();
+  s.flows = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    reads++;
+    return table;
+  };
+  s.watch_opens = [&]() -> Result<std::unique_ptr<OpenWatch>> {
+    watches++;
+    return std::unique_ptr<OpenWatch>();
+  };
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      table.push_back(Flow(5, 80, 5003));  // not wanted
+      table.push_back(Flow(6, 81, 5004));
+    }
+    f.hub.Publish(Ev(OBS_EV_FLOW_OPEN, 5));
+    f.hub.Publish(Ev(OBS_EV_FLOW_OPEN, 6));
+  });
+  auto got = FindTracedFlow(s, 0, Port81(), std::chrono::seconds(10), kNever);
+  opener.join();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->cookie, 6u);
+  EXPECT_EQ(watches, 1);
+  // One read of the table before the wait, and one lookup per event (no
+  // FlowOf here: each looks in `flows`): no reads every few milliseconds.
+  EXPECT_EQ(reads, 3);
+
+  // A flow that opens without its event is not seen (nothing polls), and the
+  // wait ends at its time.
+  reads = 0;
+  f.flows_after = 1;
+  f.flows = {Flow(2, 81, 5001)};
+  auto none = FindTracedFlow(f.Sources(), 0, Port81(), std::chrono::milliseconds(250), kNever);
   ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.status().message(), "no open flow matched within 50 ms");
-  // Stopped (the client went away): it does not wait on.
-  f.flow_reads = 0;
+  EXPECT_EQ(none.status().message(), "no open flow matched within 250 ms");
+}
+
+// More opens than the waiter's queue holds: it reads the whole table again.
+TEST(FindTracedFlow, LostOpensReadTheTableAgain) {
+  Fakes f;
+  f.flows = {Flow(2, 81, 5001)};
+  f.flows_after = 1;  // there after the first read
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<ObsEvent> burst(1000, Ev(OBS_EV_FLOW_OPEN, 99));
+    f.hub.PublishAll(&burst);
+  });
+  auto got = FindTracedFlow(f.Sources(), 0, Port81(), std::chrono::seconds(10), kNever);
+  opener.join();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->cookie, 2u);
+}
+
+TEST(FindTracedFlow, StopsWhenTheClientGoes) {
+  Fakes f;
+  auto t0 = std::chrono::steady_clock::now();
   auto stopped =
-      FindTracedFlow(f.Sources(), 0, port81, std::chrono::seconds(30), [] { return true; });
+      FindTracedFlow(f.Sources(), 0, Port81(), std::chrono::seconds(30), [] { return true; });
   EXPECT_FALSE(stopped.ok());
   EXPECT_EQ(f.flow_reads, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 TEST(FlowTracer, SubscribesBeforeTracingAndTellsOnlyItsFlow) {

@@ -22,6 +22,10 @@ DaemonLimits: one daemon in namespace A with small limits (--max-streams 4
   test_trace_waiters_are_budgeted
       TraceFlow waiting for a flow holds its ticket from the start (3 waiting = 3 streams); the
       4th and 40 more are refused at once (--max-streams-per-kind), none given a thread.
+  test_trace_waiters_sleep_until_their_flow_opens
+      3 waiting traces add fewer than 10 wake-ups a second each to lossd's threads (they sleep
+      on the kernel's flow-open events; they read the table 50 times a second before), and a
+      waiter's flow reaches it as soon as it opens.
   test_filters_labels_batches_and_messages_are_bounded
       9 filters (WatchRetransmits, WatchFlows, ListFlows), 5 labels or a 17-byte label value
       (CreateRule, UpdateRule, ListRules), 6 specs in CreateRules or 6 ids in
@@ -167,6 +171,63 @@ class DaemonLimits(DaemonTestCase):
             self.assertIsNone(w.error)
             w.cancel()
         wait_until(lambda: d.health().streams == 0, 10, "the waiting traces' places given back")
+
+    def test_trace_waiters_sleep_until_their_flow_opens(self):
+        """issue 25 item 2: a waiting TraceFlow read the flow table every 20 ms (50 wake-ups a
+        second each, for up to an hour). Now it sleeps on the kernel's flow-open events (sent
+        only while someone waits): the 3 waiters' threads wake fewer than 10 times a second
+        each, and a waiter gets its flow as soon as it opens."""
+        pb, d, lab = self.pb, self.d, self.lab
+
+        def tasks():
+            return set(os.listdir("/proc/%d/task" % d.pid))
+
+        def wakeups(tids):  # voluntary context switches of these lossd threads
+            n = 0
+            for t in tids:
+                try:
+                    with open("/proc/%d/task/%s/status" % (d.pid, t)) as f:
+                        n += sum(int(l.split()[1]) for l in f if l.startswith("voluntary_ctxt_switches"))
+                except FileNotFoundError:
+                    pass
+            return n
+        before = tasks()
+        never = pb.TraceFlowRequest(flow=pb.EventFilter(port=pb.PortRange(lo=1)), wait_ns=60 * 10**9)
+        waiting = [StreamReader(d.obs.TraceFlow(never, timeout=60), "never%d" % i) for i in range(3)]
+        self.readers += waiting
+        wait_until(lambda: d.health().streams == 3, 10, "3 waiting traces")
+        time.sleep(0.5)
+        theirs = tasks() - before  # the waiters' threads (and any the daemon started meanwhile)
+        w0 = wakeups(theirs)
+        time.sleep(3)
+        per_waiter_sec = (wakeups(theirs) - w0) / 3 / 3
+        waiting[0].cancel()
+        wait_until(lambda: d.health().streams == 2, 10, "a waiter gone")
+
+        port = PORT + 40
+        srv = traffic.server(lab, lab.b, "0.0.0.0", port)
+        self.addCleanup(lambda: srv.poll() is None and srv.kill())
+        soon = StreamReader(d.obs.TraceFlow(pb.TraceFlowRequest(flow=pb.EventFilter(port=pb.PortRange(lo=port)),
+                                                                wait_ns=30 * 10**9, max_samples=5), timeout=60),
+                            "soon")
+        self.readers.append(soon)
+        wait_until(lambda: d.health().streams == 3, 10, "the third waiter")
+        t0 = time.monotonic()
+        cli = traffic.sender(lab, lab.a, lab.V4_B, port, nbytes=2e6, rate_mbit=20)
+        self.addCleanup(lambda: cli.poll() is None and cli.kill())
+        msgs = soon.wait_for(lambda m: len(m) >= 1, 20, "the trace's flow")
+        found_secs = time.monotonic() - t0
+        traffic.finish(cli, timeout=60)
+        traffic.finish(srv, timeout=30)
+        measured("trace_waiter_wakeups", threads=len(theirs), per_waiter_per_sec=round(per_waiter_sec, 1),
+                 found_secs=round(found_secs, 3))
+        self.assertTrue(msgs[0].HasField("flow"), msgs[0])
+        self.assertEqual(msgs[0].flow.tuple.remote_port, port)
+        self.assertLess(found_secs, 5)
+        self.assertLess(per_waiter_sec, 10, "waiting traces poll (old: 50 wake-ups a second each)")
+        for w in waiting[1:]:
+            self.assertIsNone(w.error)
+            w.cancel()
 
     def test_filters_labels_batches_and_messages_are_bounded(self):
         pb, d, lab = self.pb, self.d, self.lab
