@@ -15,6 +15,7 @@
 #include "common/listener_policy.h"
 #include "effects/effects.h"
 #include "host/netns.h"
+#include "host/sockets.h"
 #include "host/state_dir.h"
 #include "live/live.h"
 #include "service/channel.h"
@@ -127,6 +128,47 @@ Daemon::Exit Daemon::ParseHttpListener() {
     LOG_ERROR("%s", st.message().c_str());
     return 2;
   }
+  return ParseHttpReaders();
+}
+
+// --http-readers group: a local client (one whose socket is in lossd's
+// namespace, as sock_diag finds it) reads only as root, lossd's own user or
+// a member of --http-group (default: --socket-group's); other clients are
+// the network's, let in by --http's address and TLS.
+Daemon::Exit Daemon::ParseHttpReaders() {
+  if (opts_.http_readers == "any") return std::nullopt;
+  if (opts_.http_readers != "group") {
+    LOG_ERROR("--http-readers: '%s' is not 'group' or 'any'", Shown(opts_.http_readers).c_str());
+    return 2;
+  }
+  const std::string& text = opts_.http_group.empty() ? opts_.socket_group : opts_.http_group;
+  const char* flag = opts_.http_group.empty() ? "--socket-group" : "--http-group";
+  std::optional<gid_t> gid;
+  std::string who = "root and lossd's own user";
+  if (!text.empty()) {
+    auto g = ParseGroup(text, flag);
+    if (!g.ok()) {
+      LOG_ERROR("%s", g.status().message().c_str());
+      return 2;
+    }
+    gid = *g;
+    who = "root, lossd's own user and the members of group " + Shown(text);
+  }
+  const uid_t self = geteuid();
+  http_opts_.admit = [gid, self, who](const sockaddr_storage& peer, const sockaddr_storage& local,
+                                      std::string* why) {
+    auto uid = LocalPeerUid(peer, local);
+    if (!uid.ok()) {
+      *why = "lossd cannot tell which local user this is: " + uid.status().message();
+      return false;
+    }
+    if (!*uid) return true;  // not a local user: another host or namespace
+    uint32_t u = **uid;
+    if (u == 0 || u == self || (gid && UidInGroup(u, *gid))) return true;
+    *why = "uid " + std::to_string(u) + " may not read lossd over HTTP: " + who +
+           " may (--http-group), or every local user with --http-readers any";
+    return false;
+  };
   return std::nullopt;
 }
 

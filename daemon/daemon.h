@@ -57,6 +57,11 @@ struct DaemonOptions {
   // other parts register; addr from `http`, the rest from http_options.
   std::string http = "127.0.0.1:7071";
   HttpOptions http_options;
+  // Who reads over HTTP: "group" (root, lossd's own user and --http-group's
+  // members among the local users; clients from other hosts or namespaces
+  // as the address and TLS allow) or "any" (every process that reaches it).
+  std::string http_readers = "group";
+  std::string http_group;  // "" = socket_group's
   MetricsOptions metrics;  // GET /metrics on that listener
   // --rules FILE, read and checked (startup_rules.h): created once the
   // injector is ready, before the socket serves; one refused: exit 2.
@@ -96,6 +101,7 @@ class Daemon {
   Exit ParseTcpListener();  // --listen: its address and credentials (the policy's auth)
   Exit ReadTlsCredentials(bool mutual);
   Exit ParseHttpListener();  // --http: its address and transport
+  Exit ParseHttpReaders();   // --http-readers, --http-group: who may read
   Exit ParseSocket();        // something to listen on; --socket-group
   Exit BindSocket();         // SIGINT/SIGTERM blocked, the Unix socket bound
   Exit PrepareParts();       // the injector's options checked, the state dir locked

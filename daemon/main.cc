@@ -160,6 +160,15 @@ void AddListenerOptions(CLI::Option_group* daemon, DaemonOptions& d) {
                      "A host name HTTP requests may name (Host, Origin) besides IP addresses, "
                      "localhost and this machine's name (against DNS rebinding); repeatable");
   daemon
+      ->add_option("--http-readers", d.http_readers,
+                   "Who reads over HTTP: 'group' = among local users only root, lossd's user and "
+                   "--http-group's members (clients of other hosts or namespaces: as --http's "
+                   "address and TLS allow); 'any' = every process that reaches it")
+      ->capture_default_str();
+  daemon->add_option("--http-group", d.http_group,
+                     "The group (NAME or GID) whose members read over HTTP (--http-readers "
+                     "group); default: --socket-group's");
+  daemon
       ->add_option("--http-max-connections", d.http_options.max_connections,
                    "Most open HTTP connections (streams included); over it: 503")
       ->capture_default_str();

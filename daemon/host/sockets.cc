@@ -6,7 +6,9 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "base/fd.h"
 #include "host/netlink.h"
@@ -60,6 +63,7 @@ TcpSock FromDiag(const inet_diag_msg& m) {
   s.t.family = m.idiag_family;
   s.state = m.idiag_state;
   s.inode = m.idiag_inode;
+  s.uid = m.idiag_uid;
   s.t.sport = ntohs(m.id.idiag_sport);
   s.t.dport = ntohs(m.id.idiag_dport);
   std::memcpy(s.t.saddr, m.id.idiag_src, sizeof(s.t.saddr));
@@ -125,6 +129,74 @@ Result<std::vector<TcpSock>> TcpSockets(uint32_t states, const std::vector<uint1
   for (uint8_t family : {uint8_t{AF_INET}, uint8_t{AF_INET6}})
     LOSSD_RETURN_IF_ERROR(Dump(family, states, filter, &out));
   return out;
+}
+
+namespace {
+
+// An endpoint as TcpSock has it (a mapped IPv6 address as IPv4).
+struct End {
+  uint8_t family = 0;
+  uint32_t addr[4] = {};
+  uint16_t port = 0;
+};
+End EndOf(const sockaddr_storage& a) {
+  End e;
+  if (a.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+    e.family = AF_INET;
+    e.addr[0] = in.sin_addr.s_addr;
+    e.port = ntohs(in.sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+    e.family = AF_INET6;
+    std::memcpy(e.addr, &in6.sin6_addr, sizeof(e.addr));
+    e.port = ntohs(in6.sin6_port);
+    if (Mapped(e.addr)) {
+      e.family = AF_INET;
+      e.addr[0] = e.addr[3];
+      e.addr[1] = e.addr[2] = e.addr[3] = 0;
+    }
+  }
+  return e;
+}
+bool SameAddr(uint8_t family, const uint32_t* a, const End& e) {
+  return family == e.family && std::memcmp(a, e.addr, family == AF_INET ? 4 : 16) == 0;
+}
+
+}  // namespace
+
+Result<std::optional<uint32_t>> LocalPeerUid(const sockaddr_storage& peer,
+                                             const sockaddr_storage& local) {
+  End p = EndOf(peer), l = EndOf(local);
+  if (!p.family || !l.family) return std::optional<uint32_t>();  // not TCP/IP
+  // The dump filtered on the client's port: its socket and lossd's end of it.
+  auto socks = TcpSockets(kTcpEstablished, {p.port});
+  if (!socks.ok()) return socks.status();
+  for (const TcpSock& s : *socks) {
+    if (s.t.sport == p.port && s.t.dport == l.port && SameAddr(s.t.family, s.t.saddr, p) &&
+        SameAddr(s.t.family, s.t.daddr, l))
+      return std::optional<uint32_t>(s.uid);
+  }
+  return std::optional<uint32_t>();
+}
+
+bool UidInGroup(uint32_t uid, uint32_t gid) {
+  struct passwd pw;
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  int err;
+  while ((err = getpwuid_r(uid, &pw, buf.data(), buf.size(), &found)) == ERANGE &&
+         buf.size() < (1u << 22))
+    buf.resize(buf.size() * 2);
+  if (err != 0 || !found) return false;
+  if (pw.pw_gid == gid) return true;
+  std::vector<gid_t> groups(64);
+  int n = static_cast<int>(groups.size());
+  while (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
+    if (n <= static_cast<int>(groups.size()) || n > 65536) return false;
+    groups.resize(n);
+  }
+  return std::find(groups.begin(), groups.begin() + n, gid) != groups.begin() + n;
 }
 
 Processes ProcessesNamed(const std::string& comm) {

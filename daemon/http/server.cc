@@ -295,6 +295,22 @@ void HttpServer::AcceptLoop() {
     }
     std::string peer = SockAddrOf(a).addr;
     std::string why;
+    if (opts_.admit) {
+      sockaddr_storage local{};
+      socklen_t llen = sizeof(local);
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0) {
+        why = std::string("getsockname: ") + strerror(errno);
+      } else if (opts_.admit(a, local, &why)) {
+        why.clear();
+      } else if (why.empty()) {
+        why = "not allowed to read lossd";
+      }
+      if (!why.empty()) {
+        forbidden_.fetch_add(1);
+        Refuse(fd, 403, why);
+        continue;
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       size_t& n = per_peer_[peer];
@@ -314,12 +330,12 @@ void HttpServer::AcceptLoop() {
       }
       if (n == 0) per_peer_.erase(peer);
     }
-    Refuse(fd, why);
+    rejected_busy_.fetch_add(1);
+    Refuse(fd, 503, why);
   }
 }
 
-void HttpServer::Refuse(int fd, const std::string& why) {
-  rejected_busy_.fetch_add(1);
+void HttpServer::Refuse(int fd, int status, const std::string& why) {
   if (!tls_) {
     // What the client sent already is read first: closing with it unread
     // would reset the connection before the client reads the answer.
@@ -327,9 +343,10 @@ void HttpServer::Refuse(int fd, const std::string& why) {
     for (int i = 0; i < 16 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; i++) {
     }
     const std::string body = why + "\n";
-    const std::string r = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    const std::string r = std::string(status == 403 ? "HTTP/1.1 403 Forbidden" : "HTTP/1.1 503 Service Unavailable") +
+                          "\r\nContent-Type: text/plain; charset=utf-8\r\n"
                           "Content-Length: " + std::to_string(body.size()) +
-                          "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
+                          (status == 503 ? "\r\nRetry-After: 1" : "") + "\r\nConnection: close\r\n\r\n" + body;
     if (send(fd, r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) shutdown(fd, SHUT_WR);
   }
   close(fd);
@@ -387,6 +404,7 @@ HttpStats HttpServer::stats() const {
   HttpStats st;
   st.requests = requests_.load();
   st.rejected_busy = rejected_busy_.load();
+  st.forbidden = forbidden_.load();
   st.timed_out = timed_out_.load();
   st.refused = refused_.load();
   st.connections_open = open_connections_.load();

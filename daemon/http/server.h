@@ -69,6 +69,12 @@ struct HttpOptions {
   // A request's head (and, on a new TLS connection, the handshake before it)
   // must arrive within this from the connection's accept or its first byte.
   std::chrono::milliseconds head_timeout{5000};
+  // Who may read (--http-readers): asked on the accept thread for each new
+  // connection, with the client's address and the listener's; false (why
+  // set): answered 403 at once, nothing read (over TLS: closed). Null: all.
+  std::function<bool(const struct sockaddr_storage& peer, const struct sockaddr_storage& local,
+                     std::string* why)>
+      admit;
   // An idle connection closes after this; Stop() waits for idle ones too
   // (httplib checks for a stop only between requests).
   std::chrono::seconds keep_alive{2};
@@ -90,6 +96,7 @@ bool HostAllowed(const std::string& host, const std::string& own_name,
 struct HttpStats {
   uint64_t requests = 0;          // answered by a route (any status)
   uint64_t rejected_busy = 0;     // 503: over the connection or stream cap
+  uint64_t forbidden = 0;         // 403: a client the read policy (admit) refused
   uint64_t timed_out = 0;         // closed: a request head not complete within its deadline
   uint64_t refused = 0;           // 404, 405, 413, 431
   uint64_t connections_open = 0;  // now
@@ -155,9 +162,10 @@ class HttpServer {
   HttpServer() = default;
   Status Bind();
   void AcceptLoop();
-  // Over a cap: 503 + Connection: close written at once (plaintext; a TLS
-  // client's connection is closed), never waiting on the client.
-  void Refuse(int fd, const std::string& why);
+  // Over a cap (503) or refused by admit (403): the status + Connection:
+  // close written at once (plaintext; a TLS client's connection is closed),
+  // never waiting on the client.
+  void Refuse(int fd, int status, const std::string& why);
   void Work();
   void Serve(int fd);
   httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
@@ -180,7 +188,7 @@ class HttpServer {
   std::deque<Accepted> queue_;
   std::map<std::string, size_t> per_peer_;  // open connections by client address
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> requests_{0}, rejected_busy_{0}, refused_{0}, timed_out_{0};
+  std::atomic<uint64_t> requests_{0}, rejected_busy_{0}, refused_{0}, timed_out_{0}, forbidden_{0};
   std::atomic<uint64_t> streams_{0};           // held by HttpStreamSlot
   std::atomic<uint64_t> open_connections_{0};  // admitted, until served
 };

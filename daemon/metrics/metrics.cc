@@ -48,9 +48,11 @@ void HttpMetrics(const HttpServer& http, Families* out) {
   {
     Fam f(out, "lossd_http_refused_total",
           "HTTP requests refused: busy (503, over a cap), bad (404, 405, 413, 431), slow "
-          "(the connection closed: a request head not complete within its deadline)",
+          "(the connection closed: a request head not complete within its deadline), "
+          "forbidden (403: a local user --http-readers does not allow)",
           MetricType::Counter);
     f.Add({{"reason", "busy"}}, st.rejected_busy);
+    f.Add({{"reason", "forbidden"}}, st.forbidden);
     f.Add({{"reason", "bad"}}, st.refused);
     f.Add({{"reason", "slow"}}, st.timed_out);
   }

@@ -34,14 +34,15 @@ bool SocketInUse(const struct sockaddr_un& addr) {
 
 }  // namespace
 
-Result<gid_t> ParseGroup(const std::string& text) {
-  if (text.empty()) return InvalidArgument("--socket-group: empty (want a group name or a gid)");
+Result<gid_t> ParseGroup(const std::string& text, const char* flag) {
+  const std::string f(flag);
+  if (text.empty()) return InvalidArgument(f + ": empty (want a group name or a gid)");
   if (text.find_first_not_of("0123456789") == std::string::npos) {
     if (text.size() > 10)
-      return InvalidArgument("--socket-group: gid '" + Shown(text) + "' too large");
+      return InvalidArgument(f + ": gid '" + Shown(text) + "' too large");
     unsigned long long gid = std::strtoull(text.c_str(), nullptr, 10);
     if (gid >= static_cast<unsigned long long>(static_cast<gid_t>(-1)))
-      return InvalidArgument("--socket-group: gid '" + Shown(text) + "' too large");
+      return InvalidArgument(f + ": gid '" + Shown(text) + "' too large");
     return static_cast<gid_t>(gid);
   }
   struct group grp;
@@ -51,9 +52,9 @@ Result<gid_t> ParseGroup(const std::string& text) {
   while ((err = getgrnam_r(text.c_str(), &grp, buf.data(), buf.size(), &found)) == ERANGE &&
          buf.size() < (1u << 22))
     buf.resize(buf.size() * 2);
-  if (err != 0) return Status::FromErrno(err, "--socket-group: look up '" + Shown(text) + "'");
+  if (err != 0) return Status::FromErrno(err, f + ": look up '" + Shown(text) + "'");
   if (found == nullptr)
-    return InvalidArgument("--socket-group: no group named '" + Shown(text) + "'");
+    return InvalidArgument(f + ": no group named '" + Shown(text) + "'");
   return grp.gr_gid;
 }
 

@@ -31,8 +31,8 @@ class ServerContextBase;
 
 namespace lossd {
 
-// --socket-group: a group name or a numeric gid.
-Result<gid_t> ParseGroup(const std::string& name_or_gid);
+// A group name or a numeric gid (`flag`'s value: errors name it).
+Result<gid_t> ParseGroup(const std::string& name_or_gid, const char* flag = "--socket-group");
 
 // How many connections the Unix socket keeps open: per peer uid
 // (SO_PEERCRED), and in all, with a reserve for root past the total so that

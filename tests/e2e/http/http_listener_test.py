@@ -19,6 +19,12 @@ One daemon in namespace A, --http 127.0.0.1:0 (its own loopback), --http-max-con
                                       (per-address cap), 2 answered 503 at once; 127.0.0.2 is
                                       served meanwhile, 127.0.0.1 gets 503 at once; the 4 closed
                                       at the 5 s head deadline; refused{reason="slow"}
+  test_read_policy_for_local_users    issue 25 item 5: any local user read every rule and flow
+                                      over HTTP. Now (--http-readers group, the default) a local
+                                      user outside --http-group gets 403 at once naming the way
+                                      in; a member, root, and a client of another namespace
+                                      (across the veth) get 200; refused{reason="forbidden"};
+                                      --http-readers any lets everyone read; a bad value: exit 2
   test_default_port_and_off           no --http: 127.0.0.1:7071, and a second daemon there
                                       exits 1 (address in use); --http '': no listener
   test_plaintext_off_loopback_refused --http on the veth address without TLS: exit 2, the
@@ -30,6 +36,7 @@ One daemon in namespace A, --http 127.0.0.1:0 (its own loopback), --http-max-con
 """
 import http.client
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -244,6 +251,60 @@ class HttpListener(DaemonTestCase):
             self.assertRegex(m.text(), r'lossd_http_refused_total\{reason="busy"\} [3-9]')
         finally:
             self.assertEqual(d.term(), 0, d.stderr())
+
+    def test_read_policy_for_local_users(self):
+        lab = self.lab
+        group = lab.make_group()
+        member = lab.make_user(groups=[group])
+        outsider = lab.make_user()
+        script = ("import http.client, sys\n"
+                  "c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=10)\n"
+                  "c.request('GET', '/metrics')\n"
+                  "r = c.getresponse()\n"
+                  "print(r.status, r.read().decode(errors='replace').splitlines()[0])\n")
+
+        def get_as(user, ns, host, port):
+            cmd = ["setpriv", "--reuid=%d" % user[1], "--regid=%d" % user[2], "--init-groups", "--",
+                   config.PY, "-c", script, host, str(port)]
+            p = lab.popen(ns, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, err = p.communicate(timeout=30)
+            self.assertEqual(p.returncode, 0, err)
+            status, _, first = out.strip().partition(" ")
+            return int(status), first
+
+        # B's own address, plaintext: B's local users are checked, A's clients are the network's.
+        d = Daemon(lab, lab.b, ["--http", "%s:0" % lab.V4_B, "--http-plaintext", "--http-group", group],
+                   wait_parts=False)
+        try:
+            port = d.http_port
+            got = dict(outsider=get_as(outsider, lab.b, lab.V4_B, port),
+                       member=get_as(member, lab.b, lab.V4_B, port),
+                       root=web.request(lab.b, lab.V4_B, port, "/metrics").status,
+                       outsider_of_a=get_as(outsider, lab.a, lab.V4_B, port))
+            m = web.request(lab.b, lab.V4_B, port, "/metrics").text()
+            found = re.search(r'lossd_http_refused_total\{reason="forbidden"\} (\d+)', m)
+            forbidden = int(found.group(1)) if found else None
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
+        measured("http_read_policy", forbidden=forbidden, **{k: str(v) for k, v in got.items()})
+        self.assertEqual(got["outsider"][0], 403, got)
+        self.assertIn("uid %d may not read lossd over HTTP" % outsider[1], got["outsider"][1])
+        self.assertIn(group, got["outsider"][1])
+        self.assertIn("--http-readers any", got["outsider"][1])
+        self.assertEqual(got["member"][0], 200, got)
+        self.assertEqual(got["root"], 200, got)
+        self.assertEqual(got["outsider_of_a"][0], 200, got)
+        self.assertEqual(forbidden, 1)
+
+        d = Daemon(lab, lab.b, ["--http", "127.0.0.1:0", "--http-readers", "any"], wait_parts=False)
+        try:
+            self.assertEqual(get_as(outsider, lab.b, "127.0.0.1", d.http_port)[0], 200)
+        finally:
+            self.assertEqual(d.term(), 0, d.stderr())
+        r = lab.run(lab.b, config.LOSSD, "--socket", os.path.join(lab.tempdir(), "l.sock"), "--state-dir",
+                    lab.tempdir(), "--http", "127.0.0.1:0", "--http-readers", "everyone", check=False, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--http-readers", r.stderr)
 
     def test_default_port_and_off(self):
         d = Daemon(self.lab, self.lab.b, http=None, wait_parts=False)
