@@ -2,10 +2,13 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -393,9 +396,30 @@ int Daemon::Serve() {
                           .c_str());
   std::fflush(stdout);
   if (!opts_.sync_start) loader_ = std::thread([this] { LoadParts(); });
-  int sig = 0;
-  sigwait(&signals_, &sig);
-  return sig;
+  // Until a signal: once a second, the heap's free pages go back to the
+  // kernel after streams ended (and once more a second later, for what
+  // their last threads freed after): slow subscribers' queues, freed in
+  // other threads' arenas, would otherwise stay in the RSS for good.
+  uint32_t streams = 0;
+  int trims = 0;
+  for (;;) {
+    const timespec tick{1, 0};
+    int sig = sigtimedwait(&signals_, nullptr, &tick);
+    if (sig > 0) return sig;
+    if (errno != EAGAIN && errno != EINTR) {
+      LOG_ERROR("sigtimedwait: %s", strerror(errno));
+      int s = 0;
+      sigwait(&signals_, &s);
+      return s;
+    }
+    uint32_t now = parts_->streams().open() + (http_ ? static_cast<uint32_t>(http_->stats().streams_open) : 0);
+    if (now < streams) trims = 2;
+    streams = now;
+    if (trims > 0) {
+      trims--;
+      malloc_trim(0);
+    }
+  }
 }
 
 int Daemon::Stop(int sig) {
