@@ -340,6 +340,7 @@ Daemon::Exit Daemon::BuildServers() {
     live.max_queue_bytes = std::max<size_t>(
         1u << 20, opts_.api.streams.max_queue_bytes / 8 /
                       std::max<size_t>(1, opts_.http_options.max_streams));
+    live.closes_per_message = std::min<uint32_t>(live.closes_per_message, opts_.api.streams.max_queue);
     live.own.ports = {http_->port(), static_cast<uint16_t>(tcp_port_)};
     live.own.netns_ino = ThreadNetnsIno();
     live_ = std::make_unique<LivePage>(server_->InProcessChannel(grpc::ChannelArguments()), live);

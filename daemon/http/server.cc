@@ -55,7 +55,11 @@ void PlainAndClose(httplib::Response& res, int status, const std::string& text) 
   auto body = std::make_shared<std::string>(text + "\n");
   res.set_content_provider(body->size(), "text/plain; charset=utf-8",
                            [body](size_t offset, size_t length, httplib::DataSink& sink) {
-                             sink.write(body->data() + offset, length);
+                             // offset, length: the request's Range, which httplib applies
+                             // to any response of a known length: never past the body.
+                             if (offset < body->size())
+                               sink.write(body->data() + offset,
+                                          std::min(length, body->size() - offset));
                              return false;  // all written: end the connection
                            });
 }

@@ -115,6 +115,7 @@ class LiveSession {
       }
       req.set_interval_ns(static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(kPeriod).count()));
+      req.set_queue(page_->opts_.closes_per_message);
       auto reader = page_->observer_->WatchFlows(ctx, req);
       v1::FlowStreamMessage m;
       const OwnEndpoints& own = page_->opts_.own;

@@ -63,6 +63,10 @@ struct LiveOptions {
   // page's connections an eighth of --max-stream-memory together (beside what
   // their gRPC streams reserve in the stream budget, the HTTP clients' share).
   size_t max_queue_bytes = 16u << 20;
+  // The flows that may close between two flows messages (WatchFlowsRequest.
+  // queue; more: a gap): kept short, so its pages reserve little of the
+  // stream budget (at most --max-queue).
+  uint32_t closes_per_message = 8192;
   // Left out of the flows table (HiddenFromPage): lossd's own connections.
   OwnEndpoints own;
 };

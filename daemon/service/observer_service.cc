@@ -182,11 +182,13 @@ grpc::ServerWriteReactor<v1::FlowStreamMessage>* ObserverService::WatchFlows(
   if (st.ok()) st = period.status();
   auto interval = period.ok() ? *period : std::chrono::nanoseconds(0);
   // `queue`: the closed flows one message may carry (beyond: Gaps); the
-  // closes wait for the stream's thread in a queue of the default length.
+  // closes wait for the stream's thread (which takes them as they come) in a
+  // queue as long, at least 8192: a stream that asks for a short queue
+  // reserves little of the budget (the live page's).
   auto queue_len = parts_->streams().QueueLength(req->queue(), 65536, "queue");
   if (st.ok()) st = queue_len.status();
   size_t queue = queue_len.ok() ? *queue_len : 1;
-  size_t intake = *parts_->streams().QueueLength(0, 65536, "");
+  size_t intake = std::max<size_t>(queue, *parts_->streams().QueueLength(0, 8192, ""));
   auto need = parts_->NeedObserver(ctx->deadline());
   Observer* obs = need.ok() ? *need : nullptr;
   if (!st.ok()) return new Reactor(ToGrpc(st));

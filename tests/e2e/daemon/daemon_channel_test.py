@@ -29,6 +29,10 @@
       each) until lossd refuses one: it gets its share (half of --max-stream-memory), not the
       whole budget; a second user then still gets a stream, and root too. Before: the first
       user held 13 streams (975 of 1,024 MiB) and every other client got RESOURCE_EXHAUSTED.
+      With 8 live pages open and unread first (the HTTP clients: each page's WatchFlows
+      reserved ~75 MiB of the unprivileged clients' pool, 8 took 497 MiB, and the second user
+      was refused; now ~10 MiB each), each page holds its stream and the second user still
+      gets one.
   test_unix_peer_logged
       Every change to rules (create, update, delete, clear) is logged with the peer's
       SO_PEERCRED uid and pid (none was).
@@ -49,7 +53,7 @@ import stat
 import subprocess
 import time
 
-from lab import config
+from lab import config, web
 from lab import daemon as labd
 from lab.channel import Certs, call, connect_errno, hold_streams
 from lab.daemon import Daemon, wait_until
@@ -233,13 +237,23 @@ class ChannelTest(unittest.TestCase):
         alice, bob = lab.make_user(groups=[group]), lab.make_user(groups=[group])
         top = lab.tempdir()
         os.chmod(top, 0o755)
-        d = Daemon(lab, lab.a, ["--socket-group", group], sockdir=os.path.join(top, "run"))
+        d = Daemon(lab, lab.a, ["--socket-group", group, "--http", "127.0.0.1:0"], sockdir=os.path.join(top, "run"))
         self.addCleanup(lambda: self.assertEqual(d.term(), 0, d.stderr()))
+        pages = []
+        for _ in range(8):  # live pages that read nothing (as root: HTTP reads need the group)
+            c = web.connect(lab.a, "127.0.0.1", d.http_port)
+            c.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            self.addCleanup(c.close)
+            pages.append(c)
+        # Each page's WatchFlows, and the pages' one shared WatchAggregates.
+        page_streams = wait_until(lambda: (lambda n: n if n >= 9 else None)(d.health().streams), 20,
+                                  "the 8 pages' streams")
         hog, held = hold_streams(lab, "unix:" + d.sock, alice, 20, 65536)
         self.addCleanup(lambda: (hog.stdin.close(), hog.wait(30)))
         bobs = call(lab, "unix:" + d.sock, "streams", user=bob, n=1, queue=65536)
         roots = call(lab, "unix:" + d.sock, "streams", n=1, queue=65536)
-        measured("stream_share", alice=held, bob=bobs, root=roots)
+        measured("stream_share", page_streams=page_streams, alice=held, bob=bobs, root=roots)
+        self.assertEqual(page_streams, 9)
         self.assertEqual(held["code"], "RESOURCE_EXHAUSTED", held)
         self.assertIn("this client (uid %d)" % alice[1], held["details"])
         self.assertIn("half of lossd --max-stream-memory", held["details"])
