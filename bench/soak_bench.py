@@ -19,18 +19,21 @@ was opened once), against quiesced after the run; the series shows whether anyth
 
 Abuse phase (--abuse-secs, default 60; 0: none), after the load. A well-behaved client
 (`good`: its own unprivileged uid, a member of the socket's --socket-group, in a process of its
-own in namespace A) loops CreateRule + GetRule + DeleteRule, a WatchRetransmits stream whose
-first message it reads (5 s deadline; paced TCP through a 5 % rule keeps retransmissions
-coming) and GET /metrics (from 127.0.0.3); first --abuse-secs with no abuse (the same-run
-baseline), then --abuse-secs while, at once:
+own in namespace A) loops CreateRule + GetRule + DeleteRule, a WatchRetransmits stream of
+lossd's default queue (as `lossctl watch` asks) whose first message it reads (5 s deadline;
+paced TCP through a 5 % per-segment rule keeps retransmissions coming) and GET /metrics (from
+127.0.0.3); first --abuse-secs with no abuse (the same-run baseline), then --abuse-secs
+while, at once (started in this order, each once the one before holds what it got):
+  live pages   GET /api/v1/events from 127.0.0.1, never read after the head, past
+               --http-max-streams (8 + 2); a refused one tries again
+  hog          uid `alice` opens WatchRetransmits of --max-queue events, never read, until one
+               is refused (her share, or the unprivileged clients' pool), then 40 TraceFlow
+               waiters (a flow that never appears, 1 h wait; each reserves a full queue, so
+               the pool's memory, not the count, refuses them), and holds what she got
   unix idle    uid `idler` holds raw connections to the Unix socket past the per-uid cap
                (64 + 16) and knocks again for the refused ones every couple of seconds
-  hog          uid `alice` opens WatchRetransmits of --max-queue events, never read, until one
-               is refused (her memory share), then TraceFlow waiters (a flow that never
-               appears, 1 h wait) until refused (her stream share), and holds them
-  http idle    connections from 127.0.0.1 that send nothing, and live-page streams (GET
-               /api/v1/events, never read) past --http-max-streams: 127.0.0.1 past its
-               per-address cap; each connection opened again as soon as lossd ends it
+  http idle    connections from 127.0.0.1 that send nothing (with the pages: past its
+               per-address cap); each opened again as soon as lossd ends it
   slowloris    connections from 127.0.0.2 sending a head byte a second (under the cap of
                their address: 127.0.0.1 + 127.0.0.2 stay under --http-max-connections, so the
                well-behaved client is not refused by design)
@@ -42,8 +45,10 @@ against the baseline; every abuser's outcomes (held, refused with what, how fast
 RSS, fds and threads during the abuse and after it. Checks: the good client succeeded every
 time; every refusal was RESOURCE_EXHAUSTED / 503 / a closed connection within 2 s (no
 timeout); no admitted abusive HTTP connection outlived the head deadline by more than 3 s;
-the caps held at their values; after the release fds and threads are back to the baseline
-and RSS within 25 % (+8 MiB) of it.
+the caps held at their values; after the release fds are back to the baseline, threads too
+(but gRPC's default-executor pool, which grows to 2 x cores and stays), and RSS is no higher
+than its peak during the abuse (+8 MiB): whether it came back to the baseline is a figure
+(glibc keeps what the abuse made lossd hold).
 
 Prints one JSON document (benchlib.report): checks, not targets: after the load, with
 no stream open, fds and threads are back to the baseline, and RSS is within 25 % (+8 MiB)
@@ -593,13 +598,26 @@ def abuse_phase(args, lab, d, users, grpc, pb, log, problems):
                                conns=2, timeout=window + 120)
 
     d.clear()
+    # The live page's threads start with its first page and stay: one page first, so that the
+    # baseline has them.
+    page = web.connect(d.ns, "127.0.0.1", d.http_port)
+    page.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+    end = time.monotonic() + 1.5  # (it writes every second: read for a while, not until quiet)
+    page.settimeout(0.2)
+    while time.monotonic() < end:
+        try:
+            if not page.recv(65536):
+                break
+        except socket.timeout:
+            pass
+    page.close()
     wait_until(lambda: d.health().streams == 0, 30, "streams to end before the abuse phase")
-    time.sleep(1)
+    time.sleep(2)
     before = proc_stats(pid)
     out["before"] = before
     names_before = thread_names(pid)
     d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=5201, payload="only", rate=0.05,
-             labels={"soak": "abuse-traffic"})
+             per_segment=True, labels={"soak": "abuse-traffic"})
 
     # 1. The same-run baseline: the good client alone (with the same traffic).
     log("abuse phase: baseline, the good client alone for %ss" % secs)
@@ -705,10 +723,10 @@ def abuse_phase(args, lab, d, users, grpc, pb, log, problems):
     except AssertionError as e:
         problems.append("abuse: %s (Health.streams %d)" % (e, d.health().streams))
     t = time.monotonic()
-    after = proc_stats(pid)
-    while time.monotonic() - t < 20 and (after["fds"] != before["fds"] or after["threads"] != before["threads"]):
+    lossd_threads = lambda: proc_stats(pid)["threads"] - thread_names(pid).get("default-executo", 0)  # noqa: E731
+    base_threads = before["threads"] - names_before.get("default-executo", 0)
+    while time.monotonic() - t < 20 and (proc_stats(pid)["fds"] != before["fds"] or lossd_threads() != base_threads):
         time.sleep(0.5)
-        after = proc_stats(pid)
     time.sleep(2)
     out["after"] = dict(proc_stats(pid), settle_secs=round(time.monotonic() - t, 1))
     names_after = thread_names(pid)
@@ -744,8 +762,10 @@ def abuse_checks(out, problems):
     if not big.get("held") or big.get("refused") != 1:
         bad("the hog's WatchRetransmits: %s held, %s refused (want some held, then one refused)"
             % (big.get("held"), big.get("refused")))
-    if not tr.get("held") or not tr.get("refused"):
-        bad("the hog's TraceFlow waiters: %s held, %s refused (want both)" % (tr.get("held"), tr.get("refused")))
+    # Each waiter reserves a full queue (~37.5 MiB): how many fit depends on what the pool has
+    # left after the pages and the big streams, so only that each one was answered is checked.
+    if tr.get("opened") != CAPS["max_streams_per_kind"] + 8 or tr["held"] + tr["refused"] != tr["opened"]:
+        bad("the hog's TraceFlow waiters: %s" % tr)
     for what, o in (("WatchRetransmits", big), ("TraceFlow", tr)):
         if set(o.get("refused_codes", {})) - {"RESOURCE_EXHAUSTED"}:
             bad("the hog's %s refused with %s" % (what, o["refused_codes"]))
@@ -807,18 +827,31 @@ def abuse_checks(out, problems):
     for s in out.get("during_samples", []):
         if not s["health"]["ok"]:
             bad("GetHealth failed during the abuse at t=%s: %s" % (s["t"], s["health"]))
-    b, a = out.get("before"), out.get("after")
-    if b and a:
-        if a["fds"] != b["fds"]:
-            bad("fds %d before the abuse, %d after it" % (b["fds"], a["fds"]))
-        if a["threads"] != b["threads"]:
-            bad("threads %d before the abuse, %d after it" % (b["threads"], a["threads"]))
-        if a["rss_kb"] > 1.25 * b["rss_kb"] + 8192:
-            bad("RSS %d kB before the abuse, %d kB after it" % (b["rss_kb"], a["rss_kb"]))
     ds = out.get("during_samples", [])
     if ds:
         out["during_max"] = {k: max(s[k] for s in ds) for k in ("rss_kb", "fds", "threads")}
         out["during_health_ms_max"] = max(s["health"]["ms"] for s in ds)
+    b, a = out.get("before"), out.get("after")
+    if b and a:
+        if a["fds"] != b["fds"]:
+            bad("fds %d before the abuse, %d after it" % (b["fds"], a["fds"]))
+        # gRPC's legacy executor ("default-executor") adds threads under load up to 2 x cores
+        # and keeps them: bounded, not lossd's; every other thread must be gone.
+        pool = out["thread_names_changed"].get("default-executo", [0, 0])
+        if a["threads"] - pool[1] != b["threads"] - pool[0]:
+            bad("threads %d before the abuse, %d after it (%s)" % (b["threads"], a["threads"],
+                                                                 out["thread_names_changed"]))
+        if pool[1] > 2 * os.cpu_count():
+            bad("gRPC's default-executor pool has %d threads (its cap is 2 x %d cores)" % (pool[1], os.cpu_count()))
+        # RSS: glibc keeps what the abuse made it hold (measured over 6 rounds: +25, +4.7, +2.8,
+        # +0.4, +1.3, +0.6 MB), so the check is that nothing grows once the abusers are gone;
+        # whether it went back to the baseline is a figure.
+        peak = max([s["rss_kb"] for s in ds] + [out.get("global_caps_probe", {}).get("lossd_full", {}).get("rss_kb", 0)])
+        out["rss_kb"] = {"before": b["rss_kb"], "peak_during": peak, "after": a["rss_kb"],
+                         "after_minus_before": a["rss_kb"] - b["rss_kb"],
+                         "back_to_baseline": a["rss_kb"] <= 1.25 * b["rss_kb"] + 8192}
+        if a["rss_kb"] > peak + 8192:
+            bad("RSS grew after the abuse ended: peak %d kB during it, %d kB after" % (peak, a["rss_kb"]))
 
 
 def main():
@@ -1016,7 +1049,12 @@ def main():
         if counts["creates"] == 0 or counts["streams"] == 0 or counts["traffic_rounds"] == 0:
             problems.append("a load part did nothing: %s" % counts)
         if args.abuse_secs:
-            out["abuse"] = abuse_phase(args, lab, d, users, grpc, pb, log, problems)
+            try:
+                out["abuse"] = abuse_phase(args, lab, d, users, grpc, pb, log, problems)
+            except Exception as e:  # noqa: BLE001 (reported with the soak's figures; the Lab cleans up)
+                import traceback
+                traceback.print_exc()
+                problems.append("the abuse phase failed: %r" % e)
         rc = d.term()
         out["exit_code"] = rc
         if rc != 0:
