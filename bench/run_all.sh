@@ -78,8 +78,8 @@ else
 fi
 # shellcheck disable=SC2086
 run soak "$PY" "$HERE/soak_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" ${SOAK_ARGS:-}
-# The libFuzzer targets, longer than ctest's 20 s (FUZZ_SECONDS each, default 120).
-for f in rule_parsers records; do
+# The libFuzzer targets, longer than ctest's 15 s (FUZZ_SECONDS each, default 120).
+for f in rule_parsers records requests http_head; do
   [ -x "$BUILD/tests/fuzz/${f}_fuzz" ] &&
     run "fuzz_$f" "$HERE/../tests/fuzz/run.sh" "$BUILD/tests/fuzz/${f}_fuzz" "${FUZZ_SECONDS:-120}"
 done

@@ -7,9 +7,10 @@
 # tests/fuzz/NAME.dict, if there, is its dictionary. The new inputs it finds go to a
 # temp dir, removed after, unless LOSSD_FUZZ_CORPUS names a directory to keep them in.
 # Exit 0: no crash, no sanitizer report, no broken promise (the target's comment)
-# within SECONDS. Progress goes to stderr; stdout gets one JSON summary
-# (bench/run_all.sh keeps it).
-#   ctest -L fuzz                                20 s each (LOSSD_FUZZ_SECONDS)
+# within SECONDS. Progress goes to stderr; stdout gets one JSON summary, with the
+# coverage reached (libFuzzer's last "cov:" edges and "ft:" features; null with
+# JOBS > 1) (bench/run_all.sh keeps it).
+#   ctest -L fuzz                                15 s each (LOSSD_FUZZ_SECONDS)
 #   tests/fuzz/run.sh build/tests/fuzz/rule_parsers_fuzz 600    ten minutes
 #   make bench                                   120 s (bench/run_all.sh)
 set -euo pipefail
@@ -59,9 +60,12 @@ rc=0
   -artifact_prefix="$work/" "$corpus" "$work/seeds" > "$work/log" 2>&1 || rc=$?
 grep -E "^#[0-9]+ +DONE|stat::|ERROR|${name}_fuzz:|SUMMARY" "$work/log" || true
 stat() { sed -n "s/^stat::$1: *//p" "$work/log" | tail -1; }
-printf '{"benchmark": "fuzz_%s", "seconds": %s, "seed_inputs": %s, "executions": %s, "exec_per_sec": %s, "new_units": %s, "peak_rss_mb": %s, "findings": %s, "target": {"what": "no finding", "pass": %s}}\n' \
+cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+" "$work/log" | tail -1 || true)
+printf '{"benchmark": "fuzz_%s", "seconds": %s, "seed_inputs": %s, "executions": %s, "exec_per_sec": %s, "new_units": %s, "coverage": %s, "features": %s, "peak_rss_mb": %s, "findings": %s, "target": {"what": "no finding", "pass": %s}}\n' \
   "$name" "$secs" "$seeds" "$(stat number_of_executed_units)" "$(stat average_exec_per_sec)" \
-  "$(stat new_units_added)" "$(stat peak_rss_mb)" "$([ "$rc" -eq 0 ] && echo 0 || echo 1)" \
+  "$(stat new_units_added)" "$(echo "$cov" | awk '{print $2}' | grep . || echo null)" \
+  "$(echo "$cov" | awk '{print $4}' | grep . || echo null)" \
+  "$(stat peak_rss_mb)" "$([ "$rc" -eq 0 ] && echo 0 || echo 1)" \
   "$([ "$rc" -eq 0 ] && echo true || echo false)" >&3
 if [ "$rc" -ne 0 ]; then
   tail -60 "$work/log"
