@@ -46,20 +46,18 @@ void Plain(httplib::Response& res, int status, const std::string& text) {
 // A refusal after which the connection closes: httplib 0.11.4 keeps a
 // connection alive whatever the response's Connection header says, unless
 // writing the response fails; so the body goes out through a provider that
-// writes all of it and then reports failure, which ends the connection.
+// writes all of it and then reports failure, which ends the connection. The
+// provider has no length (the close ends the body): httplib applies a request's
+// Range to a response of known length, offset and length from the client.
 // (A HEAD request gets no body, hence no such end: it stays until the
 // keep-alive timeout.)
 void PlainAndClose(httplib::Response& res, int status, const std::string& text) {
   res.status = status;
   res.set_header("Connection", "close");
   auto body = std::make_shared<std::string>(text + "\n");
-  res.set_content_provider(body->size(), "text/plain; charset=utf-8",
-                           [body](size_t offset, size_t length, httplib::DataSink& sink) {
-                             // offset, length: the request's Range, which httplib applies
-                             // to any response of a known length: never past the body.
-                             if (offset < body->size())
-                               sink.write(body->data() + offset,
-                                          std::min(length, body->size() - offset));
+  res.set_content_provider("text/plain; charset=utf-8",
+                           [body](size_t, httplib::DataSink& sink) {
+                             sink.write(body->data(), body->size());
                              return false;  // all written: end the connection
                            });
 }
