@@ -26,6 +26,27 @@ HttpConnection::~HttpConnection() {
     ERR_clear_error();
     SSL_free(ssl_);
   }
+  LingeringClose();
+}
+
+// RFC 9112 9.6: closing with the client's bytes unread (a refused request's
+// body, a pipelined request) resets the connection, and the reset can reach
+// the client before it has read the answer (a close-delimited refusal). So:
+// our side half-closed first, then what the client sends is read and dropped
+// until it closes too, for at most 250 ms and 64 KiB.
+void HttpConnection::LingeringClose() {
+  shutdown(fd_, SHUT_WR);
+  const auto until = Clock::now() + std::chrono::milliseconds(250);
+  char buf[4096];
+  for (size_t dropped = 0; dropped < (64u << 10);) {
+    ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) {
+      dropped += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+    if (!Wait(POLLIN, until)) break;
+  }
   close(fd_);
 }
 

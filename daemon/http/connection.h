@@ -57,6 +57,7 @@ class HttpConnection final : public httplib::Stream {
  private:
   // poll()s for `events` until `deadline` or the stop; true if they came.
   bool Wait(short events, Clock::time_point deadline) const;
+  void LingeringClose();  // the destructor's close of fd_ (connection.cc says why)
   Clock::time_point ReadDeadline() const;
   // A TLS operation's want (SSL_get_error) waited for; false: an error or timeout.
   bool WaitFor(int ssl_error, Clock::time_point deadline) const;
