@@ -346,6 +346,31 @@ static __always_inline __u64 wakeup_flag(__u64 now)
 	return ring_wakeup_flag(&obs_ring, &obs_last_wakeup_ns, now);
 }
 
+/* The flow's counts an event carries (obs_event.flow_rtx_segs, flow_stalls). */
+static __always_inline void flow_counts(struct obs_event *e, const struct obs_flow *f)
+{
+	__u64 rtx = 0;
+	for (int i = 0; i < OBS_RTX_MAX; i++)
+		rtx += f->rtx_segs[i];
+	e->flow_rtx_segs = (__u32)rtx;
+	e->flow_stalls = f->stalls;
+}
+
+/* The common head of a record about a flow (stall, sample, close, open). */
+static __always_inline void event_head(struct obs_event *e, __u32 kind, __u64 now, __u64 cookie,
+				       const struct obs_flow *f)
+{
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = kind;
+	e->cpu = bpf_get_smp_processor_id();
+	e->time_ns = now;
+	e->cookie = cookie;
+	e->cgroup_id = f->cgroup_id;
+	e->tuple = f->tuple;
+	e->netns = f->netns;
+	flow_counts(e, f);
+}
+
 /* A flow record was created: told to user space only while someone waits
  * for a flow to open (TraceFlow's wait), so an idle waiter costs nothing. */
 static __always_inline void flow_opened(__u64 cookie, const struct obs_flow *f, __u64 now)
@@ -358,14 +383,7 @@ static __always_inline void flow_opened(__u64 cookie, const struct obs_flow *f, 
 		count(OBS_CNT_RING_LOST);
 		return;
 	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = OBS_EV_FLOW_OPEN;
-	e->cpu = bpf_get_smp_processor_id();
-	e->time_ns = now;
-	e->cookie = cookie;
-	e->cgroup_id = f->cgroup_id;
-	e->tuple = f->tuple;
-	e->netns = f->netns;
+	event_head(e, OBS_EV_FLOW_OPEN, now, cookie, f);
 	bpf_ringbuf_submit(e, wakeup_flag(now));
 }
 
@@ -417,16 +435,6 @@ static __always_inline __u32 classify(struct tcp_sock *tp)
 	if (pending == ICSK_TIME_LOSS_PROBE)
 		return OBS_RTX_TLP;
 	return OBS_RTX_UNKNOWN;
-}
-
-/* The flow's counts an event carries (obs_event.flow_rtx_segs, flow_stalls). */
-static __always_inline void flow_counts(struct obs_event *e, const struct obs_flow *f)
-{
-	__u64 rtx = 0;
-	for (int i = 0; i < OBS_RTX_MAX; i++)
-		rtx += f->rtx_segs[i];
-	e->flow_rtx_segs = (__u32)rtx;
-	e->flow_stalls = f->stalls;
 }
 
 /* Called where the kernel has just counted segs in TcpRetransSegs. */
@@ -500,7 +508,6 @@ static __always_inline struct tcp_sock *observed_tcp_sock(struct bpf_sock_ops *s
 	return tp;
 }
 
-
 SEC("tp_btf/tcp_retransmit_synack")
 int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_sock *req)
 {
@@ -545,21 +552,6 @@ int BPF_PROG(obs_retransmit_synack, const struct sock *sk, const struct request_
 	e->st.tcp_state = TCP_SYN_RECV;
 	bpf_ringbuf_submit(e, wakeup_flag(e->time_ns));
 	return 0;
-}
-
-/* The common head of a record about a flow (stall, sample, close). */
-static __always_inline void event_head(struct obs_event *e, __u32 kind, __u64 now, __u64 cookie,
-				       const struct obs_flow *f)
-{
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = kind;
-	e->cpu = bpf_get_smp_processor_id();
-	e->time_ns = now;
-	e->cookie = cookie;
-	e->cgroup_id = f->cgroup_id;
-	e->tuple = f->tuple;
-	e->netns = f->netns;
-	flow_counts(e, f);
 }
 
 /*
