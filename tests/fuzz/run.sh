@@ -10,7 +10,7 @@
 # within SECONDS. Progress goes to stderr; stdout gets one JSON summary, with the
 # coverage reached (libFuzzer's last "cov:" edges and "ft:" features; null with
 # JOBS > 1) (bench/run_all.sh keeps it).
-#   ctest -L fuzz                                15 s each (LOSSD_FUZZ_SECONDS)
+#   ctest -L fuzz                                10 s each (LOSSD_FUZZ_SECONDS)
 #   tests/fuzz/run.sh build/tests/fuzz/rule_parsers_fuzz 600    ten minutes
 #   make bench                                   120 s (bench/run_all.sh)
 set -euo pipefail
