@@ -935,8 +935,10 @@ int BPF_PROG(obs_probe, struct sock *sk, const struct sk_buff *skb)
  * tcp_validate_incoming runs this callback (BPF_SOCK_OPS_PARSE_HDR_OPT_CB)
  * before the ACK is processed: the flow's last ACKs, its stalls and its
  * trace come from here until everything, FIN included, is acknowledged.
- * Armed by on_state for FIN_WAIT1 / LAST_ACK only (fentry, which would see
- * tcp_rcv_state_process directly, does not load on these kernels).
+ * The same holds once the peer's FIN is in (CLOSE_WAIT) while we still send:
+ * a server answering a client that shut its write side after the request.
+ * Armed by on_state for CLOSE_WAIT / FIN_WAIT1 / LAST_ACK only (fentry, which
+ * would see tcp_rcv_state_process directly, does not load on these kernels).
  */
 static __always_inline void on_segment_closing(struct bpf_sock_ops *skops)
 {
@@ -944,7 +946,8 @@ static __always_inline void on_segment_closing(struct bpf_sock_ops *skops)
 	if (!tp)
 		return;
 	__u8 state = tp->inet_conn.icsk_inet.sk.__sk_common.skc_state;
-	if (state != TCP_FIN_WAIT1 && state != TCP_CLOSING && state != TCP_LAST_ACK)
+	if (state != TCP_CLOSE_WAIT && state != TCP_FIN_WAIT1 && state != TCP_CLOSING &&
+	    state != TCP_LAST_ACK)
 		return;
 	__u64 cookie = bpf_get_socket_cookie(skops);
 	if (!bpf_map_lookup_elem(&obs_flows, &cookie))
@@ -955,17 +958,19 @@ static __always_inline void on_segment_closing(struct bpf_sock_ops *skops)
 	struct obs_config *cfg = get_config();
 	if (!cfg)
 		return;
+	/* CLOSE_WAIT: the peer closed, not our application */
 	on_segment(cfg, tp, cookie, th, (__u16)skops->skb_tcp_flags, __builtin_bswap32(th->ack_seq),
-		   th->window, OBS_STALL_F_CLOSING);
+		   th->window, state == TCP_CLOSE_WAIT ? 0 : OBS_STALL_F_CLOSING);
 }
 
-/* A state change: our FIN arms the header callback (the detector and traces
- * go on); once it is acknowledged (FIN_WAIT2) it is disarmed. */
+/* A state change: leaving ESTABLISHED (the peer's FIN or ours) arms the header
+ * callback (the detector and traces go on); once our FIN is acknowledged
+ * (FIN_WAIT2) it is disarmed. */
 static __always_inline void on_state(struct bpf_sock_ops *skops)
 {
 	__u32 newstate = skops->args[1];
 	__u32 flags = skops->bpf_sock_ops_cb_flags;
-	if (newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK) {
+	if (newstate == TCP_CLOSE_WAIT || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK) {
 		if (!(flags & BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG) && observed_tcp_sock(skops) &&
 		    bpf_sock_ops_cb_flags_set(skops, flags | BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG))
 			count(OBS_CNT_ARM_FAILED);
@@ -1052,8 +1057,8 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 {
 	if (!sk || sk->sk_protocol != IPPROTO_TCP)
 		return 0;
-	if (newstate != TCP_ESTABLISHED && newstate != TCP_CLOSE && newstate != TCP_FIN_WAIT1 &&
-	    newstate != TCP_LAST_ACK)
+	if (newstate != TCP_ESTABLISHED && newstate != TCP_CLOSE && newstate != TCP_CLOSE_WAIT &&
+	    newstate != TCP_FIN_WAIT1 && newstate != TCP_LAST_ACK)
 		return 0;
 	struct obs_config *cfg = get_config();
 	if (!cfg || !in_netns(cfg, sk))
@@ -1061,9 +1066,9 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = bpf_get_socket_cookie((void *)sk);
 
-	if (newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK) {
-		/* Our FIN is out: ACKs no longer reach tcp_probe (it runs in
-		 * ESTABLISHED) but the sock_ops header callback, armed just before
+	if (newstate == TCP_CLOSE_WAIT || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK) {
+		/* Out of ESTABLISHED (a FIN in or out): ACKs no longer reach tcp_probe
+		 * (it runs in ESTABLISHED) but the sock_ops header callback, armed just before
 		 * this (BPF_SOCK_OPS_STATE_CB runs first); a socket it could not
 		 * arm stops the stall detector here. */
 		struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &cookie);

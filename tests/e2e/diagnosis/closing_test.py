@@ -13,6 +13,16 @@ its write side with all of it still to deliver.
       goes on to the ACK of the FIN (a sample whose ack_seq is its write_seq) with samples
       through the pause (the probe answers) and after it. Before: no stall, and the trace's
       last sample was before the shutdown.
+  test_zero_window_in_last_ack
+      The same, but the receiver shuts its write side on accept: the sender is in CLOSE_WAIT
+      as it writes, and its shutdown takes it to LAST_ACK (the passive closer) with the data
+      outstanding. The same stall, marked closing, and the trace to the ACK of its FIN.
+  test_zero_window_in_close_wait
+      The receiver shuts first and the sender's send buffer is small (64 KiB): it still
+      writes through the pause, in CLOSE_WAIT, where the ACKs no longer reach tcp_probe
+      either (a server answering a client that shut its side after the request). The stall,
+      not marked closing (the application had not closed), and samples through the pause.
+      Before: no stall, and no sample after the peer's FIN.
   test_rto_after_close
       A 100 % rule (data only, TTL 1 s) on A's egress, then 1 MiB at 20 Mbit/s written at
       once and the write side shut: every data segment meets the blackhole while the flow is
@@ -32,10 +42,11 @@ from lab.netns import measured
 PAUSE = 2.0
 
 
-def _receiver(lab, port, rcvbuf=0, pause_after=0, pause_secs=0.0):
+def _receiver(lab, port, rcvbuf=0, pause_after=0, pause_secs=0.0, shut_first=False):
     srv = lab.popen(lab.b, [PY, traffic.TCPFLOW, "recv", "--bind", "0.0.0.0", "--port", str(port),
                             "--rcvbuf", str(rcvbuf), "--pause-after", str(pause_after),
-                            "--pause-secs", str(pause_secs)], stdout=subprocess.PIPE)
+                            "--pause-secs", str(pause_secs)] + (["--shut-first"] if shut_first else []),
+                    stdout=subprocess.PIPE)
     if not srv.stdout.readline().startswith("READY"):
         srv.kill()
         raise AssertionError("receiver did not start")
@@ -43,16 +54,17 @@ def _receiver(lab, port, rcvbuf=0, pause_after=0, pause_secs=0.0):
 
 
 class Closing(DaemonTestCase):
-    def run_closing(self, port, nbytes, rate_mbit, **recv):
+    def run_closing(self, port, nbytes, rate_mbit, sndbuf=None, **recv):
         """The receiver, the Watch (stalls, flows, trace), then the sender that writes nbytes
-        at once and shuts its write side; returns (Case, sender's json)."""
+        (at once: its send buffer takes them all, unless sndbuf says otherwise) and shuts its
+        write side; returns (Case, sender's json)."""
         lab, d = self.lab, self.d
         srv = _receiver(lab, port, **recv)
         w = stalls.Watch(d, port)
 
         def go():
             cli = traffic.sender(lab, lab.a, lab.V4_B, port, nbytes=nbytes, rate_mbit=rate_mbit,
-                                 sndbuf=4 * nbytes, timeout=60)
+                                 sndbuf=sndbuf or 4 * nbytes, timeout=60)
             s = traffic.finish(cli, timeout=90)
             traffic.finish(srv)
             return s
@@ -62,8 +74,22 @@ class Closing(DaemonTestCase):
         return stalls.Case("closing", res, ds, dr, w), res
 
     def test_zero_window_after_close(self):
-        c, res = self.run_closing(5331, 2 << 20, 100, rcvbuf=128 << 10, pause_after=256 << 10,
-                                  pause_secs=PAUSE)
+        self.zero_window_case("zero_window_after_close", 5331, closing=True)
+
+    def test_zero_window_in_last_ack(self):
+        # The receiver shuts its side first: the sender is in CLOSE_WAIT when it writes, and
+        # its shutdown takes it to LAST_ACK with all of it outstanding.
+        self.zero_window_case("zero_window_in_last_ack", 5333, closing=True, shut_first=True)
+
+    def test_zero_window_in_close_wait(self):
+        # The same, with a small send buffer: the sender still writes (CLOSE_WAIT, not closed
+        # by its application) through the pause. Before: no stall, no sample in the pause.
+        self.zero_window_case("zero_window_in_close_wait", 5334, closing=False, shut_first=True,
+                              sndbuf=64 << 10)
+
+    def zero_window_case(self, name, port, closing, sndbuf=None, shut_first=False):
+        c, res = self.run_closing(port, 2 << 20, 100, sndbuf=sndbuf, rcvbuf=128 << 10,
+                                  pause_after=256 << 10, pause_secs=PAUSE, shut_first=shut_first)
         samples = c.samples()
         n = c.numbers()
         n["stall_events"] = [{"cause": stalls.cause_name(s.cause), "ms": s.duration_ns / 1e6,
@@ -74,13 +100,13 @@ class Closing(DaemonTestCase):
         zw = [s for s in c.stalls if stalls.cause_name(s.cause) == "zero_window"]
         n["samples_in_pause"] = len([x for x in samples if zw and zw[0].start_mono_ns < x.time_mono_ns
                                      < zw[0].start_mono_ns + zw[0].duration_ns])
-        measured("zero_window_after_close", **n)
+        measured(name, **n)
         self.assertEqual(c.errors, {}, "lossd's streams failed")
         self.assertEqual(res["bytes"], 2 << 20, n)
         self.assertGreaterEqual(c.receiver["TcpExt.TCPToZeroWindowAdv"], 1, n)
         self.assertEqual(len(zw), 1, n)
         s = zw[0]
-        self.assertTrue(s.closing, n)
+        self.assertEqual(s.closing, closing, n)
         self.assertFalse(s.at_close, n)
         self.assertGreaterEqual(s.duration_ns, (PAUSE - 0.5) * 1e9, n)
         self.assertLessEqual(s.duration_ns, (PAUSE + 0.3) * 1e9, n)

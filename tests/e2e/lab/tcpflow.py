@@ -3,13 +3,15 @@
 namespace by lab.traffic; also a `lossctl sweep --workload` (rr).
 
   tcpflow.py recv --bind ADDR --port P [--conns N] [--rcvbuf B]
-                  [--pause-after B --pause-secs S]
+                  [--pause-after B --pause-secs S] [--shut-first]
       Prints READY once listening, accepts N connections and reads each until EOF on its
       own thread, closing it only after the peer's EOF (so every byte sent was
       delivered). Prints {"bytes": received, "conns": N} at the end. --rcvbuf: SO_RCVBUF
       of the listener (inherited by the connections; the kernel doubles it and stops
       tuning it). --pause-after: a connection stops reading once it has read B bytes, for
-      S seconds (its receive buffer fills: a zero window), then reads on.
+      S seconds (its receive buffer fills: a zero window), then reads on. --shut-first: each
+      connection's write side is shut on accept (the sender, in CLOSE_WAIT, sends on; its own
+      close then takes it to LAST_ACK).
 
   tcpflow.py send --dst ADDR --port P (--bytes N | --until-stdin) [--conns C]
                   [--rate-mbit R] [--cc NAME] [--timeout S] [--acked | --hold] [--sndbuf B]
@@ -126,6 +128,8 @@ def recv(a):
     lock = threading.Lock()
 
     def handle(c):
+        if a.shut_first:
+            c.shutdown(socket.SHUT_WR)
         buf = bytearray(1 << 18)
         n = 0
         pause = a.pause_after
@@ -329,6 +333,8 @@ def main():
     r.add_argument("--rcvbuf", type=int, default=0, help="SO_RCVBUF of the listener (bytes)")
     r.add_argument("--pause-after", type=int, default=0, help="stop reading after this many bytes")
     r.add_argument("--pause-secs", type=float, default=0, help="for this long")
+    r.add_argument("--shut-first", action="store_true",
+                   help="shut each connection's write side at once (the sender gets our FIN first)")
     w = sub.add_parser("send")
     w.add_argument("--dst", required=True)
     w.add_argument("--port", type=int, required=True)
