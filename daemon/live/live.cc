@@ -509,7 +509,7 @@ void LivePage::RunPoll() {
       ParseMib(ReadFile("/proc/net/snmp"), &mib);
       ParseMib(ReadFile("/proc/net/netstat"), &mib);
       Json counters = Json::object();
-      for (const auto& k : KernelRetransmitKeys()) {
+      for (const auto& k : KernelCounterKeys()) {
         auto it = mib.find(k);
         if (it != mib.end()) counters[k] = std::to_string(it->second);
       }

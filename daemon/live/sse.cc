@@ -122,15 +122,14 @@ void ParseMib(const std::string& text, std::map<std::string, uint64_t>* out) {
   }
 }
 
-const std::vector<std::string>& KernelRetransmitKeys() {
-  static const std::vector<std::string> kKeys = {"Tcp.RetransSegs",
-                                                 "TcpExt.TCPFastRetrans",
-                                                 "TcpExt.TCPSlowStartRetrans",
-                                                 "TcpExt.TCPLossProbes",
-                                                 "TcpExt.TCPSynRetrans",
-                                                 "TcpExt.TCPTimeouts",
-                                                 "TcpExt.TCPRetransFail",
-                                                 "Tcp.OutSegs"};
+const std::vector<std::string>& KernelCounterKeys() {
+  static const std::vector<std::string> kKeys = {
+      "Tcp.RetransSegs", "TcpExt.TCPFastRetrans", "TcpExt.TCPSlowStartRetrans",
+      "TcpExt.TCPLossProbes", "TcpExt.TCPSynRetrans", "TcpExt.TCPTimeouts",
+      "TcpExt.TCPRetransFail", "Tcp.OutSegs",
+      // needless resends and what TCP undid for them (docs/observer.md#needless-resends)
+      "TcpExt.TCPDSACKRecv", "TcpExt.TCPDSACKRecvSegs", "TcpExt.TCPSpuriousRTOs",
+      "TcpExt.TCPLossUndo", "TcpExt.TCPFullUndo", "TcpExt.TCPPartialUndo", "TcpExt.TCPDSACKUndo"};
   return kKeys;
 }
 

@@ -96,7 +96,7 @@ Result<EventsQuery> ParseEventsQuery(const std::multimap<std::string, std::strin
 // The counters of /proc/net/snmp or /proc/net/netstat ("Tcp: A B\nTcp: 1 2")
 // as "Tcp.A" -> 1; added to *out. Lines that do not pair are skipped.
 void ParseMib(const std::string& text, std::map<std::string, uint64_t>* out);
-// The TCP retransmission counters the page shows beside lossd's.
-const std::vector<std::string>& KernelRetransmitKeys();
+// The kernel's TCP counters the page shows beside lossd's (retransmits, needless resends).
+const std::vector<std::string>& KernelCounterKeys();
 
 }  // namespace lossd

@@ -10,6 +10,8 @@ const TYPE_COLORS = {
 };
 const KERNEL_KEYS = ["TCPFastRetrans", "TCPSlowStartRetrans", "TCPLossProbes", "TCPSynRetrans",
                      "TCPTimeouts", "TCPRetransFail"];
+const NEEDLESS_KEYS = ["TCPDSACKRecvSegs", "TCPDSACKRecv", "TCPSpuriousRTOs", "TCPLossUndo", "TCPFullUndo",
+                       "TCPPartialUndo", "TCPDSACKUndo"];
 const CA_NAMES = ["open", "disorder", "cwr", "recovery", "loss"];
 const GAP_TEXT = {
   GAP_SOURCE_KERNEL_RING: "kernel ring buffer full",
@@ -297,6 +299,7 @@ function renderTotals() {
   const kt = d("Tcp.RetransSegs");
   setText("total-kernel", fmtInt(kt));
   for (const key of KERNEL_KEYS) setText("k-" + key, fmtInt(d("TcpExt." + key)));
+  for (const key of NEEDLESS_KEYS) setText("n-" + key, fmtInt(d("TcpExt." + key)));
   const el = $("reconcile");
   const diff = state.lossdTotal - kt;
   if (diff === 0) {

@@ -18,12 +18,18 @@ loopback port of the host (Relay). Everything is killed by Lab.close().
 
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
 import time
 
 from lab.web import in_netns
+
+
+def num(text):
+    """A count as the page shows it ("12,345"), or None (a dash, empty, anything else)."""
+    return int(text.replace(",", "")) if text and re.match(r"^[\d,]+$", text) else None
 
 
 def netns_socket(ns, host, port, rcvbuf=None, timeout=10):

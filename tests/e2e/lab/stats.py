@@ -20,6 +20,12 @@ class Counters(dict):
         return 0
 
 
+# The kernel's counters of needless resends and of what TCP undid for them, as the live page
+# shows them (TcpExt names; daemon/live/sse.cc KernelCounterKeys).
+NEEDLESS_KEYS = ("TCPDSACKRecvSegs", "TCPDSACKRecv", "TCPSpuriousRTOs", "TCPLossUndo", "TCPFullUndo",
+                 "TCPPartialUndo", "TCPDSACKUndo")
+
+
 def _pairs(text):
     """/proc/net/snmp and /proc/net/netstat: a header line and a value line per group."""
     out = {}

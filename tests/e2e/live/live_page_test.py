@@ -8,7 +8,8 @@ A -> B run through a rule on A's egress that drops 2 % of their data segments.
        flow runs, the page's retransmit total grows within one update (the largest two
        consecutive windows) of the gRPC total; after it, both grew by exactly the namespace's
        TcpRetransSegs delta, and so did the page's own kernel column (which says "equal" when
-       its baselines agree). The by-type cells sum to the total. No errors in the console.
+       its baselines agree). The by-type cells sum to the total; the kernel's needless-resend
+       and undo counters grew as the namespace's MIB did. No errors in the console.
     2. The rule's row shows the measured rate and its 99.9 % interval as GetRuleEffect
        gives them (rounded as shown), and the drops it counted.
     3. A second flow: its row appears in the flows table; clicked, the page follows it (the
@@ -23,16 +24,13 @@ import re
 import time
 
 from lab import traffic
-from lab.browser import Browser
+from lab.stats import NEEDLESS_KEYS
+from lab.browser import Browser, num
 from lab.config import artifact, main
 from lab.daemon import DaemonTestCase, StreamReader
 from lab.netns import measured
 
 PORT = 5451
-
-
-def num(text):
-    return int(text.replace(",", "")) if text and re.match(r"^[\d,]+$", text) else None
 
 
 def pct(text):
@@ -80,6 +78,7 @@ class LivePageTest(DaemonTestCase):
                5, "one more window on the page and on gRPC")
         grpc0 = self.agg_total(ref)[0]
         page0, kernel0 = num(b.text("#total-lossd")), num(b.text("#total-kernel"))
+        needless0 = {k: num(b.text("#n-" + k)) for k in NEEDLESS_KEYS}
 
         # 1. totals while a flow runs, then after it
         flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 100e6, 200)
@@ -90,7 +89,8 @@ class LivePageTest(DaemonTestCase):
             samples.append((num(b.text("#total-lossd")) - page0, self.agg_total(ref)[0] - grpc0))
         flow.release()
         lab.wait_idle(port=PORT)
-        retrans = (lab.counters(lab.a) - c0)["Tcp.RetransSegs"]
+        dk = lab.counters(lab.a) - c0
+        retrans = dk["Tcp.RetransSegs"]
         try:
             b.wait(lambda: num(b.text("#total-lossd")) - page0 == retrans
                    and self.agg_total(ref)[0] - grpc0 == retrans,
@@ -118,6 +118,13 @@ class LivePageTest(DaemonTestCase):
         self.assertEqual(page_total - page0, retrans, nums)
         self.assertEqual(nums["page_kernel"] - kernel0, retrans, nums)
         self.assertEqual(sum(by_type), page_total, nums)
+        # The kernel's needless-resend and undo counters, beside lossd's (issue 24): the same
+        # deltas as the namespace's own MIB.
+        needless = {k: num(b.text("#n-" + k)) for k in NEEDLESS_KEYS}
+        want = {k: needless0[k] + dk["TcpExt." + k] for k in NEEDLESS_KEYS}
+        measured("live_page_needless", page=needless, mib=want)
+        self.assertEqual(needless, want)
+        self.assertIn("D-SACKed", b.text("#needless-note"))
         if page0 == kernel0:  # the page's own baselines agree: its verdict must say so
             self.assertEqual(nums["reconcile"], "equal", nums)
             # Beside the kernel's TCPLossProbes: why lossd's tlp may be lower (issue 24).

@@ -15,18 +15,21 @@ come after the rule ended reach A. Nothing of the data is lost: every such resen
     - `lossctl rule effect` says so: "needless N segs the receivers D-SACKed" and
       "0 resent its dropped segments";
     - the live page (headless Chromium) shows each flow's "(N needless)" beside its
-      retransmits and the rule's "(M other, N needless)"; screenshot live_dsack.png.
+      retransmits and the rule's "(M other, N needless)", and (opened before the traffic) the
+      kernel's needless-resend and undo counters as A's MIB counted them; screenshot
+      live_dsack.png.
 """
 import re
 import time
 
 from lab import traffic
-from lab.browser import Browser
+from lab.browser import Browser, num
 from lab.clients import run_client
 from lab import config
 from lab.config import artifact, main
 from lab.daemon import DaemonTestCase, wait_until
 from lab.netns import measured
+from lab.stats import NEEDLESS_KEYS
 
 PORT = 5481
 
@@ -41,6 +44,12 @@ class Dsack(DaemonTestCase):
         self.addCleanup(lambda: [p.kill() for p in procs if p.poll() is None])
         srvs = [traffic.server(lab, lab.b, "0.0.0.0", p) for p in ports]
         procs += srvs
+        # The page first: its kernel counters are deltas from when it opened.
+        b = Browser(lab, lab.a, width=1600, height=1400)
+        b.open("http://127.0.0.1:%d/" % d.ready["http_port"])
+        b.wait(lambda: b.text("#conn") == "live" and num(b.text("#n-TCPDSACKRecvSegs")) is not None,
+               20, "the page live, with the kernel's counters")
+        needless0 = {k: num(b.text("#n-" + k)) for k in NEEDLESS_KEYS}
         c0 = lab.counters(lab.a)
         clis = [traffic.sender(lab, lab.a, lab.V4_B, p, until_stdin=True, rate_mbit=30) for p in ports]
         procs += clis
@@ -58,9 +67,6 @@ class Dsack(DaemonTestCase):
         eff = d.effect(r.id)
         info = d.get(r.id)
         ctl = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "effect", str(r.id)]) if config.LOSSCTL else None
-        b = Browser(lab, lab.a, width=1600, height=1400)
-        b.open("http://127.0.0.1:%d/" % d.ready["http_port"])
-        b.wait(lambda: b.text("#conn") == "live", 20, "the page live")
         # The daemon sees every namespace on the host (other suites run beside this one): only
         # this lab's three flows count, by their server ports.
         ours = re.compile(r"%s:(%d|%d|%d)\b" % (re.escape(lab.V4_B), *ports))
@@ -71,6 +77,17 @@ class Dsack(DaemonTestCase):
         page_flows = b.wait(our_rows, 15, "the three flows' needless resends on the page")
         page_rule = b.wait(lambda: [t for t in b.texts("#rules tbody tr") if "needless" in t], 15,
                            "the rule's needless resends on the page")
+        page_needless = {}
+
+        def kernel_row():  # the page's needless and undo counters against A's MIB
+            dk = lab.counters(lab.a) - c0
+            want = {k: needless0[k] + dk["TcpExt." + k] for k in NEEDLESS_KEYS}
+            page_needless.update(page={k: num(b.text("#n-" + k)) for k in NEEDLESS_KEYS}, mib=want)
+            return page_needless["page"] == want
+        try:
+            b.wait(kernel_row, 5, "the page's needless-resend counters to equal A's MIB deltas")
+        except AssertionError as e:
+            raise AssertionError("%s: %s" % (e, page_needless))
         shot = b.screenshot(artifact("live_dsack.png"))
         for c in clis:
             traffic.finish(c, stop=True, timeout=60)
@@ -87,6 +104,7 @@ class Dsack(DaemonTestCase):
                     rule_retransmitted={k: v for k, v in eff.retransmitted_segments.items() if v},
                     rule_resent_dropped=dict(eff.resent_dropped_segments),
                     lossctl=ctl.out if ctl else None, page_flows=page_flows, page_rule=page_rule,
+                    page_kernel=page_needless,
                     screenshot=shot)
         measured("dsack", **nums)
         self.assertGreater(info.counters.dropped_packets, 0, nums)
