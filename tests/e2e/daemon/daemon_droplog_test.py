@@ -8,8 +8,9 @@ the observer's WatchRetransmits stream is the record of what was resent.
       TCP flow A -> B of 2 MB (about 9 drops: the flow's whole log is kept). Every recorded
       range is one wire segment of the rule, and is resent; GetRuleEffect.drops_recorded ==
       the rule's dropped packets == the log's count; recovery[type].count == the sent
-      resends, of that type, of a range dropped before them (each once), and sum_ns / max_ns
-      are exactly the resend time minus the newest such drop's time; the buckets add up;
+      resends, of that type, of a range dropped before them (each once), resent_dropped_segments
+      their segments (within retransmitted_segments; `lossctl rule effect` says "N resent its
+      dropped segments, M other resends"), and sum_ns / max_ns are exactly the resend time minus the newest such drop's time; the buckets add up;
       /metrics says the same (lossd_rule_drops_recorded_total, _linked_retransmits_total,
       _recovery_seconds_total).
   test_limits_of_matched_flows
@@ -53,6 +54,8 @@ import time
 from lab import daemon, prom, traffic, web
 from lab import stalls as stalls_lib
 from lab.bpfquery import drop_log
+from lab import config
+from lab.clients import run_client
 from lab.config import main
 from lab.netns import measured
 from lab.daemon import DaemonTestCase, StreamReader, events_of, wait_until
@@ -102,12 +105,13 @@ class DropLog(DaemonTestCase):
         self.assertEqual(len(ranges), flog["drops"])
 
         # What GetRuleEffect must say, from the log and the resends alone.
-        want = {}
+        want, want_segs = {}, {}
         for e in events:
             cover = [x for x in ranges if covers(x, e.seq) and x["time_ns"] <= e.time_mono_ns]
             if cover:
                 w = want.setdefault(self.rtx_type(e.type), dict(count=0, sum_ns=0, max_ns=0))
                 dt = e.time_mono_ns - cover[-1]["time_ns"]  # the newest drop of that range
+                want_segs[self.rtx_type(e.type)] = want_segs.get(self.rtx_type(e.type), 0) + e.segments
                 w["count"] += 1
                 w["sum_ns"] += dt
                 w["max_ns"] = max(w["max_ns"], dt)
@@ -125,6 +129,8 @@ class DropLog(DaemonTestCase):
         numbers = dict(timeouts=da["TcpExt.TCPTimeouts"], drops=flog["drops"], dropped_pkts=c.dropped_packets, dropped_segs=c.dropped_segments,
                        drops_recorded=eff.drops_recorded, resends=len(events), retrans_segs=retrans,
                        want=want, got=got, ranges=[(x["seq"], x["len"]) for x in ranges],
+                       resent_dropped=dict(eff.resent_dropped_segments), want_segs=want_segs,
+                       retransmitted={k: v for k, v in eff.retransmitted_segments.items() if v},
                        bytes=receiver["bytes"])
         measured("droplog_linked", **numbers)
         self.assertEqual(receiver["bytes"], 2_000_000, numbers)
@@ -138,6 +144,16 @@ class DropLog(DaemonTestCase):
             self.assertTrue(any(covers(x, e.seq) and e.time_mono_ns >= x["time_ns"] for e in events),
                             "dropped range %s never resent (%s)" % (x, numbers))
         self.assertEqual(got, want, numbers)
+        # The same resends in segments: the rule's "resends of its dropped segments", within
+        # every resend on its flows (issue 24: the rest are the other resends the loss caused).
+        self.assertEqual(dict(eff.resent_dropped_segments), want_segs, numbers)
+        for k, v in want_segs.items():
+            self.assertLessEqual(v, eff.retransmitted_segments[k], numbers)
+        ctl = run_client(self.lab, [config.LOSSCTL, "--addr", d.addr, "rule", "effect", str(r.id)])
+        self.assertEqual(ctl.rc, 0, ctl)
+        self.assertRegex(ctl.out, r"of which +%d resent its dropped segments, %d other resends" % (
+            sum(want_segs.values()), sum(eff.retransmitted_segments.values()) - sum(want_segs.values())),
+            ctl.out)
         # Every drop is resent at least once (a range may be resent twice: a probe, then a
         # fast retransmission); spurious resends of ranges never dropped are not linked.
         self.assertGreaterEqual(sum(w["count"] for w in want.values()), c.dropped_packets, numbers)
