@@ -6,7 +6,9 @@
 
 For every rate (in the order given) and every repetition, the sweep creates one
 rule through lossd's gRPC API, holds it for --duration or for one run of the
-workload command, reads what the daemon measured, and deletes the rule. Per run
+workload command (then up to 5 s more, until the rule's flows have closed: a workload that
+closed with data unacknowledged has its last resends after it exits), reads what the
+daemon measured, and deletes the rule. Per run
 it records: configured and measured loss (segments the rule dropped / matched,
 with the 99.9 % Wilson interval), throughput from the observer (bytes acked by
 the rule's flows per second) and from the workload if it reports one, the
@@ -220,6 +222,11 @@ def settle_stalls(runs):
     return reported
 
 
+# How long a run waits, after its workload exited, for the rule's flows to close (their last
+# resends counted) before it reads the rule's effect.
+CLOSES_WITHIN_S = 5.0
+
+
 class FlowTracker:
     """The rule's flows from WatchFlows: the last state of each, in a thread."""
 
@@ -249,8 +256,17 @@ class FlowTracker:
         except LossdError as e:
             self.error = e
 
-    def stop(self):
-        time.sleep(0.5)  # the closing updates of the last flows (interval 200 ms)
+    def stop(self, closes_within=0.0):
+        """Ends the stream after the last flows' updates (interval 200 ms), and after every
+        flow it saw closed, for up to closes_within seconds: a workload that exited may have
+        closed with data unacknowledged, and the resends of its last drops come after."""
+        time.sleep(0.5)
+        deadline = time.monotonic() + closes_within
+        while time.monotonic() < deadline:
+            with self.lock:
+                if all(f.closed for f in self.flows.values()):
+                    break
+            time.sleep(0.05)
         self.stream.close()
         self.t.join(timeout=5)
         with self.lock:
@@ -316,7 +332,7 @@ def one_run(client, a, target_kw, st, step, rep, stop):
                 raise Interrupted()
             wall = time.monotonic() - t0
         result["wall_s"] = wall
-        flows = tracker.stop()
+        flows = tracker.stop(closes_within=CLOSES_WITHIN_S if a.workload else 0)
         tracker = None
         effect = client.rule_effect(rule)
         c = effect.counters

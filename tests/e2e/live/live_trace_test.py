@@ -15,11 +15,13 @@ against a veth RTT of microseconds.
        rto) and their evidence; the flow's limit ("... % of busy time") and stalls shown.
     2. After the client ends, the page shows the trace complete (the closing summary came)
        and its counts reconcile: the retransmitted segments marked == the closing summary's
-       minus the first trace message's (the flow when the page began tracing it), and the
-       summary's is the namespace's TcpRetransSegs delta, or at most 2 below it (a FIN resent
-       after the closing record, the browser's loopback connections); the stalls listed likewise.
+       minus the first trace message's (the flow when the page began tracing it); the summary's
+       is what a WatchRetransmits stream of namespace A carried for the flow, and with the
+       other flows' of A (the browser's loopback connections), the namespace's TcpRetransSegs
+       delta exactly; the stalls listed likewise.
        No console errors. Screenshot: <build>/e2e-artifacts/live_trace.png.
 """
+import os
 import re
 import subprocess
 import time
@@ -27,7 +29,7 @@ import time
 from lab import traffic
 from lab.browser import Browser
 from lab.config import artifact, main
-from lab.daemon import DaemonTestCase
+from lab.daemon import DaemonTestCase, events_of, wait_until
 from lab.netns import measured
 
 PORT = 5461
@@ -49,6 +51,11 @@ class LiveTraceTest(DaemonTestCase):
         b.open(url)
         b.wait(lambda: b.text("#conn") == "live", 20, "the page live")
 
+        # Every retransmission of namespace A (the daemon sees all of the host's): what is not
+        # the flow's must be another flow's, to the segment.
+        subs = d.health().subscribers
+        rtx = self.watch("rtx", allow=[self.pb.EventFilter(netns_ino=os.stat("/run/netns/" + lab.a).st_ino)])
+        wait_until(lambda: d.health().subscribers > subs, 10, "the retransmit stream to subscribe")
         c0 = lab.counters(lab.a)
         srv = traffic.rr_server(lab, lab.b, "0.0.0.0", PORT, conns=1)
         cli = lab.popen(lab.a, traffic.rr_cmd(lab.V4_B, PORT, "--request", 14480, "--response", 100,
@@ -115,14 +122,23 @@ class LiveTraceTest(DaemonTestCase):
         b.driver.execute_script("document.getElementById('card-trace').scrollIntoView()")
         time.sleep(0.5)
         nums["screenshot"] = b.screenshot(artifact("live_trace.png"))
+        sent = (self.pb.OUTCOME_SENT, self.pb.OUTCOME_FAILED)
+
+        def stream_segs():
+            evs = [e for e in events_of(rtx.snapshot()) if e.outcome in sent]
+            mine = sum(e.segments for e in evs if e.tuple.remote_port == PORT)
+            return mine, sum(e.segments for e in evs) - mine
+        try:
+            wait_until(lambda: sum(stream_segs()) >= retrans, 10, "the stream to carry %d segments" % retrans)
+        except AssertionError:
+            pass  # the equalities below say what is missing
+        nums["flow_events"], nums["other_flows"] = stream_segs()
         measured("live_trace", **nums)
         self.assertEqual(nums["page_rtx_segments"], nums["flow_retransmitted"] - nums["before_trace"], nums)
-        # The namespace's kernel count holds this flow's and, now and then, one more: a FIN
-        # resent after the flow's closing record (the record ends at the close: issue 24's
-        # "closing flows", open) or a retransmission on the browser's own loopback
-        # connections in this namespace. CI saw 699 for a record of 698.
-        self.assertLessEqual(nums["flow_retransmitted"], retrans, nums)
-        self.assertLessEqual(retrans - nums["flow_retransmitted"], 2, nums)
+        # The namespace's kernel count is this flow's and, now and then, one of another flow
+        # (the browser's loopback connections): exactly, by the stream's events.
+        self.assertEqual(nums["flow_events"], nums["flow_retransmitted"], nums)
+        self.assertEqual(nums["flow_retransmitted"] + nums["other_flows"], retrans, nums)
         self.assertEqual(nums["page_stalls"], nums["flow_stalls"] - nums["stalls_before_trace"], nums)
         errors = b.console_errors()
         self.assertEqual(errors, [], errors)
