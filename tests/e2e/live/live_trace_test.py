@@ -20,6 +20,11 @@ against a veth RTT of microseconds.
        other flows' of A (the browser's loopback connections), the namespace's TcpRetransSegs
        delta exactly; the stalls listed likewise.
        No console errors. Screenshot: <build>/e2e-artifacts/live_trace.png.
+  test_stalls_before_the_trace
+    A flow whose RTO stalls (a 0.6 s blackhole) all ended before the page traces it, then
+    idle: the flow's stalls line says "N (rto ...), 0 in this trace" and the empty stall
+    table says the flow's N earlier stalls ended before the trace began (before: "stalls 3"
+    above an empty table). Screenshot: live_trace_before.png.
 """
 import os
 import re
@@ -142,6 +147,44 @@ class LiveTraceTest(DaemonTestCase):
         self.assertEqual(nums["page_stalls"], nums["flow_stalls"] - nums["stalls_before_trace"], nums)
         errors = b.console_errors()
         self.assertEqual(errors, [], errors)
+
+    def test_stalls_before_the_trace(self):
+        d, lab = self.d, self.lab
+        port = PORT + 1
+        # A blackhole for 0.6 s: the flow's data waits out RTOs, then it is delivered and the
+        # flow holds open, idle: its stalls all ended before the page traces it.
+        d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=(port, port),
+                 payload="only", rate=1.0, ttl_ns=600_000_000)
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, port, 200_000, 20, hold=True)
+        self.addCleanup(flow.close)
+        flow.wait_sent()
+        b = Browser(lab, lab.a, height=2300)
+        b.open("http://127.0.0.1:%d/" % d.ready["http_port"])
+        b.wait(lambda: b.text("#conn") == "live", 20, "the page live")
+        sel = "#flows tbody tr"
+
+        def row_of_flow():
+            for i, r in enumerate(b.texts(sel)):
+                if "192.0.2.2:%d" % port in r and "(closed)" not in r:
+                    return i + 1
+            return None
+        b.click("%s:nth-child(%d)" % (sel, b.wait(row_of_flow, 15, "the flow in the flows table")))
+        b.wait(lambda: "192.0.2.2:%d" % port in (b.text("#trace-title") or ""), 15, "the trace view's title")
+        head = b.wait(lambda: re.match(r"^([1-9]\d*) \((.*)\), 0 in this trace$", b.text("#flow-stalls") or ""),
+                      10, "the flow's stalls, none in this trace")
+        n = int(head.group(1))
+        time.sleep(1.0)  # a stall of the trace would show by now (the flow is idle: none may)
+        b.driver.execute_script("document.getElementById('card-trace').scrollIntoView()")
+        nums = dict(header=b.text("#flow-stalls"), empty=b.text("#stalls-empty"), rows=b.texts("#stalls tbody tr"),
+                    screenshot=b.screenshot(artifact("live_trace_before.png")))
+        measured("live_trace_stalls_before", **nums)
+        self.assertIn("rto", head.group(2), nums)
+        self.assertEqual(nums["rows"], [], nums)
+        self.assertEqual(nums["header"], head.group(0), nums)
+        self.assertEqual(nums["empty"], "no stalls in the trace (the flow's %d earlier stall%s ended before it began)"
+                         % (n, "" if n == 1 else "s"), nums)
+        flow.release()
+        self.assertEqual(b.console_errors(), [])
 
 
 if __name__ == "__main__":
