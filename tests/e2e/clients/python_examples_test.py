@@ -10,6 +10,12 @@ scripts run with Debian's /usr/bin/python3, PYTHONPATH=client/python, --socket S
       client=inject.py, TTL = duration + 10 s grace, egress clsact); it prints a line per
       second (at least one with drops), deletes the rule, prints the final effect, exits 0;
       afterwards `lossctl rule ls` shows no rule.
+      Its final effect: the measured rate over packets and the 99.9 % interval, as the
+      deleted rule's GetRuleEffect gives them (lossctl -o json rule effect).
+  test_4_inject_names_the_fix_when_nothing_matched
+      inject.py with --dir ingress for traffic A sends (a daemon with --unmatched-hint 1s):
+      "dropped 0 of 0 packets" and, instead of an interval, the daemon's hint naming the fix
+      (--dir egress).
   test_2_inject_sigterm_midrun
       the same with --duration 60s, SIGTERM after two per-second lines: it deletes the rule
       and exits 143 within seconds; `lossctl rule ls` shows no rule.
@@ -32,6 +38,7 @@ from lab import traffic
 from lab.config import main
 from lab.netns import measured
 from lab.daemon import wait_until
+from lossd_client import format_rate  # client/python (stdlib only): the script's rounding
 from lab.clients import (ClientTestCase, client_popen, counters, retrans_by_type, run_client, settled_effect,
                          table_rows, u64)
 
@@ -58,7 +65,7 @@ class Lines:
 
 
 class PythonExamples(ClientTestCase):
-    pass
+    daemon_args = ("--unmatched-hint", "1s")  # test_4: the hint within its 3 s
 
     def rules(self):
         return self.d.ctlj("rule", "ls").get("rules", [])
@@ -126,6 +133,35 @@ class PythonExamples(ClientTestCase):
         self.assertTrue(fin, text)
         self.assertGreaterEqual(int(fin.group(1)), sum(dropped), text)
         self.assertEqual(left, [], "inject.py left its rule behind: %s" % left)
+        # The final rate and interval: over packets (skbs, the unit the decision is made on),
+        # as the daemon's GetRuleEffect of the deleted rule gives them (lossctl, C++ maths).
+        rate = re.search(r"measured rate +(\S+)  \(99\.9% CI (\S+) \.\. (\S+): configured (inside|OUTSIDE)\)", text)
+        pk = re.search(r"dropped\s+(\d+) of (\d+) packets", text)
+        self.assertTrue(rate and pk, text)
+        eff = self.d.ctlj("rule", "effect", str(rule["id"]))
+        k, n = int(pk.group(1)), int(pk.group(2))
+        self.assertEqual((k, n), (u64(eff["counters"]["dropped_packets"]), u64(eff["counters"]["matched_packets"])), eff)
+        self.assertEqual(rate.groups(), (format_rate(k / n), format_rate(eff["rate_ci_low"]),
+                                         format_rate(eff["rate_ci_high"]),
+                                         "inside" if eff.get("configured_within_ci") else "OUTSIDE"), (text, eff))
+
+    def test_4_inject_names_the_fix_when_nothing_matched(self):
+        # The most common mistake: the wrong direction (what A sends to B leaves by egress).
+        d, lab = self.d, self.lab
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 20e6, 100)
+        self.addCleanup(flow.close)
+        cmd = d.example_cmd("inject.py", "--iface", lab.IF_A, "--dir", "ingress", "--addr", lab.V4_B,
+                            "--port", PORT, "--rate", "2%", "--duration", "3s")
+        p = client_popen(lab, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+        out, err = p.communicate(timeout=30)
+        flow.wait()
+        measured("inject_py_unmatched", final_block=[l for l in out.splitlines() if l.startswith("  ")])
+        self.assertEqual(p.returncode, 0, out + err)
+        self.assertRegex(out, r"dropped +0 of 0 packets", out)
+        self.assertRegex(out, r"measured rate +- \(no packet matched: matched no packet in \d+s: it sees what "
+                              r"arrives on %s; what this host sends leaves by egress \(--dir egress\)" % lab.IF_A, out)
+        self.assertNotIn("CI", out)  # no interval without a trial
 
     def test_2_inject_sigterm_midrun(self):
         flow, p, out, rule = self.inject_under_flow(60e6, 60)  # ~5 s of traffic
@@ -166,12 +202,14 @@ class PythonExamples(ClientTestCase):
         flow.wait()
         retrans = (lab.counters(lab.a) - c0)["Tcp.RetransSegs"]
         settled_effect(d, r1, want=retrans)
-        want = {r1: d.effect(r1), r2: d.effect(r2)}
+        # The effects, but the unmatched rule's hint (it names the rule's age, in seconds)
+        effects = lambda: {r: {k: v for k, v in d.effect(r).items() if k != "hint"} for r in (r1, r2)}
+        want = effects()
 
         rt = run_client(lab, d.example_cmd("effect_table.py"))
         rj = run_client(lab, d.example_cmd("effect_table.py", "--json"))
         # unchanged meanwhile
-        self.assertEqual({r1: d.effect(r1), r2: d.effect(r2)}, want)
+        self.assertEqual(effects(), want)
         measured("effect_table_py", lossctl={k: {"counters": counters(v), "retrans": retrans_by_type(v),
                                                  "flows": v.get("flows")} for k, v in want.items()},
                  table=rt.out)
