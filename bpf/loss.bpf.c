@@ -158,6 +158,15 @@ static __always_inline __u64 loss_rank_body(__u32 slot, const struct pkt *p)
 	 * The coarse clock (a tick) is plenty for a TTL and costs a third. */
 	if (r->expires_ns && bpf_ktime_get_coarse_ns() >= r->expires_ns)
 		return 0;
+	/* Not started, or dormant: it matches nothing (a pulse's edges want the
+	 * precise clock; rules without a schedule do not read it). */
+	if (r->start_ns) {
+		__u64 now = bpf_ktime_get_ns();
+		if (now < r->start_ns)
+			return 0;
+		if (r->on_ns && r->period_ns && (now - r->start_ns) % r->period_ns >= r->on_ns)
+			return 0;
+	}
 	const struct loss_match *m = &r->m;
 
 	if (m->hook_mask && !(m->hook_mask & (1 << p->hook)))

@@ -105,8 +105,14 @@ struct loss_rule {
 	__u64 expires_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns); 0 = never */
 	__u32 generation; /* bumped on every (re)use of the slot */
 	__u32 id;	  /* the rule's id (RuleInfo.id): what the drop log records */
+	/* Schedule (CLOCK_MONOTONIC, read per packet while one is set): the rule
+	 * matches nothing before start_ns nor, with a pulse (on_ns > 0), from
+	 * on_ns into each period_ns after it. */
+	__u64 start_ns;
+	__u64 on_ns;
+	__u64 period_ns;
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 168, "loss_rule layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 192, "loss_rule layout");
 
 /*
  * A bucket of rule slots sharing one anchor (a port, or a host address),

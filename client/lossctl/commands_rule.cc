@@ -62,8 +62,10 @@ void PrintRuleLine(const v1::Rule& r, const char* verb) {
   std::string ttl = s.ttl_ns() ? ", ttl " + FormatDuration(s.ttl_ns()) + " (expires " +
                                      ExpiresText(r) + ")"
                                : ", no ttl (until deleted)";
-  printf("rule %u %s: %s, %s, loss %s%s\n", r.id(), verb, Where(r).c_str(),
-         MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(), ttl.c_str());
+  std::string schedule = lossd::ScheduleFromProto(s.schedule()).Describe();
+  printf("rule %u %s: %s, %s, loss %s%s%s\n", r.id(), verb, Where(r).c_str(),
+         MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(),
+         schedule.empty() ? "" : (", " + schedule).c_str(), ttl.c_str());
   for (const auto& a : r.attachments()) printf("  attached: %s\n", a.c_str());
   if (r.state() == v1::RULE_STATE_FAILED) printf("  FAILED: %s\n", r.reason().c_str());
   if (!r.hint().empty()) printf("  CHECK: %s\n", r.hint().c_str());
@@ -84,6 +86,9 @@ void PrintRuleDetail(const v1::Rule& r) {
     KeyValue("cgroup", r.cgroup() + " (id " + std::to_string(r.cgroup_id()) + ")");
   KeyValue("match", MatchSummary(s.match()));
   KeyValue("loss", LossSummary(s.loss()));
+  std::string schedule = lossd::ScheduleFromProto(s.schedule()).Describe();
+  if (!schedule.empty())
+    KeyValue("schedule", schedule + ", from " + FormatUnixTime(r.schedule_start_unix_ns()));
   KeyValue("priority", std::to_string(s.priority()));
   KeyValue("ttl",
            s.ttl_ns()

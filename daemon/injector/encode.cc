@@ -29,7 +29,8 @@ void EncodeCidr(const std::optional<Cidr>& c, __u32* addr, __u32* mask) {
 }  // namespace
 
 struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
-                        uint8_t cgroup_level, uint64_t expires_ns, uint32_t generation) {
+                        uint8_t cgroup_level, uint64_t expires_ns, uint32_t generation,
+                        uint64_t schedule_start_ns) {
   struct loss_rule r;
   std::memset(&r, 0, sizeof(r));
   auto& m = r.m;
@@ -85,6 +86,11 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
   }
   r.expires_ns = expires_ns;
   r.generation = generation;
+  if (s.schedule.Any()) {
+    r.start_ns = schedule_start_ns;
+    r.on_ns = static_cast<uint64_t>(s.schedule.active.count());
+    r.period_ns = static_cast<uint64_t>(s.schedule.Period().count());
+  }
   return r;
 }
 

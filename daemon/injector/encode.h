@@ -12,8 +12,10 @@ namespace lossd {
 uint64_t ProbabilityToThreshold(double p);
 
 // The kernel-side rule. ifindex/cgroup_id/level come from the injector,
-// expires_ns is an absolute CLOCK_MONOTONIC time (0 = never).
+// expires_ns is an absolute CLOCK_MONOTONIC time (0 = never); so is
+// schedule_start_ns, the origin of spec.schedule (0: the spec has none).
 struct loss_rule Encode(const RuleSpec& spec, uint32_t ifindex, uint64_t cgroup_id,
-                        uint8_t cgroup_level, uint64_t expires_ns, uint32_t generation);
+                        uint8_t cgroup_level, uint64_t expires_ns, uint32_t generation,
+                        uint64_t schedule_start_ns = 0);
 
 }  // namespace lossd

@@ -112,6 +112,7 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
   r.info.created_unix_ns = UnixNs();
   if (spec.ttl.count() > 0)
     r.info.expires_unix_ns = r.info.created_unix_ns + uint64_t(spec.ttl.count());
+  r.info.CapExpiryBySchedule();
   if (listener_) listener_->RulePublished(*id, r.info.spec);
   return id;
 }
@@ -119,7 +120,8 @@ Result<uint32_t> Injector::Add(const RuleSpec& spec) {
 // Attaches and publishes; the caller holds mu_ and has checked (and
 // resolved the target).
 Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
-                                     uint64_t expires_ns, uint32_t final_id) {
+                                     uint64_t expires_ns, uint32_t final_id,
+                                     uint64_t schedule_start_ns) {
   Hook hook = ChooseHook(spec);
   LOSSD_RETURN_IF_ERROR(CheckHook(spec, hook));
   auto plan = PlanAttachments(*attacher_, spec, hook, target);
@@ -130,11 +132,19 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
   // the hold gives back what it took unless the rule is published.
   AttachHold hold(&attach_);
   LOSSD_RETURN_IF_ERROR(plan->Take(hold));
-  uint64_t expires = expires_ns             ? expires_ns
-                     : spec.ttl.count() > 0 ? MonotonicNs() + uint64_t(spec.ttl.count())
-                                            : 0;
+  const uint64_t now = MonotonicNs();
+  uint64_t start = !spec.schedule.Any() ? 0
+                   : schedule_start_ns  ? schedule_start_ns
+                                        : now + uint64_t(spec.schedule.start_after.count());
+  uint64_t expires = expires_ns;
+  if (!expires) {
+    if (spec.ttl.count() > 0) expires = now + uint64_t(spec.ttl.count());
+    if (uint64_t span = uint64_t(spec.schedule.Span().count()))
+      if (!expires || start + span < expires) expires = start + span;
+  }
   struct loss_rule enc = Encode(spec, static_cast<uint32_t>(target.ifindex), target.cgroup.id,
-                                target.cgroup.level, expires, 0 /* the slot's: RuleMaps::Publish */);
+                                target.cgroup.level, expires, 0 /* the slot's: RuleMaps::Publish */,
+                                start);
   enc.m.hook_mask = plan->hook_mask;
   enc.id = final_id ? final_id : next_id_;  // what the drop log records
   auto slot = maps_.Publish(spec, enc);
@@ -155,6 +165,10 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
   rule.generation = maps_.Generation(*slot);
   rule.target = target;
   rule.expires_ns = expires;
+  if (start) {
+    rule.info.schedule_start_mono_ns = start;
+    rule.info.schedule_start_unix_ns = UnixNs() + (start - now);
+  }
   rule.live = true;
   rule.Describe(attach_, rule.info.spec, rule.target, &rule.info.hooks);
   uint32_t id = rule.info.id;
@@ -223,6 +237,7 @@ Status Injector::Replace(uint32_t id, const RuleSpec& spec) {
   MoveRuleLocked(*nid, id);
   RuleInfo& info = rules_[id].info;
   info.expires_unix_ns = spec.ttl.count() > 0 ? UnixNs() + uint64_t(spec.ttl.count()) : 0;
+  info.CapExpiryBySchedule();
   if (listener_) listener_->RulePublished(id, info.spec);
   return st;
 }
@@ -268,11 +283,13 @@ RuleInfo Injector::Snapshot(const Rule& r) const {
     } else if (!r.egress_missing.empty()) {
       info.failed = r.egress_missing;
     }
+    // A scheduled rule matches nothing before its start: counted from there.
     uint64_t now = UnixNs(), after = uint64_t(opts_.unmatched_after.count());
-    if (info.failed.empty() && after && info.counters.matched_pkts == 0 &&
-        now > info.created_unix_ns && now - info.created_unix_ns >= after)
+    uint64_t since = std::max(info.created_unix_ns, info.schedule_start_unix_ns);
+    if (info.failed.empty() && after && info.counters.matched_pkts == 0 && now > since &&
+        now - since >= after)
       info.hint = UnmatchedHint(info.spec, info.CgroupRelative(),
-                                std::chrono::nanoseconds(now - info.created_unix_ns));
+                                std::chrono::nanoseconds(now - since));
   }
   return info;
 }
@@ -342,7 +359,7 @@ void Injector::ReattachLocked(uint32_t id) {
   Target t;
   std::string where;
   if (!TargetReturned(*attacher_, r.info.spec, r.target, &t, &where)) return;
-  auto fresh = AddLocked(r.info.spec, t, r.expires_ns, id);
+  auto fresh = AddLocked(r.info.spec, t, r.expires_ns, id, r.info.schedule_start_mono_ns);
   if (!fresh.ok()) {
     std::string reason = where + ", but re-attaching failed (retried): " + fresh.status().message();
     if (reason != r.info.failed) LOG_WARN("rule %u: %s", id, reason.c_str());

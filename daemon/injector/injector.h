@@ -107,6 +107,16 @@ struct RuleInfo {
   std::string note;
   uint64_t created_unix_ns = 0;
   uint64_t expires_unix_ns = 0;  // 0: never
+  // spec.schedule's origin, on the data plane's clock and as a wall-clock
+  // time (0: no schedule); kept across re-attaches, new on Replace.
+  uint64_t schedule_start_mono_ns = 0, schedule_start_unix_ns = 0;
+  // expires_unix_ns, or the end of the schedule's last active window if sooner.
+  void CapExpiryBySchedule() {
+    auto span = spec.schedule.Span().count();
+    if (!span || !schedule_start_unix_ns) return;
+    uint64_t end = schedule_start_unix_ns + uint64_t(span);
+    if (!expires_unix_ns || end < expires_unix_ns) expires_unix_ns = end;
+  }
   RuleCounters counters;         // live, or final once expired
 };
 
@@ -244,11 +254,13 @@ class Injector {
   // Validation, the limits, the target, host protection: all but attaching.
   Status Check(const RuleSpec& spec, Target* target) const;
   Status LoadProgramsFor(const RuleSpec& spec) const;  // before taking mu_
-  // expires_ns: the data plane's deadline (CLOCK_MONOTONIC); 0: from spec.ttl.
+  // expires_ns: the data plane's deadline (CLOCK_MONOTONIC); 0: from spec.ttl
+  // and the end of spec.schedule's cycles, whichever comes first.
   // final_id: the id the rule will be moved to (Replace, re-attach), which the
   // data plane records in the drop log; 0: the new id this returns.
+  // schedule_start_ns: spec.schedule's origin (CLOCK_MONOTONIC); 0: start_after from now.
   Result<uint32_t> AddLocked(const RuleSpec& spec, const Target& target, uint64_t expires_ns = 0,
-                             uint32_t final_id = 0);
+                             uint32_t final_id = 0, uint64_t schedule_start_ns = 0);
   Status Retire(Rule& r);
   // keep: a live or waiting rule joins the history, deleted (Remove); else
   // it is forgotten at once (Clear).

@@ -77,6 +77,8 @@ void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_expires_unix_ns(r.expires_unix_ns);
   CountersToProto(r.counters, out->mutable_counters());
   out->set_hint(r.hint);
+  out->set_schedule_start_mono_ns(r.schedule_start_mono_ns);
+  out->set_schedule_start_unix_ns(r.schedule_start_unix_ns);
   if (!r.cgroup.empty()) {
     std::string rel = r.CgroupRelative();
     out->set_cgroup(rel);

@@ -113,6 +113,21 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
       LOSSD_RETURN_IF_ERROR(Set(name("ttl"), ParseDuration(f.ttl), &r.ttl));
     r.ttl_given = true;
   }
+  if (!f.start_after.empty())
+    LOSSD_RETURN_IF_ERROR(
+        Set(name("start-after"), ParseDuration(f.start_after), &r.schedule.start_after));
+  if (!f.pulse.empty()) {
+    Status st = ParsePulse(f.pulse, &r.schedule);
+    if (!st.ok()) return Named(name("pulse"), st);
+  }
+  if (!f.pulse_cycles.empty()) {
+    if (f.pulse.empty())
+      return InvalidArgument(name("pulse-cycles") + ": counts the active windows of " +
+                             name("pulse") + ": give " + name("pulse") + " too");
+    auto k = ParseWholeNumber(f.pulse_cycles, 1, kMaxPulseCycles, name("pulse-cycles"));
+    if (!k.ok()) return k.status();
+    r.schedule.cycles = static_cast<uint32_t>(*k);
+  }
   r.per_segment = f.per_segment;
   r.reattach = f.reattach;
 
@@ -159,6 +174,13 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
   app->add_option("--ttl", f->ttl,
                   "Lifetime, e.g. 30s, 5m, 2m30s, 1d (enforced in BPF); 0 or none: until deleted; "
                   "default: the daemon's --default-ttl");
+  app->add_option("--start-after", f->start_after,
+                  "Drop only from this long after creation, e.g. 2s (the data plane's clock)");
+  app->add_option("--pulse", f->pulse,
+                  "Drop in pulses ACTIVE/DORMANT, e.g. 200ms/800ms (each 1ms..1d; the data "
+                  "plane's clock): dormant, the rule matches nothing");
+  app->add_option("--pulse-cycles", f->pulse_cycles,
+                  "End the rule (EXPIRED) after this many active windows (default: at its TTL)");
   app->add_flag("--per-segment", f->per_segment,
                 "Exact per-segment loss: GSO/GRO off on the interface while the rule lives");
   app->add_flag("--reattach", f->reattach,
@@ -190,7 +212,10 @@ std::string* RuleFlagsField(RuleFlags* f, const std::string& name) {
       {"first", &RuleFlags::first},
       {"seed", &RuleFlags::seed},
       {"priority", &RuleFlags::priority},
-      {"ttl", &RuleFlags::ttl}};
+      {"ttl", &RuleFlags::ttl},
+      {"start_after", &RuleFlags::start_after},
+      {"pulse", &RuleFlags::pulse},
+      {"pulse_cycles", &RuleFlags::pulse_cycles}};
   for (const auto& [n, m] : kFields)
     if (name == n) return &(f->*m);
   return nullptr;

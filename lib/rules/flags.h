@@ -20,7 +20,8 @@ namespace lossd {
 // Every value as typed; empty = not given (the default).
 struct RuleFlags {
   std::string iface, cgroup, pid, unit, container, pod, hook, dir, src, dst, sport, dport, proto,
-      family, tcp_flags, payload, rate, ge, every, first, seed, priority, ttl;
+      family, tcp_flags, payload, rate, ge, every, first, seed, priority, ttl, start_after, pulse,
+      pulse_cycles;
   bool per_segment = false;
   bool reattach = false;
 };
@@ -39,7 +40,8 @@ Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_
 // --iface/-i, --cgroup, --pid, --unit, --container, --pod, --hook, --dir, --src, --dst, --sport,
 // --dport,
 // --proto, --family, --tcp-flags, --payload, --rate, --ge, --every,
-// --first, --seed, --priority, --ttl, --per-segment into `flags` (which
+// --first, --seed, --priority, --ttl, --start-after, --pulse, --pulse-cycles, --per-segment
+// into `flags` (which
 // must outlive `app`'s parse).
 void AddRuleOptions(CLI::App* app, RuleFlags* flags);
 

@@ -27,6 +27,18 @@ Status Ports(const std::string& name, const v1::PortRange& p, PortRange* out) {
 
 }  // namespace
 
+Schedule ScheduleFromProto(const v1::Schedule& in) {
+  auto ns = [](uint64_t v) {
+    return std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX)));
+  };
+  Schedule s;
+  s.start_after = ns(in.start_after_ns());
+  s.active = ns(in.active_ns());
+  s.dormant = ns(in.dormant_ns());
+  s.cycles = in.cycles();
+  return s;
+}
+
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
   RuleSpec s;
   s.iface = in.interface();
@@ -116,6 +128,7 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
   s.ttl =
       std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(in.ttl_ns(), INT64_MAX)));
   s.ttl_given = in.has_ttl_ns();
+  if (in.has_schedule()) s.schedule = ScheduleFromProto(in.schedule());
   s.per_segment = in.per_segment();
   s.reattach = in.reattach();
   for (const auto& [k, v] : in.labels()) s.labels[k] = v;
@@ -174,6 +187,13 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
   for (const auto& [k, v] : s.labels) (*out->mutable_labels())[k] = v;
   out->set_force(s.force);
   if (s.ttl_given || s.ttl.count()) out->set_ttl_ns(static_cast<uint64_t>(s.ttl.count()));
+  if (s.schedule.Any()) {
+    v1::Schedule* sc = out->mutable_schedule();
+    sc->set_start_after_ns(static_cast<uint64_t>(s.schedule.start_after.count()));
+    sc->set_active_ns(static_cast<uint64_t>(s.schedule.active.count()));
+    sc->set_dormant_ns(static_cast<uint64_t>(s.schedule.dormant.count()));
+    sc->set_cycles(s.schedule.cycles);
+  }
   out->set_per_segment(s.per_segment);
   out->set_reattach(s.reattach);
 }

@@ -15,6 +15,8 @@ namespace lossd {
 // whole rule's consistency is Validate's (rules/rule.h), run by its owner.
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out);
 void SpecToProto(const RuleSpec& in, v1::RuleSpec* out);
+// The schedule alone (lossctl describes it with Schedule::Describe).
+Schedule ScheduleFromProto(const v1::Schedule& in);
 
 // A gRPC status code's name ("NOT_FOUND"), as lossd logs it and lossctl
 // prints it: here because this is the one library both link with gRPC.

@@ -494,6 +494,60 @@ const char* DirectionName(Direction dir) {
   return "?";
 }
 
+std::string DurationText(std::chrono::nanoseconds d) {
+  static const std::pair<int64_t, const char*> kUnits[] = {
+      {86400LL * 1000000000, "d"}, {3600LL * 1000000000, "h"}, {60LL * 1000000000, "m"},
+      {1000000000, "s"},           {1000000, "ms"},            {1000, "us"}};
+  int64_t ns = d.count();
+  if (ns == 0) return "0s";
+  for (const auto& [unit, name] : kUnits)
+    if (ns % unit == 0) return std::to_string(ns / unit) + name;
+  return std::to_string(ns) + "ns";
+}
+
+namespace {
+
+// Each part of a pulse within kMinPulseNs .. kMaxPulseNs.
+Status CheckPulse(std::chrono::nanoseconds active, std::chrono::nanoseconds dormant) {
+  for (auto [what, v] : {std::make_pair("active", active), std::make_pair("dormant", dormant)})
+    if (v.count() < kMinPulseNs || v.count() > kMaxPulseNs)
+      return InvalidArgument(std::string("a pulse's ") + what + " time must lie between " +
+                             DurationText(std::chrono::nanoseconds(kMinPulseNs)) + " and " +
+                             DurationText(std::chrono::nanoseconds(kMaxPulseNs)) + " (got " +
+                             DurationText(v) + ")");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParsePulse(const std::string& text, Schedule* out) {
+  if (text.size() > kMaxInputLength)
+    return InvalidArgument("pulse is at most " + std::to_string(kMaxInputLength) + " characters");
+  size_t slash = text.find('/');
+  if (slash == std::string::npos || text.find('/', slash + 1) != std::string::npos)
+    return InvalidArgument("invalid pulse '" + Shown(text) +
+                           "': expected ACTIVE/DORMANT, e.g. 200ms/800ms");
+  auto active = ParseDuration(text.substr(0, slash));
+  if (!active.ok()) return InvalidArgument("pulse's active time: " + active.status().message());
+  auto dormant = ParseDuration(text.substr(slash + 1));
+  if (!dormant.ok()) return InvalidArgument("pulse's dormant time: " + dormant.status().message());
+  LOSSD_RETURN_IF_ERROR(CheckPulse(*active, *dormant));
+  out->active = *active;
+  out->dormant = *dormant;
+  return Status::Ok();
+}
+
+std::string Schedule::Describe() const {
+  std::string d;
+  if (start_after.count()) d = "start after " + DurationText(start_after);
+  if (Pulse()) {
+    d += (d.empty() ? "" : ", ") + std::string("pulse ") + DurationText(active) + " on / " +
+         DurationText(dormant) + " off";
+    if (cycles) d += " x" + std::to_string(cycles);
+  }
+  return d;
+}
+
 std::string ServiceTarget::Describe() const {
   std::string d;
   auto add = [&](const std::string& part) { d += (d.empty() ? "" : ", ") + part; };
@@ -611,6 +665,23 @@ Status Validate(const RuleSpec& s) {
   if (s.priority > kMaxPriority)
     return InvalidArgument("priority must lie between 0 and " + std::to_string(kMaxPriority));
   if (s.ttl.count() < 0) return InvalidArgument("TTL must not be negative");
+
+  const Schedule& sc = s.schedule;
+  if (sc.start_after.count() < 0 || sc.start_after.count() > kMaxDurationSeconds * 1000000000LL)
+    return InvalidArgument("schedule: start_after must lie between 0 and " +
+                           std::to_string(kMaxDurationSeconds) + " s");
+  if (sc.active.count() || sc.dormant.count()) {
+    Status st = CheckPulse(sc.active, sc.dormant);
+    if (!st.ok()) return InvalidArgument("schedule: " + st.message());
+  }
+  if (sc.cycles && !sc.Pulse())
+    return InvalidArgument("schedule: cycles count a pulse's active windows: give a pulse too");
+  if (sc.cycles > kMaxPulseCycles)
+    return InvalidArgument("schedule: at most " + std::to_string(kMaxPulseCycles) + " cycles");
+  if (sc.cycles &&
+      sc.cycles > uint64_t(kMaxDurationSeconds) * 1000000000ull / uint64_t(sc.Period().count()))
+    return InvalidArgument("schedule: the pulses would last longer than " +
+                           std::to_string(kMaxDurationSeconds) + " s");
   return Status::Ok();
 }
 

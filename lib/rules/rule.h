@@ -65,6 +65,27 @@ struct ServiceTarget {
   }
 };
 
+// When a rule drops (lossd.v1 Schedule): from start_after after creation, in
+// pulses of `active` then `dormant` (both or neither), `cycles` of them (0:
+// until the TTL). Enforced per packet on the data plane's clock.
+struct Schedule {
+  std::chrono::nanoseconds start_after{0}, active{0}, dormant{0};
+  uint32_t cycles = 0;
+  bool Any() const { return start_after.count() || active.count(); }
+  bool Pulse() const { return active.count() > 0; }
+  std::chrono::nanoseconds Period() const { return active + dormant; }
+  // From the origin (start_after after creation) to the end of the last
+  // active window; 0 when it has no end of its own (no cycles).
+  std::chrono::nanoseconds Span() const {
+    return cycles ? Period() * cycles - dormant : std::chrono::nanoseconds(0);
+  }
+  // "start after 2s, pulse 200ms on / 800ms off x10"; "" when none.
+  std::string Describe() const;
+};
+constexpr int64_t kMinPulseNs = 1000000;             // 1 ms
+constexpr int64_t kMaxPulseNs = 86400LL * 1000000000;  // 1 day
+constexpr uint32_t kMaxPulseCycles = 1000000;
+
 struct RuleSpec {
   // Target.
   std::string iface;      // interface name; required unless a cgroup or a service is named
@@ -87,6 +108,7 @@ struct RuleSpec {
   // A TTL was given (ttl 0 included: "until deleted", asked for). Without
   // one the daemon gives its --default-ttl.
   bool ttl_given = false;
+  Schedule schedule;                // when it drops (none: always, while it lives)
   bool per_segment = false;         // make each skb one wire segment on the interface
   // When the interface is deleted the rule is FAILED; with reattach it
   // attaches again to the next interface of that name (not for hook cgroup).
@@ -138,9 +160,15 @@ Status ParseTcpFlags(const std::string& text, uint8_t* mask, uint8_t* value);
 // (half to even); the sum must not exceed kMaxDurationSeconds.
 Result<std::chrono::nanoseconds> ParseDuration(const std::string& text);
 constexpr int64_t kMaxDurationSeconds = 30LL * 366 * 86400;  // 30 years
+// An exact spelling ParseDuration reads back: the largest unit that divides
+// it ("1500ms", "2m", "0s").
+std::string DurationText(std::chrono::nanoseconds d);
 // "p,r,1-h,1-k" as netem's gemodel (rates as above; r, 1-h, 1-k optional with
 // netem's defaults r = 1-p, 1-h = 1, 1-k = 0).
 Result<LossModel> ParseGilbertElliott(const std::string& text);
+// A pulse "ACTIVE/DORMANT" (durations as above, e.g. "200ms/800ms"), each
+// kMinPulseNs .. kMaxPulseNs.
+Status ParsePulse(const std::string& text, Schedule* out);
 // Enumerations, any case, with or without the lossd.v1 enum prefix
 // ("HOOK_", "DIRECTION_", "PAYLOAD_"); the empty string is the default.
 Result<Hook> ParseHook(const std::string& text);            // auto xdp tc cgroup

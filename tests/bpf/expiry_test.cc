@@ -3,6 +3,7 @@
 // rule's TTL and the owner's lease.
 #include <thread>
 
+#include "base/clock.h"
 #include "harness.h"
 
 namespace lossd::bpftest {
@@ -144,6 +145,75 @@ TEST_F(NoLease, ZeroLeaseNeverExpires) {
   std::this_thread::sleep_for(100ms);
   EXPECT_VERDICT(p, Run(p, Udp4("10.0.0.1", "10.0.0.2", 1, 2)), DropVerdict(p));
   EXPECT_EQ(Totals(p).lease_expired, 0u);
+}
+
+// Schedules (issue 22): the data plane reads its own clock per packet, so a
+// rule starts, pulses and ends with nothing in user space running.
+TEST_F(Expiry, StartAfterMatchesNothingUntilItsStart) {
+  const Prog p = Prog::kTcOut;
+  PacketSpec pkt = Udp4("10.0.0.1", "10.0.0.2", 1, 2);
+  RuleSpec late = Rule(p, 1.0), always = Rule(p, 0.0);
+  late.priority = 10;
+  late.schedule.start_after = 400ms;
+  uint32_t id = Add(late), low = Add(always);
+  ASSERT_NE(id, 0u);
+  ASSERT_NE(low, 0u);
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  const uint64_t start = info->schedule_start_mono_ns;
+  ASSERT_GT(start, MonotonicNs() + 300000000) << "too slow to test a 400 ms start";
+  EXPECT_VERDICT(p, Run(p, pkt), PassVerdict(p)) << "before its start";
+  // Not started: it matches nothing (counts nothing), the lower rule decides.
+  EXPECT_EQ(Counters(id).matched_pkts, 0u);
+  EXPECT_EQ(Counters(low).matched_pkts, 1u);
+  while (MonotonicNs() < start) std::this_thread::sleep_for(10ms);
+  EXPECT_VERDICT(p, Run(p, pkt), DropVerdict(p)) << "after its start";
+  EXPECT_EQ(Counters(id).dropped_pkts, 1u);
+}
+
+TEST_F(Expiry, PulseDropsOnlyInItsActiveWindowsThenEnds) {
+  const Prog p = Prog::kXdp;
+  PacketSpec pkt = Udp4("10.0.0.1", "10.0.0.2", 1, 2);
+  RuleSpec s = Rule(p, 1.0);
+  s.schedule.active = 40ms;
+  s.schedule.dormant = 60ms;
+  s.schedule.cycles = 5;
+  uint32_t id = Add(s);
+  ASSERT_NE(id, 0u);
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  const uint64_t start = info->schedule_start_mono_ns, period = 100000000, on = 40000000;
+  const uint64_t margin = 1000000;  // a packet run within 1 ms of an edge is not judged
+  uint64_t active = 0, dormant = 0, wrong = 0;
+  uint64_t end = start + 5 * period - (period - on);
+  while (MonotonicNs() < end + 50000000) {
+    uint64_t t0 = MonotonicNs();
+    int verdict = Run(p, pkt);
+    uint64_t t1 = MonotonicNs();
+    uint64_t ph0 = (t0 - start) % period, ph1 = (t1 - start) % period;
+    bool after = t0 >= end + margin;
+    bool in = !after && t0 >= start && ph0 >= margin && ph1 < on - margin && ph1 >= ph0;
+    bool out = after || (ph0 >= on + margin && ph1 < period - margin && ph1 >= ph0);
+    if (in) {
+      active++;
+      wrong += verdict != DropVerdict(p);
+    } else if (out) {
+      dormant++;
+      wrong += verdict != PassVerdict(p);
+    }
+    std::this_thread::sleep_for(200us);
+  }
+  EXPECT_EQ(wrong, 0u) << active << " runs judged in active windows, " << dormant << " outside";
+  EXPECT_GT(active, 50u);
+  EXPECT_GT(dormant, 50u);
+  // Dormant runs match nothing: every matched packet was dropped.
+  RuleCounters c = Counters(id);
+  EXPECT_EQ(c.matched_pkts, c.dropped_pkts);
+  // After its cycles the rule is over: the reaper lists it expired.
+  inj_->Tick();
+  auto after = inj_->Get(id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->expired);
 }
 
 }  // namespace

@@ -491,5 +491,59 @@ TEST(ParseDecimal, DigitsOnlyWithinBoundsWithoutOverflow) {
   EXPECT_EQ(v, 10u);
 }
 
+TEST(Schedule, ValidateBoundsEachPart) {
+  using std::chrono::milliseconds;
+  RuleSpec s = Base();
+  s.schedule.active = milliseconds(200);
+  s.schedule.dormant = milliseconds(800);
+  s.schedule.cycles = 10;
+  EXPECT_TRUE(Validate(s).ok());
+  EXPECT_EQ(s.schedule.Span(), milliseconds(9200));  // ten windows, nine pauses
+  EXPECT_EQ(s.schedule.Describe(), "pulse 200ms on / 800ms off x10");
+  s.schedule.start_after = milliseconds(1500);
+  EXPECT_EQ(s.schedule.Describe(), "start after 1500ms, pulse 200ms on / 800ms off x10");
+  s.schedule.dormant = std::chrono::nanoseconds(0);
+  ExpectInvalid(Validate(s), "dormant time must lie between 1ms and 1d (got 0s)");
+  s.schedule.dormant = milliseconds(800);
+  s.schedule.active = std::chrono::microseconds(999);
+  ExpectInvalid(Validate(s), "active time must lie between 1ms and 1d (got 999us)");
+  s.schedule = Schedule{};
+  s.schedule.cycles = 3;
+  ExpectInvalid(Validate(s), "give a pulse too");
+  s.schedule.active = s.schedule.dormant = std::chrono::hours(24);
+  s.schedule.cycles = kMaxPulseCycles;  // 5,479 years: past 30
+  ExpectInvalid(Validate(s), "longer than");
+  s.schedule = Schedule{};
+  s.schedule.start_after = std::chrono::nanoseconds(-1);
+  ExpectInvalid(Validate(s), "start_after");
+}
+
+TEST(Schedule, DurationTextReadsBack) {
+  for (int64_t ns : {0LL, 1LL, 1500LL, 1000000LL, 1500000000LL, 120000000000LL, 86400000000000LL,
+                     90061000000001LL}) {
+    auto back = ParseDuration(DurationText(std::chrono::nanoseconds(ns)));
+    ASSERT_TRUE(back.ok()) << DurationText(std::chrono::nanoseconds(ns));
+    EXPECT_EQ(back->count(), ns);
+  }
+  EXPECT_EQ(DurationText(std::chrono::milliseconds(1500)), "1500ms");
+  EXPECT_EQ(DurationText(std::chrono::minutes(2)), "2m");
+}
+
+TEST(Encode, ScheduleOnTheDataPlanesClock) {
+  RuleSpec s = Base();
+  struct loss_rule r = Encode(s, 0, 0, 0, 0, 1, 777);
+  EXPECT_EQ(r.start_ns, 0u);  // no schedule: the data plane does not read the clock
+  s.schedule.start_after = std::chrono::seconds(2);
+  r = Encode(s, 0, 0, 0, 0, 1, 777);
+  EXPECT_EQ(r.start_ns, 777u);
+  EXPECT_EQ(r.on_ns, 0u);
+  s.schedule.active = std::chrono::milliseconds(200);
+  s.schedule.dormant = std::chrono::milliseconds(800);
+  r = Encode(s, 0, 0, 0, 0, 1, 777);
+  EXPECT_EQ(r.start_ns, 777u);
+  EXPECT_EQ(r.on_ns, 200000000u);
+  EXPECT_EQ(r.period_ns, 1000000000u);
+}
+
 }  // namespace
 }  // namespace lossd

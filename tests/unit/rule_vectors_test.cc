@@ -3,6 +3,7 @@
 // same file through the Python client, so the two parsers cannot drift.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -26,6 +27,9 @@ Json ValueOf(const RuleSpec& r, const std::string& flag) {
   if (flag == "seed") return r.seed.value_or(0);
   if (flag == "priority") return r.priority;
   if (flag == "ttl") return r.ttl.count();
+  if (flag == "start_after") return r.schedule.start_after.count();
+  if (flag == "pulse") return {r.schedule.active.count(), r.schedule.dormant.count()};
+  if (flag == "pulse_cycles") return r.schedule.cycles;
   if (flag == "sport") return {r.sport.lo, r.sport.hi};
   if (flag == "dport") return {r.dport.lo, r.dport.hi};
   if (flag == "src") return r.src ? r.src->ToString() : "";
@@ -96,7 +100,8 @@ TEST(RuleVectors, BothParsersAgree) {
         continue;
       }
       std::string msg = r.status().message(), want = v["error"];
-      std::string name = flag == "tcp_flags" ? "tcp-flags" : flag;
+      std::string name = flag;  // as the flag is spelled: tcp-flags, start-after, ...
+      std::replace(name.begin(), name.end(), '_', '-');
       EXPECT_EQ(msg.rfind(name + ": ", 0), 0u) << msg;
       EXPECT_NE(msg.find(want), std::string::npos) << "'" << msg << "' lacks '" << want << "'";
       // Quoted through Shown(): never an input longer than 64 bytes whole.

@@ -250,6 +250,9 @@ class Client(_Closing):
           daemon's --default-ttl, 1 h unless set), per_segment=True,
           labels={'k': 'v'}, force=True, reattach=True (the interface deleted: the
           rule is FAILED, and attaches again when one of that name appears).
+        Schedule (the data plane's clock): start_after='2s', pulse='200ms/800ms'
+          (active/dormant: dormant, the rule matches nothing), pulse_cycles=K (the
+          rule ends after K active windows; Rule.schedule_start_mono_ns is the origin).
         """
         req = self.pb2.CreateRuleRequest(spec=self._spec_proto(_spec.rule_spec(iface, **kw)))
         return _t.Rule.from_proto(self._unary(self._injector.CreateRule, req, timeout), self.pb2)

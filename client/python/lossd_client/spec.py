@@ -256,13 +256,41 @@ def service_target(pid=None, unit=None, container=None, pod=None):
     return out
 
 
+MIN_PULSE_NS, MAX_PULSE_NS, MAX_PULSE_CYCLES = 10**6, 86400 * 10**9, 10**6  # as lossd's
+
+
+def schedule(start_after=None, pulse=None, pulse_cycles=None):
+    """The Schedule of a rule (lossd.v1), {} for none: start_after a duration; pulse
+    'ACTIVE/DORMANT' ('200ms/800ms') or (active, dormant); pulse_cycles its active windows."""
+    out = {}
+    if start_after is not None:
+        ns = parse_duration(start_after, "start_after")
+        if ns:
+            out["start_after_ns"] = ns
+    if pulse is not None:
+        parts = pulse.split("/") if isinstance(pulse, str) else list(pulse)
+        if len(parts) != 2:
+            raise LossdInputError("pulse: expected 'ACTIVE/DORMANT' (e.g. '200ms/800ms') or "
+                                  "(active, dormant), got %r" % (pulse,))
+        for key, val in zip(("active_ns", "dormant_ns"), parts):
+            ns = parse_duration(val, "pulse")
+            if not MIN_PULSE_NS <= ns <= MAX_PULSE_NS:
+                raise LossdInputError("pulse: each time must lie between 1ms and 1d, got %r" % (val,))
+            out[key] = ns
+    if pulse_cycles is not None:
+        if pulse is None:
+            raise LossdInputError("pulse_cycles: counts the active windows of a pulse: give pulse= too")
+        out["cycles"] = _uint(pulse_cycles, "pulse_cycles", minimum=1, maximum=MAX_PULSE_CYCLES)
+    return out
+
+
 def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, pod=None,
               direction="ingress", hook="auto",
               src=None, dst=None, sport=None, dport=None, protocol=None, family=None,
               tcp_flags=None, payload=None,
               rate=None, ge=None, every=None, first=None, seed=None,
               priority=0, ttl=None, per_segment=False, labels=None, force=False,
-              reattach=False):
+              reattach=False, start_after=None, pulse=None, pulse_cycles=None):
     """A RuleSpec from friendly arguments (see Client.add_rule)."""
     if not iface and not cgroup and not (pid or unit or container or pod):
         raise LossdInputError("target: give iface= and/or cgroup=, pid=, unit=, container= or pod=")
@@ -313,6 +341,9 @@ def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, p
             spec["ttl_ns"] = 0
         else:
             spec["ttl_ns"] = parse_duration(ttl, "ttl")
+    sched = schedule(start_after, pulse, pulse_cycles)
+    if sched:
+        spec["schedule"] = sched
     if per_segment:
         spec["per_segment"] = True
     if reattach:

@@ -202,11 +202,28 @@ class Rule:
     # Set while a live rule has matched no packet for the daemon's --unmatched-hint: what to
     # check ("matched no packet in 12s: it sees what arrives on eth0; ...").
     hint: str = ""
+    # Its schedule (lossd.v1 Schedule; all 0: none) and the schedule's origin on the data
+    # plane's clock (CLOCK_MONOTONIC) and the wall clock: active window i is
+    # [start + i * (active + dormant), + active).
+    start_after_ns: int = 0
+    active_ns: int = 0
+    dormant_ns: int = 0
+    cycles: int = 0
+    schedule_start_mono_ns: int = 0
+    schedule_start_unix_ns: int = 0
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
     def from_proto(cls, m, pb2):
         s = m.spec
+        if hasattr(s, "schedule"):  # stubs of a daemon with schedules
+            sc = s.schedule
+            sched = dict(start_after_ns=sc.start_after_ns, active_ns=sc.active_ns,
+                             dormant_ns=sc.dormant_ns, cycles=sc.cycles,
+                             schedule_start_mono_ns=m.schedule_start_mono_ns,
+                             schedule_start_unix_ns=m.schedule_start_unix_ns)
+        else:
+            sched = {}
         svc = {k: getattr(s, k) for k in ("pid", "unit", "container", "pod") if hasattr(s, k)}
         if hasattr(m, "cgroup_id"):
             svc.update(resolved_cgroup=m.cgroup, cgroup_id=m.cgroup_id)
@@ -218,7 +235,8 @@ class Rule:
             match=Match.from_proto(s.match, pb2), loss=LossModel.from_proto(s.loss),
             priority=s.priority, ttl_ns=s.ttl_ns, per_segment=s.per_segment, labels=dict(s.labels),
             force=s.force, created_unix_ns=m.created_unix_ns, expires_unix_ns=m.expires_unix_ns,
-            counters=Counters.from_proto(m.counters), hint=getattr(m, "hint", ""), raw=m, **svc)
+            counters=Counters.from_proto(m.counters), hint=getattr(m, "hint", ""), raw=m, **svc,
+            **sched)
 
     @property
     def rate(self):

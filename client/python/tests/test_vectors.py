@@ -32,6 +32,13 @@ def value_of(spec, flag):
         return spec.get("priority", 0)
     if flag == "ttl":
         return spec.get("ttl_ns", 0)
+    sched = spec.get("schedule", {})
+    if flag == "start_after":
+        return sched.get("start_after_ns", 0)
+    if flag == "pulse":
+        return [sched["active_ns"], sched["dormant_ns"]]
+    if flag == "pulse_cycles":
+        return sched["cycles"]
     if flag in ("sport", "dport"):
         pr = match.get(flag, {"lo": 0, "hi": 65535})
         return [pr["lo"], pr["hi"]]
