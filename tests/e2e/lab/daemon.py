@@ -237,7 +237,7 @@ class DaemonTestCase(unittest.TestCase):
 def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sport=None, dport=None,
               protocol="", payload="any", rate=None, every_nth=None, first_k=None, ge=None, seed=None,
               ttl_ns=0, labels=None, priority=0, force=False, family=0, tcp_flags="", cgroup="",
-              per_segment=False, reattach=False, pid=0, unit="", container="", pod=""):
+              per_segment=False, reattach=False, pid=0, unit="", container="", pod="", schedule=None):
     def pr(p):
         if p is None:
             return None
@@ -273,6 +273,8 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
         s.loss.CopyFrom(loss)
     for k, v in (labels or {}).items():
         s.labels[k] = v
+    if schedule:  # dict of lossd.v1 Schedule fields
+        s.schedule.CopyFrom(pb.Schedule(**schedule))
     return s
 
 

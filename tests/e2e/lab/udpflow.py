@@ -6,12 +6,16 @@
       {"received", "unique", "dups", "foreign", "max_seq", "seqs_missing"}
       (+ "missing": the sequence numbers never received, with --list-missing).
 
-  udpflow.py send --dst ADDR --port P --flow F --count N --pps R
+  udpflow.py send --dst ADDR --port P --flow F --count N --pps R [--batch B] [--times FILE]
       Sends N datagrams (magic, flow id, sequence number 0..N-1), paced to R
-      per second, and prints {"sent", "errors": {errno name: count}}. A send
-      that fails is counted, not retried.
+      per second (B at a time, default 32), and prints {"sent", "errors": {errno name: count}}. A send
+      that fails is counted, not retried. --times: FILE gets, per datagram,
+      CLOCK_MONOTONIC just before and just after its sendto (two native
+      unsigned 64-bit integers, ns): a tc egress program decides the datagram
+      between the two (it runs inside the sendto).
 """
 
+import array
 import argparse
 import errno
 import json
@@ -93,21 +97,30 @@ def send(a):
     payload = bytearray(SIZE)
     errors = {}
     sent = 0
-    batch = 32
+    batch = a.batch
+    times = array.array("Q") if a.times else None
+    clock = time.monotonic_ns
     t0 = time.monotonic()
     for seq in range(a.count):
         HDR.pack_into(payload, 0, MAGIC, a.flow, seq)
+        before = clock()
         try:
             s.sendto(payload, dst)
             sent += 1
         except OSError as e:
             name = errno.errorcode.get(e.errno, str(e.errno))
             errors[name] = errors.get(name, 0) + 1
+        if times is not None:
+            times.append(before)
+            times.append(clock())
         if (seq + 1) % batch == 0:
             due = t0 + (seq + 1) / a.pps
             d = due - time.monotonic()
             if d > 0:
                 time.sleep(d)
+    if times is not None:
+        with open(a.times, "wb") as fh:
+            times.tofile(fh)
     print(json.dumps({"sent": sent, "errors": errors, "secs": round(time.monotonic() - t0, 3)}),
           flush=True)
 
@@ -127,6 +140,8 @@ def main():
     w.add_argument("--flow", type=int, default=1)
     w.add_argument("--count", type=int, required=True)
     w.add_argument("--pps", type=float, default=20000)
+    w.add_argument("--batch", type=int, default=32, help="datagrams sent between two pauses")
+    w.add_argument("--times", help="write each datagram's send time (before, after) to this file")
     a = ap.parse_args()
     recv(a) if a.cmd == "recv" else send(a)
 

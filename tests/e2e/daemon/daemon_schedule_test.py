@@ -1,0 +1,145 @@
+"""Daemon e2e: schedules in the data plane (issue 22). The daemon runs in namespace A, a
+numbered UDP stream goes A -> B, and each datagram's send time is recorded before and after
+its sendto (udpflow.py --times): the rule's tc egress program decides it in between, on the
+same clock (CLOCK_MONOTONIC) as the rule's schedule_start_mono_ns.
+
+  test_pulse_edges_on_the_kernels_clock
+      A 100 % rule on A's egress, starting 0.5 s after its creation, pulsing 200 ms active /
+      800 ms dormant for 10 cycles, over 2,000 datagrams a second for 11 s: every datagram
+      sent wholly inside an active window was lost, none sent wholly outside was (the few
+      whose sendto straddles an edge are not judged: within it, either is right); each of
+      the 10 windows lost datagrams; the lost count equals the rule's dropped packets and its
+      matched packets (dormant, it matches nothing); after the 10th window the rule is
+      EXPIRED by itself. The edge accuracy (the first and last loss of each window against
+      the window's edges) is reported. `lossctl rule get` shows the schedule.
+  test_bad_schedules_are_refused
+      A pulse of 0.5 ms, cycles without a pulse, and a schedule longer than 30 years:
+      INVALID_ARGUMENT, each naming what is wrong.
+"""
+import array
+import bisect
+import os
+
+import grpc
+
+from lab import config, traffic
+from lab.clients import run_client
+from lab.config import main
+from lab.daemon import DaemonTestCase, wait_until
+from lab.netns import measured
+
+PORT = 9071
+ON, OFF, CYCLES, START_AFTER = 200_000_000, 800_000_000, 10, 500_000_000
+PPS = 2000
+
+
+class Schedule(DaemonTestCase):
+    def test_pulse_edges_on_the_kernels_clock(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        period = ON + OFF
+        r = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=PORT, rate=1.0,
+                     schedule=dict(start_after_ns=START_AFTER, active_ns=ON, dormant_ns=OFF, cycles=CYCLES))
+        start = r.schedule_start_mono_ns
+        self.assertGreater(start, 0, r)
+        end = start + CYCLES * period - OFF
+        self.assertEqual(r.expires_unix_ns - r.schedule_start_unix_ns, CYCLES * period - OFF, r)
+        ctl = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "get", str(r.id)]) \
+            if config.LOSSCTL else None
+
+        times_path = os.path.join(lab.tempdir(), "times")
+        count = int(PPS * ((end - start) / 1e9 + START_AFTER / 1e9 + 1.0))
+        rx = traffic.UdpReceiver(lab, lab.b, lab.V4_B, PORT, 7, list_missing=True)
+        tx = lab.popen(lab.a, traffic.udp_send_cmd(lab.V4_B, PORT, 7, count, PPS) + ["--batch", "1", "--times", times_path],
+                       stdout=traffic.subprocess.PIPE)
+        sent = traffic.finish_sender(tx, count, PPS)
+        traffic.time.sleep(0.3)
+        got = rx.finish()
+        t = array.array("Q")
+        with open(times_path, "rb") as fh:
+            t.frombytes(fh.read())
+        self.assertEqual(len(t), 2 * count)
+        lost = set(got["missing"]) | set(range(got["max_seq"] + 1, count))
+
+        def phase(ns):
+            """(window index, ns into its period) of a moment; index -1 before the start."""
+            if ns < start:
+                return -1, 0
+            return (ns - start) // period, (ns - start) % period
+
+        def active(ns):
+            i, ph = phase(ns)
+            return 0 <= i < CYCLES and ph < ON
+
+        judged_in = judged_out = 0
+        wrong = []
+        windows = set()  # the windows that lost datagrams
+        for seq in range(count):
+            b, a = t[2 * seq], t[2 * seq + 1]
+            ia, ib = active(b), active(a)
+            same = phase(b)[0] == phase(a)[0]
+            if ia and ib and same:
+                judged_in += 1
+                if seq not in lost:
+                    wrong.append(("delivered inside", seq, phase(b)))
+            elif not ia and not ib and same:
+                judged_out += 1
+                if seq in lost:
+                    wrong.append(("lost outside", seq, phase(b)))
+            if seq in lost:
+                windows.add(phase(b)[0])
+        # Each edge as the data plane drew it, from the datagrams around it: those decided the
+        # old way began their sendto at lo at the latest, those decided the new way ended theirs
+        # at hi at the earliest. The configured edge must lie in [lo, hi]; hi - lo is how
+        # finely the stream locates it (its spacing, 0.5 ms, and the sendto's own time).
+        befores = t[0::2]
+        edges = []
+        for i in range(CYCLES):
+            for edge, now_lost in ((start + i * period, True), (start + i * period + ON, False)):
+                k = bisect.bisect_left(befores, edge)
+                near = range(max(0, k - 300), min(count, k + 300))
+                lo = max((t[2 * q] for q in near if (q in lost) != now_lost), default=None)
+                hi = min((t[2 * q + 1] for q in near if (q in lost) == now_lost), default=None)
+                edges.append(None if lo is None or hi is None else (lo - edge, hi - edge))
+        info = wait_until(lambda: (lambda g: g if pb.RuleState.Name(g.state) == "RULE_STATE_EXPIRED" else None)(
+            d.get(r.id)), 10, "the rule to end after its cycles")
+        c = info.counters
+        widths = sorted((hi - lo) / 1e6 for lo, hi in filter(None, edges))
+        nums = dict(count=count, sent=sent["sent"], lost=len(lost), dropped=c.dropped_packets,
+                    matched=c.matched_packets, judged_in=judged_in, judged_out=judged_out,
+                    not_judged=count - judged_in - judged_out, wrong=wrong[:20], windows=sorted(windows),
+                    edges_ms=[None if e is None else (round(e[0] / 1e6, 3), round(e[1] / 1e6, 3)) for e in edges],
+                    edge_bracket_ms=dict(median=widths[len(widths) // 2] if widths else None,
+                                         max=widths[-1] if widths else None),
+                    lossctl=ctl.out if ctl else None)
+        measured("schedule_pulse", **nums)
+        self.assertEqual(sent["sent"], count, nums)
+        self.assertEqual(wrong, [], nums)
+        self.assertEqual(sorted(windows), list(range(CYCLES)), "a window without losses: %s" % nums)
+        self.assertEqual(len(lost), c.dropped_packets, nums)
+        self.assertEqual(c.matched_packets, c.dropped_packets, nums)
+        self.assertGreater(judged_in, CYCLES * 0.15 * PPS, nums)
+        self.assertGreater(judged_out, CYCLES * 0.7 * PPS, nums)
+        # Every edge found, and where the configured one is (exact, as judged above).
+        for e in edges:
+            self.assertIsNotNone(e, nums)
+            self.assertLessEqual(e[0], 0, nums)
+            self.assertGreaterEqual(e[1], 0, nums)
+        if ctl:
+            self.assertEqual(ctl.rc, 0, ctl)
+            self.assertRegex(ctl.out, r"schedule +start after 500ms, pulse 200ms on / 800ms off x10, from ", ctl.out)
+
+    def test_bad_schedules_are_refused(self):
+        d, lab = self.d, self.lab
+        for sched, want in ((dict(active_ns=500_000, dormant_ns=10**9), "active time must lie between 1ms and 1d"),
+                            (dict(cycles=3), "give a pulse too"),
+                            (dict(active_ns=86400 * 10**9, dormant_ns=86400 * 10**9, cycles=1_000_000),
+                             "longer than")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=PORT, rate=1.0,
+                         schedule=sched)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, sched)
+            self.assertIn(want, cm.exception.details(), sched)
+
+
+if __name__ == "__main__":
+    main()
