@@ -399,6 +399,16 @@ function lossText(l) {
   if (l.first_k) return "first " + l.first_k;
   return "-";
 }
+// A rule's schedule (spec.schedule), after its loss: "pulse 200.0 ms / 800.0 ms ×10".
+function scheduleText(sc) {
+  if (!sc) return "";
+  const p = [];
+  if (u64(sc.start_after_ns)) p.push("after " + fmtDuration(u64(sc.start_after_ns)));
+  if (u64(sc.active_ns))
+    p.push("pulse " + fmtDuration(u64(sc.active_ns)) + " / " + fmtDuration(u64(sc.dormant_ns)) +
+           (sc.cycles ? " ×" + sc.cycles : ""));
+  return p.join(", ");
+}
 function matchText(m) {
   if (!m) return "any";
   const p = [];
@@ -450,7 +460,8 @@ function renderRules() {
         ["num", rule.id], ["", (rule.state || "").replace("RULE_STATE_", "").toLowerCase()],
         ["wrap", targetText(rule) + " " +
              (s.direction || "DIRECTION_INGRESS").replace("DIRECTION_", "").toLowerCase()],
-        ["wrap match", matchText(s.match)], ["num", lossText(s.loss)],
+        ["wrap match", matchText(s.match)],
+        ["num wrap", lossText(s.loss) + (scheduleText(s.schedule) ? " " + scheduleText(s.schedule) : "")],
         ["num measured", measured], ["num wrap interval " + inCi, interval],
         ["num wrap", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
         ["num dropped", fmtInt(u64(c.dropped_segments))],

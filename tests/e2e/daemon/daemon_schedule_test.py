@@ -12,6 +12,9 @@ same clock (CLOCK_MONOTONIC) as the rule's schedule_start_mono_ns.
       matched packets (dormant, it matches nothing); after the 10th window the rule is
       EXPIRED by itself. The edge accuracy (the first and last loss of each window against
       the window's edges) is reported. `lossctl rule get` shows the schedule.
+  test_the_page_shows_the_schedule
+      The live page's rules table shows a scheduled rule's loss with its schedule ("5.00 % after
+      2.0 s, pulse 200.0 ms / 800.0 ms ×3"). Screenshot: live_schedule.png.
   test_bad_schedules_are_refused
       A pulse of 0.5 ms, cycles without a pulse, and a schedule longer than 30 years:
       INVALID_ARGUMENT, each naming what is wrong.
@@ -23,8 +26,9 @@ import os
 import grpc
 
 from lab import config, traffic
+from lab.browser import Browser
 from lab.clients import run_client
-from lab.config import main
+from lab.config import artifact, main
 from lab.daemon import DaemonTestCase, wait_until
 from lab.netns import measured
 
@@ -34,6 +38,7 @@ PPS = 2000
 
 
 class Schedule(DaemonTestCase):
+    daemon_args = ("--http", "127.0.0.1:0")
     def test_pulse_edges_on_the_kernels_clock(self):
         lab, d, pb = self.lab, self.d, self.pb
         period = ON + OFF
@@ -127,6 +132,20 @@ class Schedule(DaemonTestCase):
         if ctl:
             self.assertEqual(ctl.rc, 0, ctl)
             self.assertRegex(ctl.out, r"schedule +start after 500ms, pulse 200ms on / 800ms off x10, from ", ctl.out)
+
+    def test_the_page_shows_the_schedule(self):
+        d, lab = self.d, self.lab
+        r = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=PORT + 1, rate=0.05,
+                     schedule=dict(start_after_ns=2 * 10**9, active_ns=ON, dormant_ns=OFF, cycles=3))
+        b = Browser(lab, lab.a, width=1400, height=900)
+        b.open("http://127.0.0.1:%d/" % d.ready["http_port"])
+        row = "#rules tbody tr[data-rule-id='%d']" % r.id
+        text = b.wait(lambda: b.text(row), 20, "the rule's row")
+        b.driver.execute_script("document.getElementById('rules').scrollIntoView()")
+        shot = b.screenshot(artifact("live_schedule.png"))
+        measured("schedule_page", row=text, screenshot=shot)
+        self.assertIn("5.00 % after 2.0 s, pulse 200.0 ms / 800.0 ms ×3", text)
+        self.assertEqual(b.console_errors(), [])
 
     def test_bad_schedules_are_refused(self):
         d, lab = self.d, self.lab
