@@ -4,8 +4,9 @@ its sendto (udpflow.py --times): the rule's tc egress program decides it in betw
 same clock (CLOCK_MONOTONIC) as the rule's schedule_start_mono_ns.
 
   test_pulse_edges_on_the_kernels_clock
-      A 100 % rule on A's egress, starting 0.5 s after its creation, pulsing 200 ms active /
-      800 ms dormant for 10 cycles, over 2,000 datagrams a second for 11 s: every datagram
+      A 100 % rule on A's egress, starting 2 s after its creation, pulsing 200 ms active /
+      800 ms dormant for 10 cycles, under 2,000 datagrams a second from before its start to
+      after its end (one every 0.5 ms): every datagram
       sent wholly inside an active window was lost, none sent wholly outside was (the few
       whose sendto straddles an edge are not judged: within it, either is right); each of
       the 10 windows lost datagrams; the lost count equals the rule's dropped packets and its
@@ -33,7 +34,7 @@ from lab.daemon import DaemonTestCase, wait_until
 from lab.netns import measured
 
 PORT = 9071
-ON, OFF, CYCLES, START_AFTER = 200_000_000, 800_000_000, 10, 500_000_000
+ON, OFF, CYCLES, START_AFTER = 200_000_000, 800_000_000, 10, 2_000_000_000
 PPS = 2000
 
 
@@ -42,18 +43,16 @@ class Schedule(DaemonTestCase):
     def test_pulse_edges_on_the_kernels_clock(self):
         lab, d, pb = self.lab, self.d, self.pb
         period = ON + OFF
+        times_path = os.path.join(lab.tempdir(), "times")
+        rx = traffic.UdpReceiver(lab, lab.b, lab.V4_B, PORT, 7, list_missing=True)
         r = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=PORT, rate=1.0,
                      schedule=dict(start_after_ns=START_AFTER, active_ns=ON, dormant_ns=OFF, cycles=CYCLES))
         start = r.schedule_start_mono_ns
         self.assertGreater(start, 0, r)
         end = start + CYCLES * period - OFF
         self.assertEqual(r.expires_unix_ns - r.schedule_start_unix_ns, CYCLES * period - OFF, r)
-        ctl = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "get", str(r.id)]) \
-            if config.LOSSCTL else None
-
-        times_path = os.path.join(lab.tempdir(), "times")
-        count = int(PPS * ((end - start) / 1e9 + START_AFTER / 1e9 + 1.0))
-        rx = traffic.UdpReceiver(lab, lab.b, lab.V4_B, PORT, 7, list_missing=True)
+        # From now (before the start) to 0.7 s past the last window.
+        count = int(PPS * ((end - traffic.time.monotonic_ns()) / 1e9 + 0.7))
         tx = lab.popen(lab.a, traffic.udp_send_cmd(lab.V4_B, PORT, 7, count, PPS) + ["--batch", "1", "--times", times_path],
                        stdout=traffic.subprocess.PIPE)
         sent = traffic.finish_sender(tx, count, PPS)
@@ -63,6 +62,7 @@ class Schedule(DaemonTestCase):
         with open(times_path, "rb") as fh:
             t.frombytes(fh.read())
         self.assertEqual(len(t), 2 * count)
+        self.assertLess(t[0], start, "the stream began after the schedule's start: no test of its first edge")
         lost = set(got["missing"]) | set(range(got["max_seq"] + 1, count))
 
         def phase(ns):
@@ -107,6 +107,8 @@ class Schedule(DaemonTestCase):
                 edges.append(None if lo is None or hi is None else (lo - edge, hi - edge))
         info = wait_until(lambda: (lambda g: g if pb.RuleState.Name(g.state) == "RULE_STATE_EXPIRED" else None)(
             d.get(r.id)), 10, "the rule to end after its cycles")
+        ctl = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "get", str(r.id)]) \
+            if config.LOSSCTL else None
         c = info.counters
         widths = sorted((hi - lo) / 1e6 for lo, hi in filter(None, edges))
         nums = dict(count=count, sent=sent["sent"], lost=len(lost), dropped=c.dropped_packets,
@@ -131,7 +133,8 @@ class Schedule(DaemonTestCase):
             self.assertGreaterEqual(e[1], 0, nums)
         if ctl:
             self.assertEqual(ctl.rc, 0, ctl)
-            self.assertRegex(ctl.out, r"schedule +start after 500ms, pulse 200ms on / 800ms off x10, from ", ctl.out)
+            self.assertRegex(ctl.out, r"^rule %d  expired\n" % r.id, ctl.out)
+            self.assertRegex(ctl.out, r"schedule +start after 2s, pulse 200ms on / 800ms off x10, from ", ctl.out)
 
     def test_the_page_shows_the_schedule(self):
         d, lab = self.d, self.lab
