@@ -145,6 +145,17 @@ TEST(ParseRulesJson, ArrayLinesAndObject) {
                              defaults, &specs, &err))
       << err;
   EXPECT_EQ(specs.size(), 1u);
+
+  // A schedule by the flags' names.
+  ASSERT_TRUE(ParseRulesJson(R"({"iface":"eth0","rate":"1%","start-after":"2s",
+                                 "pulse":"200ms/800ms","pulse_cycles":10})",
+                             "s.json", defaults, &specs, &err))
+      << err;
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].schedule().start_after_ns(), 2000000000u);
+  EXPECT_EQ(specs[0].schedule().active_ns(), 200000000u);
+  EXPECT_EQ(specs[0].schedule().dormant_ns(), 800000000u);
+  EXPECT_EQ(specs[0].schedule().cycles(), 10u);
 }
 
 // What `lossctl -o json rule get` prints (format.cc's ToJson: proto names,
@@ -167,6 +178,9 @@ TEST(ParseRulesJson, TheApisShapeAsPrintedRoundTrips) {
   s->mutable_loss()->mutable_gilbert_elliott()->set_r(0.2);
   s->mutable_loss()->set_seed(18446744073709551615ull);
   s->set_ttl_ns(60000000000ull);
+  s->mutable_schedule()->set_active_ns(200000000);
+  s->mutable_schedule()->set_dormant_ns(800000000);
+  s->mutable_schedule()->set_cycles(3);
   (*s->mutable_labels())["run"] = "7";
   std::string printed = ToJson(r);
   std::vector<v1::RuleSpec> specs;

@@ -23,6 +23,8 @@ same clock (CLOCK_MONOTONIC) as the rule's schedule_start_mono_ns.
 import array
 import bisect
 import os
+import subprocess
+import time
 
 import grpc
 
@@ -52,11 +54,11 @@ class Schedule(DaemonTestCase):
         end = start + CYCLES * period - OFF
         self.assertEqual(r.expires_unix_ns - r.schedule_start_unix_ns, CYCLES * period - OFF, r)
         # From now (before the start) to 0.7 s past the last window.
-        count = int(PPS * ((end - traffic.time.monotonic_ns()) / 1e9 + 0.7))
+        count = int(PPS * ((end - time.monotonic_ns()) / 1e9 + 0.7))
         tx = lab.popen(lab.a, traffic.udp_send_cmd(lab.V4_B, PORT, 7, count, PPS) + ["--batch", "1", "--times", times_path],
-                       stdout=traffic.subprocess.PIPE)
+                       stdout=subprocess.PIPE)
         sent = traffic.finish_sender(tx, count, PPS)
-        traffic.time.sleep(0.3)
+        time.sleep(0.3)
         got = rx.finish()
         t = array.array("Q")
         with open(times_path, "rb") as fh:
