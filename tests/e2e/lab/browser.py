@@ -292,6 +292,16 @@ class Browser:
         from selenium.webdriver.common.by import By
         self.driver.find_element(By.CSS_SELECTOR, css).click()
 
+    def click_row(self, rows_css, needle, what, timeout=10, unless="(closed)"):
+        """Clicks the first row of rows_css whose text holds needle (and not `unless`), waiting
+        for one: found and clicked in one run of the page's script, since a table that re-sorts
+        between a find and a click (the flows table, by retransmits) would give the click to
+        another row."""
+        js = ("const r = [...document.querySelectorAll(arguments[0])].find(e => "
+              "e.textContent.includes(arguments[1]) && !(arguments[2] && e.textContent.includes(arguments[2])));"
+              "if (!r) return false; r.click(); return true;")
+        return self.wait(lambda: self.driver.execute_script(js, rows_css, needle, unless), timeout, what)
+
     def wait(self, fn, timeout, what):
         end = time.monotonic() + timeout
         while time.monotonic() < end:

@@ -162,15 +162,7 @@ class LivePageTest(DaemonTestCase):
         # 3. a second flow, followed
         flow2 = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT + 1, 500e6, 200, timeout=120)
         self.addCleanup(flow2.close)
-        sel = "#flows tbody tr"
-
-        def row_of_flow2():
-            for i, r in enumerate(b.texts(sel)):
-                if "192.0.2.2:%d" % (PORT + 1) in r and "(closed)" not in r:
-                    return i + 1
-            return None
-        i = b.wait(row_of_flow2, 10, "the second flow in the flows table")
-        b.click("%s:nth-child(%d)" % (sel, i))
+        b.click_row("#flows tbody tr", "192.0.2.2:%d" % (PORT + 1), "the second flow in the flows table")
         b.wait(lambda: "192.0.2.2:%d" % (PORT + 1) in (b.text("#flow-title") or ""), 10,
                "the flow view's title")
         points = lambda: b.driver.execute_script(

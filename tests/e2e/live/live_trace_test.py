@@ -70,14 +70,7 @@ class LiveTraceTest(DaemonTestCase):
 
         # 1. the flow's row (limit and stalls), clicked
         sel = "#flows tbody tr"
-
-        def row_of_flow():
-            for i, r in enumerate(b.texts(sel)):
-                if "192.0.2.2:%d" % PORT in r and "(closed)" not in r:
-                    return i + 1
-            return None
-        i = b.wait(row_of_flow, 15, "the flow in the flows table")
-        b.click("%s:nth-child(%d)" % (sel, i))
+        b.click_row(sel, "192.0.2.2:%d" % PORT, "the flow in the flows table", timeout=15)
         b.wait(lambda: "192.0.2.2:%d" % PORT in (b.text("#trace-title") or ""), 15, "the trace view's title")
         b.wait(lambda: self.js(b, "state.trace.samples") > 100 and self.js(b, "state.trace.stalls.length") >= 2
                and self.js(b, "state.trace.retransmits") >= 1, 40,
@@ -161,14 +154,7 @@ class LiveTraceTest(DaemonTestCase):
         b = Browser(lab, lab.a, height=2300)
         b.open("http://127.0.0.1:%d/" % d.ready["http_port"])
         b.wait(lambda: b.text("#conn") == "live", 20, "the page live")
-        sel = "#flows tbody tr"
-
-        def row_of_flow():
-            for i, r in enumerate(b.texts(sel)):
-                if "192.0.2.2:%d" % port in r and "(closed)" not in r:
-                    return i + 1
-            return None
-        b.click("%s:nth-child(%d)" % (sel, b.wait(row_of_flow, 15, "the flow in the flows table")))
+        b.click_row("#flows tbody tr", "192.0.2.2:%d" % port, "the flow in the flows table", timeout=15)
         b.wait(lambda: "192.0.2.2:%d" % port in (b.text("#trace-title") or ""), 15, "the trace view's title")
         head = b.wait(lambda: re.match(r"^([1-9]\d*) \((.*)\), 0 in this trace$", b.text("#flow-stalls") or ""),
                       10, "the flow's stalls, none in this trace")
