@@ -611,6 +611,10 @@ static __always_inline __u32 stall_cause(struct tcp_sock *tp, const struct obs_f
 		return OBS_STALL_RTO;
 	if (mask & (1u << OBS_RTX_PROBE0))
 		return OBS_STALL_ZERO_WINDOW;
+	/* A tail probe sent as the peer's window closed (a busy machine's, the
+	 * data had arrived) did not hold the flow: the closed window did. */
+	if (mask == (1u << OBS_RTX_TLP) && f->st_min_wnd == 0)
+		return OBS_STALL_ZERO_WINDOW;
 	if (mask & (1u << OBS_RTX_TLP))
 		return OBS_STALL_TLP;
 	if (mask & (1u << OBS_RTX_FAST))
