@@ -356,7 +356,8 @@ static __always_inline void flow_counts(struct obs_event *e, const struct obs_fl
 	e->flow_stalls = f->stalls;
 }
 
-/* The common head of a record about a flow (stall, sample, close, open). */
+/* The common head of a record about a flow (retransmit, stall, sample, close,
+ * open); the rest zeroed (a ring reservation is not). */
 static __always_inline void event_head(struct obs_event *e, __u32 kind, __u64 now, __u64 cookie,
 				       const struct obs_flow *f)
 {
@@ -478,20 +479,13 @@ static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp
 		count(OBS_CNT_RING_LOST);
 		return;
 	}
-	e->kind = OBS_EV_RETRANSMIT;
-	e->cpu = bpf_get_smp_processor_id();
-	e->time_ns = now;
-	e->cookie = cookie;
-	e->cgroup_id = f->cgroup_id;
-	e->tuple = f->tuple;
+	event_head(e, OBS_EV_RETRANSMIT, now, cookie, f);
 	e->type = type;
 	e->outcome = outcome;
 	e->err = err;
 	e->segs = segs;
 	e->seq = seq;
-	e->netns = f->netns;
 	read_state(tp, &e->st);
-	flow_counts(e, f);
 	bpf_ringbuf_submit(e, wakeup_flag(now));
 }
 
