@@ -64,6 +64,7 @@ run transport "$PY" "$HERE/transport_bench.py" --lossd "$BUILD/daemon/lossd" \
 run live_page "$PY" "$HERE/live_bench.py" --lossd "$BUILD/daemon/lossd" \
     --producer "$BUILD/bench/ring_producer" --stubs "$BUILD/python"
 run guard "$PY" "$HERE/guard_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python"
+run stop_latency "$PY" "$HERE/stop_latency.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python"
 run startup "$PY" "$HERE/startup_bench.py" --lossd "$BUILD/daemon/lossd" --stubs "$BUILD/python" \
     --prog-load "$BUILD/bench/prog_load"
 # The diagnosis' cost against an older build (issue 13): OLD_LOSSD, default

@@ -79,14 +79,8 @@ struct {
 	__type(value, struct loss_flow_state);
 } loss_flow_state SEC(".maps");
 
-/* The drop log (loss_abi.h): per TCP flow as on the wire, the last
- * LOSS_DROP_RANGES sequence ranges a rule dropped. Written only on a drop. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, LOSS_DROP_FLOWS);
-	__type(key, struct loss_drop_key);
-	__type(value, struct loss_drop_log);
-} loss_drops SEC(".maps");
+/* The drop log and the guards: loss_drops, loss_guards. */
+#include "lib/shared_maps.h"
 
 /* A flow's first log entry is built here: too large for the stack. */
 struct {
@@ -165,6 +159,12 @@ static __always_inline __u64 loss_rank_body(__u32 slot, const struct pkt *p)
 		if (now < r->start_ns)
 			return 0;
 		if (r->on_ns && r->period_ns && (now - r->start_ns) % r->period_ns >= r->on_ns)
+			return 0;
+	}
+	/* Stopped by its guard (set by the observer's program): as if expired. */
+	if (r->flags & LOSS_RULE_GUARDED) {
+		const struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
+		if (g && g->stopped_ns && g->rule_id == r->id && g->generation == r->generation)
 			return 0;
 	}
 	const struct loss_match *m = &r->m;
@@ -427,7 +427,7 @@ _Static_assert((LOSS_DROP_RANGES & (LOSS_DROP_RANGES - 1)) == 0, "ring index by 
  * rule's id and the time. Anything in doubt records nothing (the drop
  * stands).
  */
-static __always_inline void log_drop(const struct pkt *p, const struct loss_rule *r,
+static __always_inline void log_drop(const struct pkt *p, const struct loss_rule *r, __u32 slot,
 				     struct loss_rule_stats *rs, void *base, void *end)
 {
 	if (p->l4proto != PROTO_TCP || !p->has_ports || !p->payload)
@@ -466,6 +466,7 @@ static __always_inline void log_drop(const struct pkt *p, const struct loss_rule
 		.len = p->payload,
 		.rule_id = r->id,
 		.segs = p->segs > 0xffff ? 0xffff : p->segs,
+		.slot = slot,
 	};
 	log->ranges[n & (LOSS_DROP_RANGES - 1)] = d;
 	if (rs)
@@ -563,7 +564,12 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 	}
 	if (drop) {
 		hs->dropped++;
-		log_drop(p, r, rs, base, c->end);
+		if (r->flags & LOSS_RULE_GUARDED) {
+			struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
+			if (g)
+				g->last_drop_ns = bpf_ktime_get_ns();
+		}
+		log_drop(p, r, slot, rs, base, c->end);
 	} else {
 		hs->passed++;
 	}

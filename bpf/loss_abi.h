@@ -55,6 +55,7 @@ enum loss_model {
 #define LOSS_RULE_ACTIVE 0x1	/* slot holds a live rule */
 #define LOSS_RULE_SEEDED 0x2	/* per-flow PRNG seeded from loss_rule.seed */
 #define LOSS_RULE_HAS_PORTS 0x4 /* rule needs L4 ports (never matches fragments) */
+#define LOSS_RULE_GUARDED 0x8	/* has a loss_guards entry: stops when it says so */
 
 /*
  * Probabilities are fixed-point over 2^32: a packet is dropped when a
@@ -242,7 +243,7 @@ struct loss_drop_range {
 	__u32 len;     /* TCP payload bytes (a GSO skb: all its segments) */
 	__u32 rule_id; /* the rule that dropped it (loss_rule.id) */
 	__u16 segs;    /* wire segments */
-	__u16 _pad;
+	__u16 slot;    /* its slot in loss_rules (< LOSS_MAX_RULES) */
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_drop_range) == 24, "loss_drop_range layout");
 
@@ -271,5 +272,46 @@ struct loss_drop_event {
 	struct loss_drop_range range;
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_drop_event) == 64, "loss_drop_event layout");
+
+/*
+ * Guards (docs/guards.md): a rule's stop conditions, kept where both BPF
+ * objects see them. The observer's sock_ops program, at a retransmission of
+ * a segment the drop log says a guarded rule dropped, counts it and decides;
+ * a timer of its own ends a stall that lasts past the limit. When one holds
+ * it sets stopped_ns, and from then on the injector's programs pass what the
+ * rule matched (it matches nothing, like an expired rule): the stop never
+ * waits for user space. Keyed by the rule's slot; an entry whose rule_id or
+ * generation is not the slot's rule's is stale.
+ */
+#define LOSS_MAX_GUARDED 1024 /* guarded rules at once */
+#define LOSS_GUARD_RING 64    /* RTO times kept: at most 63 RTOs in a window */
+
+enum loss_guard_reason {
+	LOSS_GUARD_NONE = 0,
+	LOSS_GUARD_STALL = 1, /* a flow stalled longer than stall_ns */
+	LOSS_GUARD_RTOS = 2,  /* more than rtos RTOs within rtos_window_ns */
+};
+
+struct loss_guard {
+	/* set by the daemon */
+	__u32 rule_id;
+	__u32 generation;
+	__u64 stall_ns;	      /* stop on a stall longer than this; 0: no */
+	__u64 rtos_window_ns; /* with rtos: the window; 0: no RTO condition */
+	__u32 rtos;	      /* stop on more than this many RTOs within the window */
+	__u32 _pad0;
+	/* set in the kernel */
+	__u64 stopped_ns;      /* bpf_ktime_get_ns when it stopped; 0: running */
+	__u64 crossed_ns;      /* when the condition came to hold (the stall's limit, the RTO) */
+	__u64 last_drop_ns;    /* the rule's last drop (written on each drop) */
+	__u32 reason;	       /* enum loss_guard_reason */
+	__u32 count;	       /* LOSS_GUARD_RTOS: RTOs in the window */
+	__u64 evidence_start_ns; /* the stall's start, or the window's first RTO */
+	__u64 evidence_cookie;   /* the socket of the flow */
+	struct loss_drop_key flow; /* the flow (as the sender sees it: local -> remote) */
+	__u64 rtos_seen;	   /* RTOs counted, ever */
+	__u64 rto_ns[LOSS_GUARD_RING]; /* their times, rto_ns[(n) % RING] the n-th */
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_guard) == 128 + 8 * LOSS_GUARD_RING, "loss_guard layout");
 
 #endif /* LOSSD_LOSS_ABI_H */

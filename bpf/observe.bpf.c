@@ -35,6 +35,7 @@
 
 #include "observe_abi.h"
 #include "lib/obs_ring.h"
+#include "lib/shared_maps.h"
 #include "lib/ring_wakeup.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -59,6 +60,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TCPHDR_ACK 0x10
 #define TCP_CHRONO_BUSY 1
 #define TCP_CHRONO_SNDBUF_LIMITED 3
+#define CLOCK_MONOTONIC 1
 
 /* tcp_sock.chrono_stat is kept in jiffies (docs/observer.md#limits). */
 extern int CONFIG_HZ __kconfig __weak;
@@ -438,6 +440,133 @@ static __always_inline __u32 classify(struct tcp_sock *tp)
 	return OBS_RTX_UNKNOWN;
 }
 
+/* ---- guards (loss_abi.h "Guards", docs/guards.md) ---------------------- */
+
+/* A stall of a flow that resent a segment a guarded rule dropped: the timer
+ * that ends it at the guard's limit, unless an ACK delivers first. */
+struct guard_timer {
+	struct bpf_timer t;
+	__u64 stall_start_ns; /* obs_flow.delivered_ns when armed */
+	__u32 slot;
+	__u32 rule_id;
+	struct loss_drop_key flow;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* socket cookie */
+	__type(value, struct guard_timer);
+} obs_guard_timers SEC(".maps");
+
+/* The guard stops its rule (the injector's programs see stopped_ns on their
+ * next packet); the first to get here writes why. */
+static __always_inline void guard_stop(struct loss_guard *g, __u32 reason, __u64 crossed,
+				       __u64 start, __u32 n, __u64 cookie,
+				       const struct loss_drop_key *flow)
+{
+	__u64 now = bpf_ktime_get_ns();
+	if (__sync_val_compare_and_swap(&g->stopped_ns, 0, now) != 0)
+		return;
+	g->crossed_ns = crossed;
+	g->count = n;
+	g->evidence_start_ns = start;
+	g->evidence_cookie = cookie;
+	g->flow = *flow;
+	g->reason = reason; /* last: user space reads the evidence once it is set */
+}
+
+/* The stall's limit passed: if no ACK delivered since it was armed, the
+ * stall is longer than the guard allows. */
+static int guard_timer_fired(void *map, __u64 *cookie, struct guard_timer *v)
+{
+	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, cookie);
+	if (!f || f->delivered_ns != v->stall_start_ns)
+		return 0;
+	__u32 slot = v->slot;
+	struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
+	if (!g || g->rule_id != v->rule_id || !g->stall_ns || g->stopped_ns)
+		return 0;
+	guard_stop(g, LOSS_GUARD_STALL, v->stall_start_ns + g->stall_ns, v->stall_start_ns, 0,
+		   *cookie, &v->flow);
+	return 0;
+}
+
+static __always_inline void guard_arm(struct loss_guard *g, __u64 cookie, __u64 start, __u64 now,
+				      __u32 slot, __u32 rule_id, const struct loss_drop_key *k)
+{
+	struct guard_timer *t = bpf_map_lookup_elem(&obs_guard_timers, &cookie);
+	if (!t) {
+		struct guard_timer init = {};
+		bpf_map_update_elem(&obs_guard_timers, &cookie, &init, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&obs_guard_timers, &cookie);
+		if (!t)
+			return;
+		bpf_timer_init(&t->t, &obs_guard_timers, CLOCK_MONOTONIC);
+		bpf_timer_set_callback(&t->t, guard_timer_fired);
+	}
+	if (t->stall_start_ns == start && t->slot == slot && t->rule_id == rule_id)
+		return; /* armed for this stall */
+	t->stall_start_ns = start;
+	t->slot = slot;
+	t->rule_id = rule_id;
+	t->flow = *k;
+	bpf_timer_start(&t->t, start + g->stall_ns - now, 0);
+}
+
+/*
+ * A retransmission of seq: if a guarded rule dropped it (the drop log's
+ * newest range holding it), the guard counts it and may stop the rule.
+ */
+static __always_inline void guard_check(const struct obs_flow *f, __u64 cookie, __u32 seq,
+					__u32 type, __u64 now)
+{
+	struct loss_drop_key k;
+	__builtin_memcpy(&k, &f->tuple, sizeof(k)); /* the same layout, local -> remote */
+	k._pad = 0;
+	struct loss_drop_log *log = bpf_map_lookup_elem(&loss_drops, &k);
+	if (!log)
+		return;
+	__u64 n = log->drops;
+	__u32 slot = 0, rule_id = 0;
+	int found = 0;
+	for (int i = 0; i < LOSS_DROP_RANGES; i++) {
+		if ((__u64)i >= n)
+			break;
+		struct loss_drop_range *r = &log->ranges[(n - 1 - i) & (LOSS_DROP_RANGES - 1)];
+		if (seq - r->seq < r->len) {
+			slot = r->slot;
+			rule_id = r->rule_id;
+			found = 1;
+			break;
+		}
+	}
+	if (!found)
+		return;
+	struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
+	if (!g || g->rule_id != rule_id || g->stopped_ns)
+		return;
+	if (type == OBS_RTX_RTO && g->rtos_window_ns) {
+		__u64 i = __sync_fetch_and_add(&g->rtos_seen, 1);
+		g->rto_ns[i & (LOSS_GUARD_RING - 1)] = now;
+		__u32 lim = g->rtos;
+		if (i >= lim) { /* this is RTO i + 1; RTO i + 1 - lim came lim before it */
+			__u64 first = g->rto_ns[(i - lim) & (LOSS_GUARD_RING - 1)];
+			if (first && now - first <= g->rtos_window_ns) {
+				guard_stop(g, LOSS_GUARD_RTOS, now, first, lim + 1, cookie, &k);
+				return;
+			}
+		}
+	}
+	if (g->stall_ns) {
+		__u64 start = f->delivered_ns;
+		if (now - start >= g->stall_ns)
+			guard_stop(g, LOSS_GUARD_STALL, start + g->stall_ns, start, 0, cookie, &k);
+		else
+			guard_arm(g, cookie, start, now, slot, rule_id, &k);
+	}
+}
+
 /* Called where the kernel has just counted segs in TcpRetransSegs. */
 static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp_sock *tp)
 {
@@ -473,6 +602,8 @@ static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp
 	if (backoff > f->st_backoff)
 		f->st_backoff = backoff;
 	f->updated_ns = now;
+	if (outcome == OBS_SENT)
+		guard_check(f, cookie, seq, type, now);
 
 	struct obs_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
 	if (!e) {

@@ -295,6 +295,10 @@ void Daemon::LoadObserver() {
   oo.netns = opts_.observer_netns;
   oo.stall_min_ns = opts_.stall_min_ns;
   oo.stall_rtts = opts_.stall_rtts;
+  if (injector_) {
+    oo.shared_drops_fd = injector_->SharedDropsFd();
+    oo.shared_guards_fd = injector_->SharedGuardsFd();
+  }
   auto o = Observer::Create(oo, &stopping_);
   if (!o.ok()) {
     if (stopping_) return;  // cancelled by SIGTERM

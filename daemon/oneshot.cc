@@ -271,11 +271,15 @@ Json NetnsTotalsJson(const NetnsTotals& n) {
 // The observer with, for --events, the thread printing its events.
 class ObserverRun {
  public:
-  static Result<std::unique_ptr<ObserverRun>> Start(const OneShotOptions& o,
+  static Result<std::unique_ptr<ObserverRun>> Start(const OneShotOptions& o, const Injector* inj,
                                                     const std::atomic<bool>* cancel) {
     ObserverOptions oo;
     oo.filters = o.filters;
     oo.netns = o.netns;
+    if (inj) {  // a guarded rule is stopped by the observer's program
+      oo.shared_drops_fd = inj->SharedDropsFd();
+      oo.shared_guards_fd = inj->SharedGuardsFd();
+    }
     auto obs = Observer::Create(oo, cancel);
     if (!obs.ok()) return obs.status();
     std::unique_ptr<ObserverRun> run(new ObserverRun(std::move(*obs)));
@@ -433,6 +437,10 @@ int RunOneShot(const OneShotOptions& o) {
   // state dir and a running daemon's offload records alone.
   std::unique_ptr<StateDirLock> state_lock;  // one lossd per state dir (outlives inj)
   std::unique_ptr<Injector> inj;
+  if (o.rule && o.rule->guard.Any() && !o.observe) {
+    fprintf(stderr, "lossd: --guard: it is decided by the TCP observer's program: add --observe\n");
+    return 2;
+  }
   if (o.rule) {
     auto l = StateDirLock::Acquire(o.injector.state_dir);
     if (!l.ok()) {
@@ -446,7 +454,7 @@ int RunOneShot(const OneShotOptions& o) {
   }
   std::unique_ptr<ObserverRun> obs;
   if (o.observe && !sigs.stopped()) {
-    auto r = ObserverRun::Start(o, sigs.flag());
+    auto r = ObserverRun::Start(o, inj.get(), sigs.flag());
     if (!r.ok() && !sigs.stopped()) return Failed(r.status());
     if (r.ok()) obs = std::move(*r);
   }

@@ -35,7 +35,8 @@ uint64_t NowUnixNs() {
 }
 
 std::string ExpiresText(const v1::Rule& r) {
-  if (r.state() == v1::RULE_STATE_EXPIRED || r.state() == v1::RULE_STATE_DELETED)
+  if (r.state() == v1::RULE_STATE_EXPIRED || r.state() == v1::RULE_STATE_DELETED ||
+      r.state() == v1::RULE_STATE_STOPPED)
     return RuleStateName(r.state());
   if (r.expires_unix_ns() == 0) return "never";
   uint64_t now = NowUnixNs();
@@ -63,11 +64,14 @@ void PrintRuleLine(const v1::Rule& r, const char* verb) {
                                      ExpiresText(r) + ")"
                                : ", no ttl (until deleted)";
   std::string schedule = lossd::ScheduleFromProto(s.schedule()).Describe();
-  printf("rule %u %s: %s, %s, loss %s%s%s\n", r.id(), verb, Where(r).c_str(),
+  std::string guard = lossd::GuardFromProto(s.guard()).Describe();
+  printf("rule %u %s: %s, %s, loss %s%s%s%s\n", r.id(), verb, Where(r).c_str(),
          MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(),
-         schedule.empty() ? "" : (", " + schedule).c_str(), ttl.c_str());
+         schedule.empty() ? "" : (", " + schedule).c_str(),
+         guard.empty() ? "" : (", " + guard).c_str(), ttl.c_str());
   for (const auto& a : r.attachments()) printf("  attached: %s\n", a.c_str());
   if (r.state() == v1::RULE_STATE_FAILED) printf("  FAILED: %s\n", r.reason().c_str());
+  if (r.state() == v1::RULE_STATE_STOPPED) printf("  STOPPED: %s\n", r.reason().c_str());
   if (!r.hint().empty()) printf("  CHECK: %s\n", r.hint().c_str());
 }
 
@@ -79,7 +83,8 @@ void PrintRuleDetail(const v1::Rule& r) {
   const v1::RuleSpec& s = r.spec();
   const v1::RuleCounters& c = r.counters();
   printf("rule %u  %s\n", r.id(), RuleStateName(r.state()));
-  if (r.state() == v1::RULE_STATE_FAILED) KeyValue("reason", r.reason());
+  if (r.state() == v1::RULE_STATE_FAILED || r.state() == v1::RULE_STATE_STOPPED)
+    KeyValue("reason", r.reason());
   if (!r.hint().empty()) KeyValue("CHECK", r.hint());
   KeyValue("target", Where(r));
   if (!r.cgroup().empty())
@@ -89,6 +94,8 @@ void PrintRuleDetail(const v1::Rule& r) {
   std::string schedule = lossd::ScheduleFromProto(s.schedule()).Describe();
   if (!schedule.empty())
     KeyValue("schedule", schedule + ", from " + FormatUnixTime(r.schedule_start_unix_ns()));
+  std::string guard = lossd::GuardFromProto(s.guard()).Describe();
+  if (!guard.empty()) KeyValue("guard", guard);
   KeyValue("priority", std::to_string(s.priority()));
   KeyValue("ttl",
            s.ttl_ns()

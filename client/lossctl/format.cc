@@ -133,6 +133,7 @@ const char* RuleStateName(v1::RuleState s) {
   switch (s) {
     case v1::RULE_STATE_ACTIVE: return "active";
     case v1::RULE_STATE_EXPIRED: return "expired";
+    case v1::RULE_STATE_STOPPED: return "stopped";
     case v1::RULE_STATE_FAILED: return "failed";
     case v1::RULE_STATE_DELETED: return "deleted";
     default: return "unknown";

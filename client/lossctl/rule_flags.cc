@@ -114,7 +114,7 @@ bool ObjectToFlags(const google::protobuf::Struct& obj, RuleFlags* f, std::strin
       {"payload", &f->payload},   {"rate", &f->rate},       {"ge", &f->ge},
       {"every", &f->every},       {"first", &f->first},     {"seed", &f->seed},
       {"priority", &f->priority}, {"ttl", &f->ttl},     {"start_after", &f->start_after},
-      {"pulse", &f->pulse},       {"pulse_cycles", &f->pulse_cycles}};
+      {"pulse", &f->pulse},       {"pulse_cycles", &f->pulse_cycles}, {"guard", &f->guard}};
   std::map<std::string, bool*> bools = {{"per_segment", &f->per_segment}, {"force", &f->force}};
   // A rule's own loss model replaces the command line's.
   static const char* kModels[] = {"rate", "ge", "every", "first"};
@@ -167,7 +167,7 @@ bool ObjectToFlags(const google::protobuf::Struct& obj, RuleFlags* f, std::strin
                "dir, src, "
                "dst, sport, dport, "
                "proto, family, tcp_flags, payload, rate, ge, every, first, seed, priority, ttl, "
-               "start_after, pulse, pulse_cycles, per_segment, labels, force)";
+               "start_after, pulse, pulse_cycles, guard, per_segment, labels, force)";
       return false;
     }
   }

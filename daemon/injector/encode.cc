@@ -58,6 +58,7 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
   r.priority = s.priority;
   r.flags = LOSS_RULE_ACTIVE;
   if (!s.sport.Any() || !s.dport.Any()) r.flags |= LOSS_RULE_HAS_PORTS;
+  if (s.guard.Any()) r.flags |= LOSS_RULE_GUARDED;
   if (s.seed) {
     r.flags |= LOSS_RULE_SEEDED;
     r.seed = *s.seed;
@@ -92,6 +93,17 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
     r.period_ns = static_cast<uint64_t>(s.schedule.Period().count());
   }
   return r;
+}
+
+struct loss_guard EncodeGuard(const Guard& guard, const struct loss_rule& rule) {
+  struct loss_guard g;
+  std::memset(&g, 0, sizeof(g));
+  g.rule_id = rule.id;
+  g.generation = rule.generation;
+  g.stall_ns = uint64_t(guard.stall.count());
+  g.rtos = guard.rtos;
+  g.rtos_window_ns = uint64_t(guard.rtos_window.count());
+  return g;
 }
 
 }  // namespace lossd

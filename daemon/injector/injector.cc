@@ -1,9 +1,13 @@
 #include "injector/injector.h"
 
+#include <netinet/in.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "base/clock.h"
+#include "base/address.h"
 #include "base/log.h"
 #include "injector/encode.h"
 #include "rules/model.h"
@@ -26,9 +30,76 @@ void Injector::Reap() {
   ReapLocked();
 }
 
+GuardStopInfo GuardStopInfo::Of(const struct loss_guard& g) {
+  GuardStopInfo s;
+  s.condition = g.reason == LOSS_GUARD_STALL ? "stall" : g.reason == LOSS_GUARD_RTOS ? "rtos" : "";
+  s.crossed_ns = g.crossed_ns;
+  s.stopped_ns = g.stopped_ns;
+  s.last_drop_ns = g.last_drop_ns;
+  s.start_ns = g.evidence_start_ns;
+  s.rtos = g.count;
+  s.cookie = g.evidence_cookie;
+  int af = g.flow.family == AF_INET6 ? AF_INET6 : AF_INET;
+  auto end = [&](const uint32_t* a, uint16_t port) {
+    std::string h = AddrText(af, a);
+    return (af == AF_INET6 ? "[" + h + "]" : h) + ":" + std::to_string(port);
+  };
+  s.flow = end(g.flow.saddr, g.flow.sport) + " -> " + end(g.flow.daddr, g.flow.dport);
+  return s;
+}
+
+std::string GuardStopInfo::Describe(const Guard& guard) const {
+  auto ms = [](uint64_t a, uint64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.3f ms", (double(a) - double(b)) / 1e6);
+    return std::string(buf);
+  };
+  std::string d = "stopped by its guard (" + guard.Text() + "): flow " + flow;
+  if (condition == "stall")
+    d += " delivered nothing for " + ms(crossed_ns, start_ns) + " (a stall past " +
+         DurationText(guard.stall) + ")";
+  else
+    d += "'s RTO made " + std::to_string(rtos) + " RTOs of its drops within " +
+         ms(crossed_ns, start_ns) + " (more than " + std::to_string(guard.rtos) + " in " +
+         DurationText(guard.rtos_window) + ")";
+  d += "; the kernel stopped it " + ms(stopped_ns, crossed_ns) + " after that";
+  if (last_drop_ns)
+    d += last_drop_ns <= stopped_ns ? ", its last drop " + ms(stopped_ns, last_drop_ns) + " before"
+                                    : ", its last drop " + ms(last_drop_ns, stopped_ns) + " after";
+  return d;
+}
+
+// A live guarded rule its guard stopped in the kernel: retired as an expired
+// rule is, STOPPED, with the guard's evidence.
+bool Injector::GuardStoppedLocked(uint32_t id, Rule& rule) {
+  if (!rule.live || !rule.info.spec.guard.Any()) return false;
+  struct loss_guard g;
+  auto found = maps_.ReadGuard(rule.slot, &g);
+  if (!found.ok()) {
+    LOG_WARN("rule %u: %s", id, found.status().message().c_str());
+    return false;
+  }
+  // reason is written last: until then the evidence is not complete
+  if (!*found || !g.stopped_ns || !g.reason || g.rule_id != id || g.generation != rule.generation)
+    return false;
+  rule.info.guard_stop = GuardStopInfo::Of(g);
+  rule.info.note = rule.info.guard_stop.Describe(rule.info.spec.guard);
+  LOG_INFO("rule %u %s", id, rule.info.note.c_str());
+  return true;
+}
+
 void Injector::ReapLocked() {
   uint64_t now = MonotonicNs();
   for (auto& [id, rule] : rules_) {
+    if (GuardStoppedLocked(id, rule)) {
+      Status st = Retire(rule);
+      if (!st.ok()) LOG_ERROR("retire stopped rule %u: %s", id, st.message().c_str());
+      rule.info.expired = true;
+      rule.retired_ns = now;
+      expired_.push_back(id);
+      if (listener_) listener_->RuleRetired(id);
+      continue;
+    }
     bool waiting = !rule.live && !rule.info.expired && rule.retired_ns == 0;  // to re-attach
     if ((rule.live || waiting) && rule.expires_ns && now >= rule.expires_ns) {
       LOG_INFO("rule %u expired", id);

@@ -75,6 +75,20 @@ struct InjectorOptions {
   bool background = true;
 };
 
+// Why a guard stopped its rule (the kernel's loss_guard evidence; lossd.v1
+// GuardStop). Times on CLOCK_MONOTONIC.
+struct GuardStopInfo {
+  std::string condition;  // "stall", "rtos"; "": not stopped
+  uint64_t crossed_ns = 0, stopped_ns = 0, last_drop_ns = 0, start_ns = 0;
+  uint32_t rtos = 0;
+  std::string flow;  // "10.0.0.1:40000 -> 10.0.0.2:80"
+  uint64_t cookie = 0;
+  // From a stopped loss_guard entry.
+  static GuardStopInfo Of(const struct loss_guard& g);
+  // Rule.reason: "stopped by its guard: flow ... stalled longer than 500ms ...".
+  std::string Describe(const Guard& guard) const;
+};
+
 // A rule as its owner holds it.
 struct RuleInfo {
   uint32_t id = 0;
@@ -118,6 +132,9 @@ struct RuleInfo {
     if (!expires_unix_ns || end < expires_unix_ns) expires_unix_ns = end;
   }
   RuleCounters counters;         // live, or final once expired
+  // Set when its guard stopped it (STOPPED; expired is set too: it is
+  // retired as an expired rule is).
+  GuardStopInfo guard_stop;
 };
 
 // Told of every rule change, under the injector's lock (so in order, and
@@ -196,6 +213,10 @@ class Injector {
   // (total 0) if rules dropped none of its data, or its entry was evicted
   // (the log is an LRU of LOSS_DROP_FLOWS flows).
   Result<FlowDrops> DropsOf(const loss_drop_key& key) const { return maps_.DropsOf(key); }
+  // The maps the observer shares (bpf/lib/shared_maps.h: the drop log, the
+  // guards), so its program links resends to drops and stops guarded rules.
+  int SharedDropsFd() const { return maps_.DropsFd(); }
+  int SharedGuardsFd() const { return maps_.GuardsFd(); }
   // Every drop of one flow's data (as `key` names it) from now on, as the
   // data plane makes them, while the feed lives: what TraceFlow tells.
   Result<std::unique_ptr<DropFeed>> TraceDrops(const loss_drop_key& key) {
@@ -273,6 +294,7 @@ class Injector {
   void ReattachLocked(uint32_t id);
   void Reap();
   void ReapLocked();
+  bool GuardStoppedLocked(uint32_t id, Rule& rule);
   // Rules counted against --max-rules: every listed one but the history
   // (a failed rule waiting to re-attach counts: it will take a slot).
   size_t LiveLocked() const { return rules_.size() - expired_.size(); }

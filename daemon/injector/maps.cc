@@ -89,6 +89,7 @@ Result<std::unique_ptr<BpfMaps>> BpfMaps::Create() {
   m->flow_state_fd_ = bpf_map__fd(maps.loss_flow_state);
   m->traced_fd_ = bpf_map__fd(maps.loss_traced);
   m->drop_ring_fd_ = bpf_map__fd(maps.loss_drop_ring);
+  m->guards_fd_ = bpf_map__fd(maps.loss_guards);
   return m;
 }
 
@@ -169,6 +170,30 @@ Status BpfMaps::SetTraced(const loss_drop_key& key, bool on) {
     return Status::FromErrno(errno, "unmark a traced flow (loss_traced)");
   }
   return Status::Ok();
+}
+
+Status BpfMaps::WriteGuard(uint32_t slot, const struct loss_guard& g) {
+  if (bpf_map_update_elem(guards_fd_, &slot, &g, BPF_ANY)) {
+    if (errno == E2BIG || errno == ENOMEM)
+      return ResourceExhausted("at most " + std::to_string(LOSS_MAX_GUARDED) +
+                               " rules with a guard at once (loss_guards is full)");
+    return Status::FromErrno(errno, "write the guard of slot " + std::to_string(slot));
+  }
+  return Status::Ok();
+}
+
+Status BpfMaps::DeleteGuard(uint32_t slot) {
+  if (bpf_map_delete_elem(guards_fd_, &slot) && errno != ENOENT)
+    return Status::FromErrno(errno, "delete the guard of slot " + std::to_string(slot));
+  return Status::Ok();
+}
+
+Result<bool> BpfMaps::ReadGuard(uint32_t slot, struct loss_guard* g) const {
+  if (bpf_map_lookup_elem(guards_fd_, &slot, g)) {
+    if (errno == ENOENT) return false;
+    return Status::FromErrno(errno, "read the guard of slot " + std::to_string(slot));
+  }
+  return true;
 }
 
 Result<uint64_t> BpfMaps::ReadTracedLost(const loss_drop_key& key) const {

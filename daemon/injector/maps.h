@@ -72,6 +72,14 @@ class LossMaps {
   // generation) decided on, as the data plane counts them (an LRU map: a flow
   // evicted is missing).
   virtual Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t slot, uint32_t generation) const = 0;
+  // loss_guards: the guard of the rule in `slot` (written before the rule),
+  // deleted with it (none: not an error), and read (false: none).
+  virtual Status WriteGuard(uint32_t slot, const struct loss_guard& g) = 0;
+  virtual Status DeleteGuard(uint32_t slot) = 0;
+  virtual Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const = 0;
+  // The maps the observer's object shares (bpf/lib/shared_maps.h); -1: none.
+  virtual int DropsFd() const { return -1; }
+  virtual int GuardsFd() const { return -1; }
 };
 
 // One opened loss.bpf.c (its skeleton: loss.skel.h embeds the object file,
@@ -118,6 +126,11 @@ class BpfMaps final : public LossMaps {
   Result<uint64_t> ReadTracedLost(const loss_drop_key& key) const override;
   int DropRingFd() const override { return drop_ring_fd_; }
   Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t slot, uint32_t generation) const override;
+  Status WriteGuard(uint32_t slot, const struct loss_guard& g) override;
+  Status DeleteGuard(uint32_t slot) override;
+  Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const override;
+  int DropsFd() const override { return drops_fd_; }
+  int GuardsFd() const override { return guards_fd_; }
 
  private:
   BpfMaps() = default;
@@ -125,7 +138,7 @@ class BpfMaps final : public LossMaps {
   int ncpus_ = 1;
   int rules_fd_ = -1, stats_fd_ = -1, port_fd_ = -1, host_fd_ = -1, bloom_fd_ = -1, cfg_fd_ = -1;
   int hook_stats_fd_ = -1, drops_fd_ = -1, cg_self_fd_ = -1, flow_state_fd_ = -1;
-  int traced_fd_ = -1, drop_ring_fd_ = -1;
+  int traced_fd_ = -1, drop_ring_fd_ = -1, guards_fd_ = -1;
 };
 
 }  // namespace lossd

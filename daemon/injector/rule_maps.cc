@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/log.h"
+#include "injector/encode.h"
 #include "rules/model.h"
 
 namespace lossd {
@@ -47,6 +48,8 @@ Result<uint32_t> RuleMaps::Publish(const RuleSpec& spec, struct loss_rule rule) 
   uint32_t slot = free_slots_.back();
   rule.generation = ++generation_[slot];
   Status st = maps_->ResetCounters(slot);
+  if (st.ok() && (rule.flags & LOSS_RULE_GUARDED)) st = maps_->WriteGuard(slot, EncodeGuard(spec.guard, rule));
+  else if (st.ok()) st = maps_->DeleteGuard(slot);
   if (st.ok()) st = maps_->WriteRule(slot, rule);
   if (!st.ok()) return st;
   auto placed = index_.Insert(slot, spec);
@@ -72,7 +75,8 @@ Status RuleMaps::Withdraw(uint32_t slot) {
   std::memset(&off, 0, sizeof(off));
   off.generation = generation_[slot];
   Status st2 = maps_->WriteRule(slot, off);
-  return st.ok() ? st2 : st;
+  Status st3 = maps_->DeleteGuard(slot);
+  return !st.ok() ? st : !st2.ok() ? st2 : st3;
 }
 
 void RuleMaps::Free(uint32_t slot) {

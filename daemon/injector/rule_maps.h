@@ -78,6 +78,12 @@ class RuleMaps {
   }
   uint64_t LeaseUntilNs() const;
 
+  // The guard of the rule in `slot` as the kernel left it (false: none).
+  Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const {
+    return maps_->ReadGuard(slot, g);
+  }
+  int DropsFd() const { return maps_->DropsFd(); }
+  int GuardsFd() const { return maps_->GuardsFd(); }
   HookCounters HookTotals(uint32_t hook) const { return maps_->ReadHookTotals(hook); }
   Result<FlowDrops> DropsOf(const loss_drop_key& key) const;
 

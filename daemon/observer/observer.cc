@@ -413,12 +413,30 @@ void Observer::AttachTracepoints(std::map<std::string, std::string>& load_errors
   }
 }
 
+namespace {
+
+// The maps of bpf/lib/shared_maps.h: the injector's, or (none running) the
+// smallest of our own, which nothing writes.
+Status ShareInjectorMaps(observe_bpf* skel, const ObserverOptions& opts) {
+  for (auto [map, fd] : {std::make_pair(skel->maps.loss_drops, opts.shared_drops_fd),
+                         std::make_pair(skel->maps.loss_guards, opts.shared_guards_fd)}) {
+    int err = fd >= 0 ? bpf_map__reuse_fd(map, fd) : bpf_map__set_max_entries(map, 1);
+    if (err)
+      return Status::FromErrno(-err, std::string(fd >= 0 ? "share the injector's " : "size ") +
+                                         bpf_map__name(map));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Observer::Load(const ObserverOptions& opts, const std::atomic<bool>* cancel) {
   // The maps first, then one program at a time (docs/architecture.md#start-up).
   observe_bpf* skel = observe_bpf__open();
   if (!skel) return Status::FromErrno(errno, "open the TCP observer's BPF object");
   skel_.reset(skel);
   AutoloadNone(skel->obj);
+  LOSSD_RETURN_IF_ERROR(ShareInjectorMaps(skel, opts));
   int err = observe_bpf__load(skel);
   if (err) return Status::FromErrno(-err, "create the TCP observer's BPF maps");
   std::map<std::string, std::string> load_errors;

@@ -59,6 +59,11 @@ struct ObserverOptions {
   // the flow's minimum RTT) while data waits (docs/observer.md#stalls).
   uint64_t stall_min_ns = OBS_STALL_MIN_NS_DEFAULT;
   uint32_t stall_rtts = OBS_STALL_RTTS_DEFAULT;
+  // The injector's drop log and guards (Injector::SharedDropsFd/GuardsFd):
+  // the observer's program links resends to drops through them and stops a
+  // guarded rule in the kernel. -1: no injector (its own, empty).
+  int shared_drops_fd = -1;
+  int shared_guards_fd = -1;
 };
 
 struct ObsHookStatus {

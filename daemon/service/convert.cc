@@ -67,8 +67,9 @@ void OwnerToProto(const CgroupOwner& o, v1::CgroupOwner* out) {
 void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_id(r.id);
   SpecToProto(r.spec, out->mutable_spec());
-  out->set_state(r.deleted           ? v1::RULE_STATE_DELETED
-                 : r.expired         ? v1::RULE_STATE_EXPIRED
+  out->set_state(r.deleted                       ? v1::RULE_STATE_DELETED
+                 : !r.guard_stop.condition.empty() ? v1::RULE_STATE_STOPPED
+                 : r.expired                     ? v1::RULE_STATE_EXPIRED
                  : !r.failed.empty() ? v1::RULE_STATE_FAILED
                                      : v1::RULE_STATE_ACTIVE);
   out->set_reason(!r.failed.empty() ? r.failed : r.note);
@@ -79,6 +80,18 @@ void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   out->set_hint(r.hint);
   out->set_schedule_start_mono_ns(r.schedule_start_mono_ns);
   out->set_schedule_start_unix_ns(r.schedule_start_unix_ns);
+  if (!r.guard_stop.condition.empty()) {
+    const GuardStopInfo& g = r.guard_stop;
+    v1::GuardStop* gs = out->mutable_guard_stop();
+    gs->set_condition(g.condition);
+    gs->set_crossed_mono_ns(g.crossed_ns);
+    gs->set_stopped_mono_ns(g.stopped_ns);
+    gs->set_last_drop_mono_ns(g.last_drop_ns);
+    gs->set_evidence_start_mono_ns(g.start_ns);
+    gs->set_rtos(g.rtos);
+    gs->set_flow(g.flow);
+    gs->set_socket_cookie(g.cookie);
+  }
   if (!r.cgroup.empty()) {
     std::string rel = r.CgroupRelative();
     out->set_cgroup(rel);

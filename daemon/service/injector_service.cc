@@ -59,16 +59,26 @@ Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels
 }  // namespace
 
 // A client's spec as the daemon keeps it: without a TTL, the daemon's default.
-Status InjectorService::FromClient(const v1::RuleSpec& in, RuleSpec* spec) const {
+// A guard is decided by the observer's program: without the observer it
+// would never stop the rule, so it is refused (or waits for it to load).
+Status InjectorService::FromClient(const v1::RuleSpec& in, RuleSpec* spec,
+                                   Components::Deadline deadline) const {
   LOSSD_RETURN_IF_ERROR(SpecFromProto(in, spec));
   ApplyDefaultTtl(parts_->limits(), spec);
+  if (spec->guard.Any()) {
+    auto obs = parts_->NeedObserver(deadline);
+    if (!obs.ok())
+      return Status(obs.status().code(), "guard: it is decided by the TCP observer's program: " +
+                                             obs.status().message());
+  }
   return Status::Ok();
 }
 
-Status InjectorService::Create(Injector* inj, const v1::RuleSpec& in, v1::Rule* out) {
+Status InjectorService::Create(Injector* inj, const v1::RuleSpec& in, v1::Rule* out,
+                               Components::Deadline deadline) {
   LOSSD_RETURN_IF_ERROR(CheckLabels(in.labels(), parts_->api(), "labels"));
   RuleSpec spec;
-  LOSSD_RETURN_IF_ERROR(FromClient(in, &spec));
+  LOSSD_RETURN_IF_ERROR(FromClient(in, &spec, deadline));
   auto id = inj->Add(spec);
   if (!id.ok()) return id.status();
   auto info = inj->Get(*id);
@@ -82,7 +92,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContex
                                                       v1::Rule* resp) {
   auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
-  Status st = Create(*inj, req->spec(), resp);
+  Status st = Create(*inj, req->spec(), resp, ctx->deadline());
   LogChange(ctx, "CreateRule", st, "rule " + std::to_string(resp->id()));
   return Reply(ctx, st);
 }
@@ -100,7 +110,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
   std::vector<uint32_t> created;
   for (int i = 0; i < req->specs_size(); i++) {
     v1::Rule rule;
-    Status st = Create(*inj, req->specs(i), &rule);
+    Status st = Create(*inj, req->specs(i), &rule, ctx->deadline());
     if (st.ok()) {
       created.push_back(rule.id());
       *resp->add_rules() = rule;
@@ -134,7 +144,7 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
   if (!inj.ok()) return Reply(ctx, inj.status());
   RuleSpec spec;
   Status st = CheckLabels(req->spec().labels(), parts_->api(), "spec.labels");
-  if (st.ok()) st = FromClient(req->spec(), &spec);
+  if (st.ok()) st = FromClient(req->spec(), &spec, ctx->deadline());
   if (st.ok()) st = (*inj)->Replace(req->id(), spec);
   LogChange(ctx, "UpdateRule", st, "rule " + std::to_string(req->id()));
   if (!st.ok()) return Reply(ctx, st);

@@ -40,8 +40,9 @@ class InjectorService final : public v1::Injector::CallbackService {
                                           v1::RuleEffect*) override;
 
  private:
-  Status Create(Injector* inj, const v1::RuleSpec& spec, v1::Rule* out);
-  Status FromClient(const v1::RuleSpec& in, RuleSpec* spec) const;
+  Status Create(Injector* inj, const v1::RuleSpec& spec, v1::Rule* out,
+                Components::Deadline deadline);
+  Status FromClient(const v1::RuleSpec& in, RuleSpec* spec, Components::Deadline deadline) const;
 
   const Components* parts_;  // every RPC needs the injector (UNAVAILABLE while it loads)
 };

@@ -128,6 +128,10 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
     if (!k.ok()) return k.status();
     r.schedule.cycles = static_cast<uint32_t>(*k);
   }
+  if (!f.guard.empty()) {
+    Status st = ParseGuard(f.guard, &r.guard);
+    if (!st.ok()) return Named(name("guard"), st);
+  }
   r.per_segment = f.per_segment;
   r.reattach = f.reattach;
 
@@ -181,6 +185,10 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
                   "plane's clock): dormant, the rule matches nothing");
   app->add_option("--pulse-cycles", f->pulse_cycles,
                   "End the rule (EXPIRED) after this many active windows (default: at its TTL)");
+  app->add_option("--guard", f->guard,
+                  "Stop the rule (STOPPED) in the kernel when TCP says enough: stall>DURATION "
+                  "(a flow it dropped from stalls that long), rtos>N/WINDOW (more than N RTOs "
+                  "of its drops in WINDOW), comma-separated, e.g. stall>500ms,rtos>5/2s");
   app->add_flag("--per-segment", f->per_segment,
                 "Exact per-segment loss: GSO/GRO off on the interface while the rule lives");
   app->add_flag("--reattach", f->reattach,
@@ -215,7 +223,8 @@ std::string* RuleFlagsField(RuleFlags* f, const std::string& name) {
       {"ttl", &RuleFlags::ttl},
       {"start_after", &RuleFlags::start_after},
       {"pulse", &RuleFlags::pulse},
-      {"pulse_cycles", &RuleFlags::pulse_cycles}};
+      {"pulse_cycles", &RuleFlags::pulse_cycles},
+      {"guard", &RuleFlags::guard}};
   for (const auto& [n, m] : kFields)
     if (name == n) return &(f->*m);
   return nullptr;

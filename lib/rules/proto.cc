@@ -39,6 +39,17 @@ Schedule ScheduleFromProto(const v1::Schedule& in) {
   return s;
 }
 
+Guard GuardFromProto(const v1::Guard& in) {
+  auto ns = [](uint64_t v) {
+    return std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX)));
+  };
+  Guard g;
+  g.stall = ns(in.stall_ns());
+  g.rtos = in.rtos();
+  g.rtos_window = ns(in.rtos_window_ns());
+  return g;
+}
+
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
   RuleSpec s;
   s.iface = in.interface();
@@ -129,6 +140,7 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
       std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(in.ttl_ns(), INT64_MAX)));
   s.ttl_given = in.has_ttl_ns();
   if (in.has_schedule()) s.schedule = ScheduleFromProto(in.schedule());
+  if (in.has_guard()) s.guard = GuardFromProto(in.guard());
   s.per_segment = in.per_segment();
   s.reattach = in.reattach();
   for (const auto& [k, v] : in.labels()) s.labels[k] = v;
@@ -193,6 +205,12 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
     sc->set_active_ns(static_cast<uint64_t>(s.schedule.active.count()));
     sc->set_dormant_ns(static_cast<uint64_t>(s.schedule.dormant.count()));
     sc->set_cycles(s.schedule.cycles);
+  }
+  if (s.guard.Any()) {
+    v1::Guard* g = out->mutable_guard();
+    g->set_stall_ns(static_cast<uint64_t>(s.guard.stall.count()));
+    g->set_rtos(s.guard.rtos);
+    g->set_rtos_window_ns(static_cast<uint64_t>(s.guard.rtos_window.count()));
   }
   out->set_per_segment(s.per_segment);
   out->set_reattach(s.reattach);

@@ -17,6 +17,7 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out);
 void SpecToProto(const RuleSpec& in, v1::RuleSpec* out);
 // The schedule alone (lossctl describes it with Schedule::Describe).
 Schedule ScheduleFromProto(const v1::Schedule& in);
+Guard GuardFromProto(const v1::Guard& in);
 
 // A gRPC status code's name ("NOT_FOUND"), as lossd logs it and lossctl
 // prints it: here because this is the one library both link with gRPC.

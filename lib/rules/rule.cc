@@ -537,6 +537,95 @@ Status ParsePulse(const std::string& text, Schedule* out) {
   return Status::Ok();
 }
 
+namespace {
+
+Status CheckGuardDuration(const char* what, std::chrono::nanoseconds v) {
+  if (v.count() < kMinGuardNs || v.count() > kMaxGuardNs)
+    return InvalidArgument(std::string(what) + " must lie between " +
+                           DurationText(std::chrono::nanoseconds(kMinGuardNs)) + " and " +
+                           DurationText(std::chrono::nanoseconds(kMaxGuardNs)) + " (got " +
+                           DurationText(v) + ")");
+  return Status::Ok();
+}
+
+Status CheckGuard(const Guard& g) {
+  if (g.stall.count()) LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
+  if (g.rtos_window.count())
+    LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's RTO window", g.rtos_window));
+  if (g.rtos > kMaxGuardRtos || (g.rtos && !g.rtos_window.count()))
+    return InvalidArgument("a guard's RTO count must lie between 0 and " +
+                           std::to_string(kMaxGuardRtos) + ", with its window");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseGuard(const std::string& text, Guard* out) {
+  if (text.size() > kMaxInputLength)
+    return InvalidArgument("guard is at most " + std::to_string(kMaxInputLength) + " characters");
+  Guard g;
+  bool stall = false, rtos = false;
+  std::stringstream in(text);
+  std::string part;
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("invalid guard '" + Shown(TrimSpace(part)) + "': " + why);
+  };
+  while (std::getline(in, part, ',')) {
+    std::string c = TrimSpace(part);
+    size_t gt = c.find('>');
+    std::string kind = gt == std::string::npos ? c : TrimSpace(c.substr(0, gt));
+    for (auto& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    std::string value = gt == std::string::npos ? "" : TrimSpace(c.substr(gt + 1));
+    if (gt == std::string::npos || (kind != "stall" && kind != "rtos"))
+      return bad("expected stall>DURATION or rtos>N/WINDOW, e.g. stall>500ms,rtos>5/2s");
+    if (kind == "stall") {
+      if (stall) return bad("stall given twice");
+      stall = true;
+      auto d = ParseDuration(value);
+      if (!d.ok()) return bad(d.status().message());
+      g.stall = *d;
+      LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
+    } else {
+      if (rtos) return bad("rtos given twice");
+      rtos = true;
+      size_t slash = value.find('/');
+      if (slash == std::string::npos) return bad("expected rtos>N/WINDOW, e.g. rtos>5/2s");
+      uint64_t n = 0;
+      if (!ParseUint(TrimSpace(value.substr(0, slash)), kMaxGuardRtos, &n))
+        return bad("the RTO count must be a whole number from 0 to " +
+                   std::to_string(kMaxGuardRtos));
+      auto w = ParseDuration(value.substr(slash + 1));
+      if (!w.ok()) return bad("the window: " + w.status().message());
+      g.rtos = static_cast<uint32_t>(n);
+      g.rtos_window = *w;
+      LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's RTO window", g.rtos_window));
+    }
+  }
+  if (!g.Any())
+    return InvalidArgument("invalid guard '" + Shown(text) +
+                           "': expected stall>DURATION or rtos>N/WINDOW, e.g. stall>500ms");
+  *out = g;
+  return Status::Ok();
+}
+
+std::string Guard::Text() const {
+  std::string t;
+  if (stall.count()) t = "stall>" + DurationText(stall);
+  if (rtos_window.count())
+    t += (t.empty() ? "" : ",") + std::string("rtos>") + std::to_string(rtos) + "/" +
+         DurationText(rtos_window);
+  return t;
+}
+
+std::string Guard::Describe() const {
+  std::string d;
+  if (stall.count()) d = "a stall > " + DurationText(stall);
+  if (rtos_window.count())
+    d += (d.empty() ? "" : " or ") + std::string("> ") + std::to_string(rtos) + " RTOs in " +
+         DurationText(rtos_window);
+  return d.empty() ? d : "stop on " + d;
+}
+
 std::string Schedule::Describe() const {
   std::string d;
   if (start_after.count()) d = "start after " + DurationText(start_after);
@@ -682,6 +771,10 @@ Status Validate(const RuleSpec& s) {
       sc.cycles > uint64_t(kMaxDurationSeconds) * 1000000000ull / uint64_t(sc.Period().count()))
     return InvalidArgument("schedule: the pulses would last longer than " +
                            std::to_string(kMaxDurationSeconds) + " s");
+  if (s.guard.Any() || s.guard.rtos) {
+    Status st = CheckGuard(s.guard);
+    if (!st.ok()) return InvalidArgument("guard: " + st.message());
+  }
   return Status::Ok();
 }
 

@@ -86,6 +86,26 @@ constexpr int64_t kMinPulseNs = 1000000;             // 1 ms
 constexpr int64_t kMaxPulseNs = 86400LL * 1000000000;  // 1 day
 constexpr uint32_t kMaxPulseCycles = 1000000;
 
+// When a rule stops itself (lossd.v1 Guard; docs/guards.md): on a stall
+// longer than `stall` of a flow that resent a segment it dropped, or on more
+// than `rtos` RTOs of such resends within `rtos_window`. Decided in the kernel.
+struct Guard {
+  std::chrono::nanoseconds stall{0};        // 0: no stall condition
+  uint32_t rtos = 0;                        // "more than" this many ...
+  std::chrono::nanoseconds rtos_window{0};  // ... within this; 0: no RTO condition
+  bool Any() const { return stall.count() > 0 || rtos_window.count() > 0; }
+  // "stall>500ms,rtos>5/2s" (what ParseGuard reads back); "" when none.
+  std::string Text() const;
+  // "stop on a stall > 500ms or > 5 RTOs in 2s"; "" when none.
+  std::string Describe() const;
+  bool operator==(const Guard& o) const {
+    return stall == o.stall && rtos == o.rtos && rtos_window == o.rtos_window;
+  }
+};
+constexpr int64_t kMinGuardNs = 1000000;               // 1 ms
+constexpr int64_t kMaxGuardNs = 3600LL * 1000000000;   // 1 h
+constexpr uint32_t kMaxGuardRtos = LOSS_GUARD_RING - 1;
+
 struct RuleSpec {
   // Target.
   std::string iface;      // interface name; required unless a cgroup or a service is named
@@ -109,6 +129,7 @@ struct RuleSpec {
   // one the daemon gives its --default-ttl.
   bool ttl_given = false;
   Schedule schedule;                // when it drops (none: always, while it lives)
+  Guard guard;                      // when it stops itself (none: never)
   bool per_segment = false;         // make each skb one wire segment on the interface
   // When the interface is deleted the rule is FAILED; with reattach it
   // attaches again to the next interface of that name (not for hook cgroup).
@@ -169,6 +190,10 @@ Result<LossModel> ParseGilbertElliott(const std::string& text);
 // A pulse "ACTIVE/DORMANT" (durations as above, e.g. "200ms/800ms"), each
 // kMinPulseNs .. kMaxPulseNs.
 Status ParsePulse(const std::string& text, Schedule* out);
+// Guard conditions, comma-separated: "stall>DURATION" and "rtos>N/WINDOW"
+// (e.g. "stall>500ms,rtos>5/2s"); durations kMinGuardNs .. kMaxGuardNs, N
+// 0 .. kMaxGuardRtos; each kind at most once.
+Status ParseGuard(const std::string& text, Guard* out);
 // Enumerations, any case, with or without the lossd.v1 enum prefix
 // ("HOOK_", "DIRECTION_", "PAYLOAD_"); the empty string is the default.
 Result<Hook> ParseHook(const std::string& text);            // auto xdp tc cgroup

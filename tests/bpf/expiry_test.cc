@@ -1,6 +1,9 @@
 // Deadlines the data plane enforces by itself (the fixture's injector runs
 // without its background thread, so nothing in user space intervenes): a
 // rule's TTL and the owner's lease.
+#include <bpf/bpf.h>
+#include <netinet/in.h>
+
 #include <thread>
 
 #include "base/clock.h"
@@ -214,6 +217,78 @@ TEST_F(Expiry, PulseDropsOnlyInItsActiveWindowsThenEnds) {
   auto after = inj_->Get(id);
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(after->expired);
+}
+
+// Guards (issue 22): the observer's program stops a guarded rule by setting
+// its loss_guards entry's stopped_ns (here the test does, as guard_stop
+// would); from the next packet the rule matches nothing, as an expired one,
+// and the reaper lists it STOPPED with the evidence.
+TEST_F(Expiry, GuardStopPassesFromTheNextPacket) {
+  const Prog p = Prog::kTcOut;
+  PacketSpec pkt = Tcp4("10.0.0.1", "10.0.0.2", 1, 2, 0x18 /* PSH ACK */, 100);
+  RuleSpec guarded = Rule(p, 1.0), lower = Rule(p, 0.0);
+  guarded.priority = 10;
+  guarded.guard.stall = 500ms;
+  uint32_t id = Add(guarded), low = Add(lower);
+  ASSERT_NE(id, 0u);
+  ASSERT_NE(low, 0u);
+  int fd = inj_->SharedGuardsFd();
+  ASSERT_GE(fd, 0);
+  // Its entry, found by the rule's id (the key is its slot).
+  auto find = [&](uint32_t* slot, loss_guard* g) {
+    uint32_t key = 0, next = 0;
+    for (bool first = true; bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0;
+         first = false) {
+      key = next;
+      if (bpf_map_lookup_elem(fd, &key, g) == 0 && g->rule_id == id) {
+        *slot = key;
+        return true;
+      }
+    }
+    return false;
+  };
+  uint32_t slot = 0;
+  loss_guard g{};
+  ASSERT_TRUE(find(&slot, &g)) << "no loss_guards entry for rule " << id;
+  EXPECT_EQ(g.stall_ns, 500000000u);
+  EXPECT_EQ(g.stopped_ns, 0u);
+  EXPECT_EQ(g.last_drop_ns, 0u);
+  uint64_t before = MonotonicNs();
+  EXPECT_VERDICT(p, Run(p, pkt), DropVerdict(p)) << "before the stop";
+  ASSERT_EQ(bpf_map_lookup_elem(fd, &slot, &g), 0);
+  EXPECT_GE(g.last_drop_ns, before) << "each drop of a guarded rule is timed";
+  EXPECT_LE(g.last_drop_ns, MonotonicNs());
+  const uint64_t last_drop = g.last_drop_ns;
+
+  g.stopped_ns = MonotonicNs();
+  g.crossed_ns = g.stopped_ns - 1000;
+  g.evidence_start_ns = g.crossed_ns - 500000000;
+  g.flow.family = AF_INET;
+  g.flow.sport = 1;
+  g.flow.dport = 2;
+  g.reason = LOSS_GUARD_STALL;
+  ASSERT_EQ(bpf_map_update_elem(fd, &slot, &g, BPF_ANY), 0);
+  HookCounters d = RunCounted(p, pkt, 1000, PassVerdict(p), "after the stop");
+  EXPECT_EQ(d.dropped, 0u);
+  // Stopped: it matches nothing (its counters as the stop left them), the
+  // lower rule decides.
+  EXPECT_EQ(Counters(id).matched_pkts, 1u);
+  EXPECT_EQ(Counters(id).dropped_pkts, 1u);
+  EXPECT_EQ(Counters(low).matched_pkts, 1000u);
+  ASSERT_EQ(bpf_map_lookup_elem(fd, &slot, &g), 0);
+  EXPECT_EQ(g.last_drop_ns, last_drop);
+
+  inj_->Tick();
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_TRUE(info->expired);
+  EXPECT_EQ(info->guard_stop.condition, "stall");
+  EXPECT_EQ(info->guard_stop.last_drop_ns, last_drop);
+  EXPECT_EQ(info->guard_stop.flow, "0.0.0.0:1 -> 0.0.0.0:2");
+  EXPECT_NE(info->note.find("stopped by its guard (stall>500ms)"), std::string::npos) << info->note;
+  EXPECT_EQ(info->counters.dropped_pkts, 1u);
+  // Retired: its entry is gone with it.
+  EXPECT_NE(bpf_map_lookup_elem(fd, &slot, &g), 0);
 }
 
 }  // namespace

@@ -111,10 +111,26 @@ class FakeMaps final : public LossMaps {
   Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t, uint32_t) const override {
     return std::vector<uint64_t>{};
   }
+  Status WriteGuard(uint32_t slot, const struct loss_guard& g) override {
+    Push(log_, "guard " + std::to_string(slot));
+    guards[slot] = g;
+    return Status::Ok();
+  }
+  Status DeleteGuard(uint32_t slot) override {
+    if (guards.erase(slot)) Push(log_, "guard " + std::to_string(slot) + " deleted");
+    return Status::Ok();
+  }
+  Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const override {
+    auto it = guards.find(slot);
+    if (it == guards.end()) return false;
+    *g = it->second;
+    return true;
+  }
 
   std::map<uint32_t, struct loss_rule> rules;  // as last written
   std::map<uint32_t, RuleCounters> counters;   // what the data plane counted
   struct loss_config cfg {};                   // as last written
+  std::map<uint32_t, struct loss_guard> guards;  // loss_guards as written (and "stopped")
   bool fail_rules = false, fail_lists = false, traced_full = false;
   std::map<uint16_t, uint64_t> traced_lost;  // loss_traced by dport: the ring's losses
 

@@ -30,6 +30,7 @@ Json ValueOf(const RuleSpec& r, const std::string& flag) {
   if (flag == "start_after") return r.schedule.start_after.count();
   if (flag == "pulse") return {r.schedule.active.count(), r.schedule.dormant.count()};
   if (flag == "pulse_cycles") return r.schedule.cycles;
+  if (flag == "guard") return {r.guard.stall.count(), r.guard.rtos, r.guard.rtos_window.count()};
   if (flag == "sport") return {r.sport.lo, r.sport.hi};
   if (flag == "dport") return {r.dport.lo, r.dport.hi};
   if (flag == "src") return r.src ? r.src->ToString() : "";

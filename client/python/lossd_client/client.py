@@ -253,6 +253,10 @@ class Client(_Closing):
         Schedule (the data plane's clock): start_after='2s', pulse='200ms/800ms'
           (active/dormant: dormant, the rule matches nothing), pulse_cycles=K (the
           rule ends after K active windows; Rule.schedule_start_mono_ns is the origin).
+        Guard (decided in the kernel, docs/guards.md): guard='stall>500ms' (a flow it
+          dropped from stalls that long) and/or 'rtos>5/2s' (more than 5 RTOs of its
+          drops in 2 s), comma-separated: the rule stops, state 'stopped', and
+          Rule.guard_stop holds the evidence.
         """
         req = self.pb2.CreateRuleRequest(spec=self._spec_proto(_spec.rule_spec(iface, **kw)))
         return _t.Rule.from_proto(self._unary(self._injector.CreateRule, req, timeout), self.pb2)

@@ -284,13 +284,59 @@ def schedule(start_after=None, pulse=None, pulse_cycles=None):
     return out
 
 
+MIN_GUARD_NS, MAX_GUARD_NS, MAX_GUARD_RTOS = 10**6, 3600 * 10**9, 63  # as lossd's
+
+
+def _guard(text):
+    """The Guard of a rule (lossd.v1), {} for none: 'stall>500ms' (stop on a stall of a flow
+    it dropped from longer than that), 'rtos>5/2s' (on more than 5 RTOs resending its drops
+    within 2 s), or both, comma-separated. Decided in the kernel (docs/guards.md)."""
+    if text is None:
+        return {}
+    if not isinstance(text, str):
+        raise LossdInputError("guard: expected a string such as 'stall>500ms,rtos>5/2s', got %r"
+                              % (text,))
+    out, seen = {}, set()
+
+    def within(ns, what, val):
+        if not MIN_GUARD_NS <= ns <= MAX_GUARD_NS:
+            raise LossdInputError("guard: a guard's %s must lie between 1ms and 1h, got %r"
+                                  % (what, val))
+        return ns
+
+    for part in text.split(","):
+        c = part.strip()
+        kind, gt, value = c.partition(">")
+        kind, value = kind.strip().lower(), value.strip()
+        if not gt or kind not in ("stall", "rtos"):
+            raise LossdInputError("guard: invalid guard %r: expected stall>DURATION or "
+                                  "rtos>N/WINDOW, e.g. stall>500ms,rtos>5/2s" % (c,))
+        if kind in seen:
+            raise LossdInputError("guard: invalid guard %r: %s given twice" % (c, kind))
+        seen.add(kind)
+        if kind == "stall":
+            out["stall_ns"] = within(parse_duration(value, "guard"), "stall", value)
+            continue
+        n, slash, window = value.partition("/")
+        if not slash:
+            raise LossdInputError("guard: invalid guard %r: expected rtos>N/WINDOW, e.g. rtos>5/2s"
+                                  % (c,))
+        n = n.strip()
+        if not n.isdigit() or not n.isascii() or int(n) > MAX_GUARD_RTOS:
+            raise LossdInputError("guard: invalid guard %r: the RTO count must be a whole number "
+                                  "from 0 to %d" % (c, MAX_GUARD_RTOS))
+        out["rtos"] = int(n)
+        out["rtos_window_ns"] = within(parse_duration(window, "guard"), "RTO window", window)
+    return out
+
+
 def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, pod=None,
               direction="ingress", hook="auto",
               src=None, dst=None, sport=None, dport=None, protocol=None, family=None,
               tcp_flags=None, payload=None,
               rate=None, ge=None, every=None, first=None, seed=None,
               priority=0, ttl=None, per_segment=False, labels=None, force=False,
-              reattach=False, start_after=None, pulse=None, pulse_cycles=None):
+              reattach=False, start_after=None, pulse=None, pulse_cycles=None, guard=None):
     """A RuleSpec from friendly arguments (see Client.add_rule)."""
     if not iface and not cgroup and not (pid or unit or container or pod):
         raise LossdInputError("target: give iface= and/or cgroup=, pid=, unit=, container= or pod=")
@@ -344,6 +390,9 @@ def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, p
     sched = schedule(start_after, pulse, pulse_cycles)
     if sched:
         spec["schedule"] = sched
+    stop = _guard(guard)
+    if stop:
+        spec["guard"] = stop
     if per_segment:
         spec["per_segment"] = True
     if reattach:

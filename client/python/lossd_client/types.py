@@ -174,7 +174,7 @@ class LossModel:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     id: int
-    state: str                # 'active', 'expired', 'failed', 'deleted' (kept after delete_rule), 'unspecified'
+    state: str                # 'active', 'expired', 'stopped' (by its guard), 'failed', 'deleted' (kept after delete_rule), 'unspecified'
     reason: str
     attachments: tuple
     interface: str
@@ -211,6 +211,12 @@ class Rule:
     cycles: int = 0
     schedule_start_mono_ns: int = 0
     schedule_start_unix_ns: int = 0
+    # Its guard (lossd.v1 Guard; all 0: none) and, once stopped by it (state 'stopped'), why:
+    # the GuardStop message (condition, crossed/stopped/last_drop_mono_ns, flow, ...).
+    guard_stall_ns: int = 0
+    guard_rtos: int = 0
+    guard_rtos_window_ns: int = 0
+    guard_stop: typing.Any = None
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -224,6 +230,10 @@ class Rule:
                              schedule_start_unix_ns=m.schedule_start_unix_ns)
         else:
             sched = {}
+        if hasattr(s, "guard"):  # stubs of a daemon with guards
+            sched.update(guard_stall_ns=s.guard.stall_ns, guard_rtos=s.guard.rtos,
+                         guard_rtos_window_ns=s.guard.rtos_window_ns,
+                         guard_stop=m.guard_stop if m.HasField("guard_stop") else None)
         svc = {k: getattr(s, k) for k in ("pid", "unit", "container", "pod") if hasattr(s, k)}
         if hasattr(m, "cgroup_id"):
             svc.update(resolved_cgroup=m.cgroup, cgroup_id=m.cgroup_id)

@@ -39,6 +39,9 @@ def value_of(spec, flag):
         return [sched["active_ns"], sched["dormant_ns"]]
     if flag == "pulse_cycles":
         return sched["cycles"]
+    if flag == "guard":
+        g = spec.get("guard", {})
+        return [g.get("stall_ns", 0), g.get("rtos", 0), g.get("rtos_window_ns", 0)]
     if flag in ("sport", "dport"):
         pr = match.get(flag, {"lo": 0, "hi": 65535})
         return [pr["lo"], pr["hi"]]

@@ -237,7 +237,8 @@ class DaemonTestCase(unittest.TestCase):
 def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sport=None, dport=None,
               protocol="", payload="any", rate=None, every_nth=None, first_k=None, ge=None, seed=None,
               ttl_ns=0, labels=None, priority=0, force=False, family=0, tcp_flags="", cgroup="",
-              per_segment=False, reattach=False, pid=0, unit="", container="", pod="", schedule=None):
+              per_segment=False, reattach=False, pid=0, unit="", container="", pod="", schedule=None,
+              guard=None):
     def pr(p):
         if p is None:
             return None
@@ -275,6 +276,8 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
         s.labels[k] = v
     if schedule:  # dict of lossd.v1 Schedule fields
         s.schedule.CopyFrom(pb.Schedule(**schedule))
+    if guard:  # dict of lossd.v1 Guard fields
+        s.guard.CopyFrom(pb.Guard(**guard))
     return s
 
 

@@ -1,0 +1,175 @@
+"""Daemon e2e: guards, rules that stop themselves when TCP says enough (issue 22). The daemon
+runs in namespace A with its observer; a paced TCP transfer goes A -> B, and the rule drops
+its data on A's egress. A guard is decided in the kernel: the observer's sock_ops program,
+at a resend of a segment the rule dropped (the drop log's link), counts it and, or its own
+timer at a stall's limit, stops the rule; the injector's programs pass from then on. The
+daemon then shows it STOPPED with the evidence (Rule.guard_stop).
+
+  test_stall_guard_stops_a_blackhole
+      A 100 % rule with guard stall>500ms: the flow stalls (no delivery), the guard stops
+      the rule at the stall's 500 ms, the flow recovers and delivers every byte. The rule's
+      last drop was before the stop (nothing dropped after it: its counters stay frozen),
+      the evidence names the flow (its sender's port), and the observer's own stall event
+      for that flow starts when the guard says the stall started, lasts past 500 ms and
+      was an RTO stall caused by the rule's drop. `lossctl rule get` says STOPPED and why.
+  test_rto_guard_fires_under_heavy_loss
+      30 % loss with guard rtos>5/2s: stopped by the 6th RTO within 2 s of the first of
+      them, each an RTO resend of that flow the observer streamed (WatchRetransmits, type
+      RTO) between the evidence's first RTO and the stop.
+  test_rto_guard_holds_under_light_loss
+      The same guard on a 0.1 % per-segment rule over a 10 s transfer (about 86,000 wire
+      segments: about 86 drops), the flow recovering by fast retransmit: the guard never
+      fires (the rule is ACTIVE at the end).
+  test_bad_guards_are_refused
+      A stall under 1 ms, an RTO window over 1 h, more than 63 RTOs, a count without its
+      window: INVALID_ARGUMENT, each naming what is wrong.
+"""
+import time
+
+import grpc
+
+from lab import config, traffic
+from lab.clients import run_client
+from lab.config import main
+from lab.daemon import DaemonTestCase, wait_until
+from lab.netns import measured
+
+PORT = 9081
+MS = 1_000_000
+
+
+class Guards(DaemonTestCase):
+    def stopped(self, rid):
+        g = self.d.get(rid)
+        return g if self.pb.RuleState.Name(g.state) == "RULE_STATE_STOPPED" else None
+
+    def blackhole_flow(self, nbytes, rate_mbit, rule_first=False, **rule):
+        """A transfer A -> B and the rule on its data (rule_first: the rule before the flow
+        connects, as per_segment needs: a socket takes its GSO size at connect)."""
+        lab = self.lab
+
+        def create():
+            return self.d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=PORT,
+                                 payload="only", **rule)
+        r = create() if rule_first else None
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, nbytes, rate_mbit, hold=False,
+                               acked=False)
+        self.addCleanup(flow.close)
+        if r is None:
+            time.sleep(0.3)  # under way
+            r = create()
+        return flow, r
+
+    def test_stall_guard_stops_a_blackhole(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        stalls = self.watch_stalls()
+        nbytes = 20_000_000
+        flow, r = self.blackhole_flow(nbytes, 100, rate=1.0, guard=dict(stall_ns=500 * MS))
+        self.assertEqual(r.spec.guard.stall_ns, 500 * MS, r)
+        info = wait_until(lambda: self.stopped(r.id), 15, "the guard to stop the rule")
+        g = info.guard_stop
+        sport = flow.cli.sports[0]
+        self.assertEqual(g.condition, "stall", info)
+        self.assertEqual(g.flow, "%s:%d -> %s:%d" % (lab.V4_A, sport, lab.V4_B, PORT), info)
+        self.assertEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, 500 * MS, info)
+        self.assertGreaterEqual(g.stopped_mono_ns, g.crossed_mono_ns, info)
+        self.assertGreater(g.last_drop_mono_ns, 0, info)
+        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
+        self.assertIn("stall", info.reason)
+        self.assertIn(":%d -> " % sport, info.reason)
+        self.assertGreater(info.counters.dropped_packets, 0, info)
+
+        # The flow recovers: every byte delivered.
+        sent, got = flow.wait()
+        self.assertEqual(sent["bytes"], nbytes, sent)
+        self.assertEqual(got["bytes"], nbytes, got)
+        # Nothing dropped after the stop: the counters as the stop left them.
+        self.assertEqual(d.get(r.id).counters.dropped_packets, info.counters.dropped_packets)
+
+        # The observer's own view of that stall: it began when the guard says, lasted past
+        # 500 ms, and was an RTO stall caused by this rule's drop.
+        def ours(ms):
+            return [m.event for m in ms if m.WhichOneof("msg") == "event" and m.event.cookie == g.socket_cookie
+                    and m.event.start_mono_ns == g.evidence_start_mono_ns]
+        ev = stalls.wait_for(lambda ms: ours(ms), 10, "the flow's stall")
+        st = ours(ev)[0]
+        self.assertGreater(st.duration_ns, 500 * MS, st)
+        self.assertEqual(pb.StallCause.Name(st.cause), "STALL_CAUSE_RTO", st)
+        self.assertEqual(st.caused_by.rule_id, r.id, st)
+
+        if config.LOSSCTL:
+            out = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "get", str(r.id)]).out
+            self.assertRegex(out, r"^rule %d  stopped\n" % r.id, out)
+            self.assertRegex(out, r"guard +stop on a stall > 500ms\n", out)
+            self.assertRegex(out, r"reason +stopped by its guard \(stall>500ms\): flow %s:%d -> " % (lab.V4_A, sport), out)
+        measured("guard stall stop", stall_ms=round(st.duration_ns / 1e6, 3),
+                 stop_after_limit_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1),
+                 last_drop_before_stop_ms=round((g.stopped_mono_ns - g.last_drop_mono_ns) / 1e6, 3),
+                 dropped=info.counters.dropped_packets)
+
+    def test_rto_guard_fires_under_heavy_loss(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        rtx = self.watch("rtx")
+        flow, r = self.blackhole_flow(60_000_000, 100, rate=0.3,
+                                      guard=dict(rtos=5, rtos_window_ns=2000 * MS))
+        info = wait_until(lambda: self.stopped(r.id), 60, "the guard to stop the rule")
+        g = info.guard_stop
+        self.assertEqual(g.condition, "rtos", info)
+        self.assertEqual(g.rtos, 6, info)
+        self.assertLessEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, 2000 * MS, info)
+        self.assertGreaterEqual(g.stopped_mono_ns, g.crossed_mono_ns, info)
+        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
+        sport = flow.cli.sports[0]
+        self.assertIn(":%d -> %s:%d" % (sport, lab.V4_B, PORT), g.flow)
+        sent, got = flow.wait()
+        self.assertEqual(got["bytes"], sent["bytes"])
+
+        # The observer streamed those RTOs (the guard counts only RTOs resending the rule's
+        # drops, so at most all of the flow's).
+        def rtos(ms):
+            return [m.event for m in ms if m.WhichOneof("msg") == "event"
+                    and pb.RetransmitType.Name(m.event.type) == "RETRANSMIT_TYPE_RTO"
+                    and g.evidence_start_mono_ns <= m.event.time_mono_ns <= g.crossed_mono_ns]
+        seen = rtx.wait_for(lambda ms: len(rtos(ms)) >= 6, 10, "the RTOs in the stream")
+        self.assertLessEqual(g.rtos, len(rtos(seen)))
+        measured("guard rto stop", rtos_in_window=len(rtos(seen)),
+                 window_ms=round((g.crossed_mono_ns - g.evidence_start_mono_ns) / 1e6, 1),
+                 stop_after_rto_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1),
+                 dropped=info.counters.dropped_packets)
+
+    def test_rto_guard_holds_under_light_loss(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        # 125 MB at 100 Mbit/s: 10 s.
+        flow, r = self.blackhole_flow(125_000_000, 100, rate=0.001, per_segment=True, rule_first=True,
+                                      guard=dict(rtos=5, rtos_window_ns=2000 * MS))
+        sent, got = flow.wait()
+        self.assertEqual(got["bytes"], 125_000_000)
+        info = d.get(r.id)
+        self.assertEqual(pb.RuleState.Name(info.state), "RULE_STATE_ACTIVE", info)
+        self.assertFalse(info.HasField("guard_stop"), info)
+        self.assertGreater(info.counters.dropped_packets, 30, info)  # ~86 expected: one per 1,000 segments
+        measured("guard rto holds", dropped=info.counters.dropped_packets, retrans=sent["total_retrans"])
+
+    def test_bad_guards_are_refused(self):
+        lab = self.lab
+        for guard, want in ((dict(stall_ns=500_000), "between 1ms and 1h"),
+                            (dict(rtos=5, rtos_window_ns=3601 * 1000 * MS), "between 1ms and 1h"),
+                            (dict(rtos=64, rtos_window_ns=1000 * MS), "between 0 and 63"),
+                            (dict(rtos=5), "with its window")):
+            with self.subTest(guard=guard):
+                with self.assertRaises(grpc.RpcError) as cm:
+                    self.d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=PORT,
+                                  rate=1.0, guard=guard)
+                self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("guard", cm.exception.details())
+                self.assertIn(want, cm.exception.details())
+
+    def watch_stalls(self):
+        from lab.daemon import StreamReader
+        r = StreamReader(self.d.obs.WatchStalls(self.pb.WatchStallsRequest(), timeout=180), "stalls")
+        self.readers.append(r)
+        return r
+
+
+if __name__ == "__main__":
+    main()
