@@ -12,8 +12,9 @@ Each trial is a paced TCP transfer A -> B under a rule on A's egress dropping it
                    moment DeleteRule returned (CLOCK_MONOTONIC, as the events' time_mono_ns)
                    - that RTO's time (an upper bound of the stop: the rule was out of the
                    kernel before the reply).
-  stall, kernel    100 % loss, --guard stall>300ms: the program's timer at the stall's start
-                   + 300 ms. Latency: stopped - crossed (the limit).
+  stall, kernel    100 % loss, --guard stall>500ms: the program's timer at the stall's start
+                   + 500 ms (past the first RTO, ~200 ms, which arms it: a limit shorter than
+                   that is decided at the resend instead). Latency: stopped - crossed (the limit).
 And for each kernel trial, the rule's last drop against the stop (GuardStop.last_drop_mono_ns):
 nothing may be dropped after it.
 
@@ -89,7 +90,7 @@ def user_trial(d, pb, timeout=60):
                     if m.WhichOneof("msg") != "event":
                         continue
                     e = m.event
-                    if pb.RetransmitType.Name(e.type) != "RETRANSMIT_TYPE_RTO" or e.tuple.dport != PORT:
+                    if pb.RetransmitType.Name(e.type) != "RETRANSMIT_TYPE_RTO" or e.tuple.remote_port != PORT:
                         continue
                     times.append(e.time_mono_ns)
                     if len(times) >= 6 and times[-1] - times[-6] <= 2000 * MS:
@@ -125,7 +126,7 @@ def main():
         for i in range(args.trials):  # interleaved: the same conditions for each kind
             runs["rto_kernel"].append(kernel_trial(d, pb, 0.3, dict(rtos=5, rtos_window_ns=2000 * MS)))
             runs["rto_user_space"].append(user_trial(d, pb))
-            runs["stall_kernel"].append(kernel_trial(d, pb, 1.0, dict(stall_ns=300 * MS)))
+            runs["stall_kernel"].append(kernel_trial(d, pb, 1.0, dict(stall_ns=500 * MS)))
             log("trial %d: %s" % (i + 1, {k: round(v[-1]["stop_us"], 1) for k, v in runs.items()}))
         d.term()
     finally:

@@ -85,6 +85,7 @@ bool Injector::GuardStoppedLocked(uint32_t id, Rule& rule) {
   rule.info.guard_stop = GuardStopInfo::Of(g);
   rule.info.note = rule.info.guard_stop.Describe(rule.info.spec.guard);
   LOG_INFO("rule %u %s", id, rule.info.note.c_str());
+  guard_stops_++;
   return true;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -241,6 +242,8 @@ class Injector {
   // Time left before the data plane stops dropping unless renewed (0 when
   // the lease is off or has run out).
   uint64_t LeaseRemainingNs() const;
+  // Rules their guard stopped, ever (lossd_guard_stops_total).
+  uint64_t GuardStops() const { return guard_stops_.load(); }
 
   // Program fds (loaded here if not yet), for BPF_PROG_TEST_RUN in tests
   // and benchmarks; -1 if it cannot load (logged).
@@ -317,6 +320,7 @@ class Injector {
   std::map<uint32_t, Rule> rules_;
   // The history: ids of retained expired and failed rules, oldest first.
   std::deque<uint32_t> expired_;
+  std::atomic<uint64_t> guard_stops_{0};
   AttachTable attach_;  // with the clsact qdiscs lossd created
   uint32_t next_id_ = 1;
 

@@ -214,16 +214,27 @@ void InjectorMetrics(const Injector& inj, const Components& parts, EffectTracker
                      const MetricsOptions& opts, Families* out) {
   std::vector<RuleInfo> rules = inj.Rules();
   {
-    Fam f(out, "lossd_rules", "Rules lossd holds: live, or expired or deleted (kept listed)",
+    Fam f(out, "lossd_rules",
+          "Rules lossd holds: live, or expired, stopped by their guard or deleted (kept listed)",
           MetricType::Gauge);
-    size_t expired =
-        std::count_if(rules.begin(), rules.end(), [](const RuleInfo& r) { return r.expired; });
-    size_t deleted =
-        std::count_if(rules.begin(), rules.end(), [](const RuleInfo& r) { return r.deleted; });
-    f.Add({{"state", "live"}}, double(rules.size() - expired - deleted));
+    size_t expired = 0, stopped = 0, deleted = 0;
+    for (const RuleInfo& r : rules) {
+      if (r.deleted)
+        deleted++;
+      else if (!r.guard_stop.condition.empty())
+        stopped++;
+      else if (r.expired)
+        expired++;
+    }
+    f.Add({{"state", "live"}}, double(rules.size() - expired - stopped - deleted));
     f.Add({{"state", "expired"}}, double(expired));
+    f.Add({{"state", "stopped"}}, double(stopped));
     f.Add({{"state", "deleted"}}, double(deleted));
   }
+  Fam(out, "lossd_guard_stops_total",
+      "Rules their guard stopped in the kernel (a stall too long, too many RTOs), ever",
+      MetricType::Counter)
+      .Add({}, double(inj.GuardStops()));
   Fam(out, "lossd_rules_max", "Most live rules at once (--max-rules)", MetricType::Gauge)
       .Add({}, parts.limits().max_rules);
   Fam(out, "lossd_lease_remaining_seconds",

@@ -411,6 +411,42 @@ TEST_F(InjectorTest, ExpiryTakesTheRuleOutAndKeepsItsFinalCounters) {
   EXPECT_EQ(heard_.calls.back(), "forgotten 1");
 }
 
+TEST_F(InjectorTest, AGuardIsWrittenBeforeItsRuleAndItsStopRetiresTheRuleStopped) {
+  RuleSpec guarded = PortRule(80);
+  guarded.guard.rtos = 5;
+  guarded.guard.rtos_window = 2s;
+  uint32_t id = Add(guarded);
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "guard 0", "rule 0 on id 1 gen 1",
+                         "port dport 80 [0]", "cfg ports 1 dhost 0 shost 0 scan []"}));
+  EXPECT_NE(maps_->rules[0].flags & LOSS_RULE_GUARDED, 0u);
+  EXPECT_EQ(maps_->guards[0].rule_id, 1u);
+  EXPECT_EQ(maps_->guards[0].rtos, 5u);
+  // Running: the reaper leaves it.
+  EXPECT_EQ(Tick(), Log{});
+  // The kernel stopped it (guard_stop's writes; the reason last).
+  loss_guard& g = maps_->guards[0];
+  g.stopped_ns = 5000;
+  g.crossed_ns = 4000;
+  g.evidence_start_ns = 3000;
+  g.last_drop_ns = 2000;
+  g.count = 6;
+  maps_->counters[0] = Dropped(3);
+  EXPECT_EQ(Tick(), Log{}) << "no reason yet: the evidence is not complete";
+  g.reason = LOSS_GUARD_RTOS;
+  EXPECT_EQ(Tick(), (Log{"port dport 80 []", "cfg ports 0 dhost 0 shost 0 scan []",
+                         "rule 0 off id 0 gen 1", "guard 0 deleted", "detach tc_ingress eth-t#7",
+                         "read 0"}));
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->expired);
+  EXPECT_EQ(info->guard_stop.condition, "rtos");
+  EXPECT_EQ(info->guard_stop.rtos, 6u);
+  EXPECT_EQ(info->counters.dropped_pkts, 3u);
+  EXPECT_NE(info->note.find("stopped by its guard (rtos>5/2s)"), std::string::npos) << info->note;
+  EXPECT_EQ(inj_->GuardStops(), 1u);
+  EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1"}));
+}
+
 TEST_F(InjectorTest, ADeletedRuleIsKeptReadableUntilDeletedAgain) {
   uint32_t id = Add(PortRule(80));
   maps_->counters[0] = Dropped(6);

@@ -545,5 +545,52 @@ TEST(Encode, ScheduleOnTheDataPlanesClock) {
   EXPECT_EQ(r.period_ns, 1000000000u);
 }
 
+TEST(Guard, ValidateTextAndDescribe) {
+  using std::chrono::milliseconds;
+  RuleSpec s = Base();
+  s.guard.stall = milliseconds(500);
+  EXPECT_TRUE(Validate(s).ok());
+  EXPECT_EQ(s.guard.Text(), "stall>500ms");
+  EXPECT_EQ(s.guard.Describe(), "stop on a stall > 500ms");
+  s.guard.rtos = 5;
+  s.guard.rtos_window = std::chrono::seconds(2);
+  EXPECT_TRUE(Validate(s).ok());
+  EXPECT_EQ(s.guard.Text(), "stall>500ms,rtos>5/2s");
+  EXPECT_EQ(s.guard.Describe(), "stop on a stall > 500ms or > 5 RTOs in 2s");
+  // What Text writes, ParseGuard reads back.
+  Guard back;
+  ASSERT_TRUE(ParseGuard(s.guard.Text(), &back).ok());
+  EXPECT_TRUE(back == s.guard);
+  s.guard.rtos = kMaxGuardRtos + 1;
+  ExpectInvalid(Validate(s), "guard: a guard's RTO count must lie between 0 and 63");
+  s.guard.rtos = 5;
+  s.guard.rtos_window = std::chrono::hours(2);
+  ExpectInvalid(Validate(s), "RTO window must lie between 1ms and 1h (got 2h)");
+  s.guard = Guard{};
+  s.guard.rtos = 3;  // a count without its window (the API's zero window)
+  ExpectInvalid(Validate(s), "with its window");
+  s.guard = Guard{};
+  EXPECT_EQ(s.guard.Text(), "");
+  EXPECT_EQ(s.guard.Describe(), "");
+  EXPECT_FALSE(ParseGuard("", &back).ok());
+}
+
+TEST(Encode, GuardFlagAndEntry) {
+  RuleSpec s = Base();
+  struct loss_rule r = Encode(s, 0, 0, 0, 0, 1);
+  EXPECT_EQ(r.flags & LOSS_RULE_GUARDED, 0u);  // no guard: the data plane never looks one up
+  s.guard.stall = std::chrono::milliseconds(300);
+  r = Encode(s, 0, 0, 0, 0, 1);
+  EXPECT_NE(r.flags & LOSS_RULE_GUARDED, 0u);
+  r.id = 42;
+  r.generation = 7;
+  struct loss_guard g = EncodeGuard(s.guard, r);
+  EXPECT_EQ(g.rule_id, 42u);
+  EXPECT_EQ(g.generation, 7u);
+  EXPECT_EQ(g.stall_ns, 300000000u);
+  EXPECT_EQ(g.rtos_window_ns, 0u);
+  EXPECT_EQ(g.stopped_ns, 0u);
+}
+
 }  // namespace
 }  // namespace lossd

@@ -409,6 +409,19 @@ function scheduleText(sc) {
            (sc.cycles ? " ×" + sc.cycles : ""));
   return p.join(", ");
 }
+// A rule's guard (spec.guard): "stop on stall > 500.0 ms or > 5 RTOs in 2.0 s".
+function guardText(g) {
+  if (!g) return "";
+  const p = [];
+  if (u64(g.stall_ns)) p.push("stall > " + fmtDuration(u64(g.stall_ns)));
+  if (u64(g.rtos_window_ns)) p.push("> " + (g.rtos || 0) + " RTOs in " + fmtDuration(u64(g.rtos_window_ns)));
+  return p.length ? "stop on " + p.join(" or ") : "";
+}
+// Its state; a stopped rule names the condition that stopped it.
+function ruleStateText(rule) {
+  const st = (rule.state || "").replace("RULE_STATE_", "").toLowerCase();
+  return rule.guard_stop && rule.guard_stop.condition ? st + " (" + rule.guard_stop.condition + ")" : st;
+}
 function matchText(m) {
   if (!m) return "any";
   const p = [];
@@ -425,6 +438,7 @@ function matchText(m) {
 function timeLeft(rule) {
   if (rule.state === "RULE_STATE_EXPIRED") return "expired";
   if (rule.state === "RULE_STATE_DELETED") return "deleted";
+  if (rule.state === "RULE_STATE_STOPPED") return "stopped";
   const exp = u64(rule.expires_unix_ns);
   if (!exp) return "no limit";
   return fmtDuration(Math.max(0, exp - Date.now() * 1e6));
@@ -457,11 +471,12 @@ function renderRules() {
       id: rule.id,
       selected: String(rule.id) === state.selectedRule,
       cells: [
-        ["num", rule.id], ["", (rule.state || "").replace("RULE_STATE_", "").toLowerCase()],
+        ["num", rule.id], ["", ruleStateText(rule)],
         ["wrap", targetText(rule) + " " +
              (s.direction || "DIRECTION_INGRESS").replace("DIRECTION_", "").toLowerCase()],
         ["wrap match", matchText(s.match)],
-        ["num wrap", lossText(s.loss) + (scheduleText(s.schedule) ? " " + scheduleText(s.schedule) : "")],
+        ["num wrap", [lossText(s.loss), scheduleText(s.schedule)].filter(Boolean).join(" ") +
+                     (guardText(s.guard) ? ", " + guardText(s.guard) : "")],
         ["num measured", measured], ["num wrap interval " + inCi, interval],
         ["num wrap", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
         ["num dropped", fmtInt(u64(c.dropped_segments))],

@@ -28,9 +28,10 @@ import time
 
 import grpc
 
-from lab import config, traffic
+from lab import config, prom, traffic, web
+from lab.browser import Browser
 from lab.clients import run_client
-from lab.config import main
+from lab.config import artifact, main
 from lab.daemon import DaemonTestCase, wait_until
 from lab.netns import measured
 
@@ -39,6 +40,8 @@ MS = 1_000_000
 
 
 class Guards(DaemonTestCase):
+    daemon_args = ("--http", "127.0.0.1:0")
+
     def stopped(self, rid):
         g = self.d.get(rid)
         return g if self.pb.RuleState.Name(g.state) == "RULE_STATE_STOPPED" else None
@@ -102,10 +105,24 @@ class Guards(DaemonTestCase):
             self.assertRegex(out, r"^rule %d  stopped\n" % r.id, out)
             self.assertRegex(out, r"guard +stop on a stall > 500ms\n", out)
             self.assertRegex(out, r"reason +stopped by its guard \(stall>500ms\): flow %s:%d -> " % (lab.V4_A, sport), out)
+        # /metrics and the live page say so too.
+        r_http = web.request(d.ns, "127.0.0.1", d.http_port, "/metrics")
+        samples = prom.parse(r_http.text())
+        self.assertEqual(prom.one(samples, "lossd_rules", state="stopped"), 1)
+        self.assertGreaterEqual(prom.one(samples, "lossd_guard_stops_total"), 1)
+        b = Browser(lab, lab.a, width=1400, height=900)
+        b.open("http://127.0.0.1:%d/" % d.http_port)
+        row = "#rules tbody tr[data-rule-id='%d']" % r.id
+        text = b.wait(lambda: b.text(row), 20, "the rule's row")
+        b.driver.execute_script("document.getElementById('rules').scrollIntoView()")
+        shot = b.screenshot(artifact("live_guard.png"))
+        self.assertIn("stopped (stall)", text)
+        self.assertIn("stop on stall > 500.0 ms", text)
+        self.assertEqual(b.console_errors(), [])
         measured("guard stall stop", stall_ms=round(st.duration_ns / 1e6, 3),
                  stop_after_limit_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1),
                  last_drop_before_stop_ms=round((g.stopped_mono_ns - g.last_drop_mono_ns) / 1e6, 3),
-                 dropped=info.counters.dropped_packets)
+                 dropped=info.counters.dropped_packets, reason=info.reason, row=text, screenshot=shot)
 
     def test_rto_guard_fires_under_heavy_loss(self):
         lab, d, pb = self.lab, self.d, self.pb
