@@ -39,7 +39,8 @@ observer's ~3.7 million verified instructions keep it LOADING well past the firs
       first ran is left at the first's exit (lossd unlinks only the inode it bound)
   test_no_observer
       --no-observer: the observer is DISABLED at once, its RPCs answer FAILED_PRECONDITION
-      (not "loading"), the injector READY
+      (not "loading"), the injector READY; a rule with a guard (the observer decides it) is
+      FAILED_PRECONDITION too, one without is created
 """
 import json
 import os
@@ -303,6 +304,15 @@ class DaemonStartup(unittest.TestCase):
         from lossd_client.errors import error_info
         self.assertEqual(error_info(cm.exception, pb), ("PART_DISABLED", {"part": "observer", "state": "disabled"}))
         self.wait_state(d, "injector", READY)
+        # A guard is decided by the observer's program: refused, saying so (a rule without
+        # one is created).
+        with self.assertRaises(self.grpc.RpcError) as cm:
+            d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp", dport=9, rate=1.0,
+                     guard=dict(stall_ns=500_000_000))
+        self.assertEqual(cm.exception.code(), self.grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("guard: it is decided by the TCP observer's program", cm.exception.details())
+        self.assertIn("--no-observer", cm.exception.details())
+        d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp", dport=9, rate=1.0)
         self.assertEqual(d.term(), 0, d.stderr())
 
 
