@@ -82,6 +82,21 @@ struct {
 /* The drop log and the guards: loss_drops, loss_guards. */
 #include "lib/shared_maps.h"
 
+/* Ramps by rule slot, and each step's counters (loss_abi.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LOSS_MAX_RAMPS);
+	__type(key, __u32);
+	__type(value, struct loss_ramp);
+} loss_ramps SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, LOSS_MAX_RAMPS);
+	__type(key, __u32);
+	__type(value, struct loss_ramp_stats);
+} loss_ramp_stats SEC(".maps");
+
 /* A flow's first log entry is built here: too large for the stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -157,6 +172,10 @@ static __always_inline __u64 loss_rank_body(__u32 slot, const struct pkt *p)
 	if (r->start_ns) {
 		__u64 now = bpf_ktime_get_ns();
 		if (now < r->start_ns)
+			return 0;
+		/* its end (the last window's, a ramp's last step's) to the ns: the
+		 * coarse check above may be a tick late, and the period repeats */
+		if (r->expires_ns && now >= r->expires_ns)
 			return 0;
 		if (r->on_ns && r->period_ns && (now - r->start_ns) % r->period_ns >= r->on_ns)
 			return 0;
@@ -356,12 +375,46 @@ static __always_inline __u32 draw(const struct loss_rule *r, struct loss_flow_st
 }
 
 /* Returns 1 to drop. Plain unseeded Bernoulli needs no flow state. */
-static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct pkt *p)
+/*
+ * A ramp's step now (its index, threshold in *thr), or LOSS_RAMP_STEPS when
+ * its entry is missing (pass on any doubt). The rank found the rule inside
+ * its steps a moment ago: a clock read past the last step's end (by those
+ * few ns) is still the last step, so every matched packet is some step's.
+ */
+static __always_inline __u32 ramp_step(const struct loss_rule *r, __u32 slot, __u64 *thr)
 {
-	if (r->model == LOSS_MODEL_BERNOULLI && !(r->flags & LOSS_RULE_SEEDED)) {
-		if (r->p == 0)
+	const struct loss_ramp *rp = bpf_map_lookup_elem(&loss_ramps, &slot);
+	if (!rp || rp->generation != r->generation)
+		return LOSS_RAMP_STEPS;
+	__u64 off = bpf_ktime_get_ns() - r->start_ns;
+	__u32 last = LOSS_RAMP_STEPS;
+	for (__u32 i = 0; i < LOSS_RAMP_STEPS; i++) {
+		if (i >= rp->n)
+			break;
+		last = i;
+		if (off < rp->end_ns[i])
+			break;
+	}
+	if (last < LOSS_RAMP_STEPS)
+		*thr = rp->p[last];
+	return last;
+}
+
+/* Returns 1 to drop; a ramp's step in *step (else LOSS_RAMP_STEPS). */
+static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct pkt *p, __u32 *step)
+{
+	*step = LOSS_RAMP_STEPS;
+	__u64 thr = r->p; /* Bernoulli's (and a ramp's step's) threshold */
+	if (r->model == LOSS_MODEL_RAMP) {
+		*step = ramp_step(r, slot, &thr);
+		if (*step >= LOSS_RAMP_STEPS)
 			return 0;
-		return (__u64)bpf_get_prandom_u32() < r->p;
+	}
+	if ((r->model == LOSS_MODEL_BERNOULLI || r->model == LOSS_MODEL_RAMP) &&
+	    !(r->flags & LOSS_RULE_SEEDED)) {
+		if (thr == 0)
+			return 0;
+		return (__u64)bpf_get_prandom_u32() < thr;
 	}
 
 	struct loss_flow_key k = {
@@ -389,7 +442,8 @@ static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct 
 
 	switch (r->model) {
 	case LOSS_MODEL_BERNOULLI:
-		return (__u64)draw(r, st) < r->p;
+	case LOSS_MODEL_RAMP:
+		return (__u64)draw(r, st) < thr;
 	case LOSS_MODEL_NTH:
 		return r->n && count % r->n == 0;
 	case LOSS_MODEL_FIRST:
@@ -545,7 +599,8 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 	}
 
 	struct loss_rule_stats *rs = bpf_map_lookup_elem(&loss_rule_stats, &slot);
-	int drop = decide(r, slot, p);
+	__u32 step;
+	int drop = decide(r, slot, p, &step);
 	/* The clock is read only to drop: a lease that ran out (owner gone)
 	 * turns the drop into a pass. */
 	if (drop && cfg->lease_until_ns && bpf_ktime_get_coarse_ns() >= cfg->lease_until_ns) {
@@ -560,6 +615,17 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 			rs->dropped_pkts++;
 			rs->dropped_segs += p->segs;
 			rs->dropped_bytes += p->len;
+		}
+	}
+	if (step < LOSS_RAMP_STEPS) {
+		struct loss_ramp_stats *st = bpf_map_lookup_elem(&loss_ramp_stats, &slot);
+		if (st) {
+			st->matched_pkts[step]++;
+			st->matched_segs[step] += p->segs;
+			if (drop) {
+				st->dropped_pkts[step]++;
+				st->dropped_segs[step] += p->segs;
+			}
 		}
 	}
 	if (drop) {

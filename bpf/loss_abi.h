@@ -49,6 +49,7 @@ enum loss_model {
 	LOSS_MODEL_GE = 1,	  /* Gilbert-Elliott, netem gemodel p r 1-h 1-k */
 	LOSS_MODEL_NTH = 2,	  /* drop every n-th packet of each flow */
 	LOSS_MODEL_FIRST = 3,	  /* drop the first k packets of each flow */
+	LOSS_MODEL_RAMP = 4,	  /* Bernoulli, its rate by step (loss_ramps) */
 };
 
 /* loss_rule.flags */
@@ -272,6 +273,32 @@ struct loss_drop_event {
 	struct loss_drop_range range;
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_drop_event) == 64, "loss_drop_event layout");
+
+/*
+ * Ramps: a rule whose Bernoulli rate changes by step, on the data plane's
+ * clock from the rule's start_ns: step i holds from end_ns[i-1] (0 for the
+ * first) to end_ns[i] (offsets from start_ns). Each step's decisions are
+ * counted apart (loss_ramp_stats), so each step's rate has its own interval.
+ * Keyed by the rule's slot; written before the rule.
+ */
+#define LOSS_RAMP_STEPS 16
+#define LOSS_MAX_RAMPS 1024 /* ramped rules at once */
+struct loss_ramp {
+	__u64 p[LOSS_RAMP_STEPS];      /* drop thresholds (as loss_rule.p) */
+	__u64 end_ns[LOSS_RAMP_STEPS]; /* step i ends this long after start_ns */
+	__u32 n;		       /* steps */
+	__u32 generation;	       /* the slot's rule's */
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_ramp) == 16 * LOSS_RAMP_STEPS + 8, "loss_ramp layout");
+
+/* Per step (per-CPU; the reader sums). */
+struct loss_ramp_stats {
+	__u64 matched_pkts[LOSS_RAMP_STEPS];
+	__u64 matched_segs[LOSS_RAMP_STEPS];
+	__u64 dropped_pkts[LOSS_RAMP_STEPS];
+	__u64 dropped_segs[LOSS_RAMP_STEPS];
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_ramp_stats) == 32 * LOSS_RAMP_STEPS, "loss_ramp_stats layout");
 
 /*
  * Guards (docs/guards.md): a rule's stop conditions, kept where both BPF

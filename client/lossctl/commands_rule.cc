@@ -372,6 +372,25 @@ int Effect(const Globals& g, const std::string& id_text) {
   } else if (c.matched_packets() == 0) {
     KeyValue("configured", FormatRate(e.configured_rate()));
     KeyValue("measured", e.hint().empty() ? "- (no packet matched yet)" : "- (" + e.hint() + ")");
+  } else if (e.steps_size() > 0) {  // a ramp: each step against its own rate
+    KeyValue("configured", "a ramp of " + std::to_string(e.steps_size()) + " steps (mean " +
+                               Rate3(e.configured_rate()) + " over its time)");
+    KeyValue("measured", e.configured_within_ci()
+                             ? "every step's rate within its 99.9% CI"
+                             : "a step's rate OUTSIDE its 99.9% CI (or none matched)");
+    Table t({"STEP", "FROM", "FOR", "RATE", "MATCHED", "DROPPED", "MEASURED", "99.9% CI", ""});
+    for (size_t col : {0, 1, 2, 3, 4, 5, 6}) t.RightAlign(col);
+    int i = 0;
+    for (const auto& st : e.steps()) {
+      bool none = st.matched_packets() == 0;
+      t.AddRow({std::to_string(++i), "+" + FormatDuration(st.start_offset_ns()),
+                FormatDuration(st.duration_ns()), FormatRate(st.configured_rate()),
+                std::to_string(st.matched_packets()), std::to_string(st.dropped_packets()),
+                none ? "-" : Rate3(st.measured_rate()),
+                none ? "-" : Rate3(st.rate_ci_low()) + " .. " + Rate3(st.rate_ci_high()),
+                none ? "(no packet)" : st.configured_within_ci() ? "ok" : "OUTSIDE"});
+    }
+    for (const auto& line : t.Lines()) printf("    %s\n", line.c_str());
   } else {  // over packets, the trial unit (docs/architecture.md#measured-rate)
     KeyValue("configured", FormatRate(e.configured_rate()));
     KeyValue("measured", FormatRate(e.measured_rate()) + " of packets  99.9% CI " +

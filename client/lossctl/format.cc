@@ -264,6 +264,15 @@ std::string MatchSummary(const v1::Match& m) {
   return out;
 }
 
+std::string Rate3(double fraction) {
+  if (!(fraction > 0)) return FormatRate(fraction);
+  double pct = fraction * 100;
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.3g", pct);
+  double rounded = std::strtod(buf, nullptr);
+  return FormatRate(rounded / 100);
+}
+
 std::string LossSummary(const v1::LossModel& l) {
   std::string out;
   switch (l.model_case()) {
@@ -276,6 +285,12 @@ std::string LossSummary(const v1::LossModel& l) {
     }
     case v1::LossModel::kEveryNth: out = "every " + std::to_string(l.every_nth()); break;
     case v1::LossModel::kFirstK: out = "first " + std::to_string(l.first_k()); break;
+    case v1::LossModel::kRamp:
+      out = "ramp";
+      for (const auto& st : l.ramp().steps())
+        out += (out == "ramp" ? " " : ",") + FormatRate(st.rate()) + "/" +
+               FormatDuration(st.duration_ns());
+      break;
     default: out = "none"; break;
   }
   if (l.has_seed()) out += " seed " + std::to_string(l.seed());

@@ -62,6 +62,8 @@ std::string TargetSummary(const v1::Rule& r);
 std::string OwnerSummary(const v1::CgroupOwner& o);
 // "tcp dport 8080 src 10.0.0.0/24 flags syn,!ack", "any" when unset.
 std::string MatchSummary(const v1::Match& m);
+// A rate for a glance: 3 significant digits ("1.62%", "0.452%", "20%").
+std::string Rate3(double fraction);
 // "1%", "ge 1%,20%,100%,0%", "every 10", "first 3"; " seed 7" appended.
 std::string LossSummary(const v1::LossModel& l);
 // "k=v,k2=v2" sorted by key.

@@ -65,16 +65,6 @@ std::string Clock(uint64_t unix_ns, bool millis = false) {
   return FormatUnixTime(unix_ns, true).substr(0, millis ? 12 : 8);
 }
 
-// A rate for a glance: 3 significant digits ("1.62%", "0.452%", "20%").
-std::string Rate3(double fraction) {
-  if (!(fraction > 0)) return FormatRate(fraction);
-  double pct = fraction * 100;
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%.3g", pct);
-  double rounded = std::strtod(buf, nullptr);
-  return FormatRate(rounded / 100);
-}
-
 std::string Left(const v1::Rule& r, uint64_t now_unix_ns) {
   if (r.state() == v1::RULE_STATE_EXPIRED || r.state() == v1::RULE_STATE_DELETED)
     return RuleStateName(r.state());

@@ -150,6 +150,32 @@ std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rule
                            ? double(e.expectation->expected) / double(e.expectation->matched)
                            : 0;
     }
+    if (rule.spec.model.kind == LossModel::Kind::kRamp) {
+      // Each step is a Bernoulli rule of its own: its rate in its own interval.
+      // The whole's mean is a mixture (its weights are the traffic's), so the
+      // verdict is the steps': every step that matched holds its rate.
+      uint64_t at = 0;
+      bool all = true, any = false;
+      const auto& steps = rule.spec.model.steps;
+      for (size_t i = 0; i < steps.size(); i++) {
+        StepEffect se;
+        se.configured = steps[i].rate;
+        se.start_offset_ns = at;
+        se.duration_ns = uint64_t(steps[i].duration.count());
+        at += se.duration_ns;
+        if (i < rule.step_counters.size()) se.counts = rule.step_counters[i];
+        const StepCounters& sc = se.counts;
+        se.measured = sc.matched_pkts ? double(sc.dropped_pkts) / double(sc.matched_pkts) : 0;
+        WilsonInterval(sc.dropped_pkts, sc.matched_pkts, &se.ci_low, &se.ci_high);
+        se.configured_within_ci = se.ci_low <= se.configured && se.configured <= se.ci_high;
+        if (sc.matched_pkts) {
+          any = true;
+          all = all && se.configured_within_ci;
+        }
+        e.steps.push_back(se);
+      }
+      e.configured_within_ci = any && all;
+    }
     e.caused = Totals(rule.id);
     e.drops_recorded = c.logged_pkts;
     index[rule.id] = out.size();

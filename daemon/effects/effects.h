@@ -89,6 +89,14 @@ std::optional<DropRecord> NewestCovering(const FlowDrops& d, uint32_t seq,
 loss_drop_key SentDropKey(const obs_tuple& t);
 
 // A rule's drops held against its configured rate, and what they caused.
+// One ramp step's measured rate against its own (lossd.v1 StepEffect).
+struct StepEffect {
+  double configured = 0, measured = 0, ci_low = 0, ci_high = 1;
+  bool configured_within_ci = false;
+  uint64_t start_offset_ns = 0, duration_ns = 0;  // from the rule's origin
+  StepCounters counts;
+};
+
 struct RuleEffect {
   double configured = 0;           // the model's mean rate (first-k: expected / matched, or 0)
   double measured = 0;             // dropped / matched packets
@@ -100,6 +108,8 @@ struct RuleEffect {
   std::optional<Injector::Expectation> expectation;  // deterministic, and stated (injector.h)
   RuleEffectTotals caused;      // retransmissions on the flows it matched
   uint64_t drops_recorded = 0;  // its dropped TCP skbs with payload in the drop log
+  // A ramp: each step's (configured_within_ci then says all that matched are).
+  std::vector<StepEffect> steps;
 };
 
 class EffectTracker final : public RuleListener {

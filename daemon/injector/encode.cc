@@ -84,15 +84,37 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
       r.model = LOSS_MODEL_FIRST;
       r.n = lm.n;
       break;
+    case LossModel::Kind::kRamp: break;  // below, with its timeline
   }
   r.expires_ns = expires_ns;
   r.generation = generation;
-  if (s.schedule.Any()) {
+  if (HasTimeline(s)) {
     r.start_ns = schedule_start_ns;
     r.on_ns = static_cast<uint64_t>(s.schedule.active.count());
     r.period_ns = static_cast<uint64_t>(s.schedule.Period().count());
   }
+  if (lm.kind == LossModel::Kind::kRamp) {
+    // One window as long as its steps: past the last it matches nothing (to
+    // the ns, before its deadline retires it).
+    r.model = LOSS_MODEL_RAMP;
+    r.on_ns = static_cast<uint64_t>(lm.RampSpan().count());
+    r.period_ns = r.on_ns + 1;
+  }
   return r;
+}
+
+struct loss_ramp EncodeRamp(const LossModel& m, uint32_t generation) {
+  struct loss_ramp rp;
+  std::memset(&rp, 0, sizeof(rp));
+  uint64_t end = 0;
+  for (size_t i = 0; i < m.steps.size() && i < LOSS_RAMP_STEPS; i++) {
+    end += static_cast<uint64_t>(m.steps[i].duration.count());
+    rp.p[i] = ProbabilityToThreshold(m.steps[i].rate);
+    rp.end_ns[i] = end;
+    rp.n = uint32_t(i + 1);
+  }
+  rp.generation = generation;
+  return rp;
 }
 
 struct loss_guard EncodeGuard(const Guard& guard, const struct loss_rule& rule) {

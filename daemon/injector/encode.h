@@ -18,6 +18,10 @@ struct loss_rule Encode(const RuleSpec& spec, uint32_t ifindex, uint64_t cgroup_
                         uint8_t cgroup_level, uint64_t expires_ns, uint32_t generation,
                         uint64_t schedule_start_ns = 0);
 
+// The loss_ramps entry of a ramp model (steps' thresholds and ends) for the
+// rule published under `generation`.
+struct loss_ramp EncodeRamp(const LossModel& m, uint32_t generation);
+
 // The loss_guards entry of `spec.guard` for `rule` (encoded and published:
 // its id and generation set); the kernel's part zeroed.
 struct loss_guard EncodeGuard(const Guard& guard, const struct loss_rule& rule);

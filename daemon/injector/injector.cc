@@ -205,13 +205,13 @@ Result<uint32_t> Injector::AddLocked(const RuleSpec& spec, const Target& target,
   AttachHold hold(&attach_);
   LOSSD_RETURN_IF_ERROR(plan->Take(hold));
   const uint64_t now = MonotonicNs();
-  uint64_t start = !spec.schedule.Any() ? 0
+  uint64_t start = !HasTimeline(spec) ? 0
                    : schedule_start_ns  ? schedule_start_ns
                                         : now + uint64_t(spec.schedule.start_after.count());
   uint64_t expires = expires_ns;
   if (!expires) {
     if (spec.ttl.count() > 0) expires = now + uint64_t(spec.ttl.count());
-    if (uint64_t span = uint64_t(spec.schedule.Span().count()))
+    if (uint64_t span = uint64_t(TimelineSpan(spec).count()))
       if (!expires || start + span < expires) expires = start + span;
   }
   struct loss_rule enc = Encode(spec, static_cast<uint32_t>(target.ifindex), target.cgroup.id,
@@ -257,6 +257,7 @@ Status Injector::Retire(Rule& r) {
   r.info.hooks.clear();  // a retired rule lists no attachment: the kernel has none of it
   auto c = LiveCounters(r);
   if (c.ok()) r.info.counters = *c;
+  ReadStepCounters(r, &r.info);
   maps_.Free(r.slot);
   r.live = false;
   if (!st.ok()) return st;
@@ -341,11 +342,23 @@ size_t Injector::LiveCount() const {
   return LiveLocked();
 }
 
+// A ramp's steps' counters as the data plane holds them (until its slot is freed).
+void Injector::ReadStepCounters(const Rule& r, RuleInfo* info) const {
+  const LossModel& m = r.info.spec.model;
+  if (m.kind != LossModel::Kind::kRamp) return;
+  auto steps = maps_.RampCounters(r.slot, m.steps.size());
+  if (steps.ok())
+    info->step_counters = std::move(*steps);
+  else
+    LOG_WARN("rule %u: %s", r.info.id, steps.status().message().c_str());
+}
+
 RuleInfo Injector::Snapshot(const Rule& r) const {
   RuleInfo info = r.info;
   if (r.live) {
     auto c = LiveCounters(r);
     if (c.ok()) info.counters = *c;
+    ReadStepCounters(r, &info);
     // Never ACTIVE while its cgroup is not the one it is attached to (deleted,
     // or recreated and not yet re-attached by the watch thread's next check).
     std::string changed = CgroupChanged(*attacher_, r.target);

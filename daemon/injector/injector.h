@@ -127,12 +127,14 @@ struct RuleInfo {
   uint64_t schedule_start_mono_ns = 0, schedule_start_unix_ns = 0;
   // expires_unix_ns, or the end of the schedule's last active window if sooner.
   void CapExpiryBySchedule() {
-    auto span = spec.schedule.Span().count();
+    auto span = TimelineSpan(spec).count();
     if (!span || !schedule_start_unix_ns) return;
     uint64_t end = schedule_start_unix_ns + uint64_t(span);
     if (!expires_unix_ns || end < expires_unix_ns) expires_unix_ns = end;
   }
   RuleCounters counters;         // live, or final once expired
+  // A ramp's counters by step (spec.model.steps), live or final likewise.
+  std::vector<StepCounters> step_counters;
   // Set when its guard stopped it (STOPPED; expired is set too: it is
   // retired as an expired rule is).
   GuardStopInfo guard_stop;
@@ -303,6 +305,7 @@ class Injector {
   size_t LiveLocked() const { return rules_.size() - expired_.size(); }
   Status CheckLiveLimitLocked() const;
   RuleInfo Snapshot(const Rule& r) const;
+  void ReadStepCounters(const Rule& r, RuleInfo* info) const;
   Result<RuleCounters> LiveCounters(const Rule& r) const;
 
   InjectorOptions opts_;

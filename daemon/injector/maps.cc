@@ -90,6 +90,8 @@ Result<std::unique_ptr<BpfMaps>> BpfMaps::Create() {
   m->traced_fd_ = bpf_map__fd(maps.loss_traced);
   m->drop_ring_fd_ = bpf_map__fd(maps.loss_drop_ring);
   m->guards_fd_ = bpf_map__fd(maps.loss_guards);
+  m->ramps_fd_ = bpf_map__fd(maps.loss_ramps);
+  m->ramp_stats_fd_ = bpf_map__fd(maps.loss_ramp_stats);
   return m;
 }
 
@@ -169,6 +171,41 @@ Status BpfMaps::SetTraced(const loss_drop_key& key, bool on) {
   } else if (bpf_map_delete_elem(traced_fd_, &key) && errno != ENOENT) {
     return Status::FromErrno(errno, "unmark a traced flow (loss_traced)");
   }
+  return Status::Ok();
+}
+
+Status BpfMaps::WriteRamp(uint32_t slot, const struct loss_ramp& r) {
+  std::vector<struct loss_ramp_stats> zero(ncpus_);
+  std::memset(zero.data(), 0, zero.size() * sizeof(zero[0]));
+  if (bpf_map_update_elem(ramp_stats_fd_, &slot, zero.data(), BPF_ANY) ||
+      bpf_map_update_elem(ramps_fd_, &slot, &r, BPF_ANY)) {
+    if (errno == E2BIG || errno == ENOMEM)
+      return ResourceExhausted("at most " + std::to_string(LOSS_MAX_RAMPS) +
+                               " ramped rules at once (loss_ramps is full)");
+    return Status::FromErrno(errno, "write the ramp of slot " + std::to_string(slot));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<StepCounters>> BpfMaps::ReadRampStats(uint32_t slot, size_t steps) const {
+  std::vector<struct loss_ramp_stats> per_cpu(ncpus_);
+  if (bpf_map_lookup_elem(ramp_stats_fd_, &slot, per_cpu.data()))
+    return Status::FromErrno(errno, "read the ramp counters of slot " + std::to_string(slot));
+  std::vector<StepCounters> out(std::min<size_t>(steps, LOSS_RAMP_STEPS));
+  for (const auto& c : per_cpu)
+    for (size_t i = 0; i < out.size(); i++) {
+      out[i].matched_pkts += c.matched_pkts[i];
+      out[i].matched_segs += c.matched_segs[i];
+      out[i].dropped_pkts += c.dropped_pkts[i];
+      out[i].dropped_segs += c.dropped_segs[i];
+    }
+  return out;
+}
+
+Status BpfMaps::DeleteRamp(uint32_t slot) {
+  for (int fd : {ramps_fd_, ramp_stats_fd_})
+    if (bpf_map_delete_elem(fd, &slot) && errno != ENOENT)
+      return Status::FromErrno(errno, "delete the ramp of slot " + std::to_string(slot));
   return Status::Ok();
 }
 

@@ -34,6 +34,11 @@ struct FlowDrops {
   std::vector<loss_drop_range> ranges;
 };
 
+// One ramp step's counters (loss_ramp_stats), summed over CPUs.
+struct StepCounters {
+  uint64_t matched_pkts = 0, matched_segs = 0, dropped_pkts = 0, dropped_segs = 0;
+};
+
 // The drop log's key of a flow's data as on the wire, src -> dst (addresses
 // in network byte order, IPv4 in [0]; ports in host order; family AF_INET/6).
 loss_drop_key DropKey(int family, const uint32_t src[4], uint16_t sport, const uint32_t dst[4],
@@ -77,6 +82,12 @@ class LossMaps {
   virtual Status WriteGuard(uint32_t slot, const struct loss_guard& g) = 0;
   virtual Status DeleteGuard(uint32_t slot) = 0;
   virtual Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const = 0;
+  // loss_ramps and loss_ramp_stats: a ramp's steps (written before the
+  // rule, its counters zeroed), its steps' counters (the first `steps`), and
+  // both deleted (none: not an error).
+  virtual Status WriteRamp(uint32_t slot, const struct loss_ramp& r) = 0;
+  virtual Result<std::vector<StepCounters>> ReadRampStats(uint32_t slot, size_t steps) const = 0;
+  virtual Status DeleteRamp(uint32_t slot) = 0;
   // The maps the observer's object shares (bpf/lib/shared_maps.h); -1: none.
   virtual int DropsFd() const { return -1; }
   virtual int GuardsFd() const { return -1; }
@@ -126,6 +137,9 @@ class BpfMaps final : public LossMaps {
   Result<uint64_t> ReadTracedLost(const loss_drop_key& key) const override;
   int DropRingFd() const override { return drop_ring_fd_; }
   Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t slot, uint32_t generation) const override;
+  Status WriteRamp(uint32_t slot, const struct loss_ramp& r) override;
+  Result<std::vector<StepCounters>> ReadRampStats(uint32_t slot, size_t steps) const override;
+  Status DeleteRamp(uint32_t slot) override;
   Status WriteGuard(uint32_t slot, const struct loss_guard& g) override;
   Status DeleteGuard(uint32_t slot) override;
   Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const override;
@@ -138,7 +152,7 @@ class BpfMaps final : public LossMaps {
   int ncpus_ = 1;
   int rules_fd_ = -1, stats_fd_ = -1, port_fd_ = -1, host_fd_ = -1, bloom_fd_ = -1, cfg_fd_ = -1;
   int hook_stats_fd_ = -1, drops_fd_ = -1, cg_self_fd_ = -1, flow_state_fd_ = -1;
-  int traced_fd_ = -1, drop_ring_fd_ = -1, guards_fd_ = -1;
+  int traced_fd_ = -1, drop_ring_fd_ = -1, guards_fd_ = -1, ramps_fd_ = -1, ramp_stats_fd_ = -1;
 };
 
 }  // namespace lossd

@@ -50,6 +50,8 @@ Result<uint32_t> RuleMaps::Publish(const RuleSpec& spec, struct loss_rule rule) 
   Status st = maps_->ResetCounters(slot);
   if (st.ok() && (rule.flags & LOSS_RULE_GUARDED)) st = maps_->WriteGuard(slot, EncodeGuard(spec.guard, rule));
   else if (st.ok()) st = maps_->DeleteGuard(slot);
+  if (st.ok() && rule.model == LOSS_MODEL_RAMP)
+    st = maps_->WriteRamp(slot, EncodeRamp(spec.model, rule.generation));
   if (st.ok()) st = maps_->WriteRule(slot, rule);
   if (!st.ok()) return st;
   auto placed = index_.Insert(slot, spec);
@@ -80,6 +82,8 @@ Status RuleMaps::Withdraw(uint32_t slot) {
 }
 
 void RuleMaps::Free(uint32_t slot) {
+  Status st = maps_->DeleteRamp(slot);  // its steps' counters were read by then
+  if (!st.ok()) LOG_WARN("%s", st.message().c_str());
   free_slots_.push_back(slot);
 }
 

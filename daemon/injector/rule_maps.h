@@ -78,6 +78,10 @@ class RuleMaps {
   }
   uint64_t LeaseUntilNs() const;
 
+  // A ramp's steps' counters (the first `steps`), until Free.
+  Result<std::vector<StepCounters>> RampCounters(uint32_t slot, size_t steps) const {
+    return maps_->ReadRampStats(slot, steps);
+  }
   // The guard of the rule in `slot` as the kernel left it (false: none).
   Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const {
     return maps_->ReadGuard(slot, g);

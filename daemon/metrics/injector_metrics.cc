@@ -200,6 +200,7 @@ const char* ModelName(const LossModel& m) {
     case LossModel::Kind::kGilbertElliott: return "gilbert_elliott";
     case LossModel::Kind::kEveryNth: return "every_nth";
     case LossModel::Kind::kFirstK: return "first_k";
+    case LossModel::Kind::kRamp: return "ramp";
   }
   return "unknown";
 }

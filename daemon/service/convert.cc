@@ -138,6 +138,20 @@ void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* o
       (*out->mutable_resent_dropped_segments())[RtxTypeName(ty)] = e.caused.resent_dropped[ty];
     if (e.caused.dsacked[ty]) (*out->mutable_dsacked_segments())[RtxTypeName(ty)] = e.caused.dsacked[ty];
   }
+  for (const StepEffect& se : e.steps) {
+    v1::StepEffect* o = out->add_steps();
+    o->set_configured_rate(se.configured);
+    o->set_start_offset_ns(se.start_offset_ns);
+    o->set_duration_ns(se.duration_ns);
+    o->set_matched_packets(se.counts.matched_pkts);
+    o->set_matched_segments(se.counts.matched_segs);
+    o->set_dropped_packets(se.counts.dropped_pkts);
+    o->set_dropped_segments(se.counts.dropped_segs);
+    o->set_measured_rate(se.measured);
+    o->set_rate_ci_low(se.ci_low);
+    o->set_rate_ci_high(se.ci_high);
+    o->set_configured_within_ci(se.configured_within_ci);
+  }
   out->set_flows(e.caused.flows.size());
   out->set_drops_recorded(e.drops_recorded);
   for (int ty = 0; ty < OBS_RTX_MAX; ty++) {

@@ -75,9 +75,10 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
   }
   LOSSD_RETURN_IF_ERROR(Set(name("payload"), ParsePayload(f.payload), &r.payload));
 
-  int models = !f.rate.empty() + !f.ge.empty() + !f.every.empty() + !f.first.empty();
-  std::string model_flags =
-      name("rate") + ", " + name("ge") + ", " + name("every") + " or " + name("first");
+  int models =
+      !f.rate.empty() + !f.ge.empty() + !f.every.empty() + !f.first.empty() + !f.ramp.empty();
+  std::string model_flags = name("rate") + ", " + name("ge") + ", " + name("every") + ", " +
+                            name("first") + " or " + name("ramp");
   if (models == 0) return InvalidArgument("a loss model is needed: give " + model_flags);
   if (models > 1)
     return InvalidArgument("one loss model per rule: give only one of " + model_flags);
@@ -86,6 +87,9 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
     LOSSD_RETURN_IF_ERROR(Set(name("rate"), ParseRate(f.rate), &r.model.p));
   } else if (!f.ge.empty()) {
     LOSSD_RETURN_IF_ERROR(Set(name("ge"), ParseGilbertElliott(f.ge), &r.model));
+  } else if (!f.ramp.empty()) {
+    r.model.kind = LossModel::Kind::kRamp;
+    LOSSD_RETURN_IF_ERROR(Set(name("ramp"), ParseRamp(f.ramp), &r.model.steps));
   } else {
     bool every = !f.every.empty();
     auto n =
@@ -172,6 +176,9 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
   app->add_option("--ge", f->ge,
                   "Loss model: Gilbert-Elliott p,r,1-h,1-k (netem gemodel), e.g. 1%,20%");
   app->add_option("--every", f->every, "Loss model: drop every N-th packet of each flow");
+  app->add_option("--ramp", f->ramp,
+                  "Loss model: Bernoulli by steps RATE/DURATION,..., e.g. 0.1%/2s,1%/2s,5%/2s "
+                  "(the data plane's clock; each step counted apart; the rule ends after the last)");
   app->add_option("--first", f->first, "Loss model: drop the first K packets of each flow");
   app->add_option("--seed", f->seed, "Same seed, same packets: same drops (per flow)");
   app->add_option("--priority", f->priority, "Highest wins among overlapping rules (0-1000000)");
@@ -224,7 +231,8 @@ std::string* RuleFlagsField(RuleFlags* f, const std::string& name) {
       {"start_after", &RuleFlags::start_after},
       {"pulse", &RuleFlags::pulse},
       {"pulse_cycles", &RuleFlags::pulse_cycles},
-      {"guard", &RuleFlags::guard}};
+      {"guard", &RuleFlags::guard},
+      {"ramp", &RuleFlags::ramp}};
   for (const auto& [n, m] : kFields)
     if (name == n) return &(f->*m);
   return nullptr;

@@ -21,7 +21,7 @@ namespace lossd {
 struct RuleFlags {
   std::string iface, cgroup, pid, unit, container, pod, hook, dir, src, dst, sport, dport, proto,
       family, tcp_flags, payload, rate, ge, every, first, seed, priority, ttl, start_after, pulse,
-      pulse_cycles, guard;
+      pulse_cycles, guard, ramp;
   bool per_segment = false;
   bool reattach = false;
 };
@@ -40,7 +40,7 @@ Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_
 // --iface/-i, --cgroup, --pid, --unit, --container, --pod, --hook, --dir, --src, --dst, --sport,
 // --dport,
 // --proto, --family, --tcp-flags, --payload, --rate, --ge, --every,
-// --first, --seed, --priority, --ttl, --start-after, --pulse, --pulse-cycles, --guard,
+// --first, --ramp, --seed, --priority, --ttl, --start-after, --pulse, --pulse-cycles, --guard,
 // --per-segment
 // into `flags` (which
 // must outlive `app`'s parse).

@@ -15,6 +15,14 @@ double ModelMeanLoss(const LossModel& m) {
     }
     case LossModel::Kind::kEveryNth: return m.n ? 1.0 / m.n : 0;
     case LossModel::Kind::kFirstK: return -1;
+    case LossModel::Kind::kRamp: {  // over its time, as if the traffic were even
+      double sum = 0, t = 0;
+      for (const auto& st : m.steps) {
+        sum += st.rate * double(st.duration.count());
+        t += double(st.duration.count());
+      }
+      return t > 0 ? sum / t : 0;
+    }
   }
   return -1;
 }

@@ -130,9 +130,21 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
       s.model.kind = LossModel::Kind::kFirstK;
       s.model.n = lm.first_k();
       break;
+    case v1::LossModel::kRamp:
+      s.model.kind = LossModel::Kind::kRamp;
+      if (size_t(lm.ramp().steps_size()) > kMaxRampSteps)
+        return InvalidArgument("loss.ramp: a ramp has 1 to " + std::to_string(kMaxRampSteps) +
+                               " steps (got " + std::to_string(lm.ramp().steps_size()) + ")");
+      for (const auto& st : lm.ramp().steps())
+        s.model.steps.push_back(
+            {st.rate(), std::chrono::nanoseconds(static_cast<int64_t>(
+                            std::min<uint64_t>(st.duration_ns(), INT64_MAX)))});
+      if (Status rs = CheckRamp(s.model); !rs.ok())
+        return InvalidArgument("loss.ramp: " + rs.message());
+      break;
     case v1::LossModel::MODEL_NOT_SET:
       return InvalidArgument(
-          "loss: give a model (bernoulli, gilbert_elliott, every_nth or first_k)");
+          "loss: give a model (bernoulli, gilbert_elliott, every_nth, first_k or ramp)");
   }
   if (lm.has_seed()) s.seed = lm.seed();
   s.priority = in.priority();
@@ -193,6 +205,15 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
     }
     case LossModel::Kind::kEveryNth: lm->set_every_nth(s.model.n); break;
     case LossModel::Kind::kFirstK: lm->set_first_k(s.model.n); break;
+    case LossModel::Kind::kRamp: {
+      auto* rp = lm->mutable_ramp();
+      for (const auto& st : s.model.steps) {
+        auto* o = rp->add_steps();
+        o->set_rate(st.rate);
+        o->set_duration_ns(static_cast<uint64_t>(st.duration.count()));
+      }
+      break;
+    }
   }
   if (s.seed) lm->set_seed(*s.seed);
   out->set_priority(s.priority);

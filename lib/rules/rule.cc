@@ -520,6 +520,24 @@ Status CheckPulse(std::chrono::nanoseconds active, std::chrono::nanoseconds dorm
 
 }  // namespace
 
+Status CheckRamp(const LossModel& m) {
+  if (m.steps.empty() || m.steps.size() > kMaxRampSteps)
+    return InvalidArgument("a ramp has 1 to " + std::to_string(kMaxRampSteps) + " steps (got " +
+                           std::to_string(m.steps.size()) + ")");
+  for (size_t i = 0; i < m.steps.size(); i++) {
+    const RampStep& st = m.steps[i];
+    std::string which = "ramp step " + std::to_string(i + 1);
+    if (!(st.rate >= 0 && st.rate <= 1 && std::isfinite(st.rate)))
+      return InvalidArgument(which + ": rate must lie between 0% and 100%");
+    if (st.duration.count() < kMinPulseNs || st.duration.count() > kMaxPulseNs)
+      return InvalidArgument(which + ": its time must lie between " +
+                             DurationText(std::chrono::nanoseconds(kMinPulseNs)) + " and " +
+                             DurationText(std::chrono::nanoseconds(kMaxPulseNs)) + " (got " +
+                             DurationText(st.duration) + ")");
+  }
+  return Status::Ok();
+}
+
 Status ParsePulse(const std::string& text, Schedule* out) {
   if (text.size() > kMaxInputLength)
     return InvalidArgument("pulse is at most " + std::to_string(kMaxInputLength) + " characters");
@@ -606,6 +624,33 @@ Status ParseGuard(const std::string& text, Guard* out) {
                            "': expected stall>DURATION or rtos>N/WINDOW, e.g. stall>500ms");
   *out = g;
   return Status::Ok();
+}
+
+Result<std::vector<RampStep>> ParseRamp(const std::string& text) {
+  if (text.size() > kMaxInputLength)
+    return InvalidArgument("ramp is at most " + std::to_string(kMaxInputLength) + " characters");
+  std::vector<RampStep> steps;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    std::string c = TrimSpace(part);
+    size_t slash = c.find('/');
+    if (slash == std::string::npos || c.find('/', slash + 1) != std::string::npos)
+      return InvalidArgument("invalid ramp step '" + Shown(c) +
+                             "': expected RATE/DURATION, e.g. 0.1%/2s,1%/2s,5%/2s");
+    auto rate = ParseRate(c.substr(0, slash));
+    if (!rate.ok()) return InvalidArgument("ramp step " + std::to_string(steps.size() + 1) + ": " +
+                                           rate.status().message());
+    auto d = ParseDuration(c.substr(slash + 1));
+    if (!d.ok()) return InvalidArgument("ramp step " + std::to_string(steps.size() + 1) + ": " +
+                                        d.status().message());
+    steps.push_back({*rate, *d});
+  }
+  LossModel m;
+  m.kind = LossModel::Kind::kRamp;
+  m.steps = steps;
+  LOSSD_RETURN_IF_ERROR(CheckRamp(m));
+  return steps;
 }
 
 std::string Guard::Text() const {
@@ -749,6 +794,11 @@ Status Validate(const RuleSpec& s) {
       break;
     case LossModel::Kind::kFirstK:
       if (m.n < 1) return InvalidArgument("first-K needs K >= 1");
+      break;
+    case LossModel::Kind::kRamp:
+      LOSSD_RETURN_IF_ERROR(CheckRamp(m));
+      if (s.schedule.Pulse())
+        return InvalidArgument("a ramp's steps are its timeline: give no pulse with it");
       break;
   }
   if (s.priority > kMaxPriority)

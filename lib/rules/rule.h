@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "loss_abi.h"
@@ -39,15 +40,33 @@ struct PortRange {
   bool Contains(uint16_t port) const { return lo <= port && port <= hi; }
 };
 
+// One step of a ramp: this Bernoulli rate for this long.
+struct RampStep {
+  double rate = 0;
+  std::chrono::nanoseconds duration{0};
+  bool operator==(const RampStep& o) const { return rate == o.rate && duration == o.duration; }
+};
+
 struct LossModel {
-  enum class Kind { kBernoulli, kGilbertElliott, kEveryNth, kFirstK };
+  enum class Kind { kBernoulli, kGilbertElliott, kEveryNth, kFirstK, kRamp };
   Kind kind = Kind::kBernoulli;
   double p = 0;          // Bernoulli rate; GE: P(good -> bad)
   double r = 0;          // GE: P(bad -> good)
   double bad_loss = 1;   // GE: loss probability in the bad state (1-h)
   double good_loss = 0;  // GE: loss probability in the good state (1-k)
   uint32_t n = 0;        // every n-th packet / first k packets
+  // Ramp: Bernoulli at each step's rate in turn, from the rule's start (its
+  // schedule's origin); the rule ends (EXPIRED) after the last.
+  std::vector<RampStep> steps;
+  // The steps' total time (0 for other models).
+  std::chrono::nanoseconds RampSpan() const {
+    std::chrono::nanoseconds t{0};
+    for (const auto& st : steps) t += st.duration;
+    return kind == Kind::kRamp ? t : std::chrono::nanoseconds(0);
+  }
 };
+constexpr size_t kMaxRampSteps = LOSS_RAMP_STEPS;
+// Each step 1 ms .. 1 d (as a pulse's parts).
 
 // A service named as the user thinks of it; the daemon resolves it to the
 // service's cgroup (host/targets.h, docs/targeting.md). At most one kind,
@@ -190,6 +209,12 @@ Result<LossModel> ParseGilbertElliott(const std::string& text);
 // A pulse "ACTIVE/DORMANT" (durations as above, e.g. "200ms/800ms"), each
 // kMinPulseNs .. kMaxPulseNs.
 Status ParsePulse(const std::string& text, Schedule* out);
+// A ramp "RATE/DURATION,RATE/DURATION,..." (rates and durations as above,
+// e.g. "0.1%/2s,1%/2s,5%/2s"): 1 .. kMaxRampSteps steps, each kMinPulseNs ..
+// kMaxPulseNs long.
+Result<std::vector<RampStep>> ParseRamp(const std::string& text);
+// A ramp model's steps within those bounds.
+Status CheckRamp(const LossModel& m);
 // Guard conditions, comma-separated: "stall>DURATION" and "rtos>N/WINDOW"
 // (e.g. "stall>500ms,rtos>5/2s"); durations kMinGuardNs .. kMaxGuardNs, N
 // 0 .. kMaxGuardRtos; each kind at most once.
@@ -219,6 +244,17 @@ const char* PayloadName(int payload);  // "any", "only", "none"
 // The rule targets a cgroup: a path, or a service resolved to one.
 inline bool NamesCgroup(const RuleSpec& s) {
   return !s.cgroup.empty() || s.service.Any();
+}
+
+// A rule with a timeline of its own on the data plane's clock (a schedule,
+// or a ramp's steps): its origin is fixed at creation (AddLocked).
+inline bool HasTimeline(const RuleSpec& s) {
+  return s.schedule.Any() || s.model.kind == LossModel::Kind::kRamp;
+}
+// From that origin to its end (the last active window, or the last ramp
+// step); 0: no end of its own.
+inline std::chrono::nanoseconds TimelineSpan(const RuleSpec& s) {
+  return s.model.kind == LossModel::Kind::kRamp ? s.model.RampSpan() : s.schedule.Span();
 }
 
 // Checks a rule for consistency. Does not look at the kernel (interfaces

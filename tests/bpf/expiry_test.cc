@@ -4,6 +4,7 @@
 #include <bpf/bpf.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "base/clock.h"
@@ -217,6 +218,89 @@ TEST_F(Expiry, PulseDropsOnlyInItsActiveWindowsThenEnds) {
   auto after = inj_->Get(id);
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(after->expired);
+}
+
+// The last window ends to the ns, not a tick later: with a 1 ms dormant part
+// the period would open a next window before the coarse TTL check saw the end.
+TEST_F(Expiry, PulseEndsAtItsLastWindowEvenWithAShortDormantPart) {
+  const Prog p = Prog::kTcOut;
+  PacketSpec pkt = Udp4("10.0.0.1", "10.0.0.2", 1, 2);
+  RuleSpec s = Rule(p, 1.0);
+  s.schedule.active = 20ms;
+  s.schedule.dormant = 1ms;
+  s.schedule.cycles = 2;
+  uint32_t id = Add(s);
+  ASSERT_NE(id, 0u);
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  const uint64_t end = info->schedule_start_mono_ns + 41000000;
+  uint64_t after = 0, wrong = 0;
+  while (MonotonicNs() < end + 30000000) {
+    uint64_t t0 = MonotonicNs();
+    int verdict = Run(p, pkt);
+    if (t0 >= end) {
+      after++;
+      wrong += verdict != PassVerdict(p);
+    }
+    std::this_thread::sleep_for(100us);
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << after << " runs after the last window";
+  EXPECT_GT(after, 50u);
+  RuleCounters c = Counters(id);
+  EXPECT_EQ(c.matched_pkts, c.dropped_pkts);
+}
+
+// Ramps (issue 22): the rate changes by step on the data plane's clock, each
+// step counted apart; past the last step the rule matches nothing, and ends.
+TEST_F(Expiry, RampChangesItsRateByStepAndCountsEachStep) {
+  const Prog p = Prog::kTcIn;
+  PacketSpec pkt = Udp4("10.0.0.1", "10.0.0.2", 1, 2);
+  RuleSpec s = Rule(p, 1.0);
+  s.model.kind = LossModel::Kind::kRamp;
+  s.model.steps = {{1.0, 60ms}, {0.0, 60ms}, {1.0, 60ms}};
+  uint32_t id = Add(s);
+  ASSERT_NE(id, 0u);
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  const uint64_t start = info->schedule_start_mono_ns, step = 60000000, margin = 1000000;
+  ASSERT_GT(start, 0u) << "a ramp's origin is fixed at creation";
+  const uint64_t end = start + 3 * step;
+  uint64_t judged[4] = {}, wrong = 0;  // by step, and after the end
+  while (MonotonicNs() < end + 40000000) {
+    uint64_t t0 = MonotonicNs();
+    int verdict = Run(p, pkt);
+    uint64_t t1 = MonotonicNs();
+    if (t0 < start) continue;
+    uint64_t i0 = std::min<uint64_t>((t0 - start) / step, 3), i1 = std::min<uint64_t>((t1 - start) / step, 3);
+    bool near = (t0 - start) % step < margin || (t1 - start) % step > step - margin;
+    if (i0 != i1 || (near && i0 < 3)) continue;  // too close to an edge to judge
+    judged[i0]++;
+    bool dropping = i0 == 0 || i0 == 2;
+    wrong += verdict != (dropping ? DropVerdict(p) : PassVerdict(p));
+    std::this_thread::sleep_for(200us);
+  }
+  EXPECT_EQ(wrong, 0u) << judged[0] << " " << judged[1] << " " << judged[2] << " " << judged[3];
+  for (int i = 0; i < 4; i++) EXPECT_GT(judged[i], 20u) << "step " << i;
+  info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->step_counters.size(), 3u);
+  const auto& st = info->step_counters;
+  EXPECT_EQ(st[0].matched_pkts, st[0].dropped_pkts);
+  EXPECT_GT(st[0].dropped_pkts, 0u);
+  EXPECT_GT(st[1].matched_pkts, 0u);
+  EXPECT_EQ(st[1].dropped_pkts, 0u);
+  EXPECT_EQ(st[2].matched_pkts, st[2].dropped_pkts);
+  // Every decision is some step's (past the end it matched nothing).
+  RuleCounters c = Counters(id);
+  EXPECT_EQ(c.matched_pkts, st[0].matched_pkts + st[1].matched_pkts + st[2].matched_pkts);
+  EXPECT_EQ(c.dropped_pkts, st[0].dropped_pkts + st[2].dropped_pkts);
+  // Its deadline is the last step's end: the reaper ends it, its steps' counters kept.
+  inj_->Tick();
+  auto after = inj_->Get(id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->expired);
+  ASSERT_EQ(after->step_counters.size(), 3u);
+  EXPECT_EQ(after->step_counters[2].dropped_pkts, st[2].dropped_pkts);
 }
 
 // Guards (issue 22): the observer's program stops a guarded rule by setting

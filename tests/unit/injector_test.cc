@@ -111,6 +111,23 @@ class FakeMaps final : public LossMaps {
   Result<std::vector<uint64_t>> ReadFlowCounts(uint32_t, uint32_t) const override {
     return std::vector<uint64_t>{};
   }
+  Status WriteRamp(uint32_t slot, const struct loss_ramp& r) override {
+    Push(log_, "ramp " + std::to_string(slot) + " of " + std::to_string(r.n));
+    ramps[slot] = r;
+    return Status::Ok();
+  }
+  Result<std::vector<StepCounters>> ReadRampStats(uint32_t slot, size_t steps) const override {
+    auto it = ramp_counts.find(slot);
+    std::vector<StepCounters> out(steps);
+    if (it != ramp_counts.end())
+      for (size_t i = 0; i < steps && i < it->second.size(); i++) out[i] = it->second[i];
+    return out;
+  }
+  Status DeleteRamp(uint32_t slot) override {
+    if (ramps.erase(slot)) Push(log_, "ramp " + std::to_string(slot) + " deleted");
+    ramp_counts.erase(slot);
+    return Status::Ok();
+  }
   Status WriteGuard(uint32_t slot, const struct loss_guard& g) override {
     Push(log_, "guard " + std::to_string(slot));
     guards[slot] = g;
@@ -131,6 +148,8 @@ class FakeMaps final : public LossMaps {
   std::map<uint32_t, RuleCounters> counters;   // what the data plane counted
   struct loss_config cfg {};                   // as last written
   std::map<uint32_t, struct loss_guard> guards;  // loss_guards as written (and "stopped")
+  std::map<uint32_t, struct loss_ramp> ramps;    // loss_ramps as written
+  std::map<uint32_t, std::vector<StepCounters>> ramp_counts;  // what the data plane counted
   bool fail_rules = false, fail_lists = false, traced_full = false;
   std::map<uint16_t, uint64_t> traced_lost;  // loss_traced by dport: the ring's losses
 

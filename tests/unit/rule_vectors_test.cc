@@ -30,6 +30,11 @@ Json ValueOf(const RuleSpec& r, const std::string& flag) {
   if (flag == "start_after") return r.schedule.start_after.count();
   if (flag == "pulse") return {r.schedule.active.count(), r.schedule.dormant.count()};
   if (flag == "pulse_cycles") return r.schedule.cycles;
+  if (flag == "ramp") {
+    Json out = Json::array();
+    for (const auto& st : r.model.steps) out.push_back({st.rate, st.duration.count()});
+    return out;
+  }
   if (flag == "guard") return {r.guard.stall.count(), r.guard.rtos, r.guard.rtos_window.count()};
   if (flag == "sport") return {r.sport.lo, r.sport.hi};
   if (flag == "dport") return {r.dport.lo, r.dport.hi};
@@ -72,7 +77,7 @@ TEST(RuleVectors, BothParsersAgree) {
   ASSERT_TRUE(doc.is_object()) << "cannot read " << LOSSD_VECTORS;
   const Json& vectors = doc["vectors"];
   ASSERT_GT(vectors.size(), 100u);
-  static const char* kModels[] = {"rate", "ge", "every", "first"};
+  static const char* kModels[] = {"rate", "ge", "every", "first", "ramp"};
   for (const auto& v : vectors) {
     std::string flag = v["flag"], input = v["input"];
     SCOPED_TRACE(flag + " = '" + input + "'");
@@ -119,7 +124,7 @@ TEST(BuildRuleSpec, ModelsAndTarget) {
   RuleFlags f;
   f.iface = "eth0";
   EXPECT_NE(BuildRuleSpec(f).status().message().find(
-                "a loss model is needed: give --rate, --ge, --every or --first"),
+                "a loss model is needed: give --rate, --ge, --every, --first or --ramp"),
             std::string::npos);
   f.rate = "1%";
   f.every = "2";

@@ -215,15 +215,47 @@ def gilbert_elliott(value):
     return out
 
 
-def loss_model(rate=None, ge=None, every=None, first=None, seed=None):
-    given = [k for k, v in (("rate", rate), ("ge", ge), ("every", every), ("first", first)) if v is not None]
+MAX_RAMP_STEPS = 16  # as lossd's
+
+
+def _ramp(text):
+    """A Ramp (lossd.v1) from 'RATE/DURATION,...' ('0.1%/2s,1%/2s,5%/2s') or
+    [(rate, duration), ...]: 1 to 16 steps, each 1ms .. 1d."""
+    if isinstance(text, str):
+        parts = [p.strip() for p in text.split(",")]
+        pairs = []
+        for p in parts:
+            rate_text, slash, dur = p.partition("/")
+            if not slash or "/" in dur:
+                raise LossdInputError("ramp: invalid ramp step %r: expected RATE/DURATION, "
+                                      "e.g. 0.1%%/2s,1%%/2s,5%%/2s" % (p,))
+            pairs.append((rate_text, dur))
+    else:
+        pairs = list(text)
+    if not 1 <= len(pairs) <= MAX_RAMP_STEPS:
+        raise LossdInputError("ramp: a ramp has 1 to %d steps (got %d)" % (MAX_RAMP_STEPS, len(pairs)))
+    steps = []
+    for i, (r, d) in enumerate(pairs):
+        ns = parse_duration(d, "ramp")
+        if not MIN_PULSE_NS <= ns <= MAX_PULSE_NS:
+            raise LossdInputError("ramp: ramp step %d: its time must lie between 1ms and 1d, got %r"
+                                  % (i + 1, d))
+        steps.append({"rate": parse_rate(r, "ramp"), "duration_ns": ns})
+    return {"steps": steps}
+
+
+def loss_model(rate=None, ge=None, every=None, first=None, seed=None, ramp=None):
+    given = [k for k, v in (("rate", rate), ("ge", ge), ("every", every), ("first", first),
+                            ("ramp", ramp)) if v is not None]
     if len(given) != 1:
-        raise LossdInputError("loss model: give exactly one of rate=, ge=, every=, first= (got %s)"
+        raise LossdInputError("loss model: give exactly one of rate=, ge=, every=, first=, ramp= (got %s)"
                               % (", ".join(given) or "none"))
     if rate is not None:
         lm = {"bernoulli": {"rate": parse_rate(rate)}}
     elif ge is not None:
         lm = {"gilbert_elliott": gilbert_elliott(ge)}
+    elif ramp is not None:
+        lm = {"ramp": _ramp(ramp)}
     elif every is not None:
         lm = {"every_nth": _uint(every, "every", minimum=1)}
     else:
@@ -336,7 +368,8 @@ def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, p
               tcp_flags=None, payload=None,
               rate=None, ge=None, every=None, first=None, seed=None,
               priority=0, ttl=None, per_segment=False, labels=None, force=False,
-              reattach=False, start_after=None, pulse=None, pulse_cycles=None, guard=None):
+              reattach=False, start_after=None, pulse=None, pulse_cycles=None, guard=None,
+              ramp=None):
     """A RuleSpec from friendly arguments (see Client.add_rule)."""
     if not iface and not cgroup and not (pid or unit or container or pod):
         raise LossdInputError("target: give iface= and/or cgroup=, pid=, unit=, container= or pod=")
@@ -378,7 +411,7 @@ def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, p
         match["payload"] = pl
     if match:
         spec["match"] = match
-    spec["loss"] = loss_model(rate=rate, ge=ge, every=every, first=first, seed=seed)
+    spec["loss"] = loss_model(rate=rate, ge=ge, every=every, first=first, seed=seed, ramp=ramp)
     prio = _uint(priority, "priority", maximum=MAX_PRIORITY) if priority is not None else 0
     if prio:
         spec["priority"] = prio

@@ -116,7 +116,7 @@ class Match:
 
 @dataclasses.dataclass(frozen=True)
 class LossModel:
-    kind: str = ""            # 'bernoulli', 'gilbert_elliott', 'every_nth', 'first_k' or ''
+    kind: str = ""            # 'bernoulli', 'gilbert_elliott', 'every_nth', 'first_k', 'ramp' or ''
     rate: float = 0.0         # bernoulli
     p: float = 0.0            # gilbert_elliott
     r: float = 0.0
@@ -124,6 +124,7 @@ class LossModel:
     good_loss: float = 0.0
     n: int = 0                # every_nth / first_k
     seed: typing.Optional[int] = None
+    steps: tuple = ()         # ramp: ((rate, duration_ns), ...)
 
     @classmethod
     def from_proto(cls, m):
@@ -138,6 +139,8 @@ class LossModel:
             return cls(kind, n=m.every_nth, seed=seed)
         if kind == "first_k":
             return cls(kind, n=m.first_k, seed=seed)
+        if kind == "ramp":
+            return cls(kind, steps=tuple((st.rate, st.duration_ns) for st in m.ramp.steps), seed=seed)
         return cls(kind, seed=seed)
 
     @property
@@ -153,6 +156,9 @@ class LossModel:
             return bad * self.bad_loss + (1 - bad) * self.good_loss
         if self.kind == "every_nth":
             return 1.0 / self.n if self.n else 0.0
+        if self.kind == "ramp":  # over its time, as if the traffic were even (the daemon's)
+            t = sum(d for _, d in self.steps)
+            return sum(r * d for r, d in self.steps) / t if t else 0.0
         return None
 
     def __str__(self):
@@ -164,6 +170,8 @@ class LossModel:
             s = "every %d" % self.n
         elif self.kind == "first_k":
             s = "first %d" % self.n
+        elif self.kind == "ramp":
+            s = "ramp " + ",".join("%s/%s" % (format_rate(r), format_duration(d)) for r, d in self.steps)
         else:
             s = "no model"
         if self.seed is not None:
@@ -302,6 +310,10 @@ class RuleEffect:
     # receivers D-SACKed, by the resend's type: needless, the data had arrived.
     resent_dropped_segments: dict = dataclasses.field(default_factory=dict)
     dsacked_segments: dict = dataclasses.field(default_factory=dict)
+    # A ramp: each step's effect (lossd.v1 StepEffect messages: configured_rate,
+    # start_offset_ns, duration_ns, matched/dropped packets and segments, measured_rate,
+    # rate_ci_low/high, configured_within_ci), in order.
+    steps: tuple = ()
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -313,7 +325,8 @@ class RuleEffect:
                    x.expected_dropped_packets if x else None, x.matched_packets if x else None,
                    x.dropped_packets if x else None, hint=getattr(m, "hint", ""),
                    resent_dropped_segments=type_counts(getattr(m, "resent_dropped_segments", {})),
-                   dsacked_segments=type_counts(getattr(m, "dsacked_segments", {})), raw=m)
+                   dsacked_segments=type_counts(getattr(m, "dsacked_segments", {})),
+                   steps=tuple(getattr(m, "steps", ())), raw=m)
 
     @property
     def retransmitted_total(self):

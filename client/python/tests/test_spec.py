@@ -5,6 +5,7 @@ import tempfile
 import unittest
 
 import support
+import lossd_client.types as t
 from lossd_client import Filter, LossdInputError, event_filter, normalize_target, rule_spec
 from lossd_client.spec import filters, parse_direction, parse_retransmit_type, short_name, to_proto
 
@@ -216,6 +217,19 @@ class ProtoTest(support.StubsTestCase):
         self.assertEqual(m.loss.gilbert_elliott.bad_loss, 1.0)
         self.assertEqual(to_proto(rule_spec("e", every=5), pb2.RuleSpec()).loss.every_nth, 5)
         self.assertEqual(to_proto(rule_spec("e", first=2), pb2.RuleSpec()).loss.first_k, 2)
+
+    def test_ramp_and_guard_messages(self):
+        pb2 = self.pb2
+        m = to_proto(rule_spec("e", ramp=[("0.1%", "2s"), (0.05, 0.5)], guard="stall>500ms,rtos>5/2s"),
+                     pb2.RuleSpec())
+        self.assertEqual(m.loss.WhichOneof("model"), "ramp")
+        self.assertEqual([(st.rate, st.duration_ns) for st in m.loss.ramp.steps],
+                         [(0.001, 2_000_000_000), (0.05, 500_000_000)])
+        self.assertEqual((m.guard.stall_ns, m.guard.rtos, m.guard.rtos_window_ns),
+                         (500_000_000, 5, 2_000_000_000))
+        lm = t.LossModel.from_proto(m.loss)
+        self.assertEqual(lm.kind, "ramp")
+        self.assertAlmostEqual(lm.mean_rate, (0.001 * 2 + 0.05 * 0.5) / 2.5)
 
     def test_big_values(self):
         m = to_proto(rule_spec("e", rate=0.1, seed=(1 << 64) - 1, ttl="5000h"), self.pb2.RuleSpec())

@@ -13,7 +13,7 @@ from lossd_client.spec import PROTOCOL_NUMBERS, TCP_FLAGS, short_name
 
 VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "vectors",
                        "rule_parsers.json")
-MODELS = ("rate", "ge", "every", "first")
+MODELS = ("rate", "ge", "every", "first", "ramp")
 
 
 def value_of(spec, flag):
@@ -39,6 +39,8 @@ def value_of(spec, flag):
         return [sched["active_ns"], sched["dormant_ns"]]
     if flag == "pulse_cycles":
         return sched["cycles"]
+    if flag == "ramp":
+        return [[st["rate"], st["duration_ns"]] for st in loss["ramp"]["steps"]]
     if flag == "guard":
         g = spec.get("guard", {})
         return [g.get("stall_ns", 0), g.get("rtos", 0), g.get("rtos_window_ns", 0)]

@@ -397,6 +397,7 @@ function lossText(l) {
   if (l.gilbert_elliott) return "Gilbert-Elliott";
   if (l.every_nth) return "every " + l.every_nth;
   if (l.first_k) return "first " + l.first_k;
+  if (l.ramp) return "ramp " + (l.ramp.steps || []).map((st) => fmtRate(st.rate || 0)).join(" → ");
   return "-";
 }
 // A rule's schedule (spec.schedule), after its loss: "pulse 200.0 ms / 800.0 ms ×10".

@@ -16,9 +16,15 @@ same clock (CLOCK_MONOTONIC) as the rule's schedule_start_mono_ns.
   test_the_page_shows_the_schedule
       The live page's rules table shows a scheduled rule's loss with its schedule ("5.00 % after
       2.0 s, pulse 200.0 ms / 800.0 ms ×3"). Screenshot: live_schedule.png.
+  test_ramp_steps_each_within_their_interval
+      A ramp 0.1 % -> 1 % -> 5 %, 2 s each, under 5,000 numbered datagrams a second: each
+      step's measured rate holds its rate (its own 99.9 % interval, GetRuleEffect.steps), each
+      step's drops are the datagrams lost that were sent in it (one straddling an edge may
+      count on either side), the steps add up to the rule's counters, and it ends (EXPIRED)
+      after the last step; `lossctl rule effect` prints the steps.
   test_bad_schedules_are_refused
-      A pulse of 0.5 ms, cycles without a pulse, and a schedule longer than 30 years:
-      INVALID_ARGUMENT, each naming what is wrong.
+      A pulse of 0.5 ms, cycles without a pulse, a schedule longer than 30 years, a ramp
+      with a pulse, a ramp of 17 steps: INVALID_ARGUMENT, each naming what is wrong.
 """
 import array
 import bisect
@@ -152,6 +158,83 @@ class Schedule(DaemonTestCase):
         self.assertIn("5.00 % after 2.0 s, pulse 200.0 ms / 800.0 ms ×3", text)
         self.assertEqual(b.console_errors(), [])
 
+    def test_ramp_steps_each_within_their_interval(self):
+        """A ramp 0.1 % -> 1 % -> 5 %, 2 s each, under a numbered UDP stream (5,000 a
+        second, each datagram's sendto timed): each step's measured rate holds its rate
+        (GetRuleEffect.steps: the step's own 99.9 % interval), each step's drops are the
+        datagrams lost that were sent in it (a datagram whose sendto straddles an edge may
+        count on either side), and the rule ends after its last step."""
+        lab, d, pb = self.lab, self.d, self.pb
+        port, pps, step = PORT + 2, 5000, 2_000_000_000
+        rates = (0.001, 0.01, 0.05)
+        times_path = os.path.join(lab.tempdir(), "ramp_times")
+        rx = traffic.UdpReceiver(lab, lab.b, lab.V4_B, port, 8, list_missing=True)
+        # From 1 s after creation (a ramp takes a schedule's start_after): the stream is
+        # under way by then, however loaded the machine.
+        r = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=port,
+                     ramp=[(x, step) for x in rates], schedule=dict(start_after_ns=10**9))
+        start = r.schedule_start_mono_ns
+        self.assertGreater(start, 0, r)
+        end = start + len(rates) * step
+        self.assertEqual(r.expires_unix_ns - r.schedule_start_unix_ns, len(rates) * step, r)
+        count = int(pps * ((end - time.monotonic_ns()) / 1e9 + 0.5))
+        tx = lab.popen(lab.a, traffic.udp_send_cmd(lab.V4_B, port, 8, count, pps) + ["--batch", "1", "--times", times_path],
+                       stdout=subprocess.PIPE)
+        sent = traffic.finish_sender(tx, count, pps)
+        time.sleep(0.3)
+        got = rx.finish()
+        t = array.array("Q")
+        with open(times_path, "rb") as fh:
+            t.frombytes(fh.read())
+        self.assertEqual(len(t), 2 * count)
+        self.assertLess(t[0], start, "the stream began after the ramp: its first step not all tested")
+        lost = set(got["missing"]) | set(range(got["max_seq"] + 1, count))
+
+        def step_of(ns):
+            return -1 if ns < start else min((ns - start) // step, len(rates))
+
+        sure, either = [0] * len(rates), [0] * len(rates)
+        for seq in lost:
+            a, b = step_of(t[2 * seq]), step_of(t[2 * seq + 1])
+            self.assertTrue(0 <= a < len(rates) or 0 <= b < len(rates),
+                            "datagram %d lost outside the ramp (steps %d..%d)" % (seq, a, b))
+            if a == b:
+                sure[a] += 1
+            else:
+                for k in (a, b):
+                    if 0 <= k < len(rates):
+                        either[k] += 1
+        info = wait_until(lambda: (lambda g: g if pb.RuleState.Name(g.state) == "RULE_STATE_EXPIRED" else None)(
+            d.get(r.id)), 10, "the rule to end after its last step")
+        e = d.inj.GetRuleEffect(pb.GetRuleEffectRequest(id=r.id), timeout=10)
+        steps = list(e.steps)
+        nums = dict(count=count, lost=len(lost), sure=sure, either=either,
+                    steps=[dict(rate=s_.configured_rate, matched=s_.matched_packets, dropped=s_.dropped_packets,
+                                measured=round(s_.measured_rate, 5), ci=(round(s_.rate_ci_low, 5), round(s_.rate_ci_high, 5)),
+                                ok=s_.configured_within_ci) for s_ in steps])
+        ctl = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "effect", str(r.id)]) \
+            if config.LOSSCTL else None
+        measured("schedule_ramp", lossctl=ctl.out if ctl else None, **nums)
+        self.assertEqual(sent["sent"], count, nums)
+        self.assertEqual(len(steps), len(rates), nums)
+        self.assertEqual(len(lost), info.counters.dropped_packets, nums)
+        self.assertEqual(sum(s_.dropped_packets for s_ in steps), info.counters.dropped_packets, nums)
+        self.assertEqual(sum(s_.matched_packets for s_ in steps), info.counters.matched_packets, nums)
+        for i, s_ in enumerate(steps):
+            self.assertAlmostEqual(s_.configured_rate, rates[i])
+            self.assertEqual(s_.start_offset_ns, i * step)
+            self.assertEqual(s_.duration_ns, step)
+            self.assertGreater(s_.matched_packets, 0.8 * pps * step / 1e9, nums)
+            self.assertTrue(s_.configured_within_ci, nums)
+            self.assertLessEqual(sure[i], s_.dropped_packets, nums)
+            self.assertLessEqual(s_.dropped_packets, sure[i] + either[i], nums)
+        self.assertTrue(e.configured_within_ci, nums)
+        if ctl:
+            self.assertEqual(ctl.rc, 0, ctl)
+            self.assertIn("every step's rate within its 99.9% CI", ctl.out)
+            self.assertRegex(ctl.out, r"\n +STEP +FROM +FOR +RATE +MATCHED +DROPPED +MEASURED +99\.9% CI", ctl.out)
+            self.assertRegex(ctl.out, r"\n +3 +\+4s +2s +5% +\d+ +\d+ +[0-9.]+% +[0-9.]+% \.\. [0-9.]+% +ok\n", ctl.out)
+
     def test_bad_schedules_are_refused(self):
         d, lab = self.d, self.lab
         for sched, want in ((dict(active_ns=500_000, dormant_ns=10**9), "active time must lie between 1ms and 1d"),
@@ -163,6 +246,13 @@ class Schedule(DaemonTestCase):
                          schedule=sched)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, sched)
             self.assertIn(want, cm.exception.details(), sched)
+        for kw, want in ((dict(ramp=[(0.01, 10**9)], schedule=dict(active_ns=ON, dormant_ns=OFF)), "no pulse"),
+                         (dict(ramp=[(0.01, 10**9)] * 17), "1 to 16 steps (got 17)"),
+                         (dict(ramp=[(0.01, 500_000)]), "between 1ms and 1d")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=PORT, **kw)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, kw)
+            self.assertIn(want, cm.exception.details(), kw)
 
 
 if __name__ == "__main__":

@@ -238,7 +238,7 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
               protocol="", payload="any", rate=None, every_nth=None, first_k=None, ge=None, seed=None,
               ttl_ns=0, labels=None, priority=0, force=False, family=0, tcp_flags="", cgroup="",
               per_segment=False, reattach=False, pid=0, unit="", container="", pod="", schedule=None,
-              guard=None):
+              guard=None, ramp=None):
     def pr(p):
         if p is None:
             return None
@@ -255,6 +255,8 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
         loss.first_k = first_k
     elif ge is not None:
         loss.gilbert_elliott.CopyFrom(pb.GilbertElliott(p=ge[0], r=ge[1], bad_loss=ge[2], good_loss=ge[3]))
+    elif ramp is not None:  # [(rate, duration_ns), ...]
+        loss.ramp.CopyFrom(pb.Ramp(steps=[pb.RampStep(rate=x, duration_ns=ns) for x, ns in ramp]))
     if seed is not None:
         loss.seed = seed
     m = pb.Match(src=src, dst=dst, protocol=protocol, family=family, tcp_flags=tcp_flags,
@@ -270,7 +272,7 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
                           "cgroup": pb.HOOK_CGROUP}[hook],
                     direction={"ingress": pb.DIRECTION_INGRESS, "egress": pb.DIRECTION_EGRESS,
                                "both": pb.DIRECTION_BOTH}[direction])
-    if rate is not None or every_nth is not None or first_k is not None or ge is not None:
+    if rate is not None or every_nth is not None or first_k is not None or ge is not None or ramp is not None:
         s.loss.CopyFrom(loss)
     for k, v in (labels or {}).items():
         s.labels[k] = v
