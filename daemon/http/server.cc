@@ -459,10 +459,23 @@ httplib::Server::HandlerResponse HttpServer::PreRoute(const httplib::Request& re
   // RFC 9112: a field name is a token (no space before the colon: "Transfer-Encoding :"
   // would slip past the check below), and a message whose Content-Length fields
   // differ has no reliable length; both are 400.
+  // A field value holds no control character but HTAB (RFC 9110 5.5: NUL, CR and LF
+  // are refused): httplib hands values out as C strings too, so "0\0..." would read
+  // as "0" in one place and as itself in another.
+  auto has_control = [](const std::string& v) {
+    for (unsigned char c : v)
+      if ((c < 0x20 && c != '\t') || c == 0x7f) return true;
+    return false;
+  };
   for (const auto& h : req.headers) {
     if (!IsToken(h.first)) {
       refused_.fetch_add(1);
       PlainAndClose(res, 400, "malformed header field name '" + Shown(h.first) + "'");
+      return R::Handled;
+    }
+    if (has_control(h.second)) {
+      refused_.fetch_add(1);
+      PlainAndClose(res, 400, "a control character in header field '" + Shown(h.first) + "'");
       return R::Handled;
     }
   }
@@ -474,8 +487,9 @@ httplib::Server::HandlerResponse HttpServer::PreRoute(const httplib::Request& re
       return R::Handled;
     }
   }
-  if (req.has_header("Transfer-Encoding") ||
-      (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0")) {
+  bool body = req.has_header("Transfer-Encoding");
+  for (auto it = lengths.first; it != lengths.second; ++it) body = body || it->second != "0";
+  if (body) {
     refused_.fetch_add(1);
     PlainAndClose(res, 413, "a GET to lossd carries no body");
     return R::Handled;
