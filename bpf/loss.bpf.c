@@ -597,6 +597,15 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		hs->passed++;
 		return 0;
 	}
+	/* The daemon's guard stopped everything: as if no rule matched. */
+	if (cfg->guard_all) {
+		__u32 all = LOSS_GUARD_ALL;
+		const struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &all);
+		if (g && g->stopped_ns) {
+			hs->passed++;
+			return 0;
+		}
+	}
 
 	struct loss_rule_stats *rs = bpf_map_lookup_elem(&loss_rule_stats, &slot);
 	__u32 step;
@@ -632,6 +641,12 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		hs->dropped++;
 		if (r->flags & LOSS_RULE_GUARDED) {
 			struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
+			if (g)
+				g->last_drop_ns = bpf_ktime_get_ns();
+		}
+		if (cfg->guard_all) {
+			__u32 all = LOSS_GUARD_ALL;
+			struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &all);
 			if (g)
 				g->last_drop_ns = bpf_ktime_get_ns();
 		}

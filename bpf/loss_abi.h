@@ -172,8 +172,12 @@ struct loss_config {
 	 * bound to an interface (an ifindex of lossd's namespace) never matches
 	 * on theirs. 0: not known (every tc run counts as lossd's namespace). */
 	__u64 netns_cookie;
+	/* 1 while the daemon's guard (loss_guards[LOSS_GUARD_ALL]) is set: a packet
+	 * a rule would decide first looks whether it stopped (then nothing drops). */
+	__u32 guard_all;
+	__u32 _pad;
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_config) == 288, "loss_config layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_config) == 296, "loss_config layout");
 
 /* Per-rule counters (per-CPU; the reader sums). */
 struct loss_rule_stats {
@@ -311,6 +315,10 @@ LOSS_STATIC_ASSERT(sizeof(struct loss_ramp_stats) == 32 * LOSS_RAMP_STEPS, "loss
  * generation is not the slot's rule's is stale.
  */
 #define LOSS_MAX_GUARDED 1024 /* guarded rules at once */
+/* The daemon's guard (lossd --guard-all), over every rule's drops: its key in
+ * loss_guards (rule_id 0). When it stops, loss_config.guard_all makes every
+ * program pass. */
+#define LOSS_GUARD_ALL 0xffffffffu
 #define LOSS_GUARD_RING 64    /* RTO times kept: at most 63 RTOs in a window */
 
 enum loss_guard_reason {
@@ -326,7 +334,7 @@ struct loss_guard {
 	__u64 stall_ns;	      /* stop on a stall longer than this; 0: no */
 	__u64 rtos_window_ns; /* with rtos: the window; 0: no RTO condition */
 	__u32 rtos;	      /* stop on more than this many RTOs within the window */
-	__u32 _pad0;
+	__u32 evidence_rule;  /* set in the kernel: the rule whose drop the evidence resent */
 	/* set in the kernel */
 	__u64 stopped_ns;      /* bpf_ktime_get_ns when it stopped; 0: running */
 	__u64 crossed_ns;      /* when the condition came to hold (the stall's limit, the RTO) */

@@ -452,10 +452,17 @@ struct guard_timer {
 	struct loss_drop_key flow;
 };
 
+/* One timer per flow and guard: the rule's, and the daemon's (LOSS_GUARD_ALL). */
+struct guard_timer_key {
+	__u64 cookie;
+	__u32 slot;
+	__u32 _pad;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
-	__type(key, __u64); /* socket cookie */
+	__type(key, struct guard_timer_key);
 	__type(value, struct guard_timer);
 } obs_guard_timers SEC(".maps");
 
@@ -463,11 +470,12 @@ struct {
  * next packet); the first to get here writes why. */
 static __always_inline void guard_stop(struct loss_guard *g, __u32 reason, __u64 crossed,
 				       __u64 start, __u32 n, __u64 cookie,
-				       const struct loss_drop_key *flow)
+				       const struct loss_drop_key *flow, __u32 rule_id)
 {
 	__u64 now = bpf_ktime_get_ns();
 	if (__sync_val_compare_and_swap(&g->stopped_ns, 0, now) != 0)
 		return;
+	g->evidence_rule = rule_id;
 	g->crossed_ns = crossed;
 	g->count = n;
 	g->evidence_start_ns = start;
@@ -478,28 +486,30 @@ static __always_inline void guard_stop(struct loss_guard *g, __u32 reason, __u64
 
 /* The stall's limit passed: if no ACK delivered since it was armed, the
  * stall is longer than the guard allows. */
-static int guard_timer_fired(void *map, __u64 *cookie, struct guard_timer *v)
+static int guard_timer_fired(void *map, struct guard_timer_key *key, struct guard_timer *v)
 {
-	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, cookie);
+	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &key->cookie);
 	if (!f || f->delivered_ns != v->stall_start_ns)
 		return 0;
-	__u32 slot = v->slot;
+	__u32 slot = key->slot;
 	struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
-	if (!g || g->rule_id != v->rule_id || !g->stall_ns || g->stopped_ns)
+	/* the rule's guard names its rule; the daemon's (rule_id 0) any */
+	if (!g || (g->rule_id && g->rule_id != v->rule_id) || !g->stall_ns || g->stopped_ns)
 		return 0;
 	guard_stop(g, LOSS_GUARD_STALL, v->stall_start_ns + g->stall_ns, v->stall_start_ns, 0,
-		   *cookie, &v->flow);
+		   key->cookie, &v->flow, v->rule_id);
 	return 0;
 }
 
 static __always_inline void guard_arm(struct loss_guard *g, __u64 cookie, __u64 start, __u64 now,
 				      __u32 slot, __u32 rule_id, const struct loss_drop_key *k)
 {
-	struct guard_timer *t = bpf_map_lookup_elem(&obs_guard_timers, &cookie);
+	struct guard_timer_key tk = {.cookie = cookie, .slot = slot};
+	struct guard_timer *t = bpf_map_lookup_elem(&obs_guard_timers, &tk);
 	if (!t) {
 		struct guard_timer init = {};
-		bpf_map_update_elem(&obs_guard_timers, &cookie, &init, BPF_NOEXIST);
-		t = bpf_map_lookup_elem(&obs_guard_timers, &cookie);
+		bpf_map_update_elem(&obs_guard_timers, &tk, &init, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&obs_guard_timers, &tk);
 		if (!t)
 			return;
 		bpf_timer_init(&t->t, &obs_guard_timers, CLOCK_MONOTONIC);
@@ -512,6 +522,35 @@ static __always_inline void guard_arm(struct loss_guard *g, __u64 cookie, __u64 
 	t->rule_id = rule_id;
 	t->flow = *k;
 	bpf_timer_start(&t->t, start + g->stall_ns - now, 0);
+}
+
+/* One guard's conditions at a resend of a segment rule_id dropped (key: the
+ * guard's key in loss_guards: the rule's slot, or LOSS_GUARD_ALL). */
+static __always_inline void guard_eval(struct loss_guard *g, const struct obs_flow *f,
+				       __u64 cookie, __u32 type, __u64 now, __u32 key,
+				       __u32 rule_id, const struct loss_drop_key *k)
+{
+	if (g->stopped_ns)
+		return;
+	if (type == OBS_RTX_RTO && g->rtos_window_ns) {
+		__u64 i = __sync_fetch_and_add(&g->rtos_seen, 1);
+		g->rto_ns[i & (LOSS_GUARD_RING - 1)] = now;
+		__u32 lim = g->rtos;
+		if (i >= lim) { /* this is RTO i + 1; RTO i + 1 - lim came lim before it */
+			__u64 first = g->rto_ns[(i - lim) & (LOSS_GUARD_RING - 1)];
+			if (first && now - first <= g->rtos_window_ns) {
+				guard_stop(g, LOSS_GUARD_RTOS, now, first, lim + 1, cookie, k, rule_id);
+				return;
+			}
+		}
+	}
+	if (g->stall_ns) {
+		__u64 start = f->delivered_ns;
+		if (now - start >= g->stall_ns)
+			guard_stop(g, LOSS_GUARD_STALL, start + g->stall_ns, start, 0, cookie, k, rule_id);
+		else
+			guard_arm(g, cookie, start, now, key, rule_id, k);
+	}
 }
 
 /*
@@ -544,27 +583,12 @@ static __always_inline void guard_check(const struct obs_flow *f, __u64 cookie, 
 	if (!found)
 		return;
 	struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
-	if (!g || g->rule_id != rule_id || g->stopped_ns)
-		return;
-	if (type == OBS_RTX_RTO && g->rtos_window_ns) {
-		__u64 i = __sync_fetch_and_add(&g->rtos_seen, 1);
-		g->rto_ns[i & (LOSS_GUARD_RING - 1)] = now;
-		__u32 lim = g->rtos;
-		if (i >= lim) { /* this is RTO i + 1; RTO i + 1 - lim came lim before it */
-			__u64 first = g->rto_ns[(i - lim) & (LOSS_GUARD_RING - 1)];
-			if (first && now - first <= g->rtos_window_ns) {
-				guard_stop(g, LOSS_GUARD_RTOS, now, first, lim + 1, cookie, &k);
-				return;
-			}
-		}
-	}
-	if (g->stall_ns) {
-		__u64 start = f->delivered_ns;
-		if (now - start >= g->stall_ns)
-			guard_stop(g, LOSS_GUARD_STALL, start + g->stall_ns, start, 0, cookie, &k);
-		else
-			guard_arm(g, cookie, start, now, slot, rule_id, &k);
-	}
+	if (g && g->rule_id == rule_id)
+		guard_eval(g, f, cookie, type, now, slot, rule_id, &k);
+	__u32 all = LOSS_GUARD_ALL;
+	g = bpf_map_lookup_elem(&loss_guards, &all);
+	if (g)
+		guard_eval(g, f, cookie, type, now, all, rule_id, &k);
 }
 
 /* Called where the kernel has just counted segs in TcpRetransSegs. */

@@ -44,7 +44,7 @@ struct Flags {
   std::string state_dir = "/run/lossd";
   // daemon mode
   DaemonOptions daemon;
-  std::string max_ttl, default_ttl, keep_expired = "10m", unmatched_hint = "10s";
+  std::string max_ttl, default_ttl, keep_expired = "10m", unmatched_hint = "10s", guard_all;
   uint32_t keep_expired_max = 1024;
   std::string stall_min = "10ms";
   bool no_observer = false;
@@ -211,6 +211,10 @@ void AddRuleAndObserverOptions(CLI::Option_group* daemon, Flags& f) {
                      "A live rule that has matched no packet this long says what to check (its "
                      "direction, interface, ports) in its listing (0s: never; at most 1d)");
   daemon->add_flag("--no-observer", f.no_observer, "Do not run the TCP observer");
+  daemon->add_option("--guard-all", f.guard_all,
+                     "The daemon's guard over every rule (docs/guards.md): when a flow any rule "
+                     "dropped from stalls too long (stall>DURATION) or RTOs pile up "
+                     "(rtos>N/WINDOW), every rule stops in the kernel (STOPPED); e.g. stall>2s");
   daemon
       ->add_option("--stall-min", f.stall_min,
                    "A stall is a flow with data to deliver and no delivery for longer than "
@@ -408,6 +412,13 @@ Status DaemonFlags(const Flags& f, const InjectorOptions& injector,
     return InvalidArgument("--max-message-bytes must lie between 4096 and 1073741824");
   d.api.streams.max_queue_bytes = f.max_stream_mib << 20;
   d.observer = !f.no_observer;
+  if (!f.guard_all.empty()) {
+    Status st = ParseGuard(f.guard_all, &d.injector.guard_all);
+    if (!st.ok()) return InvalidArgument("--guard-all: " + st.message());
+    if (!d.observer)
+      return InvalidArgument("--guard-all: it is decided by the TCP observer's program: not "
+                             "with --no-observer");
+  }
   d.observer_filters = filters;  // --watch-*: pushed into the kernel for every subscriber
   d.observer_netns = netns;
   if (!f.rules_file.empty()) {

@@ -61,6 +61,7 @@ Result<std::unique_ptr<Injector>> Injector::Start(const InjectorOptions& opts,
   inj->drop_ring_ = std::move(*ring);
   inj->maps_.SetNetnsCookie(inj->attacher_->NetnsCookie());
   LOSSD_RETURN_IF_ERROR(inj->maps_.WriteConfig());
+  if (opts.guard_all.Any()) LOSSD_RETURN_IF_ERROR(inj->maps_.ArmGuardAll(opts.guard_all));
   inj->Tick();
   if (opts.background) {
     Injector* p = inj.get();

@@ -39,6 +39,8 @@ GuardStopInfo GuardStopInfo::Of(const struct loss_guard& g) {
   s.start_ns = g.evidence_start_ns;
   s.rtos = g.count;
   s.cookie = g.evidence_cookie;
+  s.rule_id = g.evidence_rule;
+  s.all = g.rule_id == 0;
   int af = g.flow.family == AF_INET6 ? AF_INET6 : AF_INET;
   auto end = [&](const uint32_t* a, uint16_t port) {
     std::string h = AddrText(af, a);
@@ -54,7 +56,9 @@ std::string GuardStopInfo::Describe(const Guard& guard) const {
     std::snprintf(buf, sizeof(buf), "%.3f ms", (double(a) - double(b)) / 1e6);
     return std::string(buf);
   };
-  std::string d = "stopped by its guard (" + guard.Text() + "): flow " + flow;
+  std::string d = all ? "stopped by the daemon's guard (--guard-all " + guard.Text() + "): flow " +
+                           flow + " (rule " + std::to_string(rule_id) + "'s drop)"
+                     : "stopped by its guard (" + guard.Text() + "): flow " + flow;
   if (condition == "stall")
     d += " delivered nothing for " + ms(crossed_ns, start_ns) + " (a stall past " +
          DurationText(guard.stall) + ")";
@@ -89,8 +93,37 @@ bool Injector::GuardStoppedLocked(uint32_t id, Rule& rule) {
   return true;
 }
 
+void Injector::GuardAllStoppedLocked(uint64_t now) {
+  struct loss_guard g;
+  auto found = maps_.ReadGuard(LOSS_GUARD_ALL, &g);
+  if (!found.ok()) {
+    LOG_WARN("--guard-all: %s", found.status().message().c_str());
+    return;
+  }
+  if (!*found || !g.stopped_ns || !g.reason) return;  // running (or its evidence not complete)
+  GuardStopInfo info = GuardStopInfo::Of(g);
+  std::string why = info.Describe(opts_.guard_all);
+  LOG_INFO("%s: every rule stops", why.c_str());
+  for (auto& [id, rule] : rules_) {
+    if (!rule.live) continue;
+    rule.info.guard_stop = info;
+    rule.info.note = why;
+    Status st = Retire(rule);
+    if (!st.ok()) LOG_ERROR("retire stopped rule %u: %s", id, st.message().c_str());
+    rule.info.expired = true;
+    rule.retired_ns = now;
+    expired_.push_back(id);
+    guard_stops_++;
+    if (listener_) listener_->RuleRetired(id);
+  }
+  // Armed again: the rules created from now on are a new experiment.
+  Status st = maps_.ArmGuardAll(opts_.guard_all);
+  if (!st.ok()) LOG_ERROR("--guard-all: arm again: %s", st.message().c_str());
+}
+
 void Injector::ReapLocked() {
   uint64_t now = MonotonicNs();
+  if (opts_.guard_all.Any()) GuardAllStoppedLocked(now);
   for (auto& [id, rule] : rules_) {
     if (GuardStoppedLocked(id, rule)) {
       Status st = Retire(rule);

@@ -71,6 +71,9 @@ struct InjectorOptions {
   // A live rule that has matched nothing this long says what to check
   // (RuleInfo.hint, --unmatched-hint); 0: never.
   std::chrono::nanoseconds unmatched_after{std::chrono::seconds(10)};
+  // The daemon's guard (--guard-all): when it holds for a flow any rule
+  // dropped from, every rule stops (docs/guards.md). None: no such guard.
+  Guard guard_all;
   // Start the threads that renew the lease, reap expired rules and watch
   // the interfaces and cgroups the rules are attached to.
   bool background = true;
@@ -84,6 +87,8 @@ struct GuardStopInfo {
   uint32_t rtos = 0;
   std::string flow;  // "10.0.0.1:40000 -> 10.0.0.2:80"
   uint64_t cookie = 0;
+  bool all = false;       // the daemon's guard (--guard-all) stopped every rule
+  uint32_t rule_id = 0;   // the rule whose drop the evidence resent
   // From a stopped loss_guard entry.
   static GuardStopInfo Of(const struct loss_guard& g);
   // Rule.reason: "stopped by its guard: flow ... stalled longer than 500ms ...".
@@ -300,6 +305,9 @@ class Injector {
   void Reap();
   void ReapLocked();
   bool GuardStoppedLocked(uint32_t id, Rule& rule);
+  // The daemon's guard stopped in the kernel: every live rule retired STOPPED
+  // with its evidence, and the guard armed again for the rules to come.
+  void GuardAllStoppedLocked(uint64_t now);
   // Rules counted against --max-rules: every listed one but the history
   // (a failed rule waiting to re-attach counts: it will take a slot).
   size_t LiveLocked() const { return rules_.size() - expired_.size(); }

@@ -81,6 +81,16 @@ Status RuleMaps::Withdraw(uint32_t slot) {
   return !st.ok() ? st : !st2.ok() ? st2 : st3;
 }
 
+Status RuleMaps::ArmGuardAll(const Guard& g) {
+  struct loss_rule none;
+  std::memset(&none, 0, sizeof(none));  // rule_id 0: any rule's drops
+  LOSSD_RETURN_IF_ERROR(maps_->WriteGuard(LOSS_GUARD_ALL, EncodeGuard(g, none)));
+  std::lock_guard<std::mutex> lock(cfg_mu_);
+  if (cfg_.guard_all) return Status::Ok();
+  cfg_.guard_all = 1;
+  return maps_->WriteConfig(cfg_);
+}
+
 void RuleMaps::Free(uint32_t slot) {
   Status st = maps_->DeleteRamp(slot);  // its steps' counters were read by then
   if (!st.ok()) LOG_WARN("%s", st.message().c_str());

@@ -86,6 +86,9 @@ class RuleMaps {
   Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const {
     return maps_->ReadGuard(slot, g);
   }
+  // The daemon's guard (loss_guards[LOSS_GUARD_ALL], rule_id 0), fresh, and
+  // loss_config.guard_all set.
+  Status ArmGuardAll(const Guard& g);
   int DropsFd() const { return maps_->DropsFd(); }
   int GuardsFd() const { return maps_->GuardsFd(); }
   HookCounters HookTotals(uint32_t hook) const { return maps_->ReadHookTotals(hook); }

@@ -91,6 +91,8 @@ void RuleToProto(const RuleInfo& r, v1::Rule* out) {
     gs->set_rtos(g.rtos);
     gs->set_flow(g.flow);
     gs->set_socket_cookie(g.cookie);
+    gs->set_daemon_guard(g.all);
+    gs->set_evidence_rule_id(g.rule_id);
   }
   if (!r.cgroup.empty()) {
     std::string rel = r.CgroupRelative();

@@ -11,7 +11,9 @@ daemon then shows it STOPPED with the evidence (Rule.guard_stop).
       last drop was before the stop (nothing dropped after it: its counters stay frozen),
       the evidence names the flow (its sender's port), and the observer's own stall event
       for that flow starts when the guard says the stall started, lasts past 500 ms and
-      was an RTO stall caused by the rule's drop. `lossctl rule get` says STOPPED and why.
+      was an RTO stall caused by the rule's drop. The rule's WatchRuleCounters stream, /metrics
+      (lossd_rules{state="stopped"}, lossd_guard_stops_total), the live page ("stopped
+      (stall)", screenshot live_guard.png) and `lossctl rule get` say STOPPED and why.
   test_rto_guard_fires_under_heavy_loss
       30 % loss with guard rtos>5/2s: stopped by the 6th RTO within 2 s of the first of
       them, each an RTO resend of that flow the observer streamed (WatchRetransmits, type
@@ -23,6 +25,11 @@ daemon then shows it STOPPED with the evidence (Rule.guard_stop).
   test_bad_guards_are_refused
       A stall under 1 ms, an RTO window over 1 h, more than 63 RTOs, a count without its
       window: INVALID_ARGUMENT, each naming what is wrong.
+  DaemonGuard.test_one_flow_stalled_stops_every_rule
+      lossd --guard-all stall>500ms, a 50 % UDP rule on other traffic and a TCP blackhole:
+      the blackholed flow's stall stops both rules, in the kernel, on its evidence (the
+      other one drops nothing more), the flow recovers, and a rule created after drops
+      (the guard is armed again).
 """
 import time
 
@@ -32,16 +39,14 @@ from lab import config, prom, traffic, web
 from lab.browser import Browser
 from lab.clients import run_client
 from lab.config import artifact, main
-from lab.daemon import DaemonTestCase, wait_until
+from lab.daemon import DaemonTestCase, StreamReader, wait_until
 from lab.netns import measured
 
 PORT = 9081
 MS = 1_000_000
 
 
-class Guards(DaemonTestCase):
-    daemon_args = ("--http", "127.0.0.1:0")
-
+class GuardHelpers:
     def stopped(self, rid):
         g = self.d.get(rid)
         return g if self.pb.RuleState.Name(g.state) == "RULE_STATE_STOPPED" else None
@@ -63,15 +68,27 @@ class Guards(DaemonTestCase):
             r = create()
         return flow, r
 
+
+class Guards(GuardHelpers, DaemonTestCase):
+    daemon_args = ("--http", "127.0.0.1:0")
+
     def test_stall_guard_stops_a_blackhole(self):
         lab, d, pb = self.lab, self.d, self.pb
         stalls = self.watch_stalls()
         nbytes = 20_000_000
         flow, r = self.blackhole_flow(nbytes, 100, rate=1.0, guard=dict(stall_ns=500 * MS))
         self.assertEqual(r.spec.guard.stall_ns, 500 * MS, r)
+        counters = StreamReader(d.inj.WatchRuleCounters(
+            pb.WatchRuleCountersRequest(ids=[r.id], interval_ns=100 * MS), timeout=60), "counters")
+        self.readers.append(counters)
         info = wait_until(lambda: self.stopped(r.id), 15, "the guard to stop the rule")
         g = info.guard_stop
         sport = flow.cli.sports[0]
+        # The rule's counter stream says so too, with the evidence.
+        upd = counters.wait_for(lambda ms: any(pb.RuleState.Name(x.state) == "RULE_STATE_STOPPED"
+                                               for m in ms for x in m.rules), 5, "STOPPED in the stream")
+        streamed = [x for m in upd for x in m.rules if pb.RuleState.Name(x.state) == "RULE_STATE_STOPPED"][0]
+        self.assertEqual(streamed.guard_stop.stopped_mono_ns, g.stopped_mono_ns)
         self.assertEqual(g.condition, "stall", info)
         self.assertEqual(g.flow, "%s:%d -> %s:%d" % (lab.V4_A, sport, lab.V4_B, PORT), info)
         self.assertEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, 500 * MS, info)
@@ -182,10 +199,52 @@ class Guards(DaemonTestCase):
                 self.assertIn(want, cm.exception.details())
 
     def watch_stalls(self):
-        from lab.daemon import StreamReader
         r = StreamReader(self.d.obs.WatchStalls(self.pb.WatchStallsRequest(), timeout=180), "stalls")
         self.readers.append(r)
         return r
+
+
+
+class DaemonGuard(GuardHelpers, DaemonTestCase):
+    """lossd --guard-all stall>500ms: the daemon's guard over every rule."""
+    daemon_args = ("--guard-all", "stall>500ms")
+
+    def test_one_flow_stalled_stops_every_rule(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        # Another rule, on other traffic, that nothing stalls.
+        other = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=PORT + 1,
+                         rate=0.5)
+        for _ in range(3):
+            traffic.udp_count(lab, lab.a, lab.b, lab.V4_B, PORT + 1, 3, 200, pps=2000)
+        before = d.get(other.id).counters.dropped_packets
+        self.assertGreater(before, 0)
+        flow, r = self.blackhole_flow(20_000_000, 100, rate=1.0)
+        info = wait_until(lambda: self.stopped(r.id), 15, "the daemon's guard to stop the rule")
+        g = info.guard_stop
+        self.assertEqual(g.condition, "stall", info)
+        self.assertTrue(g.daemon_guard, info)
+        self.assertEqual(g.evidence_rule_id, r.id, info)
+        self.assertEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, 500 * MS, info)
+        self.assertGreater(g.last_drop_mono_ns, 0, info)  # any rule's last drop
+        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, info)
+        self.assertIn("stopped by the daemon's guard (--guard-all stall>500ms)", info.reason)
+        self.assertIn("(rule %d's drop)" % r.id, info.reason)
+        # Every rule stopped on that evidence, the other one too, and it drops no more.
+        o = self.stopped(other.id)
+        self.assertIsNotNone(o, d.get(other.id))
+        self.assertEqual(o.guard_stop.stopped_mono_ns, g.stopped_mono_ns, o)
+        self.assertEqual(o.guard_stop.evidence_rule_id, r.id, o)
+        traffic.udp_count(lab, lab.a, lab.b, lab.V4_B, PORT + 1, 4, 200, pps=2000)
+        self.assertEqual(d.get(other.id).counters.dropped_packets, o.counters.dropped_packets)
+        sent, got = flow.wait()
+        self.assertEqual(got["bytes"], 20_000_000)
+        # Armed again: a rule created now drops.
+        again = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=PORT + 1, rate=1.0)
+        res = traffic.udp_count(lab, lab.a, lab.b, lab.V4_B, PORT + 1, 5, 100, pps=2000)
+        a = d.get(again.id)
+        self.assertEqual(pb.RuleState.Name(a.state), "RULE_STATE_ACTIVE", a)
+        self.assertEqual(a.counters.dropped_packets, 100, (a, res))
+        measured("guard all stop", reason=info.reason, other_dropped=o.counters.dropped_packets)
 
 
 if __name__ == "__main__":
