@@ -30,8 +30,15 @@ daemon then shows it STOPPED with the evidence (Rule.guard_stop).
       the blackholed flow's stall stops both rules, in the kernel, on its evidence (the
       other one drops nothing more), the flow recovers, and a rule created after drops
       (the guard is armed again).
+  OneShot.test_one_shot_rule_stops_by_its_guard
+      one-shot lossd --guard stall>500ms: refused without --observe (exit 2, saying why);
+      with it, a blackhole's stall stops the rule, the flow completes, and the final report
+      shows it STOPPED with its guard's evidence.
 """
+import json
+import subprocess
 import time
+import unittest
 
 import grpc
 
@@ -40,7 +47,7 @@ from lab.browser import Browser
 from lab.clients import run_client
 from lab.config import artifact, main
 from lab.daemon import DaemonTestCase, StreamReader, wait_until
-from lab.netns import measured
+from lab.netns import Lab, measured
 
 PORT = 9081
 MS = 1_000_000
@@ -245,6 +252,37 @@ class DaemonGuard(GuardHelpers, DaemonTestCase):
         self.assertEqual(pb.RuleState.Name(a.state), "RULE_STATE_ACTIVE", a)
         self.assertEqual(a.counters.dropped_packets, 100, (a, res))
         measured("guard all stop", reason=info.reason, other_dropped=o.counters.dropped_packets)
+
+
+
+class OneShot(unittest.TestCase):
+    """One-shot lossd: the rule's guard with --observe (the observer decides it)."""
+
+    def test_one_shot_rule_stops_by_its_guard(self):
+        lab = Lab()
+        self.addCleanup(lab.close)
+        cmd = [config.LOSSD, "--iface", lab.IF_A, "--dir", "egress", "--proto", "tcp", "--dport", str(PORT),
+               "--payload", "only", "--rate", "100%", "--guard", "stall>500ms", "--json", "--interval", "500ms",
+               "--state-dir", lab.tempdir()]
+        # Without --observe it is refused: nothing would decide the guard.
+        r = lab.run(lab.a, *cmd, check=False)
+        self.assertEqual(r.returncode, 2, r)
+        self.assertIn("--guard: it is decided by the TCP observer's program: add --observe", r.stderr)
+        p = lab.popen(lab.a, cmd + ["--observe"], stdout=subprocess.PIPE)
+        self.assertIn('"ready"', p.stdout.readline())
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, 20_000_000, 100, hold=False, acked=False)
+        self.addCleanup(flow.close)
+        sent, got = flow.wait()
+        self.assertEqual(got["bytes"], 20_000_000)
+        time.sleep(1.2)  # a report after the reaper's period
+        p.terminate()
+        out, _ = p.communicate(timeout=30)
+        final = [json.loads(line) for line in out.splitlines() if '"final"' in line]
+        self.assertEqual(len(final), 1, out)
+        rule = final[0]["rules"][0]
+        self.assertEqual(rule["state"], "RULE_STATE_STOPPED", rule)
+        self.assertIn("stopped by its guard (stall>500ms)", rule["reason"])
+        self.assertEqual(rule["guard_stop"]["condition"], "stall", rule)
 
 
 if __name__ == "__main__":
