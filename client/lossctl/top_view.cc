@@ -66,7 +66,8 @@ std::string Clock(uint64_t unix_ns, bool millis = false) {
 }
 
 std::string Left(const v1::Rule& r, uint64_t now_unix_ns) {
-  if (r.state() == v1::RULE_STATE_EXPIRED || r.state() == v1::RULE_STATE_DELETED)
+  if (r.state() == v1::RULE_STATE_EXPIRED || r.state() == v1::RULE_STATE_DELETED ||
+      r.state() == v1::RULE_STATE_STOPPED)
     return RuleStateName(r.state());
   if (!r.expires_unix_ns()) return "no limit";
   if (r.expires_unix_ns() <= now_unix_ns) return "0s";
