@@ -47,24 +47,34 @@ Result<uint32_t> RuleMaps::Publish(const RuleSpec& spec, struct loss_rule rule) 
   LOSSD_RETURN_IF_ERROR(CheckFreeSlot());
   uint32_t slot = free_slots_.back();
   rule.generation = ++generation_[slot];
+  // A failure leaves the slot free and nothing of the rule in the maps: its
+  // entry written with no flags, its guard and ramp entries deleted.
+  auto undo = [&]() {
+    rule.flags = 0;
+    maps_->WriteRule(slot, rule);
+    maps_->DeleteGuard(slot);
+    maps_->DeleteRamp(slot);
+  };
   Status st = maps_->ResetCounters(slot);
-  if (st.ok() && (rule.flags & LOSS_RULE_GUARDED)) st = maps_->WriteGuard(slot, EncodeGuard(spec.guard, rule));
-  else if (st.ok()) st = maps_->DeleteGuard(slot);
+  if (st.ok())
+    st = (rule.flags & LOSS_RULE_GUARDED) ? maps_->WriteGuard(slot, EncodeGuard(spec.guard, rule))
+                                          : maps_->DeleteGuard(slot);
   if (st.ok() && rule.model == LOSS_MODEL_RAMP)
     st = maps_->WriteRamp(slot, EncodeRamp(spec.model, rule.generation));
   if (st.ok()) st = maps_->WriteRule(slot, rule);
-  if (!st.ok()) return st;
+  if (!st.ok()) {
+    undo();
+    return st;
+  }
   auto placed = index_.Insert(slot, spec);
   if (!placed.ok()) {
-    rule.flags = 0;
-    maps_->WriteRule(slot, rule);
+    undo();
     return placed.status();
   }
   st = WriteLists(*placed);
   if (!st.ok()) {
     WriteLists(index_.Remove(slot));
-    rule.flags = 0;
-    maps_->WriteRule(slot, rule);
+    undo();
     return st;
   }
   free_slots_.pop_back();

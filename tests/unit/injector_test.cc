@@ -766,6 +766,17 @@ TEST_F(InjectorTest, HoldGivesBackWhatAFailedAddTook) {
   EXPECT_FALSE(inj_->Add(PortRule(80)).ok());
   EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "rule 0 on id 1 gen 2",
                          "rule 0 off id 1 gen 2", "detach tc_ingress eth-t#7"}));
+  // ... and a guarded ramp's guard and ramp entries are deleted with it.
+  RuleSpec ramped = PortRule(80);
+  ramped.guard.stall = 500ms;
+  ramped.model.kind = LossModel::Kind::kRamp;
+  ramped.model.steps = {{0.01, 1s}, {0.05, 1s}};
+  EXPECT_FALSE(inj_->Add(ramped).ok());
+  EXPECT_EQ(Take(), (Log{"attach tc_ingress eth-t#7", "reset 0", "guard 0", "ramp 0 of 2",
+                         "rule 0 on id 1 gen 3", "rule 0 off id 1 gen 3", "guard 0 deleted",
+                         "ramp 0 deleted", "detach tc_ingress eth-t#7"}));
+  EXPECT_TRUE(maps_->guards.empty());
+  EXPECT_TRUE(maps_->ramps.empty());
   maps_->fail_lists = false;
   EXPECT_TRUE(inj_->Rules().empty());
   EXPECT_EQ(Add(PortRule(80)), 1u);
