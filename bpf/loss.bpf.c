@@ -598,10 +598,11 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		return 0;
 	}
 	/* The daemon's guard stopped everything: as if no rule matched. */
+	struct loss_guard *guard_all = NULL;
 	if (cfg->guard_all) {
 		__u32 all = LOSS_GUARD_ALL;
-		const struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &all);
-		if (g && g->stopped_ns) {
+		guard_all = bpf_map_lookup_elem(&loss_guards, &all);
+		if (guard_all && guard_all->stopped_ns) {
 			hs->passed++;
 			return 0;
 		}
@@ -644,12 +645,8 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 			if (g)
 				g->last_drop_ns = bpf_ktime_get_ns();
 		}
-		if (cfg->guard_all) {
-			__u32 all = LOSS_GUARD_ALL;
-			struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &all);
-			if (g)
-				g->last_drop_ns = bpf_ktime_get_ns();
-		}
+		if (guard_all)
+			guard_all->last_drop_ns = bpf_ktime_get_ns();
 		log_drop(p, r, slot, rs, base, c->end);
 	} else {
 		hs->passed++;

@@ -447,8 +447,8 @@ static __always_inline __u32 classify(struct tcp_sock *tp)
 struct guard_timer {
 	struct bpf_timer t;
 	__u64 stall_start_ns; /* obs_flow.delivered_ns when armed */
-	__u32 slot;
-	__u32 rule_id;
+	__u32 rule_id;	      /* the rule whose drop the flow resent */
+	__u32 _pad;
 	struct loss_drop_key flow;
 };
 
@@ -515,10 +515,9 @@ static __always_inline void guard_arm(struct loss_guard *g, __u64 cookie, __u64 
 		bpf_timer_init(&t->t, &obs_guard_timers, CLOCK_MONOTONIC);
 		bpf_timer_set_callback(&t->t, guard_timer_fired);
 	}
-	if (t->stall_start_ns == start && t->slot == slot && t->rule_id == rule_id)
+	if (t->stall_start_ns == start && t->rule_id == rule_id)
 		return; /* armed for this stall */
 	t->stall_start_ns = start;
-	t->slot = slot;
 	t->rule_id = rule_id;
 	t->flow = *k;
 	bpf_timer_start(&t->t, start + g->stall_ns - now, 0);
@@ -554,8 +553,8 @@ static __always_inline void guard_eval(struct loss_guard *g, const struct obs_fl
 }
 
 /*
- * A retransmission of seq: if a guarded rule dropped it (the drop log's
- * newest range holding it), the guard counts it and may stop the rule.
+ * A retransmission of seq: if a rule dropped it (the drop log's newest range
+ * holding it), that rule's guard and the daemon's count it and may stop.
  */
 static __always_inline void guard_check(const struct obs_flow *f, __u64 cookie, __u32 seq,
 					__u32 type, __u64 now)

@@ -108,17 +108,27 @@ void Injector::GuardAllStoppedLocked(uint64_t now) {
     if (!rule.live) continue;
     rule.info.guard_stop = info;
     rule.info.note = why;
-    Status st = Retire(rule);
-    if (!st.ok()) LOG_ERROR("retire stopped rule %u: %s", id, st.message().c_str());
-    rule.info.expired = true;
-    rule.retired_ns = now;
-    expired_.push_back(id);
     guard_stops_++;
-    if (listener_) listener_->RuleRetired(id);
+    EndLocked(id, rule, now);
   }
   // Armed again: the rules created from now on are a new experiment.
   Status st = maps_.ArmGuardAll(opts_.guard_all);
   if (!st.ok()) LOG_ERROR("--guard-all: arm again: %s", st.message().c_str());
+}
+
+// Ends a rule as an expired one ends (EXPIRED; STOPPED when guard_stop is
+// set): out of the kernel if live, kept in the history with its final counters.
+void Injector::EndLocked(uint32_t id, Rule& rule, uint64_t now) {
+  bool was_live = rule.live;
+  if (was_live) {
+    Status st = Retire(rule);
+    if (!st.ok()) LOG_ERROR("retire rule %u: %s", id, st.message().c_str());
+  }
+  rule.info.expired = true;
+  rule.info.failed.clear();
+  rule.retired_ns = now;
+  expired_.push_back(id);
+  if (listener_ && was_live) listener_->RuleRetired(id);
 }
 
 void Injector::ReapLocked() {
@@ -126,26 +136,13 @@ void Injector::ReapLocked() {
   if (opts_.guard_all.Any()) GuardAllStoppedLocked(now);
   for (auto& [id, rule] : rules_) {
     if (GuardStoppedLocked(id, rule)) {
-      Status st = Retire(rule);
-      if (!st.ok()) LOG_ERROR("retire stopped rule %u: %s", id, st.message().c_str());
-      rule.info.expired = true;
-      rule.retired_ns = now;
-      expired_.push_back(id);
-      if (listener_) listener_->RuleRetired(id);
+      EndLocked(id, rule, now);
       continue;
     }
     bool waiting = !rule.live && !rule.info.expired && rule.retired_ns == 0;  // to re-attach
     if ((rule.live || waiting) && rule.expires_ns && now >= rule.expires_ns) {
       LOG_INFO("rule %u expired", id);
-      if (rule.live) {
-        Status st = Retire(rule);
-        if (!st.ok()) LOG_ERROR("retire expired rule %u: %s", id, st.message().c_str());
-      }
-      rule.info.expired = true;
-      rule.info.failed.clear();
-      rule.retired_ns = now;
-      expired_.push_back(id);
-      if (listener_ && !waiting) listener_->RuleRetired(id);
+      EndLocked(id, rule, now);
     }
   }
   TrimHistoryLocked(now);

@@ -304,6 +304,7 @@ class Injector {
   void ReattachLocked(uint32_t id);
   void Reap();
   void ReapLocked();
+  void EndLocked(uint32_t id, Rule& rule, uint64_t now);
   bool GuardStoppedLocked(uint32_t id, Rule& rule);
   // The daemon's guard stopped in the kernel: every live rule retired STOPPED
   // with its evidence, and the guard armed again for the rules to come.

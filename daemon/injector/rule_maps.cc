@@ -56,9 +56,9 @@ Result<uint32_t> RuleMaps::Publish(const RuleSpec& spec, struct loss_rule rule) 
     maps_->DeleteRamp(slot);
   };
   Status st = maps_->ResetCounters(slot);
-  if (st.ok())
-    st = (rule.flags & LOSS_RULE_GUARDED) ? maps_->WriteGuard(slot, EncodeGuard(spec.guard, rule))
-                                          : maps_->DeleteGuard(slot);
+  // (a free slot holds no guard or ramp: Withdraw, Free and undo delete them)
+  if (st.ok() && (rule.flags & LOSS_RULE_GUARDED))
+    st = maps_->WriteGuard(slot, EncodeGuard(spec.guard, rule));
   if (st.ok() && rule.model == LOSS_MODEL_RAMP)
     st = maps_->WriteRamp(slot, EncodeRamp(spec.model, rule.generation));
   if (st.ok()) st = maps_->WriteRule(slot, rule);

@@ -507,14 +507,22 @@ std::string DurationText(std::chrono::nanoseconds d) {
 
 namespace {
 
+// "WHAT must lie between MIN and MAX (got V)" unless min_ns <= v <= max_ns: the
+// bound of every duration a schedule, a ramp or a guard holds.
+Status CheckWithin(const std::string& what, std::chrono::nanoseconds v, int64_t min_ns,
+                   int64_t max_ns) {
+  if (v.count() >= min_ns && v.count() <= max_ns) return Status::Ok();
+  return InvalidArgument(what + " must lie between " +
+                         DurationText(std::chrono::nanoseconds(min_ns)) + " and " +
+                         DurationText(std::chrono::nanoseconds(max_ns)) + " (got " +
+                         DurationText(v) + ")");
+}
+
 // Each part of a pulse within kMinPulseNs .. kMaxPulseNs.
 Status CheckPulse(std::chrono::nanoseconds active, std::chrono::nanoseconds dormant) {
   for (auto [what, v] : {std::make_pair("active", active), std::make_pair("dormant", dormant)})
-    if (v.count() < kMinPulseNs || v.count() > kMaxPulseNs)
-      return InvalidArgument(std::string("a pulse's ") + what + " time must lie between " +
-                             DurationText(std::chrono::nanoseconds(kMinPulseNs)) + " and " +
-                             DurationText(std::chrono::nanoseconds(kMaxPulseNs)) + " (got " +
-                             DurationText(v) + ")");
+    LOSSD_RETURN_IF_ERROR(
+        CheckWithin(std::string("a pulse's ") + what + " time", v, kMinPulseNs, kMaxPulseNs));
   return Status::Ok();
 }
 
@@ -529,11 +537,7 @@ Status CheckRamp(const LossModel& m) {
     std::string which = "ramp step " + std::to_string(i + 1);
     if (!(st.rate >= 0 && st.rate <= 1 && std::isfinite(st.rate)))
       return InvalidArgument(which + ": rate must lie between 0% and 100%");
-    if (st.duration.count() < kMinPulseNs || st.duration.count() > kMaxPulseNs)
-      return InvalidArgument(which + ": its time must lie between " +
-                             DurationText(std::chrono::nanoseconds(kMinPulseNs)) + " and " +
-                             DurationText(std::chrono::nanoseconds(kMaxPulseNs)) + " (got " +
-                             DurationText(st.duration) + ")");
+    LOSSD_RETURN_IF_ERROR(CheckWithin(which + ": its time", st.duration, kMinPulseNs, kMaxPulseNs));
   }
   return Status::Ok();
 }
@@ -558,12 +562,7 @@ Status ParsePulse(const std::string& text, Schedule* out) {
 namespace {
 
 Status CheckGuardDuration(const char* what, std::chrono::nanoseconds v) {
-  if (v.count() < kMinGuardNs || v.count() > kMaxGuardNs)
-    return InvalidArgument(std::string(what) + " must lie between " +
-                           DurationText(std::chrono::nanoseconds(kMinGuardNs)) + " and " +
-                           DurationText(std::chrono::nanoseconds(kMaxGuardNs)) + " (got " +
-                           DurationText(v) + ")");
-  return Status::Ok();
+  return CheckWithin(what, v, kMinGuardNs, kMaxGuardNs);
 }
 
 Status CheckGuard(const Guard& g) {

@@ -48,10 +48,27 @@ PPS = 2000
 
 class Schedule(DaemonTestCase):
     daemon_args = ("--http", "127.0.0.1:0")
+
+    def timed_stream(self, rx, port, flow, count, pps):
+        """`count` numbered datagrams A -> B to rx, one sendto each, timed before and after
+        (udpflow.py --times): (the sender's summary, the times [before0, after0, ...]
+        on CLOCK_MONOTONIC, the set of sequence numbers lost)."""
+        lab = self.lab
+        times_path = os.path.join(lab.tempdir(), "times-%d" % flow)
+        tx = lab.popen(lab.a, traffic.udp_send_cmd(lab.V4_B, port, flow, count, pps)
+                       + ["--batch", "1", "--times", times_path], stdout=subprocess.PIPE)
+        sent = traffic.finish_sender(tx, count, pps)
+        time.sleep(0.3)
+        got = rx.finish()
+        t = array.array("Q")
+        with open(times_path, "rb") as fh:
+            t.frombytes(fh.read())
+        self.assertEqual(len(t), 2 * count)
+        return sent, t, set(got["missing"]) | set(range(got["max_seq"] + 1, count))
+
     def test_pulse_edges_on_the_kernels_clock(self):
         lab, d, pb = self.lab, self.d, self.pb
         period = ON + OFF
-        times_path = os.path.join(lab.tempdir(), "times")
         rx = traffic.UdpReceiver(lab, lab.b, lab.V4_B, PORT, 7, list_missing=True)
         r = d.create(interface=lab.IF_A, direction="egress", protocol="udp", dport=PORT, rate=1.0,
                      schedule=dict(start_after_ns=START_AFTER, active_ns=ON, dormant_ns=OFF, cycles=CYCLES))
@@ -61,17 +78,8 @@ class Schedule(DaemonTestCase):
         self.assertEqual(r.expires_unix_ns - r.schedule_start_unix_ns, CYCLES * period - OFF, r)
         # From now (before the start) to 0.7 s past the last window.
         count = int(PPS * ((end - time.monotonic_ns()) / 1e9 + 0.7))
-        tx = lab.popen(lab.a, traffic.udp_send_cmd(lab.V4_B, PORT, 7, count, PPS) + ["--batch", "1", "--times", times_path],
-                       stdout=subprocess.PIPE)
-        sent = traffic.finish_sender(tx, count, PPS)
-        time.sleep(0.3)
-        got = rx.finish()
-        t = array.array("Q")
-        with open(times_path, "rb") as fh:
-            t.frombytes(fh.read())
-        self.assertEqual(len(t), 2 * count)
+        sent, t, lost = self.timed_stream(rx, PORT, 7, count, PPS)
         self.assertLess(t[0], start, "the stream began after the schedule's start: no test of its first edge")
-        lost = set(got["missing"]) | set(range(got["max_seq"] + 1, count))
 
         def phase(ns):
             """(window index, ns into its period) of a moment; index -1 before the start."""
@@ -167,7 +175,6 @@ class Schedule(DaemonTestCase):
         lab, d, pb = self.lab, self.d, self.pb
         port, pps, step = PORT + 2, 5000, 2_000_000_000
         rates = (0.001, 0.01, 0.05)
-        times_path = os.path.join(lab.tempdir(), "ramp_times")
         rx = traffic.UdpReceiver(lab, lab.b, lab.V4_B, port, 8, list_missing=True)
         # From 1 s after creation (a ramp takes a schedule's start_after): the stream is
         # under way by then, however loaded the machine.
@@ -178,17 +185,8 @@ class Schedule(DaemonTestCase):
         end = start + len(rates) * step
         self.assertEqual(r.expires_unix_ns - r.schedule_start_unix_ns, len(rates) * step, r)
         count = int(pps * ((end - time.monotonic_ns()) / 1e9 + 0.5))
-        tx = lab.popen(lab.a, traffic.udp_send_cmd(lab.V4_B, port, 8, count, pps) + ["--batch", "1", "--times", times_path],
-                       stdout=subprocess.PIPE)
-        sent = traffic.finish_sender(tx, count, pps)
-        time.sleep(0.3)
-        got = rx.finish()
-        t = array.array("Q")
-        with open(times_path, "rb") as fh:
-            t.frombytes(fh.read())
-        self.assertEqual(len(t), 2 * count)
+        sent, t, lost = self.timed_stream(rx, port, 8, count, pps)
         self.assertLess(t[0], start, "the stream began after the ramp: its first step not all tested")
-        lost = set(got["missing"]) | set(range(got["max_seq"] + 1, count))
 
         def step_of(ns):
             return -1 if ns < start else min((ns - start) // step, len(rates))
