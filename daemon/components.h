@@ -29,6 +29,7 @@
 #include "effects/effects.h"
 #include "injector/injector.h"
 #include "observer/observer.h"
+#include "scenario/runner.h"
 
 namespace lossd {
 
@@ -70,12 +71,15 @@ class Components {
     }
   }
 
-  // The injector, its capabilities and the effect tracker, all at once.
-  void InjectorReady(Injector* inj, const Capabilities& caps, EffectTracker* effects) {
+  // The injector, its capabilities, the effect tracker and the scenario
+  // runner (both over the injector), all at once.
+  void InjectorReady(Injector* inj, const Capabilities& caps, EffectTracker* effects,
+                     ScenarioRunner* scenarios) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       caps_ = caps;
       effects_.store(effects);
+      scenarios_.store(scenarios);
       injector_.store(inj);  // before READY: a client told READY finds it
       injector_status_ = {ComponentState::kReady,
                           "ready; each hook's program loads with the first rule that needs it",
@@ -104,6 +108,7 @@ class Components {
   Injector* injector() const { return injector_.load(); }
   Observer* observer() const { return observer_.load(); }
   EffectTracker* effects() const { return effects_.load(); }
+  ScenarioRunner* scenarios() const { return scenarios_.load(); }
 
   // The part, waiting while it loads until `deadline` (the call's; at most
   // kMaxLoadWait from now), or why an RPC cannot have it.
@@ -222,6 +227,7 @@ class Components {
   std::atomic<Injector*> injector_{nullptr};
   std::atomic<Observer*> observer_{nullptr};
   std::atomic<EffectTracker*> effects_{nullptr};
+  std::atomic<ScenarioRunner*> scenarios_{nullptr};
 };
 
 }  // namespace lossd

@@ -254,7 +254,8 @@ bool Daemon::LoadInjector() {
   effects_ = std::make_unique<EffectTracker>(injector_.get(), nullptr);
   // Before the injector is published: no client sees it without them.
   if (!CreateStartupRules()) return false;
-  parts_->InjectorReady(injector_.get(), caps, effects_.get());
+  scenarios_ = std::make_unique<ScenarioRunner>(injector_.get(), effects_.get());
+  parts_->InjectorReady(injector_.get(), caps, effects_.get(), scenarios_.get());
   LOG_INFO("injector ready");
   return true;
 }
@@ -327,6 +328,7 @@ Daemon::Exit Daemon::BuildServers() {
   injector_service_ = std::make_unique<InjectorService>(parts_.get());
   observer_service_ = std::make_unique<ObserverService>(parts_.get());
   system_service_ = std::make_unique<SystemService>(parts_.get(), observer_service_.get());
+  scenario_service_ = std::make_unique<ScenarioService>(parts_.get());
   if (http_) {
     const ObserverService* observers = observer_service_.get();
     metrics_ = std::make_unique<MetricsCollector>(
@@ -366,6 +368,7 @@ Daemon::Exit Daemon::StartGrpc() {
   builder.RegisterService(injector_service_.get());
   builder.RegisterService(observer_service_.get());
   builder.RegisterService(system_service_.get());
+  builder.RegisterService(scenario_service_.get());
   server_ = builder.BuildAndStart();
   if (!server_) {
     LOG_ERROR("cannot listen on %s%s%s", opts_.socket.c_str(), opts_.listen.empty() ? "" : " / ",
@@ -443,8 +446,8 @@ int Daemon::Stop(int sig) {
   if (loader_.joinable()) loader_.join();
   // The rest goes with the members, in reverse of their declaration
   // (daemon.h): the HTTP listener, the live page, the metrics, the socket
-  // (its path removed), the gRPC server, then effects, observer and the
-  // injector (which detaches everything).
+  // (its path removed), the gRPC server, then the scenarios (their rules
+  // end), effects, observer and the injector (which detaches everything).
   return injector_failed_ ? 1 : 0;
 }
 

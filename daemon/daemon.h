@@ -135,10 +135,12 @@ class Daemon {
   std::unique_ptr<Injector> injector_;
   std::unique_ptr<Observer> observer_;
   std::unique_ptr<EffectTracker> effects_;
+  std::unique_ptr<ScenarioRunner> scenarios_;  // ends its runs before effects and injector go
   std::thread loader_;
   std::unique_ptr<InjectorService> injector_service_;
   std::unique_ptr<ObserverService> observer_service_;
   std::unique_ptr<SystemService> system_service_;
+  std::unique_ptr<ScenarioService> scenario_service_;
   std::unique_ptr<grpc::Server> server_;
   int tcp_port_ = 0;
   // Bound (mode, group) before the server, accepted once it runs (service/channel.h).

@@ -350,6 +350,14 @@ Result<RuleInfo> Injector::Remove(uint32_t id) {
   return RemoveLocked(id, true);
 }
 
+Result<RuleInfo> Injector::Finish(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rules_.find(id);
+  if (it == rules_.end()) return NotFound("no rule with id " + std::to_string(id));
+  if (it->second.retired_ns) return Snapshot(it->second);
+  return RemoveLocked(id, true);
+}
+
 Result<RuleInfo> Injector::Discard(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   return RemoveLocked(id, false);

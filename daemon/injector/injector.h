@@ -192,6 +192,16 @@ class Injector {
   Result<RuleInfo> Remove(uint32_t id);
   // Takes it out and forgets it at once (a batch's rollback: it never was).
   Result<RuleInfo> Discard(uint32_t id);
+  // Ends it as Remove does, but a rule already retired (expired, stopped,
+  // failed, deleted) is returned as it is, never forgotten (a scenario's
+  // step end, racing the rule's own TTL).
+  Result<RuleInfo> Finish(uint32_t id);
+  // What Add checks (validation, the limits, the target, host protection),
+  // changing nothing: a dry run's answer.
+  Status CheckOnly(const RuleSpec& spec) const {
+    Target target;
+    return Check(spec, &target);
+  }
   // Removes and forgets every rule, kept ones too; returns how many it took
   // out of the kernel (live or waiting to re-attach).
   uint32_t Clear();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/json.h"
 #include "base/log.h"
 
 namespace lossd {
@@ -293,6 +294,18 @@ StreamPeer StreamPeerOf(const grpc::ServerContextBase& ctx) {
     p.shown = "the HTTP listener";
   }
   return p;
+}
+
+void LogChange(const grpc::ServerContextBase& ctx, const char* rpc, const Status& st,
+               const std::string& what) {
+  if (!st.ok() || !LogEnabled(LogLevel::kInfo)) return;
+  PeerInfo peer = PeerOf(ctx);
+  Json fields = {{"event", "change"}, {"method", rpc}, {"peer", peer.text}, {"what", what}};
+  if (peer.has_cred) {
+    fields["uid"] = peer.uid;
+    fields["pid"] = peer.pid;
+  }
+  LogFields(LogLevel::kInfo, std::string(rpc) + " by " + peer.text + ": " + what, fields);
 }
 
 }  // namespace lossd

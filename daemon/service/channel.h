@@ -133,4 +133,10 @@ std::string DescribePeer(const grpc::ServerContextBase& ctx);
 // page's in-process channel as "the HTTP listener".
 StreamPeer StreamPeerOf(const grpc::ServerContextBase& ctx);
 
+// Every change to rules (and scenarios) is logged with who asked; a refused
+// one is logged by the refusal interceptor (service/refusals.h), with its
+// code and reason. Nothing when `st` is an error.
+void LogChange(const grpc::ServerContextBase& ctx, const char* rpc, const Status& st,
+               const std::string& what);
+
 }  // namespace lossd

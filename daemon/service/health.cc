@@ -30,6 +30,7 @@ void SetHealth(grpc::Server* server, const Components& parts) {
   if (!h) return;
   h->SetServingStatus("lossd.v1.System", true);
   h->SetServingStatus("lossd.v1.Injector", parts.injector_status().state == ComponentState::kReady);
+  h->SetServingStatus("lossd.v1.Scenarios", parts.injector_status().state == ComponentState::kReady);
   h->SetServingStatus("lossd.v1.Observer", parts.observer_status().state == ComponentState::kReady);
   h->SetServingStatus("", AllReady(parts));
 }

@@ -7,26 +7,12 @@
 #include "service/channel.h"
 #include "service/convert.h"
 #include "service/refusals.h"
+#include "service/requests.h"
 #include "service/services.h"
 #include "service/stream.h"
 
 namespace lossd {
 namespace {
-
-// Every change to rules is logged with who asked (service/channel.h); a
-// refused one is logged by the refusal interceptor (service/refusals.h), with
-// its code and reason.
-void LogChange(const grpc::CallbackServerContext* ctx, const char* rpc, const Status& st,
-               const std::string& what) {
-  if (!st.ok() || !LogEnabled(LogLevel::kInfo)) return;
-  PeerInfo peer = PeerOf(*ctx);
-  Json fields = {{"event", "change"}, {"method", rpc}, {"peer", peer.text}, {"what", what}};
-  if (peer.has_cred) {
-    fields["uid"] = peer.uid;
-    fields["pid"] = peer.pid;
-  }
-  LogFields(LogLevel::kInfo, std::string(rpc) + " by " + peer.text + ": " + what, fields);
-}
 
 grpc::ServerUnaryReactor* ReplyRule(grpc::CallbackServerContext* ctx, const Result<RuleInfo>& r,
                                     v1::Rule* out) {
@@ -34,51 +20,12 @@ grpc::ServerUnaryReactor* ReplyRule(grpc::CallbackServerContext* ctx, const Resu
   return Reply(ctx, r.status());
 }
 
-// Labels within --max-labels and --max-label-bytes (a rule's, or ListRules').
-Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels,
-                   const ApiLimits& lim, const char* field) {
-  if (labels.size() > lim.max_labels)
-    return InvalidArgument(std::string(field) + ": " + std::to_string(labels.size()) +
-                           " labels, the limit is " + std::to_string(lim.max_labels) +
-                           " (lossd --max-labels)");
-  for (const auto& kv : labels) {
-    if (kv.first.size() > lim.max_label_bytes || kv.second.size() > lim.max_label_bytes)
-      return InvalidArgument(std::string(field) + "['" + Shown(kv.first) +
-                             "']: " + std::to_string(std::max(kv.first.size(), kv.second.size())) +
-                             " bytes in a key or value, the limit is " +
-                             std::to_string(lim.max_label_bytes) + " (lossd --max-label-bytes)");
-    // A selector too (ListRules): a NUL or escape in it would be logged and
-    // echoed as it is.
-    LOSSD_RETURN_IF_ERROR(CheckNoControlChars(std::string(field) + " key", kv.first));
-    LOSSD_RETURN_IF_ERROR(
-        CheckNoControlChars(std::string(field) + "['" + Shown(kv.first) + "']", kv.second));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
-
-// A client's spec as the daemon keeps it: without a TTL, the daemon's default.
-// A guard is decided by the observer's program: without the observer it
-// would never stop the rule, so it is refused (or waits for it to load).
-Status InjectorService::FromClient(const v1::RuleSpec& in, RuleSpec* spec,
-                                   Components::Deadline deadline) const {
-  LOSSD_RETURN_IF_ERROR(SpecFromProto(in, spec));
-  ApplyDefaultTtl(parts_->limits(), spec);
-  if (spec->guard.Any()) {
-    auto obs = parts_->NeedObserver(deadline);
-    if (!obs.ok())
-      return Status(obs.status().code(), "guard: it is decided by the TCP observer's program: " +
-                                             obs.status().message());
-  }
-  return Status::Ok();
-}
 
 Status InjectorService::Create(Injector* inj, const v1::RuleSpec& in, v1::Rule* out,
                                Components::Deadline deadline) {
-  LOSSD_RETURN_IF_ERROR(CheckLabels(in.labels(), parts_->api(), "labels"));
   RuleSpec spec;
-  LOSSD_RETURN_IF_ERROR(FromClient(in, &spec, deadline));
+  LOSSD_RETURN_IF_ERROR(RuleFromClient(parts_, in, "labels", &spec, deadline));
   auto id = inj->Add(spec);
   if (!id.ok()) return id.status();
   auto info = inj->Get(*id);
@@ -93,7 +40,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRule(grpc::CallbackServerContex
   auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   Status st = Create(*inj, req->spec(), resp, ctx->deadline());
-  LogChange(ctx, "CreateRule", st, "rule " + std::to_string(resp->id()));
+  LogChange(*ctx, "CreateRule", st, "rule " + std::to_string(resp->id()));
   return Reply(ctx, st);
 }
 
@@ -121,7 +68,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
     if (req->atomic()) {
       for (uint32_t id : created) (*inj)->Discard(id);
       resp->Clear();
-      LogChange(ctx, "CreateRules", indexed, "none of " + std::to_string(req->specs_size()));
+      LogChange(*ctx, "CreateRules", indexed, "none of " + std::to_string(req->specs_size()));
       return Reply(ctx, indexed);
     }
     resp->add_errors(indexed.message());
@@ -131,7 +78,7 @@ grpc::ServerUnaryReactor* InjectorService::CreateRules(grpc::CallbackServerConte
   }
   std::string ids;
   for (uint32_t id : created) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-  LogChange(ctx, "CreateRules", Status::Ok(),
+  LogChange(*ctx, "CreateRules", Status::Ok(),
             std::to_string(created.size()) + " of " + std::to_string(req->specs_size()) +
                 (ids.empty() ? "" : ": rules " + ids));
   return Reply(ctx, Status::Ok());
@@ -143,10 +90,9 @@ grpc::ServerUnaryReactor* InjectorService::UpdateRule(grpc::CallbackServerContex
   auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   RuleSpec spec;
-  Status st = CheckLabels(req->spec().labels(), parts_->api(), "spec.labels");
-  if (st.ok()) st = FromClient(req->spec(), &spec, ctx->deadline());
+  Status st = RuleFromClient(parts_, req->spec(), "spec.labels", &spec, ctx->deadline());
   if (st.ok()) st = (*inj)->Replace(req->id(), spec);
-  LogChange(ctx, "UpdateRule", st, "rule " + std::to_string(req->id()));
+  LogChange(*ctx, "UpdateRule", st, "rule " + std::to_string(req->id()));
   if (!st.ok()) return Reply(ctx, st);
   return ReplyRule(ctx, (*inj)->Get(req->id()), resp);
 }
@@ -157,7 +103,7 @@ grpc::ServerUnaryReactor* InjectorService::DeleteRule(grpc::CallbackServerContex
   auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   auto removed = (*inj)->Remove(req->id());
-  LogChange(ctx, "DeleteRule", removed.status(), "rule " + std::to_string(req->id()));
+  LogChange(*ctx, "DeleteRule", removed.status(), "rule " + std::to_string(req->id()));
   return ReplyRule(ctx, removed, resp->mutable_rule());
 }
 
@@ -192,7 +138,7 @@ grpc::ServerUnaryReactor* InjectorService::ClearRules(grpc::CallbackServerContex
   auto inj = parts_->NeedInjector(ctx->deadline());
   if (!inj.ok()) return Reply(ctx, inj.status());
   resp->set_deleted((*inj)->Clear());
-  LogChange(ctx, "ClearRules", Status::Ok(), "deleted " + std::to_string(resp->deleted()));
+  LogChange(*ctx, "ClearRules", Status::Ok(), "deleted " + std::to_string(resp->deleted()));
   return Reply(ctx, Status::Ok());
 }
 

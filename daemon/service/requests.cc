@@ -1,12 +1,54 @@
 #include "service/requests.h"
 
+#include <algorithm>
 #include <string>
 
 #include "host/cgroup.h"
 #include "host/targets.h"
 #include "service/convert.h"
+#include "rules/proto.h"
 
 namespace lossd {
+
+// Labels within --max-labels and --max-label-bytes (a rule's, or ListRules').
+Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels,
+                   const ApiLimits& lim, const char* field) {
+  if (labels.size() > lim.max_labels)
+    return InvalidArgument(std::string(field) + ": " + std::to_string(labels.size()) +
+                           " labels, the limit is " + std::to_string(lim.max_labels) +
+                           " (lossd --max-labels)");
+  for (const auto& kv : labels) {
+    if (kv.first.size() > lim.max_label_bytes || kv.second.size() > lim.max_label_bytes)
+      return InvalidArgument(std::string(field) + "['" + Shown(kv.first) +
+                             "']: " + std::to_string(std::max(kv.first.size(), kv.second.size())) +
+                             " bytes in a key or value, the limit is " +
+                             std::to_string(lim.max_label_bytes) + " (lossd --max-label-bytes)");
+    // A selector too (ListRules): a NUL or escape in it would be logged and
+    // echoed as it is.
+    LOSSD_RETURN_IF_ERROR(CheckNoControlChars(std::string(field) + " key", kv.first));
+    LOSSD_RETURN_IF_ERROR(
+        CheckNoControlChars(std::string(field) + "['" + Shown(kv.first) + "']", kv.second));
+  }
+  return Status::Ok();
+}
+
+Status GuardNeedsObserver(const Components* parts, Components::Deadline deadline) {
+  auto obs = parts->NeedObserver(deadline);
+  if (!obs.ok())
+    return Status(obs.status().code(),
+                  "guard: it is decided by the TCP observer's program: " + obs.status().message());
+  return Status::Ok();
+}
+
+Status RuleFromClient(const Components* parts, const v1::RuleSpec& in, const char* labels_field,
+                      RuleSpec* spec, Components::Deadline deadline) {
+  LOSSD_RETURN_IF_ERROR(CheckLabels(in.labels(), parts->api(), labels_field));
+  LOSSD_RETURN_IF_ERROR(SpecFromProto(in, spec));
+  ApplyDefaultTtl(parts->limits(), spec);
+  if (spec->guard.Any()) LOSSD_RETURN_IF_ERROR(GuardNeedsObserver(parts, deadline));
+  return Status::Ok();
+}
+
 
 FilterLookups LookupsOf(const Components* parts) {
   FilterLookups l;

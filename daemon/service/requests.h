@@ -1,4 +1,7 @@
-// The Observer service's requests read into the observer's terms: a
+// Requests read into the daemon's terms. A client's rule (CreateRule,
+// UpdateRule, a scenario's steps): its labels bounded, its spec converted,
+// the daemon's default TTL, a guard's need of the observer. The Observer
+// service's requests: a
 // request's filters (parsed by the converters, the services they name
 // resolved to cgroups as CreateRule resolves a rule's target, bounded by
 // --max-filters) and TraceFlow's flow, limits and wait. Every refusal is
@@ -15,6 +18,19 @@
 #include "observer/filters.h"
 
 namespace lossd {
+
+// Labels within --max-labels and --max-label-bytes (a rule's, or ListRules').
+Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels,
+                   const ApiLimits& lim, const char* field);
+
+// A client's spec as the daemon keeps it: labels checked (`labels_field`
+// names them in errors), without a TTL the daemon's default. A guard is
+// decided by the observer's program: without the observer it would never
+// stop the rule, so it is refused (or waits for it to load, to `deadline`).
+Status RuleFromClient(const Components* parts, const v1::RuleSpec& in, const char* labels_field,
+                      RuleSpec* spec, Components::Deadline deadline);
+// The observer a guard needs (the error says why it is refused).
+Status GuardNeedsObserver(const Components* parts, Components::Deadline deadline);
 
 using FilterList = google::protobuf::RepeatedPtrField<v1::EventFilter>;
 

@@ -42,7 +42,6 @@ class InjectorService final : public v1::Injector::CallbackService {
  private:
   Status Create(Injector* inj, const v1::RuleSpec& spec, v1::Rule* out,
                 Components::Deadline deadline);
-  Status FromClient(const v1::RuleSpec& in, RuleSpec* spec, Components::Deadline deadline) const;
 
   const Components* parts_;  // every RPC needs the injector (UNAVAILABLE while it loads)
 };
@@ -88,6 +87,27 @@ class SystemService final : public v1::System::CallbackService {
  private:
   const Components* parts_;  // answers while the parts load
   const ObserverService* observer_;
+};
+
+// Scenarios (daemon/scenario/runner.h): a scenario's steps checked as
+// CreateRule checks a rule, then run by the runner; a dry run checks only.
+class ScenarioService final : public v1::Scenarios::CallbackService {
+ public:
+  explicit ScenarioService(const Components* parts) : parts_(parts) {}
+
+  grpc::ServerUnaryReactor* RunScenario(grpc::CallbackServerContext*,
+                                        const v1::RunScenarioRequest*, v1::ScenarioRun*) override;
+  grpc::ServerUnaryReactor* ListScenarios(grpc::CallbackServerContext*,
+                                          const v1::ListScenariosRequest*,
+                                          v1::ListScenariosResponse*) override;
+  grpc::ServerUnaryReactor* GetScenario(grpc::CallbackServerContext*,
+                                        const v1::GetScenarioRequest*, v1::ScenarioRun*) override;
+  grpc::ServerUnaryReactor* AbortScenario(grpc::CallbackServerContext*,
+                                          const v1::AbortScenarioRequest*,
+                                          v1::ScenarioRun*) override;
+
+ private:
+  const Components* parts_;  // the runner comes with the injector
 };
 
 }  // namespace lossd

@@ -50,6 +50,13 @@ Guard GuardFromProto(const v1::Guard& in) {
   return g;
 }
 
+void GuardToProto(const Guard& in, v1::Guard* out) {
+  if (!in.Any()) return;
+  out->set_stall_ns(static_cast<uint64_t>(in.stall.count()));
+  out->set_rtos(in.rtos);
+  out->set_rtos_window_ns(static_cast<uint64_t>(in.rtos_window.count()));
+}
+
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
   RuleSpec s;
   s.iface = in.interface();
@@ -227,12 +234,7 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
     sc->set_dormant_ns(static_cast<uint64_t>(s.schedule.dormant.count()));
     sc->set_cycles(s.schedule.cycles);
   }
-  if (s.guard.Any()) {
-    v1::Guard* g = out->mutable_guard();
-    g->set_stall_ns(static_cast<uint64_t>(s.guard.stall.count()));
-    g->set_rtos(s.guard.rtos);
-    g->set_rtos_window_ns(static_cast<uint64_t>(s.guard.rtos_window.count()));
-  }
+  if (s.guard.Any()) GuardToProto(s.guard, out->mutable_guard());
   out->set_per_segment(s.per_segment);
   out->set_reattach(s.reattach);
 }

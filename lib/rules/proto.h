@@ -15,6 +15,8 @@ namespace lossd {
 // whole rule's consistency is Validate's (rules/rule.h), run by its owner.
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out);
 void SpecToProto(const RuleSpec& in, v1::RuleSpec* out);
+Guard GuardFromProto(const v1::Guard& in);
+void GuardToProto(const Guard& in, v1::Guard* out);  // nothing when none
 // The schedule alone (lossctl describes it with Schedule::Describe).
 Schedule ScheduleFromProto(const v1::Schedule& in);
 Guard GuardFromProto(const v1::Guard& in);

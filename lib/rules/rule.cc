@@ -565,6 +565,8 @@ Status CheckGuardDuration(const char* what, std::chrono::nanoseconds v) {
   return CheckWithin(what, v, kMinGuardNs, kMaxGuardNs);
 }
 
+}  // namespace
+
 Status CheckGuard(const Guard& g) {
   if (g.stall.count()) LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
   if (g.rtos_window.count())
@@ -574,8 +576,6 @@ Status CheckGuard(const Guard& g) {
                            std::to_string(kMaxGuardRtos) + ", with its window");
   return Status::Ok();
 }
-
-}  // namespace
 
 Status ParseGuard(const std::string& text, Guard* out) {
   if (text.size() > kMaxInputLength)

@@ -260,6 +260,8 @@ inline std::chrono::nanoseconds TimelineSpan(const RuleSpec& s) {
 // Checks a rule for consistency. Does not look at the kernel (interfaces
 // and cgroups are resolved by the injector).
 Status Validate(const RuleSpec& spec);
+// A guard's bounds (Validate checks a rule's; a scenario's guard too).
+Status CheckGuard(const Guard& g);
 
 // INVALID_ARGUMENT naming `what` if `text` holds a NUL or another control
 // character (below 0x20, or 0x7f): the kernel and the C library stop at a NUL,

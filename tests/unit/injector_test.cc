@@ -3,6 +3,7 @@
 // written to the maps and attached, in which order, and what the listener
 // hears. No root, no kernel: the kernel's side is tests/bpf and tests/e2e.
 #include "injector/injector.h"
+#include "scenario/runner.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -907,6 +908,149 @@ TEST(DropRing, WaitCompleteUntilTheReaderIsPastTheTime) {
   });
   EXPECT_TRUE((*f)->WaitComplete(150, std::chrono::seconds(10)));
   later.join();
+}
+
+// ---- scenarios: the runner over the same injector (daemon/scenario/runner.h) ----
+
+class ScenarioRunnerTest : public InjectorTest {
+ protected:
+  static ScenarioStepPlan Step(const std::string& name, std::chrono::milliseconds d,
+                               std::vector<RuleSpec> rules = {}) {
+    ScenarioStepPlan s;
+    s.name = name;
+    s.duration_ns = uint64_t(std::chrono::nanoseconds(d).count());
+    for (auto& r : rules) r.ttl = std::chrono::nanoseconds(d);
+    s.rules = std::move(rules);
+    return s;
+  }
+  ScenarioRecord WaitEnded(ScenarioRunner& runner, uint64_t id) {
+    for (int i = 0; i < 500; i++) {
+      auto r = runner.Get(id);
+      EXPECT_TRUE(r.ok());
+      if (r.ok() && r->state != ScenarioState::kRunning) return *r;
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "scenario " << id << " still running after 5 s";
+    return *runner.Get(id);
+  }
+};
+
+TEST_F(ScenarioRunnerTest, StepsRunInOrderEachWithItsRulesLabelledThenDone) {
+  ScenarioRunner runner(inj_.get(), nullptr);
+  ScenarioPlan plan;
+  plan.name = "two";
+  plan.steps = {Step("a", 40ms, {PortRule(80)}), Step("", 40ms), Step("c", 40ms, {PortRule(81), PortRule(82)})};
+  auto started = runner.Start(plan, "test");
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  EXPECT_EQ(started->state, ScenarioState::kRunning);
+  ASSERT_EQ(started->steps.size(), 1u);  // the answer comes once step 1's rules exist
+  ASSERT_EQ(started->steps[0].rules.size(), 1u);
+  uint32_t first = started->steps[0].rules[0].id;
+  EXPECT_EQ(inj_->Get(first)->spec.labels,
+            (std::map<std::string, std::string>{{"scenario", "two"},
+                                                {"scenario-run", std::to_string(started->id)},
+                                                {"scenario-step", "1"}}));
+  ScenarioRecord end = WaitEnded(runner, started->id);
+  EXPECT_EQ(end.state, ScenarioState::kDone);
+  EXPECT_EQ(end.current_step, 0u);
+  ASSERT_EQ(end.steps.size(), 3u);
+  for (const auto& s : end.steps) {
+    EXPECT_EQ(s.outcome, "done");
+    EXPECT_GE(s.ended_unix_ns - s.started_unix_ns, 40'000'000u);
+  }
+  EXPECT_LE(end.steps[0].ended_unix_ns, end.steps[1].started_unix_ns);
+  EXPECT_LE(end.steps[1].ended_unix_ns, end.steps[2].started_unix_ns);
+  EXPECT_TRUE(end.steps[1].rules.empty());
+  ASSERT_EQ(end.steps[2].rules.size(), 2u);
+  EXPECT_EQ(end.steps[2].rules[1].spec.labels.at("scenario-step"), "3");
+  // Every rule ended with its step, kept for reading.
+  EXPECT_EQ(inj_->LiveCount(), 0u);
+  EXPECT_TRUE(inj_->Get(first)->deleted || inj_->Get(first)->expired);
+}
+
+TEST_F(ScenarioRunnerTest, AbortEndsTheStepsRulesAtOnceAndNoFurtherStepStarts) {
+  ScenarioRunner runner(inj_.get(), nullptr);
+  ScenarioPlan plan;
+  plan.name = "long";
+  plan.steps = {Step("hold", 10s, {PortRule(80)}), Step("next", 10s, {PortRule(81)})};
+  auto started = runner.Start(plan, "test");
+  ASSERT_TRUE(started.ok());
+  EXPECT_EQ(inj_->LiveCount(), 1u);
+  auto t0 = std::chrono::steady_clock::now();
+  auto aborted = runner.Abort(started->id);
+  ASSERT_TRUE(aborted.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_EQ(aborted->state, ScenarioState::kAborted);
+  EXPECT_EQ(aborted->reason, "aborted during step 1 (hold)");
+  ASSERT_EQ(aborted->steps.size(), 1u);
+  EXPECT_EQ(aborted->steps[0].outcome, "aborted");
+  EXPECT_TRUE(aborted->steps[0].rules[0].deleted);
+  EXPECT_EQ(inj_->LiveCount(), 0u);
+  // Again: the same report; an unknown id is NOT_FOUND.
+  EXPECT_EQ(runner.Abort(started->id)->state, ScenarioState::kAborted);
+  EXPECT_EQ(runner.Abort(999).status().code(), Code::kNotFound);
+}
+
+TEST_F(ScenarioRunnerTest, AStepTheInjectorRefusesFailsTheRunAndLeavesNoRule) {
+  ScenarioRunner runner(inj_.get(), nullptr);
+  ScenarioPlan plan;
+  plan.name = "gone";
+  plan.steps = {Step("a", 20ms, {PortRule(80)}), Step("b", 10s, {PortRule(81), PortRule(82, "nope")})};
+  auto started = runner.Start(plan, "test");
+  ASSERT_TRUE(started.ok());
+  ScenarioRecord end = WaitEnded(runner, started->id);
+  EXPECT_EQ(end.state, ScenarioState::kFailed);
+  EXPECT_EQ(end.reason, "step 2 (b): rule 2: fake: no interface nope");
+  ASSERT_EQ(end.steps.size(), 2u);
+  EXPECT_EQ(end.steps[0].outcome, "done");
+  EXPECT_EQ(end.steps[1].outcome, "failed: step 2 (b): rule 2: fake: no interface nope");
+  EXPECT_EQ(inj_->LiveCount(), 0u);  // rule 1 of the failed step taken back too
+}
+
+TEST_F(ScenarioRunnerTest, ItsEndEndsEveryRunningScenario) {
+  auto runner = std::make_unique<ScenarioRunner>(inj_.get(), nullptr);
+  ScenarioPlan plan;
+  plan.name = "x";
+  plan.steps = {Step("a", 10s, {PortRule(80)})};
+  ASSERT_TRUE(runner->Start(plan, "test").ok());
+  ASSERT_TRUE(runner->Start(plan, "test").ok());
+  EXPECT_EQ(inj_->LiveCount(), 2u);
+  runner.reset();
+  EXPECT_EQ(inj_->LiveCount(), 0u);
+}
+
+TEST(ScenarioShape, BoundsAndNamesAreChecked) {
+  RuleLimits limits;
+  ScenarioPlan p;
+  p.name = "ok.name_1-2";
+  ScenarioStepPlan s;
+  s.duration_ns = 1'000'000;
+  p.steps = {s};
+  EXPECT_TRUE(CheckScenarioShape(p, limits).ok());
+  auto msg = [&](ScenarioPlan q) { return CheckScenarioShape(q, limits).message(); };
+  ScenarioPlan bad = p;
+  bad.name = "a b";
+  EXPECT_EQ(msg(bad), "name: 'a b': give 1 to 64 letters, digits, '.', '_' or '-'");
+  bad = p;
+  bad.steps.clear();
+  EXPECT_EQ(msg(bad), "steps: 0 steps, give 1 to 64");
+  bad = p;
+  bad.steps[0].duration_ns = 999'999;
+  bad.steps[0].name = "short";
+  EXPECT_EQ(msg(bad), "step 1 (short): duration: 999999ns, give 1ms to 7d");
+  bad = p;
+  bad.steps.assign(65, s);
+  EXPECT_EQ(msg(bad), "steps: 65 steps, give 1 to 64");
+  bad = p;
+  bad.steps[0].rules.resize(65);
+  EXPECT_EQ(msg(bad), "step 1: 65 rules, the limit is 64");
+  bad = p;
+  bad.steps.assign(2, s);
+  bad.steps[0].duration_ns = bad.steps[1].duration_ns = 4ull * 24 * 3600 * 1'000'000'000;
+  EXPECT_EQ(msg(bad), "steps: 8d in all, the limit is 7d");
+  limits.max_ttl_ns = 500'000;
+  EXPECT_EQ(msg(p), "step 1: duration: 1ms is longer than a rule may live here (lossd --max-ttl 500us): "
+                    "its rules' TTL is the step's duration");
 }
 
 }  // namespace
