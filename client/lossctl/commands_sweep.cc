@@ -1,5 +1,6 @@
-// lossctl sweep and lossctl flow trace: run the Python package's modules
-// (client/python/lossd_client/sweep.py, trace.py: one implementation each,
+// lossctl sweep, lossctl flow trace and lossctl scenario: run the Python
+// package's modules (client/python/lossd_client/sweep.py, trace.py,
+// scenario.py: one implementation each, beside the Python client's API,
 // their plots drawn by matplotlib) against the daemon lossctl was pointed
 // at. Every argument after the command is the module's own (--help shows
 // them); lossctl replaces itself with the Python process, so Ctrl-C and exit
@@ -91,6 +92,18 @@ void AddSweepCommands(CLI::App* app, const Globals* g, Run* run) {
   sweep->callback([g, run, sweep] {
     std::vector<std::string> rest = sweep->remaining();
     *run = [g, rest] { return RunPython(*g, "sweep", "sweep", rest); };
+  });
+
+  CLI::App* scenario = app->add_subcommand(
+      "scenario",
+      "Timelines of rules the daemon runs: scenario run FILE [--dry-run], ls, get ID, abort ID; "
+      "reports as a table, JSON and plots (scenario --help)");
+  scenario->prefix_command();
+  scenario->set_help_flag();
+  scenario->fallthrough(false);
+  scenario->callback([g, run, scenario] {
+    std::vector<std::string> rest = scenario->remaining();
+    *run = [g, rest] { return RunPython(*g, "scenario", "scenario", rest); };
   });
 
   CLI::App* flow = app->add_subcommand("flow", "One flow: flow trace");

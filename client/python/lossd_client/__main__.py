@@ -4,6 +4,7 @@
     rules [--label K=V ...]     the rules, one line each
     sweep ...                   python3 -m lossd_client.sweep (lossctl sweep)
     trace ...                   python3 -m lossd_client.trace (lossctl flow trace)
+    scenario ...                python3 -m lossd_client.scenario (lossctl scenario)
 
 Connection options (--socket, --target, --tls, ...) go after the command.
 """
@@ -54,7 +55,13 @@ def _trace(argv):
     return trace.main(argv)
 
 
-COMMANDS = {"status": _status, "rules": _rules, "sweep": _sweep, "trace": _trace}
+def _scenario(argv):
+    from . import scenario
+    return scenario.main(argv)
+
+
+COMMANDS = {"status": _status, "rules": _rules, "sweep": _sweep, "trace": _trace,
+            "scenario": _scenario}
 
 
 def main(argv=None):

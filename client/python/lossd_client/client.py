@@ -9,6 +9,7 @@ import time
 
 import grpc
 
+from . import scenario as _scenario
 from . import spec as _spec
 from . import types as _t
 from ._stubs import load_stubs
@@ -168,6 +169,7 @@ class Client(_Closing):
         self._injector = g.InjectorStub(self._channel)
         self._observer = g.ObserverStub(self._channel)
         self._system = g.SystemStub(self._channel)
+        self._scenarios = g.ScenariosStub(self._channel)
 
     # ---------------------------------------------------------- plumbing --
 
@@ -320,6 +322,39 @@ class Client(_Closing):
         req = self.pb2.WatchRuleCountersRequest(ids=ids, interval_ns=parse_duration(interval, "interval"))
         return self._stream(self._injector.WatchRuleCounters, req,
                             lambda m: _t.CountersUpdate.from_proto(m, self.pb2), timeout)
+
+    # --------------------------------------------------------- scenarios --
+
+    def run_scenario(self, scenario, dry_run=False, timeout=None):
+        """Run a scenario on the daemon (docs/guards.md#scenarios): a timeline of
+        steps, each with its rules for its duration. Returns its run as a dict (the
+        lossd.v1 ScenarioRun's fields): id, state ('running', then 'done', 'stopped',
+        'aborted' or 'failed'), steps (each with its rules and their effects).
+
+        scenario: a file's path (YAML or JSON), its dict ({'name': ..., 'guard':
+          'stall>2s', 'steps': [{'name': ..., 'duration': '10s', 'rules': [add_rule()
+          arguments, ...]}]}) or a lossd.v1.Scenario.
+        dry_run: the daemon checks every step (the rules, targets, limits, host
+          protection) and answers the plan (state 'planned'), changing nothing.
+        """
+        req = self.pb2.RunScenarioRequest(scenario=_scenario.to_proto(scenario, self.pb2),
+                                          dry_run=dry_run)
+        return _scenario.run_dict(self._unary(self._scenarios.RunScenario, req, timeout))
+
+    def scenarios(self, timeout=None):
+        """The running scenarios and the last ended ones (dicts, as run_scenario's)."""
+        resp = self._unary(self._scenarios.ListScenarios, self.pb2.ListScenariosRequest(), timeout)
+        return [_scenario.run_dict(r) for r in resp.runs]
+
+    def get_scenario(self, scenario_id, timeout=None):
+        """A scenario's progress, or its report once ended."""
+        req = self.pb2.GetScenarioRequest(id=_scenario.scenario_id(scenario_id))
+        return _scenario.run_dict(self._unary(self._scenarios.GetScenario, req, timeout))
+
+    def abort_scenario(self, scenario_id, timeout=None):
+        """Ends a running scenario now (its step's rules end); returns its report."""
+        req = self.pb2.AbortScenarioRequest(id=_scenario.scenario_id(scenario_id))
+        return _scenario.run_dict(self._unary(self._scenarios.AbortScenario, req, timeout))
 
     # ---------------------------------------------------------- observer --
 

@@ -35,7 +35,8 @@ METHODS = ["/lossd.v1.Injector/" + m for m in
            ("CreateRule", "CreateRules", "UpdateRule", "DeleteRule", "GetRule", "ListRules",
             "ClearRules", "GetRuleEffect")] + \
           ["/lossd.v1.Observer/ListFlows", "/lossd.v1.System/GetCapabilities", "/lossd.v1.System/GetHealth",
-           "/lossd.v1.System/GetVersion"]
+           "/lossd.v1.System/GetVersion"] + \
+          ["/lossd.v1.Scenarios/" + m for m in ("RunScenario", "ListScenarios", "GetScenario", "AbortScenario")]
 STREAMS = ["/lossd.v1.Injector/WatchRuleCounters", "/lossd.v1.Observer/WatchRetransmits",
            "/lossd.v1.Observer/WatchFlows", "/lossd.v1.Observer/WatchAggregates"]
 
@@ -155,6 +156,29 @@ class Gen:
             s.labels[self.text(self.pick(1, 8, 300))] = self.text(self.pick(0, 8, 300))
         return s
 
+    def scenario(self):
+        """A scenario: half the time plausible (a good name, short steps, spec() rules), else
+        hostile in its shape."""
+        pb, r = self.pb, self.r
+        if r.random() < 0.5:
+            sc = pb.Scenario(name="fz")
+            for _ in range(self.pick(1, 1, 2, 3)):
+                st = sc.steps.add(duration_ns=self.pick(10**6, 5 * 10**7, 2 * 10**8))
+                for _ in range(self.pick(0, 1, 1, 2)):
+                    st.rules.add().CopyFrom(self.spec())
+            return sc
+        sc = pb.Scenario(name=self.pick("fz", "fz-1.a_b", "", "a b", "x" * 65, self.text()))
+        for _ in range(self.pick(0, 1, 2, 3, 65)):
+            st = sc.steps.add(name=self.pick("", "s", self.text(), "y" * 70),
+                              duration_ns=self.pick(10**6, 5 * 10**7, 2 * 10**8, 0, 999_999, self.u64()))
+            for _ in range(self.pick(0, 1, 2, 65)):
+                st.rules.add().CopyFrom(self.spec())
+        if r.random() < 0.3:
+            sc.guard.stall_ns = self.pick(0, 10**6, 5 * 10**8, self.u64())
+            sc.guard.rtos, sc.guard.rtos_window_ns = self.pick(0, 5, 64, self.u32()), self.pick(0, 10**9, self.u64())
+        sc.continue_on_guard = r.random() < 0.5
+        return sc
+
     def event_filter(self):
         pb, r = self.pb, self.r
         f = pb.EventFilter()
@@ -189,7 +213,9 @@ class DaemonFuzz(DaemonTestCase):
         raw = {m: ch.unary_unary(m, request_serializer=None, response_deserializer=None) for m in METHODS}
         raw_streams = {m: ch.unary_stream(m, request_serializer=None, response_deserializer=None)
                        for m in STREAMS}
+        scenarios = lab_daemon.pbg.ScenariosStub(ch)
         ids = []
+        runs = []
         codes = {}
         bad = []
         t0 = time.monotonic()
@@ -217,6 +243,8 @@ class DaemonFuzz(DaemonTestCase):
                 resp = fn(req, timeout=30)
                 if what == "CreateRule":
                     ids.append(resp.id)
+                elif what == "RunScenario" and resp.id:
+                    runs.append(resp.id)
                 elif what == "CreateRules":
                     ids.extend(x.id for x in resp.rules)
                 check(what, req, grpc.StatusCode.OK, "")
@@ -271,7 +299,19 @@ class DaemonFuzz(DaemonTestCase):
             elif k < 0.77:
                 req = pb.WatchAggregatesRequest(window_ns=g.pick(0, 1, 10**8, g.u64()))
                 first_of_stream("WatchAggregates", d.obs.WatchAggregates(req, timeout=0.2), req)
-            elif k < 0.80:
+            elif k < 0.79:
+                j = rng.random()
+                run_id = rng.choice(runs) if runs and rng.random() < 0.7 else g.u64()
+                if j < 0.6:
+                    unary("RunScenario", scenarios.RunScenario,
+                          pb.RunScenarioRequest(scenario=g.scenario(), dry_run=rng.random() < 0.7))
+                elif j < 0.7:
+                    unary("ListScenarios", scenarios.ListScenarios, pb.ListScenariosRequest())
+                elif j < 0.85:
+                    unary("GetScenario", scenarios.GetScenario, pb.GetScenarioRequest(id=run_id))
+                else:
+                    unary("AbortScenario", scenarios.AbortScenario, pb.AbortScenarioRequest(id=run_id))
+            elif k < 0.81:
                 m = rng.choice(STREAMS)
                 b = rng.randbytes(g.pick(0, 1, 5, 64, 2000))
                 first_of_stream("raw " + m, raw_streams[m](b, timeout=0.3), b, raw_bytes=True)
@@ -287,8 +327,12 @@ class DaemonFuzz(DaemonTestCase):
                 self.assertIsNone(d.proc.poll(), "lossd exited (seed %d, request %d):\n%s" % (seed, i, d.stderr()))
         secs = time.monotonic() - t0
 
-        # Alive and consistent: what ListRules shows ACTIVE is what the maps hold.
+        # Alive and consistent: what ListRules shows ACTIVE is what the maps hold (the
+        # scenarios still running aborted first: their next steps would add rules).
         self.assertTrue(d.alive(), "daemon died (seed %d):\n%s" % (seed, d.stderr()))
+        for run in scenarios.ListScenarios(pb.ListScenariosRequest(), timeout=30).runs:
+            ended = scenarios.AbortScenario(pb.AbortScenarioRequest(id=run.id), timeout=30)
+            self.assertNotEqual(ended.state, pb.SCENARIO_STATE_RUNNING, ended)
         wait_until(lambda: d.health().streams == 0, 10, "the fuzzer's streams to end")
         # (a rule with a 1 s ttl may expire between the two reads: until the sweep settled)
         def both():
@@ -303,6 +347,7 @@ class DaemonFuzz(DaemonTestCase):
             time.sleep(0.5)
             listed, slots, same = both()
         measured("fuzz", seed=seed, requests=n, secs=round(secs, 1), codes=codes, bad=len(bad), created=len(ids),
+                 scenarios_run=len(runs),
                  active_listed=len(listed), active_slots=len(slots))
         self.assertEqual(bad, [], "seed %d: undocumented answers (first 10): %s" % (seed, bad[:10]))
         self.assertEqual(sorted(r.spec.match.dport.lo for r in listed), sorted(s["dport_lo"] for s in slots),
