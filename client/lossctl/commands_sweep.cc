@@ -43,9 +43,10 @@ std::vector<std::string> ConnectionArgs(const Globals& g) {
   return out;
 }
 
-// `what`: the command's name in messages; `module`: lossd_client.<module>.
+// `what`: the command's name in messages; `module`: lossd_client.<module>;
+// `options`: the module's own, from lossctl's (after the connection's).
 int RunPython(const Globals& g, const std::string& what, const std::string& module,
-              const std::vector<std::string>& rest) {
+              const std::vector<std::string>& rest, const std::vector<std::string>& options = {}) {
   // The package from the source tree this lossctl was built from (or
   // LOSSCTL_PYTHON_DIR); once that is gone (an installed lossctl), the one
   // the interpreter has installed (the wheel: its stubs are bundled).
@@ -70,8 +71,10 @@ int RunPython(const Globals& g, const std::string& what, const std::string& modu
   std::vector<std::string> args = {python, "-m", "lossd_client." + module};
   bool help = false;
   for (const auto& r : rest) help |= r == "-h" || r == "--help";
-  if (!help)
+  if (!help) {
     for (auto& c : ConnectionArgs(g)) args.push_back(c);
+    args.insert(args.end(), options.begin(), options.end());
+  }
   args.insert(args.end(), rest.begin(), rest.end());
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
@@ -103,7 +106,12 @@ void AddSweepCommands(CLI::App* app, const Globals* g, Run* run) {
   scenario->fallthrough(false);
   scenario->callback([g, run, scenario] {
     std::vector<std::string> rest = scenario->remaining();
-    *run = [g, rest] { return RunPython(*g, "scenario", "scenario", rest); };
+    // `lossctl -o json scenario ...` as `scenario ... -o json`.
+    *run = [g, rest] {
+      return RunPython(*g, "scenario", "scenario", rest,
+                       g->json() ? std::vector<std::string>{"--output", "json"}
+                                 : std::vector<std::string>{});
+    };
   });
 
   CLI::App* flow = app->add_subcommand("flow", "One flow: flow trace");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <system_error>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -9,8 +10,9 @@
 namespace lossd {
 namespace {
 
-// How often a step's rules are looked at for a guard's stop. The stop itself
-// is the kernel's (immediate); this only ends the step's other rules.
+// How often the injector's count of guard stops is looked at; when it moved,
+// the step's rules are read for theirs. The stop itself is the kernel's
+// (immediate); this only ends the step's other rules.
 constexpr std::chrono::milliseconds kGuardPoll{20};
 
 std::string StepName(const ScenarioPlan& plan, size_t i) {
@@ -43,6 +45,7 @@ Status CheckScenarioShape(const ScenarioPlan& plan, const RuleLimits& limits) {
     return InvalidArgument("steps: " + std::to_string(plan.steps.size()) + " steps, give 1 to " +
                            std::to_string(kMaxScenarioSteps));
   uint64_t total = 0;
+  size_t rules = 0;
   for (size_t i = 0; i < plan.steps.size(); i++) {
     const ScenarioStepPlan& s = plan.steps[i];
     std::string at = StepName(plan, i) + ": ";
@@ -57,10 +60,14 @@ Status CheckScenarioShape(const ScenarioPlan& plan, const RuleLimits& limits) {
                              " is longer than a rule may live here (lossd --max-ttl " +
                              Ms(limits.max_ttl_ns) + "): its rules' TTL is the step's duration");
     if (s.rules.size() > kMaxScenarioStepRules)
-      return InvalidArgument(at + std::to_string(s.rules.size()) + " rules, the limit is " +
-                             std::to_string(kMaxScenarioStepRules));
+      return InvalidArgument(at + "more than " + std::to_string(kMaxScenarioStepRules) +
+                             " rules (the limit)");
     total += s.duration_ns;
+    rules += s.rules.size();
   }
+  if (rules > kMaxScenarioRules)
+    return InvalidArgument("steps: " + std::to_string(rules) + " rules in all, the limit is " +
+                           std::to_string(kMaxScenarioRules));
   if (total > kMaxScenarioNs)
     return InvalidArgument("steps: " + Ms(total) + " in all, the limit is 7d");
   return Status::Ok();
@@ -96,7 +103,12 @@ Result<ScenarioRecord> ScenarioRunner::Start(ScenarioPlan plan, const std::strin
   r->record.started_by = started_by;
   r->record.started_unix_ns = UnixNs();
   runs_[r->record.id] = std::move(run);
-  r->thread = std::thread(&ScenarioRunner::Walk, this, r);
+  try {
+    r->thread = std::thread(&ScenarioRunner::Walk, this, r);
+  } catch (const std::system_error& e) {  // no exception leaves for gRPC
+    runs_.erase(r->record.id);
+    return ResourceExhausted(std::string("cannot start the scenario's thread: ") + e.what());
+  }
   // The answer says whether its first step's rules were created.
   cv_.wait(lock, [r] { return !r->record.steps.empty() || r->done; });
   return r->record;
@@ -223,6 +235,8 @@ bool ScenarioRunner::RunStep(Run* run, size_t index) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(step.duration_ns);
   std::vector<uint32_t> ids;
   Status failed;
+  // Any guard's stop counts here (GuardStops): only then are the rules read.
+  uint64_t stops_seen = injector_->GuardStops();
   for (size_t k = 0; k < step.rules.size(); k++) {
     RuleSpec spec = step.rules[k];
     spec.labels["scenario"] = plan.name;
@@ -269,6 +283,9 @@ bool ScenarioRunner::RunStep(Run* run, size_t index) {
     if (now >= deadline) break;
     cv_.wait_until(lock, std::min(deadline, now + kGuardPoll));
     if (run->abort || closing_) continue;
+    uint64_t stops = injector_->GuardStops();
+    if (stops == stops_seen) continue;
+    stops_seen = stops;
     lock.unlock();
     bool stop = false;
     for (size_t k = 0; k < ids.size(); k++) {

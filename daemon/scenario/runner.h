@@ -27,6 +27,7 @@ namespace lossd {
 
 constexpr size_t kMaxScenarioSteps = 64;
 constexpr size_t kMaxScenarioStepRules = 64;
+constexpr size_t kMaxScenarioRules = 256;  // all steps' together (a report's size)
 constexpr size_t kMaxScenarioNameBytes = 64;
 constexpr uint64_t kMinScenarioStepNs = 1'000'000;                     // 1 ms
 constexpr uint64_t kMaxScenarioNs = 7ull * 24 * 3600 * 1'000'000'000;  // 7 d, a step or all

@@ -2,6 +2,8 @@
 // every step is checked before anything runs, each rule as CreateRule checks
 // one (service/requests.h) and as the injector would take it (CheckOnly:
 // limits, targets, host protection); a dry run stops there.
+#include <algorithm>
+
 #include "base/clock.h"
 #include "rules/proto.h"
 #include "service/channel.h"
@@ -31,12 +33,13 @@ Status PlanOf(const Components* parts, Injector* inj, const v1::Scenario& in,
     if (!st.ok()) return InvalidArgument("guard: " + st.message());
     if (plan.guard.Any()) LOSSD_RETURN_IF_ERROR(GuardNeedsObserver(parts, deadline));
   }
-  // The shape first (bounded before any rule is read).
+  // The shape first (bounded before any rule is read: a request may hold
+  // millions of empty specs).
   for (const auto& s : in.steps()) {
     ScenarioStepPlan step;
     step.name = s.name();
     step.duration_ns = s.duration_ns();
-    step.rules.resize(size_t(s.rules_size()));
+    step.rules.resize(std::min<size_t>(size_t(s.rules_size()), kMaxScenarioStepRules + 1));
     plan.steps.push_back(std::move(step));
     if (plan.steps.size() > kMaxScenarioSteps) break;
   }
@@ -77,7 +80,9 @@ v1::ScenarioState StateToProto(ScenarioState s) {
   return v1::SCENARIO_STATE_UNSPECIFIED;
 }
 
-void RecordToProto(const ScenarioRecord& r, v1::ScenarioRun* out) {
+// `brief` (ListScenarios): without the rules and their effects (GetScenario
+// has them), so that a listing stays small.
+void RecordToProto(const ScenarioRecord& r, v1::ScenarioRun* out, bool brief = false) {
   out->set_id(r.id);
   v1::Scenario* sc = out->mutable_scenario();
   sc->set_name(r.plan.name);
@@ -98,7 +103,8 @@ void RecordToProto(const ScenarioRecord& r, v1::ScenarioRun* out) {
     v1::ScenarioStep* ps = sc->add_steps();
     ps->set_name(p.name);
     ps->set_duration_ns(p.duration_ns);
-    for (const auto& spec : p.rules) SpecToProto(spec, ps->add_rules());
+    if (!brief)
+      for (const auto& spec : p.rules) SpecToProto(spec, ps->add_rules());
 
     v1::ScenarioStepReport* s = out->add_steps();
     s->set_index(uint32_t(i + 1));
@@ -111,12 +117,12 @@ void RecordToProto(const ScenarioRecord& r, v1::ScenarioRun* out) {
       s->set_started_unix_ns(int64_t(rec.started_unix_ns));
       s->set_ended_unix_ns(int64_t(rec.ended_unix_ns));
       s->set_outcome(rec.outcome);
-      for (size_t k = 0; k < rec.rules.size(); k++) {
+      for (size_t k = 0; k < rec.rules.size() && !brief; k++) {
         RuleToProto(rec.rules[k], s->add_rules());
         if (k < rec.effects.size())
           RuleEffectToProto(rec.rules[k], rec.effects[k], s->add_effects());
       }
-    } else {
+    } else if (!brief) {
       for (const auto& spec : p.rules) SpecToProto(spec, s->add_rules()->mutable_spec());
     }
   }
@@ -164,7 +170,7 @@ grpc::ServerUnaryReactor* ScenarioService::ListScenarios(grpc::CallbackServerCon
                                                          v1::ListScenariosResponse* resp) {
   auto runner = NeedRunner(parts_, ctx->deadline());
   if (!runner.ok()) return Reply(ctx, runner.status());
-  for (const auto& r : (*runner)->List()) RecordToProto(r, resp->add_runs());
+  for (const auto& r : (*runner)->List()) RecordToProto(r, resp->add_runs(), /*brief=*/true);
   return Reply(ctx, Status::Ok());
 }
 

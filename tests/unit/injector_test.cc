@@ -1043,7 +1043,11 @@ TEST(ScenarioShape, BoundsAndNamesAreChecked) {
   EXPECT_EQ(msg(bad), "steps: 65 steps, give 1 to 64");
   bad = p;
   bad.steps[0].rules.resize(65);
-  EXPECT_EQ(msg(bad), "step 1: 65 rules, the limit is 64");
+  EXPECT_EQ(msg(bad), "step 1: more than 64 rules (the limit)");
+  bad = p;
+  bad.steps.assign(5, s);
+  for (auto& st : bad.steps) st.rules.resize(52);
+  EXPECT_EQ(msg(bad), "steps: 260 rules in all, the limit is 256");
   bad = p;
   bad.steps.assign(2, s);
   bad.steps[0].duration_ns = bad.steps[1].duration_ns = 4ull * 24 * 3600 * 1'000'000'000;

@@ -291,15 +291,15 @@ def _pct(x):
 def table(run):
     """The report as text: one line per rule of each step."""
     head = ["step", "name", "rule", "configured", "matched", "dropped", "measured [99.9% CI]",
-            "retransmits", "stalls", "guard", "outcome"]
+            "retransmits", "stalls", "limited by", "guard", "outcome"]
     rows = [head]
     for r in step_rows(run):
         if r["rule"] is None:
             rows.append([str(r["step"]), r["name"] or "-", "-", "(pause)" if r["started"] else "(not run)",
-                         "", "", "", "", "", "", r["outcome"] or ("" if r["started"] else "-")])
+                         "", "", "", "", "", "", "", r["outcome"] or ("" if r["started"] else "-")])
             continue
         if not r["started"]:
-            rows.append([str(r["step"]), r["name"] or "-", "-", r["configured"], "", "", "", "", "", "", "-"])
+            rows.append([str(r["step"]), r["name"] or "-", "-", r["configured"], "", "", "", "", "", "", "", "-"])
             continue
         m = "-" if r["measured_rate"] is None or not r["matched"] else "%s [%s, %s]%s" % (
             _pct(r["measured_rate"]), _pct(r["ci"][0]), _pct(r["ci"][1]),
@@ -309,8 +309,12 @@ def table(run):
         outcome = r["outcome"]
         if len(outcome) > 40:
             outcome = outcome[:37] + "..."
+        lim = r["limit_ns"]
+        busy = sum(lim.values())
+        top = max(lim, key=lim.get) if busy else None
+        limited = "%s %d%%" % (top, round(100 * lim[top] / busy)) if top else "-"
         rows.append([str(r["step"]), r["name"] or "-", str(r["rule"]), r["configured"], str(r["matched"]),
-                     str(r["dropped"]), m, rtx, stalls, r["guard"] or "-", outcome])
+                     str(r["dropped"]), m, rtx, stalls, limited, r["guard"] or "-", outcome])
     w = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w[i]) for i, c in enumerate(row)).rstrip() for row in rows]
     title = "scenario %s (%s): %s" % (run.get("id", 0), run.get("scenario", {}).get("name", ""), run["state"])
@@ -549,9 +553,11 @@ def parse_args(argv):
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     cli.add_connection_args(ap)  # before the command (lossctl puts its own there)
+    ap.add_argument("-o", "--output", dest="top_output", choices=("table", "json"),
+                    help="table (default) or json; also after the command")
 
     def common(p, out=True):
-        p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+        p.add_argument("-o", "--output", choices=("table", "json"), default=None)
         if out:
             p.add_argument("--out", metavar="DIR", help="write scenario.json, .txt, .png, .svg there")
             p.add_argument("--no-plot", action="store_true", help="with --out: no plots")
@@ -568,7 +574,9 @@ def parse_args(argv):
     b = sub.add_parser("abort", help="end a running scenario now; prints its report")
     b.add_argument("id", type=int)
     common(b)
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    a.output = a.output or a.top_output or "table"
+    return a
 
 
 def main(argv=None):

@@ -103,7 +103,8 @@ class ReportTest(unittest.TestCase):
                         "counters": {"matched_packets": 50, "dropped_packets": 50}}],
              "effects": [{"configured_rate": 1.0, "measured_rate": 1.0, "rate_ci_low": 0.87, "rate_ci_high": 1.0,
                           "configured_within_ci": True, "counters": {"matched_packets": 50, "dropped_packets": 50},
-                          "retransmitted_segments": {"rto": 3}, "stalls_on_flows": {"rto": {"count": 1}}}]},
+                          "retransmitted_segments": {"rto": 3}, "stalls_on_flows": {"rto": {"count": 1}},
+                          "limit_ns": {"cwnd": 600, "rwnd": 200, "app": 200}}]},
             {"index": 3, "name": "never", "duration_ns": 10**9,
              "rules": [{"spec": {"interface": "veth0", "loss": {"bernoulli": {"rate": 0.05}}}}]},
         ]}
@@ -114,7 +115,7 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(lines[0], "scenario 4 (demo): stopped: step 2 (heavy): rule 9 stopped by its guard")
         self.assertRegex(text, r"\n1 +pause +- +\(pause\) +done")
         self.assertRegex(text, r"\n2 +heavy +9 +100% veth0 egress tcp dport 80 guard stall>500ms +50 +50 +"
-                               r"100% \[87%, 100%\] +rto 3 +rto 1 +stall +stopped: rule 9")
+                               r"100% \[87%, 100%\] +rto 3 +rto 1 +cwnd 60% +stall +stopped: rule 9")
         self.assertRegex(text, r"\n3 +never +- +5% veth0 ingress +-$|\n3 +never +- +5% veth0 ingress +-\n")
         self.assertIn("\nguard: rule 9 stopped by its guard (stall>500ms)", text)
 

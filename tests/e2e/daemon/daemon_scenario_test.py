@@ -181,7 +181,7 @@ steps:
         self.assertEqual(rule.labels["scenario-run"], str(run["id"]))
         self.assertEqual(traffic.udp_count(lab, lab.a, lab.b, lab.V4_B, port, 12, 300, 3000), (300, 0))
 
-        ab = self.ctl("scenario", "abort", run["id"], "-o", "json")
+        ab = self.ctl("-o", "json", "scenario", "abort", run["id"])  # lossctl's -o, as for every command
         self.assertEqual(ab.rc, 0, ab)
         done = json.loads(ab.out)
         self.assertEqual(done["state"], "aborted", done)

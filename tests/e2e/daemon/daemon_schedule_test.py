@@ -112,12 +112,15 @@ class Schedule(DaemonTestCase):
         # old way began their sendto at lo at the latest, those decided the new way ended theirs
         # at hi at the earliest. The configured edge must lie in [lo, hi]; hi - lo is how
         # finely the stream locates it (its spacing, 0.5 ms, and the sendto's own time).
+        # Near an edge: the datagrams sent within half the shorter part of the cycle of it
+        # (by time: a sender the host stalled for 100 ms must not bring in the next edge's).
         befores = t[0::2]
+        half = min(ON, OFF) // 2
         edges = []
         for i in range(CYCLES):
             for edge, now_lost in ((start + i * period, True), (start + i * period + ON, False)):
-                k = bisect.bisect_left(befores, edge)
-                near = range(max(0, k - 300), min(count, k + 300))
+                k = bisect.bisect_left(befores, edge - half)
+                near = [q for q in range(k, count) if t[2 * q] < edge + half]
                 lo = max((t[2 * q] for q in near if (q in lost) != now_lost), default=None)
                 hi = min((t[2 * q + 1] for q in near if (q in lost) == now_lost), default=None)
                 edges.append(None if lo is None or hi is None else (lo - edge, hi - edge))
