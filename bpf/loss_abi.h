@@ -325,7 +325,11 @@ enum loss_guard_reason {
 	LOSS_GUARD_NONE = 0,
 	LOSS_GUARD_STALL = 1, /* a flow stalled longer than stall_ns */
 	LOSS_GUARD_RTOS = 2,  /* more than rtos RTOs within rtos_window_ns */
+	LOSS_GUARD_RESENDS = 3, /* more than rtos resends (any type) within rtos_window_ns */
 };
+/* In loss_guard.rtos: the count condition counts every resend of the rule's
+ * drops (fast, RTO, TLP, ...), not only RTOs (lossd.v1 Guard.resends). */
+#define LOSS_GUARD_COUNT_RESENDS (1u << 31)
 
 struct loss_guard {
 	/* set by the daemon */
@@ -333,18 +337,19 @@ struct loss_guard {
 	__u32 generation;
 	__u64 stall_ns;	      /* stop on a stall longer than this; 0: no */
 	__u64 rtos_window_ns; /* with rtos: the window; 0: no RTO condition */
-	__u32 rtos;	      /* stop on more than this many RTOs within the window */
+	__u32 rtos;	      /* stop on more than this many RTOs within the window
+			       * (| LOSS_GUARD_COUNT_RESENDS: resends of any type) */
 	__u32 evidence_rule;  /* set in the kernel: the rule whose drop the evidence resent */
 	/* set in the kernel */
 	__u64 stopped_ns;      /* bpf_ktime_get_ns when it stopped; 0: running */
 	__u64 crossed_ns;      /* when the condition came to hold (the stall's limit, the RTO) */
 	__u64 last_drop_ns;    /* the rule's last drop (written on each drop) */
 	__u32 reason;	       /* enum loss_guard_reason */
-	__u32 count;	       /* LOSS_GUARD_RTOS: RTOs in the window */
+	__u32 count;	       /* LOSS_GUARD_RTOS, _RESENDS: RTOs (resends) in the window */
 	__u64 evidence_start_ns; /* the stall's start, or the window's first RTO */
 	__u64 evidence_cookie;   /* the socket of the flow */
 	struct loss_drop_key flow; /* the flow (as the sender sees it: local -> remote) */
-	__u64 rtos_seen;	   /* RTOs counted, ever */
+	__u64 rtos_seen;	   /* RTOs (resends) counted, ever */
 	__u64 rto_ns[LOSS_GUARD_RING]; /* their times, rto_ns[(n) % RING] the n-th */
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_guard) == 128 + 8 * LOSS_GUARD_RING, "loss_guard layout");

@@ -531,14 +531,16 @@ static __always_inline void guard_eval(struct loss_guard *g, const struct obs_fl
 {
 	if (g->stopped_ns)
 		return;
-	if (type == OBS_RTX_RTO && g->rtos_window_ns) {
+	__u32 any = g->rtos & LOSS_GUARD_COUNT_RESENDS; /* every resend counts, not only RTOs */
+	if ((type == OBS_RTX_RTO || any) && g->rtos_window_ns) {
 		__u64 i = __sync_fetch_and_add(&g->rtos_seen, 1);
 		g->rto_ns[i & (LOSS_GUARD_RING - 1)] = now;
-		__u32 lim = g->rtos;
+		__u32 lim = g->rtos & (LOSS_GUARD_RING - 1);
 		if (i >= lim) { /* this is RTO i + 1; RTO i + 1 - lim came lim before it */
 			__u64 first = g->rto_ns[(i - lim) & (LOSS_GUARD_RING - 1)];
 			if (first && now - first <= g->rtos_window_ns) {
-				guard_stop(g, LOSS_GUARD_RTOS, now, first, lim + 1, cookie, k, rule_id);
+				guard_stop(g, any ? LOSS_GUARD_RESENDS : LOSS_GUARD_RTOS, now, first,
+					   lim + 1, cookie, k, rule_id);
 				return;
 			}
 		}

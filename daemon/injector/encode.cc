@@ -125,6 +125,10 @@ struct loss_guard EncodeGuard(const Guard& guard, const struct loss_rule& rule) 
   g.stall_ns = uint64_t(guard.stall.count());
   g.rtos = guard.rtos;
   g.rtos_window_ns = uint64_t(guard.rtos_window.count());
+  if (guard.resends_window.count()) {  // the same ring, counting every resend
+    g.rtos = guard.resends | LOSS_GUARD_COUNT_RESENDS;
+    g.rtos_window_ns = uint64_t(guard.resends_window.count());
+  }
   return g;
 }
 

@@ -32,7 +32,10 @@ void Injector::Reap() {
 
 GuardStopInfo GuardStopInfo::Of(const struct loss_guard& g) {
   GuardStopInfo s;
-  s.condition = g.reason == LOSS_GUARD_STALL ? "stall" : g.reason == LOSS_GUARD_RTOS ? "rtos" : "";
+  s.condition = g.reason == LOSS_GUARD_STALL     ? "stall"
+                : g.reason == LOSS_GUARD_RTOS    ? "rtos"
+                : g.reason == LOSS_GUARD_RESENDS ? "resends"
+                                                 : "";
   s.crossed_ns = g.crossed_ns;
   s.stopped_ns = g.stopped_ns;
   s.last_drop_ns = g.last_drop_ns;
@@ -62,6 +65,10 @@ std::string GuardStopInfo::Describe(const Guard& guard) const {
   if (condition == "stall")
     d += " delivered nothing for " + ms(crossed_ns, start_ns) + " (a stall past " +
          DurationText(guard.stall) + ")";
+  else if (condition == "resends")
+    d += "'s resend made " + std::to_string(rtos) + " resends of its drops within " +
+         ms(crossed_ns, start_ns) + " (more than " + std::to_string(guard.resends) + " in " +
+         DurationText(guard.resends_window) + ")";
   else
     d += "'s RTO made " + std::to_string(rtos) + " RTOs of its drops within " +
          ms(crossed_ns, start_ns) + " (more than " + std::to_string(guard.rtos) + " in " +

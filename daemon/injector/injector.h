@@ -82,9 +82,9 @@ struct InjectorOptions {
 // Why a guard stopped its rule (the kernel's loss_guard evidence; lossd.v1
 // GuardStop). Times on CLOCK_MONOTONIC.
 struct GuardStopInfo {
-  std::string condition;  // "stall", "rtos"; "": not stopped
+  std::string condition;  // "stall", "rtos", "resends"; "": not stopped
   uint64_t crossed_ns = 0, stopped_ns = 0, last_drop_ns = 0, start_ns = 0;
-  uint32_t rtos = 0;
+  uint32_t rtos = 0;  // "rtos" ("resends"): the RTOs (resends) within the window
   std::string flow;  // "10.0.0.1:40000 -> 10.0.0.2:80"
   uint64_t cookie = 0;
   bool all = false;       // the daemon's guard (--guard-all) stopped every rule

@@ -47,6 +47,8 @@ Guard GuardFromProto(const v1::Guard& in) {
   g.stall = ns(in.stall_ns());
   g.rtos = in.rtos();
   g.rtos_window = ns(in.rtos_window_ns());
+  g.resends = in.resends();
+  g.resends_window = ns(in.resends_window_ns());
   return g;
 }
 
@@ -55,6 +57,8 @@ void GuardToProto(const Guard& in, v1::Guard* out) {
   out->set_stall_ns(static_cast<uint64_t>(in.stall.count()));
   out->set_rtos(in.rtos);
   out->set_rtos_window_ns(static_cast<uint64_t>(in.rtos_window.count()));
+  out->set_resends(in.resends);
+  out->set_resends_window_ns(static_cast<uint64_t>(in.resends_window.count()));
 }
 
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {

@@ -574,6 +574,13 @@ Status CheckGuard(const Guard& g) {
   if (g.rtos > kMaxGuardRtos || (g.rtos && !g.rtos_window.count()))
     return InvalidArgument("a guard's RTO count must lie between 0 and " +
                            std::to_string(kMaxGuardRtos) + ", with its window");
+  if (g.resends_window.count())
+    LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's resend window", g.resends_window));
+  if (g.resends > kMaxGuardRtos || (g.resends && !g.resends_window.count()))
+    return InvalidArgument("a guard's resend count must lie between 0 and " +
+                           std::to_string(kMaxGuardRtos) + ", with its window");
+  if (g.rtos_window.count() && g.resends_window.count())
+    return InvalidArgument("a guard counts RTOs or resends, not both (one includes the other)");
   return Status::Ok();
 }
 
@@ -581,7 +588,7 @@ Status ParseGuard(const std::string& text, Guard* out) {
   if (text.size() > kMaxInputLength)
     return InvalidArgument("guard is at most " + std::to_string(kMaxInputLength) + " characters");
   Guard g;
-  bool stall = false, rtos = false;
+  bool stall = false, count = false;
   std::stringstream in(text);
   std::string part;
   auto bad = [&](const std::string& why) {
@@ -593,8 +600,9 @@ Status ParseGuard(const std::string& text, Guard* out) {
     std::string kind = gt == std::string::npos ? c : TrimSpace(c.substr(0, gt));
     for (auto& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     std::string value = gt == std::string::npos ? "" : TrimSpace(c.substr(gt + 1));
-    if (gt == std::string::npos || (kind != "stall" && kind != "rtos"))
-      return bad("expected stall>DURATION or rtos>N/WINDOW, e.g. stall>500ms,rtos>5/2s");
+    if (gt == std::string::npos || (kind != "stall" && kind != "rtos" && kind != "resends"))
+      return bad(
+          "expected stall>DURATION, rtos>N/WINDOW or resends>N/WINDOW, e.g. stall>500ms,rtos>5/2s");
     if (kind == "stall") {
       if (stall) return bad("stall given twice");
       stall = true;
@@ -603,24 +611,32 @@ Status ParseGuard(const std::string& text, Guard* out) {
       g.stall = *d;
       LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
     } else {
-      if (rtos) return bad("rtos given twice");
-      rtos = true;
+      const bool rto = kind == "rtos";
+      if (count)
+        return bad(rto && g.rtos_window.count() ? "rtos given twice"
+                   : !rto && g.resends_window.count()
+                       ? "resends given twice"
+                       : "a guard counts RTOs or resends, not both (one includes the other)");
+      count = true;
       size_t slash = value.find('/');
-      if (slash == std::string::npos) return bad("expected rtos>N/WINDOW, e.g. rtos>5/2s");
+      if (slash == std::string::npos)
+        return bad("expected " + kind + ">N/WINDOW, e.g. " + kind + ">5/2s");
       uint64_t n = 0;
       if (!ParseUint(TrimSpace(value.substr(0, slash)), kMaxGuardRtos, &n))
-        return bad("the RTO count must be a whole number from 0 to " +
-                   std::to_string(kMaxGuardRtos));
+        return bad(std::string(rto ? "the RTO" : "the resend") +
+                   " count must be a whole number from 0 to " + std::to_string(kMaxGuardRtos));
       auto w = ParseDuration(value.substr(slash + 1));
       if (!w.ok()) return bad("the window: " + w.status().message());
-      g.rtos = static_cast<uint32_t>(n);
-      g.rtos_window = *w;
-      LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's RTO window", g.rtos_window));
+      (rto ? g.rtos : g.resends) = static_cast<uint32_t>(n);
+      (rto ? g.rtos_window : g.resends_window) = *w;
+      LOSSD_RETURN_IF_ERROR(
+          CheckGuardDuration(rto ? "a guard's RTO window" : "a guard's resend window", *w));
     }
   }
   if (!g.Any())
     return InvalidArgument("invalid guard '" + Shown(text) +
-                           "': expected stall>DURATION or rtos>N/WINDOW, e.g. stall>500ms");
+                           "': expected stall>DURATION, rtos>N/WINDOW or resends>N/WINDOW, "
+                           "e.g. stall>500ms");
   *out = g;
   return Status::Ok();
 }
@@ -658,6 +674,9 @@ std::string Guard::Text() const {
   if (rtos_window.count())
     t += (t.empty() ? "" : ",") + std::string("rtos>") + std::to_string(rtos) + "/" +
          DurationText(rtos_window);
+  if (resends_window.count())
+    t += (t.empty() ? "" : ",") + std::string("resends>") + std::to_string(resends) + "/" +
+         DurationText(resends_window);
   return t;
 }
 
@@ -667,6 +686,9 @@ std::string Guard::Describe() const {
   if (rtos_window.count())
     d += (d.empty() ? "" : " or ") + std::string("> ") + std::to_string(rtos) + " RTOs in " +
          DurationText(rtos_window);
+  if (resends_window.count())
+    d += (d.empty() ? "" : " or ") + std::string("> ") + std::to_string(resends) +
+         " resends in " + DurationText(resends_window);
   return d.empty() ? d : "stop on " + d;
 }
 
@@ -820,7 +842,7 @@ Status Validate(const RuleSpec& s) {
       sc.cycles > uint64_t(kMaxDurationSeconds) * 1000000000ull / uint64_t(sc.Period().count()))
     return InvalidArgument("schedule: the pulses would last longer than " +
                            std::to_string(kMaxDurationSeconds) + " s");
-  if (s.guard.Any() || s.guard.rtos) {
+  if (s.guard.Any() || s.guard.rtos || s.guard.resends) {
     Status st = CheckGuard(s.guard);
     if (!st.ok()) return InvalidArgument("guard: " + st.message());
   }

@@ -106,19 +106,26 @@ constexpr int64_t kMaxPulseNs = 86400LL * 1000000000;  // 1 day
 constexpr uint32_t kMaxPulseCycles = 1000000;
 
 // When a rule stops itself (lossd.v1 Guard; docs/guards.md): on a stall
-// longer than `stall` of a flow that resent a segment it dropped, or on more
-// than `rtos` RTOs of such resends within `rtos_window`. Decided in the kernel.
+// longer than `stall` of a flow that resent a segment it dropped, on more
+// than `rtos` RTOs of such resends within `rtos_window`, or on more than
+// `resends` such resends of any type within `resends_window` (one count
+// condition: the kernel keeps one ring of times). Decided in the kernel.
 struct Guard {
   std::chrono::nanoseconds stall{0};        // 0: no stall condition
   uint32_t rtos = 0;                        // "more than" this many ...
   std::chrono::nanoseconds rtos_window{0};  // ... within this; 0: no RTO condition
-  bool Any() const { return stall.count() > 0 || rtos_window.count() > 0; }
+  uint32_t resends = 0;                        // the same over every resend ...
+  std::chrono::nanoseconds resends_window{0};  // ... 0: no resend condition
+  bool Any() const {
+    return stall.count() > 0 || rtos_window.count() > 0 || resends_window.count() > 0;
+  }
   // "stall>500ms,rtos>5/2s" (what ParseGuard reads back); "" when none.
   std::string Text() const;
   // "stop on a stall > 500ms or > 5 RTOs in 2s"; "" when none.
   std::string Describe() const;
   bool operator==(const Guard& o) const {
-    return stall == o.stall && rtos == o.rtos && rtos_window == o.rtos_window;
+    return stall == o.stall && rtos == o.rtos && rtos_window == o.rtos_window &&
+           resends == o.resends && resends_window == o.resends_window;
   }
 };
 constexpr int64_t kMinGuardNs = 1000000;               // 1 ms

@@ -35,7 +35,9 @@ Json ValueOf(const RuleSpec& r, const std::string& flag) {
     for (const auto& st : r.model.steps) out.push_back({st.rate, st.duration.count()});
     return out;
   }
-  if (flag == "guard") return {r.guard.stall.count(), r.guard.rtos, r.guard.rtos_window.count()};
+  if (flag == "guard")
+    return {r.guard.stall.count(), r.guard.rtos, r.guard.rtos_window.count(), r.guard.resends,
+            r.guard.resends_window.count()};
   if (flag == "sport") return {r.sport.lo, r.sport.hi};
   if (flag == "dport") return {r.dport.lo, r.dport.hi};
   if (flag == "src") return r.src ? r.src->ToString() : "";

@@ -257,7 +257,8 @@ class Client(_Closing):
           rule ends after K active windows; Rule.schedule_start_mono_ns is the origin).
         Guard (decided in the kernel, docs/guards.md): guard='stall>500ms' (a flow it
           dropped from stalls that long) and/or 'rtos>5/2s' (more than 5 RTOs of its
-          drops in 2 s), comma-separated: the rule stops, state 'stopped', and
+          drops in 2 s) or 'resends>20/1s' (more than 20 resends of its drops, any
+          type), comma-separated: the rule stops, state 'stopped', and
           Rule.guard_stop holds the evidence.
         """
         req = self.pb2.CreateRuleRequest(spec=self._spec_proto(_spec.rule_spec(iface, **kw)))

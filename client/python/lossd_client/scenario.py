@@ -242,8 +242,9 @@ def _rule_text(spec):
         conds = []
         if g.get("stall_ns"):
             conds.append("stall>%s" % format_duration(g["stall_ns"]))
-        if g.get("rtos_window_ns"):
-            conds.append("rtos>%d/%s" % (g.get("rtos", 0), format_duration(g["rtos_window_ns"])))
+        for kind in ("rtos", "resends"):
+            if g.get(kind + "_window_ns"):
+                conds.append("%s>%d/%s" % (kind, g.get(kind, 0), format_duration(g[kind + "_window_ns"])))
         parts.append("guard " + ",".join(conds))
     return "%s %s %s%s" % (model, where, d, (" " + " ".join(parts)) if parts else "")
 

@@ -322,7 +322,8 @@ MIN_GUARD_NS, MAX_GUARD_NS, MAX_GUARD_RTOS = 10**6, 3600 * 10**9, 63  # as lossd
 def _guard(text):
     """The Guard of a rule (lossd.v1), {} for none: 'stall>500ms' (stop on a stall of a flow
     it dropped from longer than that), 'rtos>5/2s' (on more than 5 RTOs resending its drops
-    within 2 s), or both, comma-separated. Decided in the kernel (docs/guards.md)."""
+    within 2 s) or 'resends>20/1s' (more than 20 resends of its drops of any type), comma-
+    separated; rtos or resends, not both. Decided in the kernel (docs/guards.md)."""
     if text is None:
         return {}
     if not isinstance(text, str):
@@ -340,25 +341,29 @@ def _guard(text):
         c = part.strip()
         kind, gt, value = c.partition(">")
         kind, value = kind.strip().lower(), value.strip()
-        if not gt or kind not in ("stall", "rtos"):
-            raise LossdInputError("guard: invalid guard %r: expected stall>DURATION or "
-                                  "rtos>N/WINDOW, e.g. stall>500ms,rtos>5/2s" % (c,))
+        if not gt or kind not in ("stall", "rtos", "resends"):
+            raise LossdInputError("guard: invalid guard %r: expected stall>DURATION, rtos>N/WINDOW "
+                                  "or resends>N/WINDOW, e.g. stall>500ms,rtos>5/2s" % (c,))
         if kind in seen:
             raise LossdInputError("guard: invalid guard %r: %s given twice" % (c, kind))
+        if kind != "stall" and ({"rtos", "resends"} & seen):
+            raise LossdInputError("guard: invalid guard %r: a guard counts RTOs or resends, not both "
+                                  "(one includes the other)" % (c,))
         seen.add(kind)
         if kind == "stall":
             out["stall_ns"] = within(parse_duration(value, "guard"), "stall", value)
             continue
         n, slash, window = value.partition("/")
         if not slash:
-            raise LossdInputError("guard: invalid guard %r: expected rtos>N/WINDOW, e.g. rtos>5/2s"
-                                  % (c,))
+            raise LossdInputError("guard: invalid guard %r: expected %s>N/WINDOW, e.g. %s>5/2s"
+                                  % (c, kind, kind))
         n = n.strip()
+        what = "RTO" if kind == "rtos" else "resend"
         if not n.isdigit() or not n.isascii() or int(n) > MAX_GUARD_RTOS:
-            raise LossdInputError("guard: invalid guard %r: the RTO count must be a whole number "
-                                  "from 0 to %d" % (c, MAX_GUARD_RTOS))
-        out["rtos"] = int(n)
-        out["rtos_window_ns"] = within(parse_duration(window, "guard"), "RTO window", window)
+            raise LossdInputError("guard: invalid guard %r: the %s count must be a whole number "
+                                  "from 0 to %d" % (c, what, MAX_GUARD_RTOS))
+        out[kind] = int(n)
+        out[kind + "_window_ns"] = within(parse_duration(window, "guard"), what + " window", window)
     return out
 
 

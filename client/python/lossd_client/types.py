@@ -224,6 +224,8 @@ class Rule:
     guard_stall_ns: int = 0
     guard_rtos: int = 0
     guard_rtos_window_ns: int = 0
+    guard_resends: int = 0
+    guard_resends_window_ns: int = 0
     guard_stop: typing.Any = None
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
@@ -241,6 +243,8 @@ class Rule:
         if hasattr(s, "guard"):  # stubs of a daemon with guards
             sched.update(guard_stall_ns=s.guard.stall_ns, guard_rtos=s.guard.rtos,
                          guard_rtos_window_ns=s.guard.rtos_window_ns,
+                         guard_resends=getattr(s.guard, "resends", 0),
+                         guard_resends_window_ns=getattr(s.guard, "resends_window_ns", 0),
                          guard_stop=m.guard_stop if m.HasField("guard_stop") else None)
         svc = {k: getattr(s, k) for k in ("pid", "unit", "container", "pod") if hasattr(s, k)}
         if hasattr(m, "cgroup_id"):

@@ -43,7 +43,8 @@ def value_of(spec, flag):
         return [[st["rate"], st["duration_ns"]] for st in loss["ramp"]["steps"]]
     if flag == "guard":
         g = spec.get("guard", {})
-        return [g.get("stall_ns", 0), g.get("rtos", 0), g.get("rtos_window_ns", 0)]
+        return [g.get("stall_ns", 0), g.get("rtos", 0), g.get("rtos_window_ns", 0), g.get("resends", 0),
+                g.get("resends_window_ns", 0)]
     if flag in ("sport", "dport"):
         pr = match.get(flag, {"lo": 0, "hi": 65535})
         return [pr["lo"], pr["hi"]]

@@ -416,6 +416,8 @@ function guardText(g) {
   const p = [];
   if (u64(g.stall_ns)) p.push("stall > " + fmtDuration(u64(g.stall_ns)));
   if (u64(g.rtos_window_ns)) p.push("> " + (g.rtos || 0) + " RTOs in " + fmtDuration(u64(g.rtos_window_ns)));
+  if (u64(g.resends_window_ns))
+    p.push("> " + (g.resends || 0) + " resends in " + fmtDuration(u64(g.resends_window_ns)));
   return p.length ? "stop on " + p.join(" or ") : "";
 }
 // Its state; a stopped rule names the condition that stopped it.

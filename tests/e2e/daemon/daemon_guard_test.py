@@ -178,6 +178,36 @@ class Guards(GuardHelpers, DaemonTestCase):
                  stop_after_rto_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1),
                  dropped=info.counters.dropped_packets)
 
+    def test_resend_guard_counts_every_type(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        rtx = self.watch("rtx")
+        # Per segment: one drop, one resend event (a GSO skb's drop is resent as a few
+        # events of many segments, and a guard counts events).
+        flow, r = self.blackhole_flow(30_000_000, 100, rate=0.03, per_segment=True, rule_first=True,
+                                      guard=dict(resends=10, resends_window_ns=500 * MS))
+        info = wait_until(lambda: self.stopped(r.id), 30, "the guard to stop the rule")
+        g = info.guard_stop
+        self.assertEqual(g.condition, "resends", info)
+        self.assertEqual(g.rtos, 11, info)
+        self.assertLessEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, 500 * MS, info)
+        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
+        self.assertIn("resends of its drops within", info.reason)
+        sport = flow.cli.sports[0]
+        sent, got = flow.wait()
+        self.assertEqual(got["bytes"], sent["bytes"])
+
+        # The observer streamed those resends of that flow, of any type (fast ones mostly:
+        # 3 % recovers without timeouts).
+        def ours(ms):
+            return [m.event for m in ms if m.WhichOneof("msg") == "event" and m.event.tuple.local_port == sport
+                    and g.evidence_start_mono_ns <= m.event.time_mono_ns <= g.crossed_mono_ns]
+        seen = rtx.wait_for(lambda ms: len(ours(ms)) >= 11, 10, "the resends in the stream")
+        types = sorted({pb.RetransmitType.Name(e.type) for e in ours(seen)})
+        self.assertNotEqual(types, ["RETRANSMIT_TYPE_RTO"], types)  # not only RTOs counted
+        measured("guard resend stop", resends_in_window=len(ours(seen)), types=types,
+                 window_ms=round((g.crossed_mono_ns - g.evidence_start_mono_ns) / 1e6, 1),
+                 stop_after_resend_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1))
+
     def test_rto_guard_holds_under_light_loss(self):
         lab, d, pb = self.lab, self.d, self.pb
         # 125 MB at 100 Mbit/s: 10 s.
@@ -196,7 +226,10 @@ class Guards(GuardHelpers, DaemonTestCase):
         for guard, want in ((dict(stall_ns=500_000), "between 1ms and 1h"),
                             (dict(rtos=5, rtos_window_ns=3601 * 1000 * MS), "between 1ms and 1h"),
                             (dict(rtos=64, rtos_window_ns=1000 * MS), "between 0 and 63"),
-                            (dict(rtos=5), "with its window")):
+                            (dict(rtos=5), "with its window"),
+                            (dict(resends=64, resends_window_ns=1000 * MS), "between 0 and 63"),
+                            (dict(rtos=1, rtos_window_ns=1000 * MS, resends=5, resends_window_ns=1000 * MS),
+                             "RTOs or resends, not both")):
             with self.subTest(guard=guard):
                 with self.assertRaises(grpc.RpcError) as cm:
                     self.d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=PORT,
