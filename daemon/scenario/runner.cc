@@ -89,11 +89,14 @@ ScenarioRunner::~ScenarioRunner() {
 Result<ScenarioRecord> ScenarioRunner::Start(ScenarioPlan plan, const std::string& started_by) {
   std::unique_lock<std::mutex> lock(mu_);
   if (closing_) return Status(Code::kUnavailable, "lossd is shutting down");
+  // A thread each, until its report settled (kScenarioSettle after its end):
+  // a client that starts and aborts in a loop holds no more threads than this.
   size_t running = 0;
-  for (const auto& [id, run] : runs_) running += !run->done;
+  for (const auto& [id, run] : runs_) running += !run->exited;
   if (running >= kMaxRunningScenarios)
-    return ResourceExhausted(std::to_string(running) + " scenarios are running, the limit is " +
-                             std::to_string(kMaxRunningScenarios) +
+    return ResourceExhausted(std::to_string(running) +
+                             " scenarios are running or settling their reports (3 s after their "
+                             "end), the limit is " + std::to_string(kMaxRunningScenarios) +
                              ": wait for one to end, or abort one (lossctl scenario abort ID)");
   TrimLocked();
   auto run = std::make_unique<Run>();

@@ -31,7 +31,7 @@ constexpr size_t kMaxScenarioRules = 256;  // all steps' together (a report's si
 constexpr size_t kMaxScenarioNameBytes = 64;
 constexpr uint64_t kMinScenarioStepNs = 1'000'000;                     // 1 ms
 constexpr uint64_t kMaxScenarioNs = 7ull * 24 * 3600 * 1'000'000'000;  // 7 d, a step or all
-constexpr size_t kMaxRunningScenarios = 16;
+constexpr size_t kMaxRunningScenarios = 16;  // running, or settling their reports
 constexpr size_t kKeptScenarios = 32;  // ended runs kept for reading
 constexpr std::chrono::seconds kScenarioSettle{3};
 

@@ -1019,6 +1019,23 @@ TEST_F(ScenarioRunnerTest, ItsEndEndsEveryRunningScenario) {
   EXPECT_EQ(inj_->LiveCount(), 0u);
 }
 
+TEST_F(ScenarioRunnerTest, StartingAndAbortingInALoopHoldsAtMostSixteenThreads) {
+  ScenarioRunner runner(inj_.get(), nullptr);
+  ScenarioPlan plan;
+  plan.name = "loop";
+  plan.steps = {Step("a", 10s)};
+  for (size_t i = 0; i < kMaxRunningScenarios; i++) {
+    auto r = runner.Start(plan, "test");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(runner.Abort(r->id)->state, ScenarioState::kAborted);
+  }
+  // Each ended one settles its report for 3 s on its thread: no seventeenth yet.
+  auto refused = runner.Start(plan, "test");
+  EXPECT_EQ(refused.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("settling"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(ScenarioShape, BoundsAndNamesAreChecked) {
   RuleLimits limits;
   ScenarioPlan p;

@@ -66,8 +66,10 @@ class PrometheusScrape(unittest.TestCase):
                 d = Daemon(lab, di, ["--http", "%s:%d" % (da, HTTP_PORT), "--http-plaintext"])
                 ds.append(d)
                 ifs.append(dif)
+                # 3 % of ~620 GSO skbs: none dropped with chance e^-18.6 (at 1 %, e^-6.2 = 0.2 %
+                # an instance: one of three dropped nothing in a CI run).
                 rules.append(d.create(interface=dif, direction="egress", protocol="tcp", dport=PORT0 + i,
-                                      payload="only", rate=0.01).id)
+                                      payload="only", rate=0.03).id)
                 prom.node_exporter(lab, di, "%s:9100" % da)
             instances = ["%s:%d" % (addrs(i)[1], HTTP_PORT) for i in range(1, N + 1)]
             pr = prom.Prometheus(lab, p, {"lossd": instances,
