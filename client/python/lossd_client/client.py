@@ -9,7 +9,6 @@ import time
 
 import grpc
 
-from . import scenario as _scenario
 from . import spec as _spec
 from . import types as _t
 from ._stubs import load_stubs
@@ -18,6 +17,13 @@ from .units import parse_duration, parse_labels
 
 DEFAULT_SOCKET = "/run/lossd/lossd.sock"
 DEFAULT_TARGET = "unix://" + DEFAULT_SOCKET
+
+
+def _scenario():
+    """lossd_client.scenario, imported when first used: `python3 -m lossd_client.scenario`
+    (lossctl scenario) must find it not yet imported by the package."""
+    from . import scenario
+    return scenario
 
 
 def normalize_target(target=None):
@@ -338,24 +344,24 @@ class Client(_Closing):
         dry_run: the daemon checks every step (the rules, targets, limits, host
           protection) and answers the plan (state 'planned'), changing nothing.
         """
-        req = self.pb2.RunScenarioRequest(scenario=_scenario.to_proto(scenario, self.pb2),
+        req = self.pb2.RunScenarioRequest(scenario=_scenario().to_proto(scenario, self.pb2),
                                           dry_run=dry_run)
-        return _scenario.run_dict(self._unary(self._scenarios.RunScenario, req, timeout))
+        return _scenario().run_dict(self._unary(self._scenarios.RunScenario, req, timeout))
 
     def scenarios(self, timeout=None):
         """The running scenarios and the last ended ones (dicts, as run_scenario's)."""
         resp = self._unary(self._scenarios.ListScenarios, self.pb2.ListScenariosRequest(), timeout)
-        return [_scenario.run_dict(r) for r in resp.runs]
+        return [_scenario().run_dict(r) for r in resp.runs]
 
     def get_scenario(self, scenario_id, timeout=None):
         """A scenario's progress, or its report once ended."""
-        req = self.pb2.GetScenarioRequest(id=_scenario.scenario_id(scenario_id))
-        return _scenario.run_dict(self._unary(self._scenarios.GetScenario, req, timeout))
+        req = self.pb2.GetScenarioRequest(id=_scenario().scenario_id(scenario_id))
+        return _scenario().run_dict(self._unary(self._scenarios.GetScenario, req, timeout))
 
     def abort_scenario(self, scenario_id, timeout=None):
         """Ends a running scenario now (its step's rules end); returns its report."""
-        req = self.pb2.AbortScenarioRequest(id=_scenario.scenario_id(scenario_id))
-        return _scenario.run_dict(self._unary(self._scenarios.AbortScenario, req, timeout))
+        req = self.pb2.AbortScenarioRequest(id=_scenario().scenario_id(scenario_id))
+        return _scenario().run_dict(self._unary(self._scenarios.AbortScenario, req, timeout))
 
     # ---------------------------------------------------------- observer --
 
