@@ -84,49 +84,39 @@ int RunPython(const Globals& g, const std::string& what, const std::string& modu
                               (py_env && *py_env ? " (LOSSCTL_PYTHON)" : ""));
 }
 
+// A subcommand of `parent` whose every argument is lossd_client.<module>'s;
+// `output`: the module takes lossctl's -o json as its own --output json.
+void AddPythonCommand(CLI::App* parent, const std::string& name, const std::string& help,
+                      const Globals* g, Run* run, const std::string& what,
+                      const std::string& module, bool output = false) {
+  CLI::App* cmd = parent->add_subcommand(name, help);
+  cmd->prefix_command();    // everything after the command is the module's
+  cmd->set_help_flag();     // ... --help included
+  cmd->fallthrough(false);  // lossctl options go before the command
+  cmd->callback([=] {
+    std::vector<std::string> rest = cmd->remaining();
+    std::vector<std::string> options;
+    if (output && g->json()) options = {"--output", "json"};
+    *run = [=] { return RunPython(*g, what, module, rest, options); };
+  });
+}
+
 }  // namespace
 
 void AddSweepCommands(CLI::App* app, const Globals* g, Run* run) {
-  CLI::App* sweep = app->add_subcommand(
-      "sweep", "Step one service through loss rates; table, CSV/JSON and plots (sweep --help)");
-  sweep->prefix_command();    // everything after `sweep` is the sweep's
-  sweep->set_help_flag();     // ... --help included
-  sweep->fallthrough(false);  // lossctl options go before `sweep`
-  sweep->callback([g, run, sweep] {
-    std::vector<std::string> rest = sweep->remaining();
-    *run = [g, rest] { return RunPython(*g, "sweep", "sweep", rest); };
-  });
-
-  CLI::App* scenario = app->add_subcommand(
-      "scenario",
-      "Timelines of rules the daemon runs: scenario run FILE [--dry-run], ls, get ID, abort ID; "
-      "reports as a table, JSON and plots (scenario --help)");
-  scenario->prefix_command();
-  scenario->set_help_flag();
-  scenario->fallthrough(false);
-  scenario->callback([g, run, scenario] {
-    std::vector<std::string> rest = scenario->remaining();
-    // `lossctl -o json scenario ...` as `scenario ... -o json`.
-    *run = [g, rest] {
-      return RunPython(*g, "scenario", "scenario", rest,
-                       g->json() ? std::vector<std::string>{"--output", "json"}
-                                 : std::vector<std::string>{});
-    };
-  });
-
+  AddPythonCommand(app, "sweep",
+                   "Step one service through loss rates; table, CSV/JSON and plots (sweep --help)",
+                   g, run, "sweep", "sweep");
+  AddPythonCommand(app, "scenario",
+                   "Timelines of rules the daemon runs: scenario run FILE [--dry-run], ls, get ID, "
+                   "abort ID; reports as a table, JSON and plots (scenario --help)",
+                   g, run, "scenario", "scenario", /*output=*/true);
   CLI::App* flow = app->add_subcommand("flow", "One flow: flow trace");
   flow->require_subcommand(1);
-  CLI::App* trace = flow->add_subcommand(
-      "trace",
-      "Trace one flow (per-ACK samples, drops, retransmits, stalls) into JSON/CSV and draw "
-      "its time-sequence plot, PNG/SVG (flow trace --help)");
-  trace->prefix_command();
-  trace->set_help_flag();
-  trace->fallthrough(false);
-  trace->callback([g, run, trace] {
-    std::vector<std::string> rest = trace->remaining();
-    *run = [g, rest] { return RunPython(*g, "flow trace", "trace", rest); };
-  });
+  AddPythonCommand(flow, "trace",
+                   "Trace one flow (per-ACK samples, drops, retransmits, stalls) into JSON/CSV and "
+                   "draw its time-sequence plot, PNG/SVG (flow trace --help)",
+                   g, run, "flow trace", "trace");
 }
 
 }  // namespace lossctl

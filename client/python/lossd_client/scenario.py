@@ -439,7 +439,8 @@ def _plan(run):
         format_duration(run.get("duration_ns", 0)))]
     for st in run.get("steps", []):
         lines.append("  +%-9s step %d %-16s %-8s %s" % (
-            format_duration(st.get("offset_ns", 0)), st.get("index", 0), st.get("name") or "-",
+            format_duration(st.get("offset_ns", 0)) if st.get("offset_ns") else "0s", st.get("index", 0),
+            st.get("name") or "-",
             format_duration(st.get("duration_ns", 0)),
             "; ".join(_rule_text(r.get("spec", {})) for r in st.get("rules", [])) or "(pause)"))
     return "\n".join(lines)

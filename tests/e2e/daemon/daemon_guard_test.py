@@ -58,6 +58,18 @@ class GuardHelpers:
         g = self.d.get(rid)
         return g if self.pb.RuleState.Name(g.state) == "RULE_STATE_STOPPED" else None
 
+    def stopped_by_count(self, r, condition, count, window_ns, timeout):
+        """Waits for rule r's count guard (rtos or resends) to stop it; checks the evidence
+        (count events within the window, stopped after, no drop after the stop)."""
+        info = wait_until(lambda: self.stopped(r.id), timeout, "the guard to stop the rule")
+        g = info.guard_stop
+        self.assertEqual(g.condition, condition, info)
+        self.assertEqual(g.rtos, count, info)
+        self.assertLessEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, window_ns, info)
+        self.assertGreaterEqual(g.stopped_mono_ns, g.crossed_mono_ns, info)
+        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
+        return info, g
+
     def blackhole_flow(self, nbytes, rate_mbit, rule_first=False, **rule):
         """A transfer A -> B and the rule on its data (rule_first: the rule before the flow
         connects, as per_segment needs: a socket takes its GSO size at connect)."""
@@ -149,17 +161,11 @@ class Guards(GuardHelpers, DaemonTestCase):
                  dropped=info.counters.dropped_packets, reason=info.reason, row=text, screenshot=shot)
 
     def test_rto_guard_fires_under_heavy_loss(self):
-        lab, d, pb = self.lab, self.d, self.pb
+        lab, pb = self.lab, self.pb
         rtx = self.watch("rtx")
         flow, r = self.blackhole_flow(60_000_000, 100, rate=0.3,
                                       guard=dict(rtos=5, rtos_window_ns=2000 * MS))
-        info = wait_until(lambda: self.stopped(r.id), 60, "the guard to stop the rule")
-        g = info.guard_stop
-        self.assertEqual(g.condition, "rtos", info)
-        self.assertEqual(g.rtos, 6, info)
-        self.assertLessEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, 2000 * MS, info)
-        self.assertGreaterEqual(g.stopped_mono_ns, g.crossed_mono_ns, info)
-        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
+        info, g = self.stopped_by_count(r, "rtos", 6, 2000 * MS, 60)
         sport = flow.cli.sports[0]
         self.assertIn(":%d -> %s:%d" % (sport, lab.V4_B, PORT), g.flow)
         sent, got = flow.wait()
@@ -179,18 +185,13 @@ class Guards(GuardHelpers, DaemonTestCase):
                  dropped=info.counters.dropped_packets)
 
     def test_resend_guard_counts_every_type(self):
-        lab, d, pb = self.lab, self.d, self.pb
+        pb = self.pb
         rtx = self.watch("rtx")
         # Per segment: one drop, one resend event (a GSO skb's drop is resent as a few
         # events of many segments, and a guard counts events).
         flow, r = self.blackhole_flow(30_000_000, 100, rate=0.03, per_segment=True, rule_first=True,
                                       guard=dict(resends=10, resends_window_ns=500 * MS))
-        info = wait_until(lambda: self.stopped(r.id), 30, "the guard to stop the rule")
-        g = info.guard_stop
-        self.assertEqual(g.condition, "resends", info)
-        self.assertEqual(g.rtos, 11, info)
-        self.assertLessEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, 500 * MS, info)
-        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
+        info, g = self.stopped_by_count(r, "resends", 11, 500 * MS, 30)
         self.assertIn("resends of its drops within", info.reason)
         sport = flow.cli.sports[0]
         sent, got = flow.wait()
