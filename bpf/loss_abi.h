@@ -326,10 +326,31 @@ enum loss_guard_reason {
 	LOSS_GUARD_STALL = 1, /* a flow stalled longer than stall_ns */
 	LOSS_GUARD_RTOS = 2,  /* more than rtos RTOs within rtos_window_ns */
 	LOSS_GUARD_RESENDS = 3, /* more than rtos resends (any type) within rtos_window_ns */
+	LOSS_GUARD_RESETS = 4,	/* more than rtos resets or aborts within rtos_window_ns */
+	LOSS_GUARD_RETRANS = 5, /* a flow resent more than rate_ppm of its data segments in a window */
 };
+/* The retransmit share is judged over at least this many data segments. */
+#define LOSS_GUARD_RETRANS_MIN_SEGS 50
 /* In loss_guard.rtos: the count condition counts every resend of the rule's
  * drops (fast, RTO, TLP, ...), not only RTOs (lossd.v1 Guard.resends). */
 #define LOSS_GUARD_COUNT_RESENDS (1u << 31)
+/* In loss_guard.rtos: the count condition counts flows that end in an error
+ * (a reset received, a timeout: sk_err set at the close; lossd.v1 Guard.resets). */
+#define LOSS_GUARD_COUNT_RESETS (1u << 30)
+/* In loss_guard.rtos: the guard judges the flows of a port it watches
+ * (loss_guard_watch) instead of the flows its rule dropped from. */
+#define LOSS_GUARD_WATCHING (1u << 29)
+
+/* Guards watching a port (lossd.v1 Guard.watch_port): keyed by the port (host
+ * order, a __u32), the slots of the guards that judge every flow with that
+ * port at either end. Written whole by the daemon. */
+#define LOSS_WATCH_PORTS 256 /* ports watched at once */
+#define LOSS_WATCH_GUARDS 8  /* guards watching one port */
+struct loss_guard_watch {
+	__u32 n;
+	__u32 slots[LOSS_WATCH_GUARDS];
+};
+LOSS_STATIC_ASSERT(sizeof(struct loss_guard_watch) == 36, "loss_guard_watch layout");
 
 struct loss_guard {
 	/* set by the daemon */
@@ -338,20 +359,27 @@ struct loss_guard {
 	__u64 stall_ns;	      /* stop on a stall longer than this; 0: no */
 	__u64 rtos_window_ns; /* with rtos: the window; 0: no RTO condition */
 	__u32 rtos;	      /* stop on more than this many RTOs within the window
-			       * (| LOSS_GUARD_COUNT_RESENDS: resends of any type) */
+			       * (| LOSS_GUARD_COUNT_RESENDS: resends of any type,
+			       * | LOSS_GUARD_COUNT_RESETS: resets and aborts;
+			       * | LOSS_GUARD_WATCHING: of a watched port's flows) */
 	__u32 evidence_rule;  /* set in the kernel: the rule whose drop the evidence resent */
+	__u64 rate_window_ns; /* with rate_ppm: a flow's retransmit share over this; 0: none */
+	__u32 rate_ppm;	      /* stop when a flow resent more than this share (parts per
+			       * million) of the data segments it sent within the window */
+	__u32 segs;	      /* set in the kernel: LOSS_GUARD_RETRANS: the data segments sent */
 	/* set in the kernel */
 	__u64 stopped_ns;      /* bpf_ktime_get_ns when it stopped; 0: running */
 	__u64 crossed_ns;      /* when the condition came to hold (the stall's limit, the RTO) */
 	__u64 last_drop_ns;    /* the rule's last drop (written on each drop) */
 	__u32 reason;	       /* enum loss_guard_reason */
-	__u32 count;	       /* LOSS_GUARD_RTOS, _RESENDS: RTOs (resends) in the window */
-	__u64 evidence_start_ns; /* the stall's start, or the window's first RTO */
+	__u32 count;	       /* LOSS_GUARD_RTOS, _RESENDS, _RESETS: how many in the window;
+				* _RETRANS: the segments resent of `segs` */
+	__u64 evidence_start_ns; /* the stall's start, the window's first RTO, the share's start */
 	__u64 evidence_cookie;   /* the socket of the flow */
 	struct loss_drop_key flow; /* the flow (as the sender sees it: local -> remote) */
 	__u64 rtos_seen;	   /* RTOs (resends) counted, ever */
 	__u64 rto_ns[LOSS_GUARD_RING]; /* their times, rto_ns[(n) % RING] the n-th */
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_guard) == 128 + 8 * LOSS_GUARD_RING, "loss_guard layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_guard) == 144 + 8 * LOSS_GUARD_RING, "loss_guard layout");
 
 #endif /* LOSSD_LOSS_ABI_H */

@@ -452,6 +452,17 @@ struct guard_timer {
 	struct loss_drop_key flow;
 };
 
+/* A flow a guard with a retransmit share condition judges: its counts at its
+ * resends (a ring, the newest at (n - 1) % GUARD_RATE_SAMPLES). */
+#define GUARD_RATE_SAMPLES 16
+struct guard_share {
+	__u32 n; /* samples taken */
+	__u32 _pad;
+	__u64 t[GUARD_RATE_SAMPLES];	/* when */
+	__u32 segs[GUARD_RATE_SAMPLES]; /* tcp_sock.data_segs_out then */
+	__u32 rtx[GUARD_RATE_SAMPLES];	/* tcp_sock.total_retrans then */
+};
+
 /* One timer per flow and guard: the rule's, and the daemon's (LOSS_GUARD_ALL). */
 struct guard_timer_key {
 	__u64 cookie;
@@ -466,10 +477,25 @@ struct {
 	__type(value, struct guard_timer);
 } obs_guard_timers SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct guard_timer_key);
+	__type(value, struct guard_share);
+} obs_guard_shares SEC(".maps");
+
+/* A zeroed guard_share, the first value of a flow's entry (too large for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct guard_share);
+} obs_guard_share_zero SEC(".maps");
+
 /* The guard stops its rule (the injector's programs see stopped_ns on their
  * next packet); the first to get here writes why. */
 static __always_inline void guard_stop(struct loss_guard *g, __u32 reason, __u64 crossed,
-				       __u64 start, __u32 n, __u64 cookie,
+				       __u64 start, __u32 n, __u32 segs, __u64 cookie,
 				       const struct loss_drop_key *flow, __u32 rule_id)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -478,6 +504,7 @@ static __always_inline void guard_stop(struct loss_guard *g, __u32 reason, __u64
 	g->evidence_rule = rule_id;
 	g->crossed_ns = crossed;
 	g->count = n;
+	g->segs = segs;
 	g->evidence_start_ns = start;
 	g->evidence_cookie = cookie;
 	g->flow = *flow;
@@ -496,7 +523,7 @@ static int guard_timer_fired(void *map, struct guard_timer_key *key, struct guar
 	/* the rule's guard names its rule; the daemon's (rule_id 0) any */
 	if (!g || (g->rule_id && g->rule_id != v->rule_id) || !g->stall_ns || g->stopped_ns)
 		return 0;
-	guard_stop(g, LOSS_GUARD_STALL, v->stall_start_ns + g->stall_ns, v->stall_start_ns, 0,
+	guard_stop(g, LOSS_GUARD_STALL, v->stall_start_ns + g->stall_ns, v->stall_start_ns, 0, 0,
 		   key->cookie, &v->flow, v->rule_id);
 	return 0;
 }
@@ -523,47 +550,171 @@ static __always_inline void guard_arm(struct loss_guard *g, __u64 cookie, __u64 
 	bpf_timer_start(&t->t, start + g->stall_ns - now, 0);
 }
 
-/* One guard's conditions at a resend of a segment rule_id dropped (key: the
- * guard's key in loss_guards: the rule's slot, or LOSS_GUARD_ALL). */
+/*
+ * The retransmit share at a resend: of the data segments the flow sent since
+ * its newest sample at least the window old (or, none that old yet, since it
+ * opened: a longer span, never a shorter one), how many were resends; judged
+ * over LOSS_GUARD_RETRANS_MIN_SEGS at least. Samples are the kernel's counts (tcp_sock's data_segs_out and
+ * total_retrans, this resend counted in both before the callback) at its
+ * resends, one per window / GUARD_RATE_SAMPLES at most: the ring reaches a
+ * window back, so the share is over the window (up to 1/16 more).
+ */
+static __always_inline void guard_share(struct loss_guard *g, const struct obs_flow *f,
+					struct tcp_sock *tp, __u64 cookie, __u64 now, __u32 slot,
+					__u32 rule_id, const struct loss_drop_key *k)
+{
+	struct guard_timer_key key = {.cookie = cookie, .slot = slot};
+	struct guard_share *s = bpf_map_lookup_elem(&obs_guard_shares, &key);
+	if (!s) {
+		__u32 zero = 0;
+		struct guard_share *init = bpf_map_lookup_elem(&obs_guard_share_zero, &zero);
+		if (!init)
+			return;
+		bpf_map_update_elem(&obs_guard_shares, &key, init, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&obs_guard_shares, &key);
+		if (!s)
+			return;
+	}
+	__u32 segs = tp->data_segs_out, rtx = tp->total_retrans;
+	__u32 n = s->n;
+	__u64 bt = f->opened_ns; /* the socket's counts start at 0 */
+	__u32 bsegs = 0, brtx = 0;
+	for (int i = 0; i < GUARD_RATE_SAMPLES; i++) {
+		if ((__u32)i >= n)
+			break;
+		__u32 j = (n - 1 - i) & (GUARD_RATE_SAMPLES - 1); /* newest first */
+		if (now - s->t[j] >= g->rate_window_ns) {
+			bt = s->t[j];
+			bsegs = s->segs[j];
+			brtx = s->rtx[j];
+			break;
+		}
+	}
+	__u64 newest = n ? s->t[(n - 1) & (GUARD_RATE_SAMPLES - 1)] : 0;
+	if (!n || now - newest >= g->rate_window_ns / GUARD_RATE_SAMPLES) {
+		__u32 j = n & (GUARD_RATE_SAMPLES - 1);
+		s->t[j] = now;
+		s->segs[j] = segs;
+		s->rtx[j] = rtx;
+		s->n = n + 1;
+	}
+	__u32 ds = segs - bsegs, dr = rtx - brtx;
+	if (ds < LOSS_GUARD_RETRANS_MIN_SEGS || dr > ds)
+		return;
+	if ((__u64)dr * 1000000 > (__u64)g->rate_ppm * ds)
+		guard_stop(g, LOSS_GUARD_RETRANS, now, bt, dr, ds, cookie, k, rule_id);
+}
+
+/* What the guard's count condition counts (loss_guard.rtos's flags). */
+static __always_inline __u32 guard_count_reason(const struct loss_guard *g)
+{
+	if (g->rtos & LOSS_GUARD_COUNT_RESETS)
+		return LOSS_GUARD_RESETS;
+	if (g->rtos & LOSS_GUARD_COUNT_RESENDS)
+		return LOSS_GUARD_RESENDS;
+	return LOSS_GUARD_RTOS;
+}
+
+/* One more event of the guard's count (an RTO, a resend, a reset): the
+ * guard stops when it makes more than N within the window. 1: stopped. */
+static __always_inline int guard_count(struct loss_guard *g, __u32 reason, __u64 now,
+				       __u64 cookie, const struct loss_drop_key *k, __u32 rule_id)
+{
+	__u64 i = __sync_fetch_and_add(&g->rtos_seen, 1);
+	g->rto_ns[i & (LOSS_GUARD_RING - 1)] = now;
+	__u32 lim = g->rtos & (LOSS_GUARD_RING - 1);
+	if (i < lim) /* this is event i + 1; event i + 1 - lim came lim before it */
+		return 0;
+	__u64 first = g->rto_ns[(i - lim) & (LOSS_GUARD_RING - 1)];
+	if (!first || now - first > g->rtos_window_ns)
+		return 0;
+	guard_stop(g, reason, now, first, lim + 1, 0, cookie, k, rule_id);
+	return 1;
+}
+
+/* One guard's conditions at a resend of a segment rule_id dropped, or of a
+ * flow it watches (key: the guard's key in loss_guards: the rule's slot, or
+ * LOSS_GUARD_ALL). */
 static __always_inline void guard_eval(struct loss_guard *g, const struct obs_flow *f,
-				       __u64 cookie, __u32 type, __u64 now, __u32 key,
-				       __u32 rule_id, const struct loss_drop_key *k)
+				       struct tcp_sock *tp, __u64 cookie, __u32 type, __u64 now,
+				       __u32 key, __u32 rule_id, const struct loss_drop_key *k)
 {
 	if (g->stopped_ns)
 		return;
-	__u32 any = g->rtos & LOSS_GUARD_COUNT_RESENDS; /* every resend counts, not only RTOs */
-	if ((type == OBS_RTX_RTO || any) && g->rtos_window_ns) {
-		__u64 i = __sync_fetch_and_add(&g->rtos_seen, 1);
-		g->rto_ns[i & (LOSS_GUARD_RING - 1)] = now;
-		__u32 lim = g->rtos & (LOSS_GUARD_RING - 1);
-		if (i >= lim) { /* this is RTO i + 1; RTO i + 1 - lim came lim before it */
-			__u64 first = g->rto_ns[(i - lim) & (LOSS_GUARD_RING - 1)];
-			if (first && now - first <= g->rtos_window_ns) {
-				guard_stop(g, any ? LOSS_GUARD_RESENDS : LOSS_GUARD_RTOS, now, first,
-					   lim + 1, cookie, k, rule_id);
-				return;
-			}
-		}
+	__u32 reason = guard_count_reason(g);
+	if (g->rtos_window_ns &&
+	    (reason == LOSS_GUARD_RESENDS || (reason == LOSS_GUARD_RTOS && type == OBS_RTX_RTO)) &&
+	    guard_count(g, reason, now, cookie, k, rule_id))
+		return;
+	if (g->rate_window_ns) {
+		guard_share(g, f, tp, cookie, now, key, rule_id, k);
+		if (g->stopped_ns)
+			return;
 	}
 	if (g->stall_ns) {
 		__u64 start = f->delivered_ns;
 		if (now - start >= g->stall_ns)
-			guard_stop(g, LOSS_GUARD_STALL, start + g->stall_ns, start, 0, cookie, k, rule_id);
+			guard_stop(g, LOSS_GUARD_STALL, start + g->stall_ns, start, 0, 0, cookie, k,
+				   rule_id);
 		else
 			guard_arm(g, cookie, start, now, key, rule_id, k);
 	}
 }
 
+/* A flow that ended in an error, for a guard that counts those. */
+static __always_inline void guard_reset(struct loss_guard *g, __u64 cookie, __u64 now,
+					__u32 rule_id, const struct loss_drop_key *k)
+{
+	if (!g->stopped_ns && g->rtos_window_ns && (g->rtos & LOSS_GUARD_COUNT_RESETS))
+		guard_count(g, LOSS_GUARD_RESETS, now, cookie, k, rule_id);
+}
+
+/* The guards watching a port of this flow (either end's; loss_guard_watch)
+ * judge it: at a resend (reset 0) or at its end in an error (reset 1). */
+static __always_inline void guard_watched(const struct obs_flow *f, struct tcp_sock *tp,
+					  __u64 cookie, __u32 type, __u64 now, int reset,
+					  const struct loss_drop_key *k)
+{
+	for (int end = 0; end < 2; end++) {
+		__u32 port = end ? k->dport : k->sport;
+		if (end && port == k->sport)
+			break; /* the same port at both ends: judged once */
+		struct loss_guard_watch *w = bpf_map_lookup_elem(&loss_guard_watch, &port);
+		if (!w)
+			continue;
+		for (int i = 0; i < LOSS_WATCH_GUARDS; i++) {
+			if ((__u32)i >= w->n)
+				break;
+			__u32 slot = w->slots[i];
+			struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
+			if (!g || !(g->rtos & LOSS_GUARD_WATCHING))
+				continue;
+			if (reset)
+				guard_reset(g, cookie, now, g->rule_id, k);
+			else
+				guard_eval(g, f, tp, cookie, type, now, slot, g->rule_id, k);
+		}
+	}
+}
+
+/* The flow's key in the drop log: its tuple, local -> remote. */
+static __always_inline void drop_key_of(const struct obs_flow *f, struct loss_drop_key *k)
+{
+	__builtin_memcpy(k, &f->tuple, sizeof(*k)); /* the same layout */
+	k->_pad = 0;
+}
+
 /*
  * A retransmission of seq: if a rule dropped it (the drop log's newest range
- * holding it), that rule's guard and the daemon's count it and may stop.
+ * holding it), that rule's guard and the daemon's count it and may stop; so
+ * do the guards watching the flow's ports.
  */
-static __always_inline void guard_check(const struct obs_flow *f, __u64 cookie, __u32 seq,
-					__u32 type, __u64 now)
+static __always_inline void guard_check(const struct obs_flow *f, struct tcp_sock *tp,
+					__u64 cookie, __u32 seq, __u32 type, __u64 now)
 {
 	struct loss_drop_key k;
-	__builtin_memcpy(&k, &f->tuple, sizeof(k)); /* the same layout, local -> remote */
-	k._pad = 0;
+	drop_key_of(f, &k);
+	guard_watched(f, tp, cookie, type, now, 0, &k);
 	struct loss_drop_log *log = bpf_map_lookup_elem(&loss_drops, &k);
 	if (!log)
 		return;
@@ -584,12 +735,37 @@ static __always_inline void guard_check(const struct obs_flow *f, __u64 cookie, 
 	if (!found)
 		return;
 	struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
-	if (g && g->rule_id == rule_id)
-		guard_eval(g, f, cookie, type, now, slot, rule_id, &k);
+	if (g && g->rule_id == rule_id && !(g->rtos & LOSS_GUARD_WATCHING))
+		guard_eval(g, f, tp, cookie, type, now, slot, rule_id, &k);
 	__u32 all = LOSS_GUARD_ALL;
 	g = bpf_map_lookup_elem(&loss_guards, &all);
 	if (g)
-		guard_eval(g, f, cookie, type, now, all, rule_id, &k);
+		guard_eval(g, f, tp, cookie, type, now, all, rule_id, &k);
+}
+
+/*
+ * A flow that ended in an error (a reset received, a timeout: sk_err set at
+ * its close): counted by the guards counting resets that judge it: those of
+ * the rule that dropped from it last and the daemon's, and those watching
+ * its ports.
+ */
+static __always_inline void guard_check_reset(const struct obs_flow *f, __u64 cookie, __u64 now)
+{
+	struct loss_drop_key k;
+	drop_key_of(f, &k);
+	guard_watched(f, NULL, cookie, 0, now, 1, &k);
+	struct loss_drop_log *log = bpf_map_lookup_elem(&loss_drops, &k);
+	if (!log || !log->drops)
+		return;
+	struct loss_drop_range *r = &log->ranges[(log->drops - 1) & (LOSS_DROP_RANGES - 1)];
+	__u32 slot = r->slot, rule_id = r->rule_id;
+	struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
+	if (g && g->rule_id == rule_id && !(g->rtos & LOSS_GUARD_WATCHING))
+		guard_reset(g, cookie, now, rule_id, &k);
+	__u32 all = LOSS_GUARD_ALL;
+	g = bpf_map_lookup_elem(&loss_guards, &all);
+	if (g)
+		guard_reset(g, cookie, now, rule_id, &k);
 }
 
 /* Called where the kernel has just counted segs in TcpRetransSegs. */
@@ -628,7 +804,7 @@ static __always_inline void on_retransmit(struct bpf_sock_ops *skops, struct tcp
 		f->st_backoff = backoff;
 	f->updated_ns = now;
 	if (outcome == OBS_SENT)
-		guard_check(f, cookie, seq, type, now);
+		guard_check(f, tp, cookie, seq, type, now);
 
 	struct obs_event *e = bpf_ringbuf_reserve(&obs_ring, sizeof(*e), 0);
 	if (!e) {
@@ -1246,6 +1422,9 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 	if (!f)
 		return 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	/* ended in an error (tcp_reset and tcp_write_err set sk_err before tcp_done) */
+	if (oldstate != TCP_SYN_SENT && oldstate != TCP_SYN_RECV && sk->sk_err)
+		guard_check_reset(f, cookie, now);
 	/* Reset or timed out in a stall: the close ends it (before the summary,
 	 * which counts it), also after our FIN while data was outstanding (the
 	 * ACK of everything, FIN included, made the flow idle before a normal

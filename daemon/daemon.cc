@@ -299,6 +299,7 @@ void Daemon::LoadObserver() {
   if (injector_) {
     oo.shared_drops_fd = injector_->SharedDropsFd();
     oo.shared_guards_fd = injector_->SharedGuardsFd();
+    oo.shared_watch_fd = injector_->SharedWatchFd();
   }
   auto o = Observer::Create(oo, &stopping_);
   if (!o.ok()) {

@@ -415,6 +415,9 @@ Status DaemonFlags(const Flags& f, const InjectorOptions& injector,
   if (!f.guard_all.empty()) {
     Status st = ParseGuard(f.guard_all, &d.injector.guard_all);
     if (!st.ok()) return InvalidArgument("--guard-all: " + st.message());
+    if (d.injector.guard_all.watch_port || d.injector.guard_all.misbehaves)
+      return InvalidArgument("--guard-all: watch=PORT and misbehaves are for a rule's guard; the "
+                             "daemon's judges the flows any rule dropped from");
     if (!d.observer)
       return InvalidArgument("--guard-all: it is decided by the TCP observer's program: not "
                              "with --no-observer");

@@ -279,6 +279,7 @@ class ObserverRun {
     if (inj) {  // a guarded rule is stopped by the observer's program
       oo.shared_drops_fd = inj->SharedDropsFd();
       oo.shared_guards_fd = inj->SharedGuardsFd();
+      oo.shared_watch_fd = inj->SharedWatchFd();
     }
     auto obs = Observer::Create(oo, cancel);
     if (!obs.ok()) return obs.status();
@@ -437,7 +438,7 @@ int RunOneShot(const OneShotOptions& o) {
   // state dir and a running daemon's offload records alone.
   std::unique_ptr<StateDirLock> state_lock;  // one lossd per state dir (outlives inj)
   std::unique_ptr<Injector> inj;
-  if (o.rule && o.rule->guard.Any() && !o.observe) {
+  if (o.rule && o.rule->guard.InKernel() && !o.observe) {
     fprintf(stderr, "lossd: --guard: it is decided by the TCP observer's program: add --observe\n");
     return 2;
   }

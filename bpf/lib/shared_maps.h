@@ -28,4 +28,12 @@ struct {
 	__type(value, struct loss_guard);
 } loss_guards SEC(".maps");
 
+/* The guards watching each port (loss_abi.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LOSS_WATCH_PORTS);
+	__type(key, __u32);
+	__type(value, struct loss_guard_watch);
+} loss_guard_watch SEC(".maps");
+
 #endif /* LOSSD_SHARED_MAPS_H */

@@ -1,5 +1,6 @@
 #include "injector/encode.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -58,7 +59,7 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
   r.priority = s.priority;
   r.flags = LOSS_RULE_ACTIVE;
   if (!s.sport.Any() || !s.dport.Any()) r.flags |= LOSS_RULE_HAS_PORTS;
-  if (s.guard.Any()) r.flags |= LOSS_RULE_GUARDED;
+  if (s.guard.InKernel()) r.flags |= LOSS_RULE_GUARDED;
   if (s.seed) {
     r.flags |= LOSS_RULE_SEEDED;
     r.seed = *s.seed;
@@ -129,6 +130,15 @@ struct loss_guard EncodeGuard(const Guard& guard, const struct loss_rule& rule) 
     g.rtos = guard.resends | LOSS_GUARD_COUNT_RESENDS;
     g.rtos_window_ns = uint64_t(guard.resends_window.count());
   }
+  if (guard.resets_window.count()) {  // ... or the flows ending in an error
+    g.rtos = guard.resets | LOSS_GUARD_COUNT_RESETS;
+    g.rtos_window_ns = uint64_t(guard.resets_window.count());
+  }
+  if (guard.retrans_window.count()) {  // checked: 1e-6 <= share < 1
+    g.rate_window_ns = uint64_t(guard.retrans_window.count());
+    g.rate_ppm = std::max<uint32_t>(1, uint32_t(std::llround(guard.retrans * 1e6)));
+  }
+  if (guard.watch_port) g.rtos |= LOSS_GUARD_WATCHING;  // its port's flows (loss_guard_watch)
   return g;
 }
 

@@ -35,12 +35,15 @@ GuardStopInfo GuardStopInfo::Of(const struct loss_guard& g) {
   s.condition = g.reason == LOSS_GUARD_STALL     ? "stall"
                 : g.reason == LOSS_GUARD_RTOS    ? "rtos"
                 : g.reason == LOSS_GUARD_RESENDS ? "resends"
+                : g.reason == LOSS_GUARD_RESETS  ? "resets"
+                : g.reason == LOSS_GUARD_RETRANS ? "retrans"
                                                  : "";
   s.crossed_ns = g.crossed_ns;
   s.stopped_ns = g.stopped_ns;
   s.last_drop_ns = g.last_drop_ns;
   s.start_ns = g.evidence_start_ns;
   s.rtos = g.count;
+  s.segs = g.segs;
   s.cookie = g.evidence_cookie;
   s.rule_id = g.evidence_rule;
   s.all = g.rule_id == 0;
@@ -61,18 +64,38 @@ std::string GuardStopInfo::Describe(const Guard& guard) const {
   };
   std::string d = all ? "stopped by the daemon's guard (--guard-all " + guard.Text() + "): flow " +
                            flow + " (rule " + std::to_string(rule_id) + "'s drop)"
-                     : "stopped by its guard (" + guard.Text() + "): flow " + flow;
+                     : "stopped by its guard (" + guard.Text() + "): " +
+                           (guard.watch_port ? "watched " : "") + "flow " + flow;
+  // whose events the count counted: the rule's drops, or the watched port's flows
+  const std::string port = std::to_string(guard.watch_port);
+  const std::string of = guard.watch_port ? "of port " + port + "'s flows" : "of its drops";
+  auto within = [&](uint32_t n, std::chrono::nanoseconds w) {
+    return " within " + ms(crossed_ns, start_ns) + " (more than " + std::to_string(n) + " in " +
+           DurationText(w) + ")";
+  };
+  auto count = [&](const char* event, const char* what, uint32_t n, std::chrono::nanoseconds w) {
+    return std::string(event) + " made " + std::to_string(rtos) + " " + what + " " + of +
+           within(n, w);
+  };
   if (condition == "stall")
     d += " delivered nothing for " + ms(crossed_ns, start_ns) + " (a stall past " +
          DurationText(guard.stall) + ")";
   else if (condition == "resends")
-    d += "'s resend made " + std::to_string(rtos) + " resends of its drops within " +
-         ms(crossed_ns, start_ns) + " (more than " + std::to_string(guard.resends) + " in " +
-         DurationText(guard.resends_window) + ")";
-  else
-    d += "'s RTO made " + std::to_string(rtos) + " RTOs of its drops within " +
-         ms(crossed_ns, start_ns) + " (more than " + std::to_string(guard.rtos) + " in " +
-         DurationText(guard.rtos_window) + ")";
+    d += count("'s resend", "resends", guard.resends, guard.resends_window);
+  else if (condition == "resets")
+    d += " was reset or aborted: " + std::to_string(rtos) + " of " +
+         (guard.watch_port ? "port " + port + "'s flows" : "the flows it dropped from") +
+         " ended in an error" + within(guard.resets, guard.resets_window);
+  else if (condition == "retrans") {
+    char share[96];
+    std::snprintf(share, sizeof(share), "%.2f %% (%u of %u) of the data segments it sent within ",
+                  segs ? 100.0 * rtos / segs : 0.0, rtos, segs);
+    char limit[32];
+    std::snprintf(limit, sizeof(limit), "%.6g%%", guard.retrans * 100);
+    d += " resent " + std::string(share) + ms(crossed_ns, start_ns) + " (more than " + limit +
+         " in " + DurationText(guard.retrans_window) + ")";
+  } else
+    d += count("'s RTO", "RTOs", guard.rtos, guard.rtos_window);
   d += "; the kernel stopped it " + ms(stopped_ns, crossed_ns) + " after that";
   if (last_drop_ns)
     d += last_drop_ns <= stopped_ns ? ", its last drop " + ms(stopped_ns, last_drop_ns) + " before"
@@ -83,7 +106,9 @@ std::string GuardStopInfo::Describe(const Guard& guard) const {
 // A live guarded rule its guard stopped in the kernel: retired as an expired
 // rule is, STOPPED, with the guard's evidence.
 bool Injector::GuardStoppedLocked(uint32_t id, Rule& rule) {
-  if (!rule.live || !rule.info.spec.guard.Any()) return false;
+  const Guard& guard = rule.info.spec.guard;
+  if (!rule.live || !guard.Any()) return false;
+  if (!guard.InKernel()) return guard.misbehaves && MisbehavesLocked(id, rule);
   struct loss_guard g;
   auto found = maps_.ReadGuard(rule.slot, &g);
   if (!found.ok()) {
@@ -92,12 +117,60 @@ bool Injector::GuardStoppedLocked(uint32_t id, Rule& rule) {
   }
   // reason is written last: until then the evidence is not complete
   if (!*found || !g.stopped_ns || !g.reason || g.rule_id != id || g.generation != rule.generation)
-    return false;
+    return guard.misbehaves && MisbehavesLocked(id, rule);
   rule.info.guard_stop = GuardStopInfo::Of(g);
   rule.info.note = rule.info.guard_stop.Describe(rule.info.spec.guard);
   LOG_INFO("rule %u %s", id, rule.info.note.c_str());
   guard_stops_++;
   return true;
+}
+
+// Judged from this many matched packets on (a step's, for a ramp).
+constexpr uint64_t kMisbehaveMinMatched = 1000;
+
+bool Injector::MisbehavesLocked(uint32_t id, Rule& rule) {
+  struct Judged {
+    double rate;
+    uint64_t n, k;
+    std::string what;
+  };
+  std::vector<Judged> judged;
+  const LossModel& m = rule.info.spec.model;
+  if (m.kind == LossModel::Kind::kRamp) {
+    auto steps = maps_.RampCounters(rule.slot, m.steps.size());
+    if (!steps.ok()) return false;
+    for (size_t i = 0; i < steps->size() && i < m.steps.size(); i++)
+      judged.push_back({m.steps[i].rate, (*steps)[i].matched_pkts, (*steps)[i].dropped_pkts,
+                        "step " + std::to_string(i + 1) + "'s"});
+  } else if (m.kind == LossModel::Kind::kBernoulli) {
+    auto c = LiveCounters(rule);
+    if (!c.ok()) return false;
+    judged.push_back({m.p, c->matched_pkts, c->dropped_pkts, "its"});
+  }
+  for (const Judged& j : judged) {
+    if (j.n < kMisbehaveMinMatched) continue;
+    double lo = 0, hi = 0;
+    WilsonInterval(j.k, j.n, &lo, &hi);
+    if (j.rate >= lo) continue;  // the rate within (or above) the measured's interval
+    GuardStopInfo& s = rule.info.guard_stop;
+    s = GuardStopInfo();
+    s.condition = "misbehaves";
+    s.crossed_ns = s.stopped_ns = MonotonicNs();
+    s.rtos = uint32_t(std::min<uint64_t>(j.k, UINT32_MAX));
+    s.segs = uint32_t(std::min<uint64_t>(j.n, UINT32_MAX));
+    char d[256];
+    std::snprintf(d, sizeof(d),
+                  "stopped by its guard (%s): %s measured loss %.4g %% (%llu dropped of %llu "
+                  "matched; 99.9 %% interval %.4g %% .. %.4g %%) lies above its rate %.4g %%",
+                  rule.info.spec.guard.Text().c_str(), j.what.c_str(), 100.0 * j.k / j.n,
+                  (unsigned long long)j.k, (unsigned long long)j.n, 100 * lo, 100 * hi,
+                  100 * j.rate);
+    rule.info.note = d;
+    LOG_INFO("rule %u %s", id, d);
+    guard_stops_++;
+    return true;
+  }
+  return false;
 }
 
 void Injector::GuardAllStoppedLocked(uint64_t now) {

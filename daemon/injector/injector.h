@@ -82,9 +82,10 @@ struct InjectorOptions {
 // Why a guard stopped its rule (the kernel's loss_guard evidence; lossd.v1
 // GuardStop). Times on CLOCK_MONOTONIC.
 struct GuardStopInfo {
-  std::string condition;  // "stall", "rtos", "resends"; "": not stopped
+  std::string condition;  // "stall", "rtos", "resends", "resets", "retrans"; "": not stopped
   uint64_t crossed_ns = 0, stopped_ns = 0, last_drop_ns = 0, start_ns = 0;
-  uint32_t rtos = 0;  // "rtos" ("resends"): the RTOs (resends) within the window
+  uint32_t rtos = 0;  // "rtos", "resends", "resets": how many; "retrans": segments resent ...
+  uint32_t segs = 0;  // ... of these sent
   std::string flow;  // "10.0.0.1:40000 -> 10.0.0.2:80"
   uint64_t cookie = 0;
   bool all = false;       // the daemon's guard (--guard-all) stopped every rule
@@ -235,6 +236,7 @@ class Injector {
   // guards), so its program links resends to drops and stops guarded rules.
   int SharedDropsFd() const { return maps_.DropsFd(); }
   int SharedGuardsFd() const { return maps_.GuardsFd(); }
+  int SharedWatchFd() const { return maps_.WatchFd(); }
   // Every drop of one flow's data (as `key` names it) from now on, as the
   // data plane makes them, while the feed lives: what TraceFlow tells.
   Result<std::unique_ptr<DropFeed>> TraceDrops(const loss_drop_key& key) {
@@ -316,6 +318,9 @@ class Injector {
   void ReapLocked();
   void EndLocked(uint32_t id, Rule& rule, uint64_t now);
   bool GuardStoppedLocked(uint32_t id, Rule& rule);
+  // Guard "misbehaves": its measured loss above its rate's 99.9 % interval
+  // (rule.info.guard_stop and note set; the caller ends it).
+  bool MisbehavesLocked(uint32_t id, Rule& rule);
   // The daemon's guard stopped in the kernel: every live rule retired STOPPED
   // with its evidence, and the guard armed again for the rules to come.
   void GuardAllStoppedLocked(uint64_t now);

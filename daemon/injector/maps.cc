@@ -90,6 +90,7 @@ Result<std::unique_ptr<BpfMaps>> BpfMaps::Create() {
   m->traced_fd_ = bpf_map__fd(maps.loss_traced);
   m->drop_ring_fd_ = bpf_map__fd(maps.loss_drop_ring);
   m->guards_fd_ = bpf_map__fd(maps.loss_guards);
+  m->watch_fd_ = bpf_map__fd(maps.loss_guard_watch);
   m->ramps_fd_ = bpf_map__fd(maps.loss_ramps);
   m->ramp_stats_fd_ = bpf_map__fd(maps.loss_ramp_stats);
   return m;
@@ -222,6 +223,18 @@ Status BpfMaps::WriteGuard(uint32_t slot, const struct loss_guard& g) {
 Status BpfMaps::DeleteGuard(uint32_t slot) {
   if (bpf_map_delete_elem(guards_fd_, &slot) && errno != ENOENT)
     return Status::FromErrno(errno, "delete the guard of slot " + std::to_string(slot));
+  return Status::Ok();
+}
+
+Status BpfMaps::WriteWatch(uint32_t port, const struct loss_guard_watch& w) {
+  int err = w.n ? bpf_map_update_elem(watch_fd_, &port, &w, BPF_ANY)
+                : bpf_map_delete_elem(watch_fd_, &port);
+  if (err && !(errno == ENOENT && !w.n)) {
+    if (errno == E2BIG || errno == ENOMEM)
+      return ResourceExhausted("at most " + std::to_string(LOSS_WATCH_PORTS) +
+                               " ports watched by guards at once (loss_guard_watch is full)");
+    return Status::FromErrno(errno, "write the guards watching port " + std::to_string(port));
+  }
   return Status::Ok();
 }
 

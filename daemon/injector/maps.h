@@ -82,6 +82,8 @@ class LossMaps {
   virtual Status WriteGuard(uint32_t slot, const struct loss_guard& g) = 0;
   virtual Status DeleteGuard(uint32_t slot) = 0;
   virtual Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const = 0;
+  // loss_guard_watch: the guards watching `port` (none: deleted).
+  virtual Status WriteWatch(uint32_t port, const struct loss_guard_watch& w) = 0;
   // loss_ramps and loss_ramp_stats: a ramp's steps (written before the
   // rule, its counters zeroed), its steps' counters (the first `steps`), and
   // both deleted (none: not an error).
@@ -91,6 +93,7 @@ class LossMaps {
   // The maps the observer's object shares (bpf/lib/shared_maps.h); -1: none.
   virtual int DropsFd() const { return -1; }
   virtual int GuardsFd() const { return -1; }
+  virtual int WatchFd() const { return -1; }
 };
 
 // One opened loss.bpf.c (its skeleton: loss.skel.h embeds the object file,
@@ -143,8 +146,10 @@ class BpfMaps final : public LossMaps {
   Status WriteGuard(uint32_t slot, const struct loss_guard& g) override;
   Status DeleteGuard(uint32_t slot) override;
   Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const override;
+  Status WriteWatch(uint32_t port, const struct loss_guard_watch& w) override;
   int DropsFd() const override { return drops_fd_; }
   int GuardsFd() const override { return guards_fd_; }
+  int WatchFd() const override { return watch_fd_; }
 
  private:
   BpfMaps() = default;
@@ -152,7 +157,7 @@ class BpfMaps final : public LossMaps {
   int ncpus_ = 1;
   int rules_fd_ = -1, stats_fd_ = -1, port_fd_ = -1, host_fd_ = -1, bloom_fd_ = -1, cfg_fd_ = -1;
   int hook_stats_fd_ = -1, drops_fd_ = -1, cg_self_fd_ = -1, flow_state_fd_ = -1;
-  int traced_fd_ = -1, drop_ring_fd_ = -1, guards_fd_ = -1, ramps_fd_ = -1, ramp_stats_fd_ = -1;
+  int traced_fd_ = -1, drop_ring_fd_ = -1, guards_fd_ = -1, watch_fd_ = -1, ramps_fd_ = -1, ramp_stats_fd_ = -1;
 };
 
 }  // namespace lossd

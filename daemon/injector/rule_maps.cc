@@ -52,6 +52,7 @@ Result<uint32_t> RuleMaps::Publish(const RuleSpec& spec, struct loss_rule rule) 
   auto undo = [&]() {
     rule.flags = 0;
     maps_->WriteRule(slot, rule);
+    Watch(slot, 0);
     maps_->DeleteGuard(slot);
     maps_->DeleteRamp(slot);
   };
@@ -59,6 +60,8 @@ Result<uint32_t> RuleMaps::Publish(const RuleSpec& spec, struct loss_rule rule) 
   // (a free slot holds no guard or ramp: Withdraw, Free and undo delete them)
   if (st.ok() && (rule.flags & LOSS_RULE_GUARDED))
     st = maps_->WriteGuard(slot, EncodeGuard(spec.guard, rule));
+  if (st.ok() && (rule.flags & LOSS_RULE_GUARDED) && spec.guard.watch_port)
+    st = Watch(slot, spec.guard.watch_port);
   if (st.ok() && rule.model == LOSS_MODEL_RAMP)
     st = maps_->WriteRamp(slot, EncodeRamp(spec.model, rule.generation));
   if (st.ok()) st = maps_->WriteRule(slot, rule);
@@ -87,8 +90,47 @@ Status RuleMaps::Withdraw(uint32_t slot) {
   std::memset(&off, 0, sizeof(off));
   off.generation = generation_[slot];
   Status st2 = maps_->WriteRule(slot, off);
-  Status st3 = maps_->DeleteGuard(slot);
-  return !st.ok() ? st : !st2.ok() ? st2 : st3;
+  Status st3 = Watch(slot, 0);
+  Status st4 = maps_->DeleteGuard(slot);
+  return !st.ok() ? st : !st2.ok() ? st2 : !st3.ok() ? st3 : st4;
+}
+
+Status RuleMaps::Watch(uint32_t slot, uint32_t port) {
+  // where it watched before (a slot watches one port at most)
+  for (auto it = watchers_.begin(); it != watchers_.end(); ++it) {
+    auto& slots = it->second;
+    auto at = std::find(slots.begin(), slots.end(), slot);
+    if (at == slots.end()) continue;
+    if (it->first == port) return Status::Ok();
+    slots.erase(at);
+    struct loss_guard_watch w {};
+    w.n = static_cast<uint32_t>(slots.size());
+    std::copy(slots.begin(), slots.end(), w.slots);
+    Status st = maps_->WriteWatch(it->first, w);
+    if (slots.empty()) watchers_.erase(it);
+    LOSSD_RETURN_IF_ERROR(st);
+    break;
+  }
+  if (!port) return Status::Ok();
+  auto& slots = watchers_[port];
+  if (slots.size() >= LOSS_WATCH_GUARDS || watchers_.size() > LOSS_WATCH_PORTS) {
+    if (slots.empty()) watchers_.erase(port);
+    return ResourceExhausted(slots.size() >= LOSS_WATCH_GUARDS
+                                 ? "at most " + std::to_string(LOSS_WATCH_GUARDS) +
+                                       " guards watch port " + std::to_string(port) + " at once"
+                                 : "at most " + std::to_string(LOSS_WATCH_PORTS) +
+                                       " ports watched by guards at once");
+  }
+  slots.push_back(slot);
+  struct loss_guard_watch w {};
+  w.n = static_cast<uint32_t>(slots.size());
+  std::copy(slots.begin(), slots.end(), w.slots);
+  Status st = maps_->WriteWatch(port, w);
+  if (!st.ok()) {
+    slots.pop_back();
+    if (slots.empty()) watchers_.erase(port);
+  }
+  return st;
 }
 
 Status RuleMaps::ArmGuardAll(const Guard& g) {

@@ -91,6 +91,7 @@ class RuleMaps {
   Status ArmGuardAll(const Guard& g);
   int DropsFd() const { return maps_->DropsFd(); }
   int GuardsFd() const { return maps_->GuardsFd(); }
+  int WatchFd() const { return maps_->WatchFd(); }
   HookCounters HookTotals(uint32_t hook) const { return maps_->ReadHookTotals(hook); }
   Result<FlowDrops> DropsOf(const loss_drop_key& key) const;
 
@@ -98,6 +99,8 @@ class RuleMaps {
   Status WriteLists(const std::vector<AnchorKey>& keys);
   Status WriteHostList(const AnchorKey& k, const struct loss_bucket& b);
   Status BloomRef(uint32_t kind, const uint32_t* addr, int delta);
+  // The guard in `slot` watches `port` (loss_guard_watch), or (port 0) no longer.
+  Status Watch(uint32_t slot, uint32_t port);
 
   std::unique_ptr<LossMaps> maps_;
   AnchorIndex index_;
@@ -107,6 +110,8 @@ class RuleMaps {
   std::map<uint32_t, uint32_t> bloom_refs_;  // kind * LOSS_BLOOM_BITS + bit
   std::vector<uint64_t> bloom_words_ = std::vector<uint64_t>(2 * LOSS_BLOOM_WORDS);
   std::set<AnchorKey> hosts_present_;
+  // The guards watching each port, as written to loss_guard_watch.
+  std::map<uint32_t, std::vector<uint32_t>> watchers_;
   // The config as written to loss_cfg, and its write: under cfg_mu_, which
   // the lease thread takes alone.
   mutable std::mutex cfg_mu_;

@@ -419,7 +419,8 @@ namespace {
 // smallest of our own, which nothing writes.
 Status ShareInjectorMaps(observe_bpf* skel, const ObserverOptions& opts) {
   for (auto [map, fd] : {std::make_pair(skel->maps.loss_drops, opts.shared_drops_fd),
-                         std::make_pair(skel->maps.loss_guards, opts.shared_guards_fd)}) {
+                         std::make_pair(skel->maps.loss_guards, opts.shared_guards_fd),
+                         std::make_pair(skel->maps.loss_guard_watch, opts.shared_watch_fd)}) {
     int err = fd >= 0 ? bpf_map__reuse_fd(map, fd) : bpf_map__set_max_entries(map, 1);
     if (err)
       return Status::FromErrno(-err, std::string(fd >= 0 ? "share the injector's " : "size ") +

@@ -64,6 +64,7 @@ struct ObserverOptions {
   // guarded rule in the kernel. -1: no injector (its own, empty).
   int shared_drops_fd = -1;
   int shared_guards_fd = -1;
+  int shared_watch_fd = -1;  // the guards watching ports (Injector::SharedWatchFd)
 };
 
 struct ObsHookStatus {

@@ -93,6 +93,7 @@ void RuleToProto(const RuleInfo& r, v1::Rule* out) {
     gs->set_socket_cookie(g.cookie);
     gs->set_daemon_guard(g.all);
     gs->set_evidence_rule_id(g.rule_id);
+    gs->set_segs(g.segs);
   }
   if (!r.cgroup.empty()) {
     std::string rel = r.CgroupRelative();

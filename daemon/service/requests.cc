@@ -45,7 +45,7 @@ Status RuleFromClient(const Components* parts, const v1::RuleSpec& in, const cha
   LOSSD_RETURN_IF_ERROR(CheckLabels(in.labels(), parts->api(), labels_field));
   LOSSD_RETURN_IF_ERROR(SpecFromProto(in, spec));
   ApplyDefaultTtl(parts->limits(), spec);
-  if (spec->guard.Any()) LOSSD_RETURN_IF_ERROR(GuardNeedsObserver(parts, deadline));
+  if (spec->guard.InKernel()) LOSSD_RETURN_IF_ERROR(GuardNeedsObserver(parts, deadline));
   return Status::Ok();
 }
 

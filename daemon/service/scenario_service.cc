@@ -31,7 +31,7 @@ Status PlanOf(const Components* parts, Injector* inj, const v1::Scenario& in,
     plan.guard = GuardFromProto(in.guard());
     Status st = CheckGuard(plan.guard);
     if (!st.ok()) return InvalidArgument("guard: " + st.message());
-    if (plan.guard.Any()) LOSSD_RETURN_IF_ERROR(GuardNeedsObserver(parts, deadline));
+    if (plan.guard.InKernel()) LOSSD_RETURN_IF_ERROR(GuardNeedsObserver(parts, deadline));
   }
   // The shape first (bounded before any rule is read: a request may hold
   // millions of empty specs).

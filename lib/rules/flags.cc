@@ -195,8 +195,10 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
   app->add_option("--guard", f->guard,
                   "Stop the rule (STOPPED) in the kernel when TCP says enough: stall>DURATION "
                   "(a flow it dropped from stalls that long), rtos>N/WINDOW (more than N RTOs "
-                  "of its drops in WINDOW) or resends>N/WINDOW (more than N resends of any "
-                  "type), comma-separated, e.g. stall>500ms,rtos>5/2s");
+                  "of its drops in WINDOW), resends>N/WINDOW (more than N resends of any "
+                  "type) or resets>N/WINDOW (more than N of its flows reset or aborted), "
+                  "comma-separated; watch=PORT judges that port's flows instead, e.g. "
+                  "stall>500ms,rtos>5/2s or stall>1s,watch=8080");
   app->add_flag("--per-segment", f->per_segment,
                 "Exact per-segment loss: GSO/GRO off on the interface while the rule lives");
   app->add_flag("--reattach", f->reattach,

@@ -49,6 +49,12 @@ Guard GuardFromProto(const v1::Guard& in) {
   g.rtos_window = ns(in.rtos_window_ns());
   g.resends = in.resends();
   g.resends_window = ns(in.resends_window_ns());
+  g.resets = in.resets();
+  g.resets_window = ns(in.resets_window_ns());
+  g.watch_port = in.watch_port();  // CheckGuard bounds it
+  g.retrans = std::isfinite(in.retrans()) ? in.retrans() : -1;  // refused by CheckGuard
+  g.retrans_window = ns(in.retrans_window_ns());
+  g.misbehaves = in.misbehaves();
   return g;
 }
 
@@ -59,6 +65,12 @@ void GuardToProto(const Guard& in, v1::Guard* out) {
   out->set_rtos_window_ns(static_cast<uint64_t>(in.rtos_window.count()));
   out->set_resends(in.resends);
   out->set_resends_window_ns(static_cast<uint64_t>(in.resends_window.count()));
+  out->set_resets(in.resets);
+  out->set_resets_window_ns(static_cast<uint64_t>(in.resets_window.count()));
+  out->set_watch_port(in.watch_port);
+  out->set_retrans(in.retrans);
+  out->set_retrans_window_ns(static_cast<uint64_t>(in.retrans_window.count()));
+  out->set_misbehaves(in.misbehaves);
 }
 
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {

@@ -565,22 +565,61 @@ Status CheckGuardDuration(const char* what, std::chrono::nanoseconds v) {
   return CheckWithin(what, v, kMinGuardNs, kMaxGuardNs);
 }
 
+// A guard's count conditions: one at most (the kernel keeps one ring of times).
+struct GuardCount {
+  const char* key;     // its spelling, "rtos>N/WINDOW"
+  const char* one;     // "a guard's RTO count"
+  const char* plural;  // "> 5 RTOs in 2s"
+  uint32_t Guard::*n;
+  std::chrono::nanoseconds Guard::*window;
+};
+constexpr GuardCount kGuardCounts[] = {
+    {"rtos", "RTO", "RTOs", &Guard::rtos, &Guard::rtos_window},
+    {"resends", "resend", "resends", &Guard::resends, &Guard::resends_window},
+    {"resets", "reset", "resets or aborts", &Guard::resets, &Guard::resets_window},
+};
+constexpr const char* kGuardCountsOne = "a guard counts one of RTOs, resends or resets, not two";
+constexpr const char* kGuardExpected =
+    "expected stall>DURATION, rtos>N/WINDOW, resends>N/WINDOW, resets>N/WINDOW, "
+    "retrans>RATE/WINDOW, misbehaves or watch=PORT, e.g. stall>500ms,rtos>5/2s";
+// A share condition's rate: whole parts per million, below 100 % (the kernel's).
+constexpr double kMinGuardRetrans = 1e-6;
+
+std::string GuardRateText(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6g%%", r * 100);
+  return buf;
+}
+
 }  // namespace
 
 Status CheckGuard(const Guard& g) {
   if (g.stall.count()) LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
-  if (g.rtos_window.count())
-    LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's RTO window", g.rtos_window));
-  if (g.rtos > kMaxGuardRtos || (g.rtos && !g.rtos_window.count()))
-    return InvalidArgument("a guard's RTO count must lie between 0 and " +
-                           std::to_string(kMaxGuardRtos) + ", with its window");
-  if (g.resends_window.count())
-    LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's resend window", g.resends_window));
-  if (g.resends > kMaxGuardRtos || (g.resends && !g.resends_window.count()))
-    return InvalidArgument("a guard's resend count must lie between 0 and " +
-                           std::to_string(kMaxGuardRtos) + ", with its window");
-  if (g.rtos_window.count() && g.resends_window.count())
-    return InvalidArgument("a guard counts RTOs or resends, not both (one includes the other)");
+  int counts = 0;
+  for (const GuardCount& c : kGuardCounts) {
+    const auto window = g.*(c.window);
+    if (window.count()) {
+      counts++;
+      LOSSD_RETURN_IF_ERROR(
+          CheckGuardDuration(("a guard's " + std::string(c.one) + " window").c_str(), window));
+    }
+    if (g.*(c.n) > kMaxGuardRtos || (g.*(c.n) && !window.count()))
+      return InvalidArgument("a guard's " + std::string(c.one) + " count must lie between 0 and " +
+                             std::to_string(kMaxGuardRtos) + ", with its window");
+  }
+  if (counts > 1) return InvalidArgument(kGuardCountsOne);
+  if (g.retrans_window.count() || g.retrans != 0) {
+    if (!g.retrans_window.count())
+      return InvalidArgument("a guard's retransmit share needs its window");
+    LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's retransmit share window", g.retrans_window));
+    if (!(g.retrans >= kMinGuardRetrans && g.retrans < 1))
+      return InvalidArgument("a guard's retransmit share must lie between 1ppm and 100% (not "
+                             "included)");
+  }
+  if (g.watch_port > 65535)
+    return InvalidArgument("a guard's watched port must lie between 1 and 65535");
+  if (g.watch_port && !g.InKernel())
+    return InvalidArgument("a guard's watch=PORT needs a condition to judge its flows by");
   return Status::Ok();
 }
 
@@ -588,7 +627,8 @@ Status ParseGuard(const std::string& text, Guard* out) {
   if (text.size() > kMaxInputLength)
     return InvalidArgument("guard is at most " + std::to_string(kMaxInputLength) + " characters");
   Guard g;
-  bool stall = false, count = false;
+  bool stall = false, watch = false;
+  const GuardCount* counted = nullptr;
   std::stringstream in(text);
   std::string part;
   auto bad = [&](const std::string& why) {
@@ -596,14 +636,42 @@ Status ParseGuard(const std::string& text, Guard* out) {
   };
   while (std::getline(in, part, ',')) {
     std::string c = TrimSpace(part);
-    size_t gt = c.find('>');
-    std::string kind = gt == std::string::npos ? c : TrimSpace(c.substr(0, gt));
+    size_t op = c.find_first_of(">=");
+    std::string kind = op == std::string::npos ? c : TrimSpace(c.substr(0, op));
     for (auto& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    std::string value = gt == std::string::npos ? "" : TrimSpace(c.substr(gt + 1));
-    if (gt == std::string::npos || (kind != "stall" && kind != "rtos" && kind != "resends"))
-      return bad(
-          "expected stall>DURATION, rtos>N/WINDOW or resends>N/WINDOW, e.g. stall>500ms,rtos>5/2s");
-    if (kind == "stall") {
+    std::string value = op == std::string::npos ? "" : TrimSpace(c.substr(op + 1));
+    if (kind == "misbehaves" && op == std::string::npos) {
+      if (g.misbehaves) return bad("misbehaves given twice");
+      g.misbehaves = true;
+      continue;
+    }
+    const GuardCount* count = nullptr;
+    for (const GuardCount& k : kGuardCounts)
+      if (kind == k.key) count = &k;
+    const bool is_watch = kind == "watch";
+    if (op == std::string::npos || (c[op] == '=') != is_watch ||
+        (kind != "stall" && kind != "retrans" && !is_watch && !count))
+      return bad(kGuardExpected);
+    if (kind == "retrans") {
+      if (g.retrans_window.count()) return bad("retrans given twice");
+      size_t slash = value.find('/');
+      if (slash == std::string::npos) return bad("expected retrans>RATE/WINDOW, e.g. retrans>5%/1s");
+      auto r = ParseRate(value.substr(0, slash));
+      if (!r.ok()) return bad("the share: " + r.status().message());
+      auto w = ParseDuration(TrimSpace(value.substr(slash + 1)));
+      if (!w.ok()) return bad("the window: " + w.status().message());
+      g.retrans = *r;
+      g.retrans_window = *w;
+      Status st = CheckGuard(g);
+      if (!st.ok()) return bad(st.message());
+    } else if (is_watch) {
+      if (watch) return bad("watch given twice");
+      watch = true;
+      uint64_t port = 0;
+      if (!ParseUint(value, 65535, &port) || port == 0)
+        return bad("the watched port must be a whole number from 1 to 65535");
+      g.watch_port = static_cast<uint32_t>(port);
+    } else if (kind == "stall") {
       if (stall) return bad("stall given twice");
       stall = true;
       auto d = ParseDuration(value);
@@ -611,32 +679,27 @@ Status ParseGuard(const std::string& text, Guard* out) {
       g.stall = *d;
       LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
     } else {
-      const bool rto = kind == "rtos";
-      if (count)
-        return bad(rto && g.rtos_window.count() ? "rtos given twice"
-                   : !rto && g.resends_window.count()
-                       ? "resends given twice"
-                       : "a guard counts RTOs or resends, not both (one includes the other)");
-      count = true;
+      if (counted) return bad(counted == count ? kind + " given twice" : kGuardCountsOne);
+      counted = count;
       size_t slash = value.find('/');
       if (slash == std::string::npos)
         return bad("expected " + kind + ">N/WINDOW, e.g. " + kind + ">5/2s");
       uint64_t n = 0;
       if (!ParseUint(TrimSpace(value.substr(0, slash)), kMaxGuardRtos, &n))
-        return bad(std::string(rto ? "the RTO" : "the resend") +
-                   " count must be a whole number from 0 to " + std::to_string(kMaxGuardRtos));
+        return bad("the " + std::string(count->one) + " count must be a whole number from 0 to " +
+                   std::to_string(kMaxGuardRtos));
       auto w = ParseDuration(value.substr(slash + 1));
       if (!w.ok()) return bad("the window: " + w.status().message());
-      (rto ? g.rtos : g.resends) = static_cast<uint32_t>(n);
-      (rto ? g.rtos_window : g.resends_window) = *w;
-      LOSSD_RETURN_IF_ERROR(
-          CheckGuardDuration(rto ? "a guard's RTO window" : "a guard's resend window", *w));
+      g.*(count->n) = static_cast<uint32_t>(n);
+      g.*(count->window) = *w;
+      LOSSD_RETURN_IF_ERROR(CheckGuardDuration(
+          ("a guard's " + std::string(count->one) + " window").c_str(), *w));
     }
   }
-  if (!g.Any())
-    return InvalidArgument("invalid guard '" + Shown(text) +
-                           "': expected stall>DURATION, rtos>N/WINDOW or resends>N/WINDOW, "
-                           "e.g. stall>500ms");
+  if (!g.Any() || (watch && !g.InKernel()))
+    return InvalidArgument("invalid guard '" + Shown(text) + "': " +
+                           (watch ? "watch=PORT needs a condition, e.g. stall>1s,watch=8080"
+                                  : kGuardExpected));
   *out = g;
   return Status::Ok();
 }
@@ -671,24 +734,31 @@ Result<std::vector<RampStep>> ParseRamp(const std::string& text) {
 std::string Guard::Text() const {
   std::string t;
   if (stall.count()) t = "stall>" + DurationText(stall);
-  if (rtos_window.count())
-    t += (t.empty() ? "" : ",") + std::string("rtos>") + std::to_string(rtos) + "/" +
-         DurationText(rtos_window);
-  if (resends_window.count())
-    t += (t.empty() ? "" : ",") + std::string("resends>") + std::to_string(resends) + "/" +
-         DurationText(resends_window);
+  for (const GuardCount& c : kGuardCounts)
+    if ((this->*(c.window)).count())
+      t += (t.empty() ? "" : ",") + std::string(c.key) + ">" + std::to_string(this->*(c.n)) + "/" +
+           DurationText(this->*(c.window));
+  if (retrans_window.count())
+    t += (t.empty() ? "" : ",") + std::string("retrans>") + GuardRateText(retrans) + "/" +
+         DurationText(retrans_window);
+  if (misbehaves) t += (t.empty() ? "" : ",") + std::string("misbehaves");
+  if (watch_port) t += (t.empty() ? "" : ",") + std::string("watch=") + std::to_string(watch_port);
   return t;
 }
 
 std::string Guard::Describe() const {
   std::string d;
   if (stall.count()) d = "a stall > " + DurationText(stall);
-  if (rtos_window.count())
-    d += (d.empty() ? "" : " or ") + std::string("> ") + std::to_string(rtos) + " RTOs in " +
-         DurationText(rtos_window);
-  if (resends_window.count())
-    d += (d.empty() ? "" : " or ") + std::string("> ") + std::to_string(resends) +
-         " resends in " + DurationText(resends_window);
+  for (const GuardCount& c : kGuardCounts)
+    if ((this->*(c.window)).count())
+      d += (d.empty() ? "" : " or ") + std::string("> ") + std::to_string(this->*(c.n)) + " " +
+           c.plural + " in " + DurationText(this->*(c.window));
+  if (retrans_window.count())
+    d += (d.empty() ? "" : " or ") + std::string("a flow resending > ") + GuardRateText(retrans) +
+         " of its segments in " + DurationText(retrans_window);
+  if (watch_port && !d.empty()) d += " of port " + std::to_string(watch_port) + "'s flows";
+  if (misbehaves)
+    d += (d.empty() ? "" : " or ") + std::string("its loss above its rate's 99.9 % interval");
   return d.empty() ? d : "stop on " + d;
 }
 
@@ -842,7 +912,12 @@ Status Validate(const RuleSpec& s) {
       sc.cycles > uint64_t(kMaxDurationSeconds) * 1000000000ull / uint64_t(sc.Period().count()))
     return InvalidArgument("schedule: the pulses would last longer than " +
                            std::to_string(kMaxDurationSeconds) + " s");
-  if (s.guard.Any() || s.guard.rtos || s.guard.resends) {
+  const Guard& g = s.guard;
+  if (g.misbehaves && s.model.kind != LossModel::Kind::kBernoulli &&
+      s.model.kind != LossModel::Kind::kRamp)
+    return InvalidArgument("guard: misbehaves judges a Bernoulli rate or a ramp's steps (a "
+                           "binomial interval); this model's drops are not binomial");
+  if (g.Any() || g.rtos || g.resends || g.resets || g.retrans != 0 || g.watch_port) {
     Status st = CheckGuard(s.guard);
     if (!st.ok()) return InvalidArgument("guard: " + st.message());
   }

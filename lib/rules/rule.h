@@ -107,25 +107,45 @@ constexpr uint32_t kMaxPulseCycles = 1000000;
 
 // When a rule stops itself (lossd.v1 Guard; docs/guards.md): on a stall
 // longer than `stall` of a flow that resent a segment it dropped, on more
-// than `rtos` RTOs of such resends within `rtos_window`, or on more than
-// `resends` such resends of any type within `resends_window` (one count
-// condition: the kernel keeps one ring of times). Decided in the kernel.
+// than `rtos` RTOs of such resends within `rtos_window`, on more than
+// `resends` such resends of any type within `resends_window`, or on more
+// than `resets` such flows ending in a reset or an abort within
+// `resets_window` (one count condition: the kernel keeps one ring of times),
+// or on such a flow resending more than `retrans` of the data segments it
+// sent within `retrans_window` (judged at its resends, over 50 segments at
+// least).
+// With watch_port the conditions judge the flows with that port at either
+// end instead ("the health check on 8080"). Decided in the kernel.
 struct Guard {
   std::chrono::nanoseconds stall{0};        // 0: no stall condition
   uint32_t rtos = 0;                        // "more than" this many ...
   std::chrono::nanoseconds rtos_window{0};  // ... within this; 0: no RTO condition
   uint32_t resends = 0;                        // the same over every resend ...
   std::chrono::nanoseconds resends_window{0};  // ... 0: no resend condition
-  bool Any() const {
-    return stall.count() > 0 || rtos_window.count() > 0 || resends_window.count() > 0;
+  uint32_t resets = 0;                         // ... over flows reset or aborted
+  std::chrono::nanoseconds resets_window{0};   // ... 0: no reset condition
+  double retrans = 0;                          // a flow's retransmit share above this ...
+  std::chrono::nanoseconds retrans_window{0};  // ... over this; 0: no share condition
+  uint32_t watch_port = 0;                     // 1 .. 65535; 0: the flows it dropped from
+  // The rule's own measured loss above its configured rate's 99.9 % interval
+  // (a Bernoulli rate or a ramp's steps; judged by lossd, not the kernel).
+  bool misbehaves = false;
+  // A condition the observer's program decides (all but misbehaves).
+  bool InKernel() const {
+    return stall.count() > 0 || rtos_window.count() > 0 || resends_window.count() > 0 ||
+           resets_window.count() > 0 || retrans_window.count() > 0;
   }
+  bool Any() const { return InKernel() || misbehaves; }
   // "stall>500ms,rtos>5/2s" (what ParseGuard reads back); "" when none.
   std::string Text() const;
   // "stop on a stall > 500ms or > 5 RTOs in 2s"; "" when none.
   std::string Describe() const;
   bool operator==(const Guard& o) const {
     return stall == o.stall && rtos == o.rtos && rtos_window == o.rtos_window &&
-           resends == o.resends && resends_window == o.resends_window;
+           resends == o.resends && resends_window == o.resends_window && resets == o.resets &&
+           resets_window == o.resets_window && retrans == o.retrans &&
+           retrans_window == o.retrans_window && watch_port == o.watch_port &&
+           misbehaves == o.misbehaves;
   }
 };
 constexpr int64_t kMinGuardNs = 1000000;               // 1 ms
@@ -222,7 +242,9 @@ Status ParsePulse(const std::string& text, Schedule* out);
 Result<std::vector<RampStep>> ParseRamp(const std::string& text);
 // A ramp model's steps within those bounds.
 Status CheckRamp(const LossModel& m);
-// Guard conditions, comma-separated: "stall>DURATION" and "rtos>N/WINDOW"
+// Guard conditions, comma-separated: "stall>DURATION", "rtos>N/WINDOW" (or
+// "resends>N/WINDOW", "resets>N/WINDOW"), "retrans>RATE/WINDOW", "misbehaves"
+// and "watch=PORT"
 // (e.g. "stall>500ms,rtos>5/2s"); durations kMinGuardNs .. kMaxGuardNs, N
 // 0 .. kMaxGuardRtos; each kind at most once.
 Status ParseGuard(const std::string& text, Guard* out);

@@ -138,6 +138,14 @@ class FakeMaps final : public LossMaps {
     if (guards.erase(slot)) Push(log_, "guard " + std::to_string(slot) + " deleted");
     return Status::Ok();
   }
+  Status WriteWatch(uint32_t port, const struct loss_guard_watch& w) override {
+    Push(log_, "watch " + std::to_string(port) + ": " + std::to_string(w.n));
+    if (w.n)
+      watches[port] = w;
+    else
+      watches.erase(port);
+    return Status::Ok();
+  }
   Result<bool> ReadGuard(uint32_t slot, struct loss_guard* g) const override {
     auto it = guards.find(slot);
     if (it == guards.end()) return false;
@@ -149,6 +157,7 @@ class FakeMaps final : public LossMaps {
   std::map<uint32_t, RuleCounters> counters;   // what the data plane counted
   struct loss_config cfg {};                   // as last written
   std::map<uint32_t, struct loss_guard> guards;  // loss_guards as written (and "stopped")
+  std::map<uint32_t, struct loss_guard_watch> watches;  // loss_guard_watch as written
   std::map<uint32_t, struct loss_ramp> ramps;    // loss_ramps as written
   std::map<uint32_t, std::vector<StepCounters>> ramp_counts;  // what the data plane counted
   bool fail_rules = false, fail_lists = false, traced_full = false;
@@ -465,6 +474,64 @@ TEST_F(InjectorTest, AGuardIsWrittenBeforeItsRuleAndItsStopRetiresTheRuleStopped
   EXPECT_NE(info->note.find("stopped by its guard (rtos>5/2s)"), std::string::npos) << info->note;
   EXPECT_EQ(inj_->GuardStops(), 1u);
   EXPECT_EQ(heard_.calls, (std::vector<std::string>{"published 1", "retired 1"}));
+}
+
+TEST_F(InjectorTest, WatchingGuardsAreIndexedByTheirPortAndLeaveWithTheirRules) {
+  RuleSpec watching = PortRule(80);
+  watching.guard.stall = 1s;
+  watching.guard.watch_port = 8080;
+  uint32_t first = Add(watching);
+  Log log = Take();
+  EXPECT_NE(std::find(log.begin(), log.end(), "watch 8080: 1"), log.end());
+  EXPECT_NE(maps_->guards[0].rtos & LOSS_GUARD_WATCHING, 0u);
+  // Up to LOSS_WATCH_GUARDS on one port, in their slots.
+  std::vector<uint32_t> ids{first};
+  for (uint32_t i = 1; i < LOSS_WATCH_GUARDS; i++) ids.push_back(Add(watching));
+  ASSERT_EQ(maps_->watches[8080].n, uint32_t(LOSS_WATCH_GUARDS));
+  for (uint32_t i = 0; i < LOSS_WATCH_GUARDS; i++) EXPECT_EQ(maps_->watches[8080].slots[i], i);
+  // One more is refused and leaves nothing behind: no rule, no guard.
+  Take();
+  auto refused = inj_->Add(watching);
+  EXPECT_EQ(refused.status().code(), Code::kResourceExhausted) << refused.status().ToString();
+  EXPECT_EQ(maps_->guards.count(LOSS_WATCH_GUARDS), 0u);
+  EXPECT_EQ(maps_->watches[8080].n, uint32_t(LOSS_WATCH_GUARDS));
+  // Deleting the first takes its slot out; deleting all takes the port out.
+  ASSERT_TRUE(inj_->Remove(first).ok());
+  EXPECT_EQ(maps_->watches[8080].n, uint32_t(LOSS_WATCH_GUARDS - 1));
+  EXPECT_EQ(maps_->watches[8080].slots[0], 1u);
+  for (size_t i = 1; i < ids.size(); i++) ASSERT_TRUE(inj_->Remove(ids[i]).ok());
+  EXPECT_EQ(maps_->watches.count(8080), 0u);
+}
+
+TEST_F(InjectorTest, AMisbehavingRuleIsStoppedByLossd) {
+  RuleSpec spec = PortRule(80);
+  spec.model.p = 0.1;
+  spec.guard.misbehaves = true;
+  uint32_t id = Add(spec);
+  EXPECT_EQ(maps_->rules[0].flags & LOSS_RULE_GUARDED, 0u) << "not the kernel's to decide";
+  EXPECT_EQ(maps_->guards.count(0), 0u);
+  auto set = [&](uint64_t matched, uint64_t dropped) {
+    maps_->counters[0].matched_pkts = matched;
+    maps_->counters[0].dropped_pkts = dropped;
+    inj_->Tick();
+    auto info = inj_->Get(id);
+    EXPECT_TRUE(info.ok());
+    return info.ok() && info->expired ? info->guard_stop.condition : std::string("live");
+  };
+  EXPECT_EQ(set(10000, 1000), "live");  // 10 %: its rate
+  EXPECT_EQ(set(999, 999), "live");     // too few to judge
+  EXPECT_EQ(set(10000, 1080), "live");  // 10.8 %: 99.9 % interval [10.0 %, 11.8 %] holds 10 %
+  EXPECT_EQ(set(10000, 1200), "misbehaves");  // [10.9 %, 13.2 %]: above it
+  auto info = inj_->Get(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->guard_stop.rtos, 1200u);
+  EXPECT_EQ(info->guard_stop.segs, 10000u);
+  EXPECT_NE(info->note.find("stopped by its guard (misbehaves): its measured loss 12 % (1200 "
+                            "dropped of 10000 matched"),
+            std::string::npos)
+      << info->note;
+  EXPECT_NE(info->note.find("lies above its rate 10 %"), std::string::npos) << info->note;
+  EXPECT_EQ(inj_->GuardStops(), 1u);
 }
 
 TEST_F(InjectorTest, ADeletedRuleIsKeptReadableUntilDeletedAgain) {

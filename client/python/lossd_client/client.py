@@ -263,9 +263,11 @@ class Client(_Closing):
           rule ends after K active windows; Rule.schedule_start_mono_ns is the origin).
         Guard (decided in the kernel, docs/guards.md): guard='stall>500ms' (a flow it
           dropped from stalls that long) and/or 'rtos>5/2s' (more than 5 RTOs of its
-          drops in 2 s) or 'resends>20/1s' (more than 20 resends of its drops, any
-          type), comma-separated: the rule stops, state 'stopped', and
-          Rule.guard_stop holds the evidence.
+          drops in 2 s), 'resends>20/1s' (more than 20 resends of its drops, any
+          type) or 'resets>0/10s' (more than 0 of its flows reset or aborted),
+          comma-separated; 'watch=8080' judges port 8080's flows instead of those it
+          dropped from: the rule stops, state 'stopped', and Rule.guard_stop holds
+          the evidence.
         """
         req = self.pb2.CreateRuleRequest(spec=self._spec_proto(_spec.rule_spec(iface, **kw)))
         return _t.Rule.from_proto(self._unary(self._injector.CreateRule, req, timeout), self.pb2)

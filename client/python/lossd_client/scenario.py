@@ -242,9 +242,16 @@ def _rule_text(spec):
         conds = []
         if g.get("stall_ns"):
             conds.append("stall>%s" % format_duration(g["stall_ns"]))
-        for kind in ("rtos", "resends"):
+        for kind in ("rtos", "resends", "resets"):
             if g.get(kind + "_window_ns"):
                 conds.append("%s>%d/%s" % (kind, g.get(kind, 0), format_duration(g[kind + "_window_ns"])))
+        if g.get("retrans_window_ns"):
+            conds.append("retrans>%s/%s" % (format_rate(g.get("retrans", 0)),
+                                            format_duration(g["retrans_window_ns"])))
+        if g.get("misbehaves"):
+            conds.append("misbehaves")
+        if g.get("watch_port"):
+            conds.append("watch=%d" % g["watch_port"])
         parts.append("guard " + ",".join(conds))
     return "%s %s %s%s" % (model, where, d, (" " + " ".join(parts)) if parts else "")
 

@@ -319,11 +319,20 @@ def schedule(start_after=None, pulse=None, pulse_cycles=None):
 MIN_GUARD_NS, MAX_GUARD_NS, MAX_GUARD_RTOS = 10**6, 3600 * 10**9, 63  # as lossd's
 
 
+_GUARD_COUNTS = {"rtos": "RTO", "resends": "resend", "resets": "reset"}  # one per guard
+_GUARD_EXPECTED = ("expected stall>DURATION, rtos>N/WINDOW, resends>N/WINDOW, resets>N/WINDOW, "
+                   "retrans>RATE/WINDOW, misbehaves or watch=PORT, e.g. stall>500ms,rtos>5/2s")
+
+
 def _guard(text):
     """The Guard of a rule (lossd.v1), {} for none: 'stall>500ms' (stop on a stall of a flow
     it dropped from longer than that), 'rtos>5/2s' (on more than 5 RTOs resending its drops
-    within 2 s) or 'resends>20/1s' (more than 20 resends of its drops of any type), comma-
-    separated; rtos or resends, not both. Decided in the kernel (docs/guards.md)."""
+    within 2 s), 'resends>20/1s' (more than 20 resends of its drops of any type) or
+    'resets>0/10s' (more than 0 of its flows reset or aborted), comma-separated, one count
+    condition at most; 'retrans>5%/1s' (such a flow resent more than 5 % of the data segments
+    it sent in 1 s); 'watch=8080' judges the flows of port 8080 instead of those it dropped
+    from. Decided in the kernel (docs/guards.md); 'misbehaves' (its own measured loss above its
+    rate's 99.9 % interval) by lossd."""
     if text is None:
         return {}
     if not isinstance(text, str):
@@ -339,31 +348,59 @@ def _guard(text):
 
     for part in text.split(","):
         c = part.strip()
-        kind, gt, value = c.partition(">")
-        kind, value = kind.strip().lower(), value.strip()
-        if not gt or kind not in ("stall", "rtos", "resends"):
-            raise LossdInputError("guard: invalid guard %r: expected stall>DURATION, rtos>N/WINDOW "
-                                  "or resends>N/WINDOW, e.g. stall>500ms,rtos>5/2s" % (c,))
+        cut = min((i for i in (c.find(">"), c.find("=")) if i >= 0), default=-1)
+        kind = (c if cut < 0 else c[:cut]).strip().lower()
+        value = "" if cut < 0 else c[cut + 1:].strip()
+        if kind == "misbehaves" and cut < 0:
+            if kind in seen:
+                raise LossdInputError("guard: invalid guard %r: misbehaves given twice" % (c,))
+            seen.add(kind)
+            out["misbehaves"] = True
+            continue
+        if cut < 0 or (c[cut] == "=") != (kind == "watch") or \
+                kind not in ("stall", "watch", "retrans") and kind not in _GUARD_COUNTS:
+            raise LossdInputError("guard: invalid guard %r: %s" % (c, _GUARD_EXPECTED))
         if kind in seen:
             raise LossdInputError("guard: invalid guard %r: %s given twice" % (c, kind))
-        if kind != "stall" and ({"rtos", "resends"} & seen):
-            raise LossdInputError("guard: invalid guard %r: a guard counts RTOs or resends, not both "
-                                  "(one includes the other)" % (c,))
+        if kind in _GUARD_COUNTS and (set(_GUARD_COUNTS) & seen):
+            raise LossdInputError("guard: invalid guard %r: a guard counts one of RTOs, resends or "
+                                  "resets, not two" % (c,))
         seen.add(kind)
+        if kind == "watch":
+            if not value.isdigit() or not value.isascii() or not 1 <= int(value) <= 65535:
+                raise LossdInputError("guard: invalid guard %r: the watched port must be a whole "
+                                      "number from 1 to 65535" % (c,))
+            out["watch_port"] = int(value)
+            continue
         if kind == "stall":
             out["stall_ns"] = within(parse_duration(value, "guard"), "stall", value)
             continue
         n, slash, window = value.partition("/")
+        if kind == "retrans":
+            if not slash:
+                raise LossdInputError("guard: invalid guard %r: expected retrans>RATE/WINDOW, e.g. "
+                                      "retrans>5%%/1s" % (c,))
+            share = parse_rate(n.strip(), "guard: invalid guard %r: the share" % (c,))
+            if not 1e-6 <= share < 1:
+                raise LossdInputError("guard: invalid guard %r: a guard's retransmit share must lie "
+                                      "between 1ppm and 100%% (not included)" % (c,))
+            out["retrans"] = share
+            out["retrans_window_ns"] = within(parse_duration(window.strip(), "guard"),
+                                              "retransmit share window", window)
+            continue
         if not slash:
             raise LossdInputError("guard: invalid guard %r: expected %s>N/WINDOW, e.g. %s>5/2s"
                                   % (c, kind, kind))
         n = n.strip()
-        what = "RTO" if kind == "rtos" else "resend"
+        what = _GUARD_COUNTS[kind]
         if not n.isdigit() or not n.isascii() or int(n) > MAX_GUARD_RTOS:
             raise LossdInputError("guard: invalid guard %r: the %s count must be a whole number "
                                   "from 0 to %d" % (c, what, MAX_GUARD_RTOS))
         out[kind] = int(n)
         out[kind + "_window_ns"] = within(parse_duration(window, "guard"), what + " window", window)
+    if "watch_port" in out and not set(out) - {"watch_port", "misbehaves"}:
+        raise LossdInputError("guard: invalid guard %r: watch=PORT needs a condition, e.g. "
+                              "stall>1s,watch=8080" % (text,))
     return out
 
 

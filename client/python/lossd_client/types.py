@@ -226,6 +226,12 @@ class Rule:
     guard_rtos_window_ns: int = 0
     guard_resends: int = 0
     guard_resends_window_ns: int = 0
+    guard_resets: int = 0
+    guard_resets_window_ns: int = 0
+    guard_watch_port: int = 0
+    guard_retrans: float = 0.0
+    guard_retrans_window_ns: int = 0
+    guard_misbehaves: bool = False
     guard_stop: typing.Any = None
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
@@ -245,6 +251,12 @@ class Rule:
                          guard_rtos_window_ns=s.guard.rtos_window_ns,
                          guard_resends=getattr(s.guard, "resends", 0),
                          guard_resends_window_ns=getattr(s.guard, "resends_window_ns", 0),
+                         guard_resets=getattr(s.guard, "resets", 0),
+                         guard_resets_window_ns=getattr(s.guard, "resets_window_ns", 0),
+                         guard_watch_port=getattr(s.guard, "watch_port", 0),
+                         guard_retrans=getattr(s.guard, "retrans", 0.0),
+                         guard_retrans_window_ns=getattr(s.guard, "retrans_window_ns", 0),
+                         guard_misbehaves=getattr(s.guard, "misbehaves", False),
                          guard_stop=m.guard_stop if m.HasField("guard_stop") else None)
         svc = {k: getattr(s, k) for k in ("pid", "unit", "container", "pod") if hasattr(s, k)}
         if hasattr(m, "cgroup_id"):

@@ -43,8 +43,9 @@ def value_of(spec, flag):
         return [[st["rate"], st["duration_ns"]] for st in loss["ramp"]["steps"]]
     if flag == "guard":
         g = spec.get("guard", {})
-        return [g.get("stall_ns", 0), g.get("rtos", 0), g.get("rtos_window_ns", 0), g.get("resends", 0),
-                g.get("resends_window_ns", 0)]
+        return [g.get(k, 0) for k in ("stall_ns", "rtos", "rtos_window_ns", "resends", "resends_window_ns",
+                                      "resets", "resets_window_ns", "watch_port", "retrans",
+                                      "retrans_window_ns")] + [g.get("misbehaves", False)]
     if flag in ("sport", "dport"):
         pr = match.get(flag, {"lo": 0, "hi": 65535})
         return [pr["lo"], pr["hi"]]

@@ -418,7 +418,13 @@ function guardText(g) {
   if (u64(g.rtos_window_ns)) p.push("> " + (g.rtos || 0) + " RTOs in " + fmtDuration(u64(g.rtos_window_ns)));
   if (u64(g.resends_window_ns))
     p.push("> " + (g.resends || 0) + " resends in " + fmtDuration(u64(g.resends_window_ns)));
-  return p.length ? "stop on " + p.join(" or ") : "";
+  if (u64(g.resets_window_ns))
+    p.push("> " + (g.resets || 0) + " resets or aborts in " + fmtDuration(u64(g.resets_window_ns)));
+  if (u64(g.retrans_window_ns))
+    p.push("a flow resending > " + fmtRate(g.retrans || 0) + " in " + fmtDuration(u64(g.retrans_window_ns)));
+  let d = p.join(" or ") + (p.length && g.watch_port ? " of port " + g.watch_port + "'s flows" : "");
+  if (g.misbehaves) d += (d ? " or " : "") + "its loss above its rate's 99.9 % interval";
+  return d ? "stop on " + d : "";
 }
 // Its state; a stopped rule names the condition that stopped it.
 function ruleStateText(rule) {

@@ -19,12 +19,28 @@ daemon then shows it STOPPED with the evidence (Rule.guard_stop).
       them, each an RTO resend of that flow the observer streamed (WatchRetransmits, type
       RTO) between the evidence's first RTO and the stop.
   test_rto_guard_holds_under_light_loss
-      The same guard on a 0.1 % per-segment rule over a 10 s transfer (about 86,000 wire
+      The same guard (and misbehaves: lossd's check of the rule's own loss against its rate's
+      99.9 % interval) on a 0.1 % per-segment rule over a 10 s transfer (about 86,000 wire
       segments: about 86 drops), the flow recovering by fast retransmit: the guard never
       fires (the rule is ACTIVE at the end).
+  Conditions.test_reset_guard_counts_flows_ending_in_an_error
+      resets>0/20s on a 20 % rule: a flow it dropped from that closes normally is not
+      counted (ACTIVE); one whose receiver aborts it (an RST) stops it, the evidence naming
+      that flow. resets>0/20s on a blackhole: a sender aborted by its TCP_USER_TIMEOUT of
+      1 s (ETIMEDOUT) stops it.
+  Conditions.test_retrans_guard_judges_a_flows_share
+      retrans>5%/1s on a 10 % per-segment rule: stopped, the evidence's share above 5 % over
+      at least 50 segments and the window (the kernel's samples reach it back); retrans>50%/1s
+      on the same loss holds over a 3 s transfer.
+  Conditions.test_watch_guard_judges_the_named_flows
+      A blackhole on port 9081 with stall>300ms,watch=9082: its own flow's stall (1.5 s) does
+      not stop it; the "health check" on 9082 stalling (another rule's blackhole) does, the
+      evidence naming the health check's flow; the 9081 flow then recovers.
   test_bad_guards_are_refused
       A stall under 1 ms, an RTO window over 1 h, more than 63 RTOs, a count without its
-      window: INVALID_ARGUMENT, each naming what is wrong.
+      window, two count conditions, a watched port past 65535 or without a condition, a
+      share of 100 % or without its window, misbehaves on a Gilbert-Elliott or every-n-th
+      model: INVALID_ARGUMENT, each naming what is wrong.
   DaemonGuard.test_one_flow_stalled_stops_every_rule
       lossd --guard-all stall>500ms, a 50 % UDP rule on other traffic and a TCP blackhole:
       the blackholed flow's stall stops both rules, in the kernel, on its evidence (the
@@ -50,7 +66,34 @@ from lab.daemon import DaemonTestCase, StreamReader, wait_until
 from lab.netns import Lab, measured
 
 PORT = 9081
+PORT_HC = 9082  # the "health check" a watching guard judges
 MS = 1_000_000
+
+# One TCP connection for the resets guard, run in a namespace: `recv PORT N` accepts, reads N
+# bytes and aborts it (SO_LINGER 0: an RST); `send DST PORT USER_TIMEOUT_MS` writes until the
+# connection fails (TCP_USER_TIMEOUT when not 0), printing its port first and the error last.
+PEER = r"""
+import errno, json, socket, struct, sys
+if sys.argv[1] == "recv":
+    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("0.0.0.0", int(sys.argv[2]))); ls.listen(1); print("READY", flush=True)
+    c, _ = ls.accept(); left = int(sys.argv[3])
+    while left > 0:
+        b = c.recv(min(left, 65536))
+        if not b: break
+        left -= len(b)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)); c.close()
+    print(json.dumps({"read": int(sys.argv[3]) - left}), flush=True)
+else:
+    s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=60)
+    if int(sys.argv[4]): s.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(sys.argv[4]))
+    print("STARTED %d" % s.getsockname()[1], flush=True)
+    buf, sent = b"x" * 65536, 0
+    try:
+        while True: sent += s.send(buf)
+    except OSError as e:
+        print(json.dumps({"sent": sent, "error": errno.errorcode.get(e.errno, str(e))}), flush=True)
+"""
 
 
 class GuardHelpers:
@@ -70,16 +113,16 @@ class GuardHelpers:
         self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
         return info, g
 
-    def blackhole_flow(self, nbytes, rate_mbit, rule_first=False, **rule):
+    def blackhole_flow(self, nbytes, rate_mbit, rule_first=False, port=PORT, **rule):
         """A transfer A -> B and the rule on its data (rule_first: the rule before the flow
         connects, as per_segment needs: a socket takes its GSO size at connect)."""
         lab = self.lab
 
         def create():
-            return self.d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=PORT,
+            return self.d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=port,
                                  payload="only", **rule)
         r = create() if rule_first else None
-        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT, nbytes, rate_mbit, hold=False,
+        flow = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, port, nbytes, rate_mbit, hold=False,
                                acked=False)
         self.addCleanup(flow.close)
         if r is None:
@@ -210,10 +253,12 @@ class Guards(GuardHelpers, DaemonTestCase):
                  stop_after_resend_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1))
 
     def test_rto_guard_holds_under_light_loss(self):
-        lab, d, pb = self.lab, self.d, self.pb
+        d, pb = self.d, self.pb
         # 125 MB at 100 Mbit/s: 10 s.
+        # misbehaves too: lossd judges its own loss against the 99.9 % interval every lease
+        # period, from 1,000 matched on; it must not fire on a rule that does what it says.
         flow, r = self.blackhole_flow(125_000_000, 100, rate=0.001, per_segment=True, rule_first=True,
-                                      guard=dict(rtos=5, rtos_window_ns=2000 * MS))
+                                      guard=dict(rtos=5, rtos_window_ns=2000 * MS, misbehaves=True))
         sent, got = flow.wait()
         self.assertEqual(got["bytes"], 125_000_000)
         info = d.get(r.id)
@@ -223,27 +268,167 @@ class Guards(GuardHelpers, DaemonTestCase):
         measured("guard rto holds", dropped=info.counters.dropped_packets, retrans=sent["total_retrans"])
 
     def test_bad_guards_are_refused(self):
-        lab = self.lab
         for guard, want in ((dict(stall_ns=500_000), "between 1ms and 1h"),
                             (dict(rtos=5, rtos_window_ns=3601 * 1000 * MS), "between 1ms and 1h"),
                             (dict(rtos=64, rtos_window_ns=1000 * MS), "between 0 and 63"),
                             (dict(rtos=5), "with its window"),
                             (dict(resends=64, resends_window_ns=1000 * MS), "between 0 and 63"),
                             (dict(rtos=1, rtos_window_ns=1000 * MS, resends=5, resends_window_ns=1000 * MS),
-                             "RTOs or resends, not both")):
+                             "one of RTOs, resends or resets, not two"),
+                            (dict(resets=1, resets_window_ns=1000 * MS, resends=5, resends_window_ns=1000 * MS),
+                             "one of RTOs, resends or resets, not two"),
+                            (dict(resets=64, resets_window_ns=1000 * MS), "between 0 and 63"),
+                            (dict(stall_ns=1000 * MS, watch_port=65536), "between 1 and 65535"),
+                            (dict(watch_port=80), "needs a condition"),
+                            (dict(retrans=1.0, retrans_window_ns=1000 * MS), "between 1ppm and 100%"),
+                            (dict(retrans=0.05), "needs its window"),
+                            (dict(misbehaves=True, watch_port=80), "needs a condition")):
             with self.subTest(guard=guard):
                 with self.assertRaises(grpc.RpcError) as cm:
-                    self.d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=PORT,
+                    self.d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp", dport=PORT,
                                   rate=1.0, guard=guard)
                 self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
                 self.assertIn("guard", cm.exception.details())
                 self.assertIn(want, cm.exception.details())
+        # misbehaves judges a binomial: not a bursty model's drops
+        for model in (dict(ge=(0.01, 0.3, 1.0, 0.0)), dict(every_nth=10)):
+            with self.subTest(model=model):
+                with self.assertRaises(grpc.RpcError) as cm:
+                    self.d.create(interface=self.lab.IF_A, direction="egress", protocol="tcp", dport=PORT,
+                                  guard=dict(misbehaves=True), **model)
+                self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("guard: misbehaves judges a Bernoulli rate or a ramp's steps",
+                              cm.exception.details())
 
     def watch_stalls(self):
         r = StreamReader(self.d.obs.WatchStalls(self.pb.WatchStallsRequest(), timeout=180), "stalls")
         self.readers.append(r)
         return r
 
+
+
+class Conditions(GuardHelpers, DaemonTestCase):
+    """The conditions beyond a stall and RTOs: resets, the retransmit share, a watched port
+    (ctest e2e_daemon_guard_conditions: run beside e2e_daemon_guard)."""
+
+    def peer(self, ns, *args):
+        p = self.lab.popen(ns, [config.PY, "-c", PEER] + [str(a) for a in args], stdout=subprocess.PIPE)
+        first = p.stdout.readline()
+        self.assertRegex(first, "^(READY|STARTED)", first)
+        p.first = first
+        return p
+
+    def test_reset_guard_counts_flows_ending_in_an_error(self):
+        lab, d = self.lab, self.d
+        resets = dict(resets=0, resets_window_ns=20_000 * MS)
+        # A flow the rule drops from, closed normally: not an error, not counted.
+        flow, r = self.blackhole_flow(5_000_000, 50, rate=0.2, rule_first=True, guard=resets)
+        sent, got = flow.wait()
+        self.assertEqual(got["bytes"], 5_000_000)
+        time.sleep(1.2)  # past a lease period: a stop would show
+        info = d.get(r.id)
+        self.assertEqual(self.pb.RuleState.Name(info.state), "RULE_STATE_ACTIVE", info)
+        self.assertGreater(info.counters.dropped_packets, 0, info)
+        # One whose receiver aborts it while it sends: an RST, the sender's ECONNRESET.
+        rx = self.peer(lab.b, "recv", PORT, 4_000_000)
+        tx = self.peer(lab.a, "send", lab.V4_B, PORT, 0)
+        sport = int(tx.first.split()[1])
+        out = json.loads(tx.communicate(timeout=60)[0].strip().splitlines()[-1])
+        self.assertIn(out["error"], ("ECONNRESET", "EPIPE"), out)
+        rx.communicate(timeout=30)
+        info, g = self.stopped_by_count(r, "resets", 1, 20_000 * MS, 10)
+        self.assertEqual(g.flow, "%s:%d -> %s:%d" % (lab.V4_A, sport, lab.V4_B, PORT), info)
+        self.assertIn("was reset or aborted: 1 of the flows it dropped from ended in an error", info.reason)
+
+        # A blackhole whose sender gives up after 1 s (TCP_USER_TIMEOUT): ETIMEDOUT.
+        r2 = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=PORT_HC,
+                      payload="only", rate=1.0, guard=resets)
+        rx = self.peer(lab.b, "recv", PORT_HC, 1 << 30)
+        self.addCleanup(rx.kill)
+        tx = self.peer(lab.a, "send", lab.V4_B, PORT_HC, 1000)
+        sport = int(tx.first.split()[1])
+        out = json.loads(tx.communicate(timeout=60)[0].strip().splitlines()[-1])
+        self.assertEqual(out["error"], "ETIMEDOUT", out)
+        info2, g2 = self.stopped_by_count(r2, "resets", 1, 20_000 * MS, 10)
+        self.assertEqual(g2.flow, "%s:%d -> %s:%d" % (lab.V4_A, sport, lab.V4_B, PORT_HC), info2)
+        self.assertGreater(info2.counters.dropped_packets, 0, info2)
+        measured("guard resets stop", reset_reason=info.reason, abort_reason=info2.reason,
+                 stop_after_close_us=round((g2.stopped_mono_ns - g2.crossed_mono_ns) / 1e3, 1))
+
+    def test_retrans_guard_judges_a_flows_share(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        flow, r = self.blackhole_flow(20_000_000, 100, rate=0.1, per_segment=True, rule_first=True,
+                                      guard=dict(retrans=0.05, retrans_window_ns=1000 * MS))
+        info = wait_until(lambda: self.stopped(r.id), 30, "the retransmit share to stop the rule")
+        g = info.guard_stop
+        self.assertEqual(g.condition, "retrans", info)
+        self.assertGreaterEqual(g.segs, 50, info)
+        self.assertGreater(g.rtos / g.segs, 0.05, info)
+        self.assertLess(g.rtos / g.segs, 0.5, info)  # about the rule's 10 %
+        # judged over the window (the newest sample at least 1 s old: up to 1/16 more, and a
+        # resend's gap), or since the flow opened while its samples do not reach that far back
+        span = g.crossed_mono_ns - g.evidence_start_mono_ns
+        opened = [f for f in self.d.obs.ListFlows(pb.ListFlowsRequest()).flows
+                  if f.cookie == g.socket_cookie]
+        if opened and opened[0].opened_mono_ns == g.evidence_start_mono_ns:
+            self.assertLess(span, 1000 * MS, info)
+        else:
+            self.assertGreaterEqual(span, 1000 * MS, info)
+            self.assertLessEqual(span, 1000 * MS * 17 // 16 + 200 * MS, info)
+        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
+        self.assertIn(":%d -> %s:%d resent " % (flow.cli.sports[0], lab.V4_B, PORT), info.reason)
+        sent, got = flow.wait()
+        self.assertEqual(got["bytes"], sent["bytes"])
+        # The same loss under a share it never reaches: 3 s, still ACTIVE.
+        flow2, r2 = self.blackhole_flow(15_000_000, 40, rate=0.1, per_segment=True, rule_first=True,
+                                        guard=dict(retrans=0.5, retrans_window_ns=1000 * MS))
+        sent2, got2 = flow2.wait()
+        self.assertEqual(got2["bytes"], 15_000_000)
+        info2 = d.get(r2.id)
+        self.assertEqual(pb.RuleState.Name(info2.state), "RULE_STATE_ACTIVE", info2)
+        self.assertGreater(info2.counters.dropped_packets, 1000, info2)
+        measured("guard retrans stop", share=round(g.rtos / g.segs, 4), segs=g.segs,
+                 span_ms=round(span / 1e6, 1), reason=info.reason,
+                 stop_after_resend_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1),
+                 held_dropped=info2.counters.dropped_packets, held_retrans=sent2["total_retrans"])
+
+    def test_watch_guard_judges_the_named_flows(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        nbytes = 5_000_000
+        flow, r = self.blackhole_flow(nbytes, 20, rate=1.0,
+                                      guard=dict(stall_ns=300 * MS, watch_port=PORT_HC))
+        self.assertEqual(r.spec.guard.watch_port, PORT_HC, r)
+        # Its own flow stalls well past 300 ms: not what it watches.
+        time.sleep(1.5)
+        info = d.get(r.id)
+        self.assertEqual(pb.RuleState.Name(info.state), "RULE_STATE_ACTIVE", info)
+        self.assertGreater(info.counters.dropped_packets, 0, info)
+        # The health check stalls (another rule, unguarded, blackholes it): that stops it.
+        other = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=PORT_HC,
+                         payload="only", rate=1.0)
+        hc = traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, PORT_HC, 1_000_000, 1, hold=False, acked=False)
+        self.addCleanup(hc.close)
+        info = wait_until(lambda: self.stopped(r.id), 15, "the watched flow's stall to stop the rule")
+        g = info.guard_stop
+        self.assertEqual(g.condition, "stall", info)
+        self.assertEqual(g.flow, "%s:%d -> %s:%d" % (lab.V4_A, hc.cli.sports[0], lab.V4_B, PORT_HC), info)
+        self.assertEqual(g.crossed_mono_ns - g.evidence_start_mono_ns, 300 * MS, info)
+        self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
+        self.assertIn("watched flow", info.reason)
+        self.assertEqual(pb.RuleState.Name(d.get(other.id).state), "RULE_STATE_ACTIVE")
+        # The rule stopped: its own flow recovers; the health check when its blackhole goes
+        # (release(): wait() waits for every socket in the lab, a browser's of an earlier test too).
+        d.delete(other.id)
+        sent, got = flow.release()
+        self.assertEqual(got["bytes"], nbytes)
+        self.assertEqual(d.get(r.id).counters.dropped_packets, info.counters.dropped_packets)
+        sent, got = hc.release()
+        self.assertEqual(got["bytes"], 1_000_000)
+        if config.LOSSCTL:
+            out = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "get", str(r.id)]).out
+            self.assertRegex(out, r"guard +stop on a stall > 300ms of port %d's flows\n" % PORT_HC, out)
+        measured("guard watch stop", reason=info.reason,
+                 stop_after_limit_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1))
 
 
 class DaemonGuard(GuardHelpers, DaemonTestCase):
