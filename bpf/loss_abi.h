@@ -367,6 +367,9 @@ struct loss_guard {
 	__u32 rate_ppm;	      /* stop when a flow resent more than this share (parts per
 			       * million) of the data segments it sent within the window */
 	__u32 segs;	      /* set in the kernel: LOSS_GUARD_RETRANS: the data segments sent */
+	__u32 stall_causes;   /* with stall_ns: 1 << obs_stall_cause of the stalls that count
+			       * (the cause their resends so far give); 0: any */
+	__u32 _pad;
 	/* set in the kernel */
 	__u64 stopped_ns;      /* bpf_ktime_get_ns when it stopped; 0: running */
 	__u64 crossed_ns;      /* when the condition came to hold (the stall's limit, the RTO) */
@@ -380,6 +383,6 @@ struct loss_guard {
 	__u64 rtos_seen;	   /* RTOs (resends) counted, ever */
 	__u64 rto_ns[LOSS_GUARD_RING]; /* their times, rto_ns[(n) % RING] the n-th */
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_guard) == 144 + 8 * LOSS_GUARD_RING, "loss_guard layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_guard) == 152 + 8 * LOSS_GUARD_RING, "loss_guard layout");
 
 #endif /* LOSSD_LOSS_ABI_H */

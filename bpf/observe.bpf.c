@@ -440,6 +440,28 @@ static __always_inline __u32 classify(struct tcp_sock *tp)
 	return OBS_RTX_UNKNOWN;
 }
 
+/* A stall's cause as the resends in it so far give it (stall_cause's first
+ * answers; a guard judges a stall by it before it ends); OBS_STALL_MAX: none. */
+static __always_inline __u32 resend_cause(const struct obs_flow *f)
+{
+	__u32 mask = f->st_rtx_mask;
+	if (mask & ((1u << OBS_RTX_RTO) | (1u << OBS_RTX_LOSS)))
+		return OBS_STALL_RTO;
+	if (mask & (1u << OBS_RTX_PROBE0))
+		return OBS_STALL_ZERO_WINDOW;
+	/* A tail probe sent as the peer's window closed (a busy machine's, the
+	 * data had arrived) did not hold the flow: the closed window did. */
+	if (mask == (1u << OBS_RTX_TLP) && f->st_min_wnd == 0)
+		return OBS_STALL_ZERO_WINDOW;
+	if (mask & (1u << OBS_RTX_TLP))
+		return OBS_STALL_TLP;
+	if (mask & (1u << OBS_RTX_FAST))
+		return OBS_STALL_FAST_RECOVERY;
+	if (mask)
+		return OBS_STALL_UNKNOWN;
+	return OBS_STALL_MAX;
+}
+
 /* ---- guards (loss_abi.h "Guards", docs/guards.md) ---------------------- */
 
 /* A stall of a flow that resent a segment a guarded rule dropped: the timer
@@ -511,8 +533,14 @@ static __always_inline void guard_stop(struct loss_guard *g, __u32 reason, __u64
 	g->reason = reason; /* last: user space reads the evidence once it is set */
 }
 
+/* Whether a stall of f is one the guard counts (its causes; 0: any). */
+static __always_inline int guard_cause(const struct loss_guard *g, const struct obs_flow *f)
+{
+	return !g->stall_causes || ((g->stall_causes >> resend_cause(f)) & 1);
+}
+
 /* The stall's limit passed: if no ACK delivered since it was armed, the
- * stall is longer than the guard allows. */
+ * stall is longer than the guard allows (and of a cause it counts). */
 static int guard_timer_fired(void *map, struct guard_timer_key *key, struct guard_timer *v)
 {
 	struct obs_flow *f = bpf_map_lookup_elem(&obs_flows, &key->cookie);
@@ -521,7 +549,8 @@ static int guard_timer_fired(void *map, struct guard_timer_key *key, struct guar
 	__u32 slot = key->slot;
 	struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
 	/* the rule's guard names its rule; the daemon's (rule_id 0) any */
-	if (!g || (g->rule_id && g->rule_id != v->rule_id) || !g->stall_ns || g->stopped_ns)
+	if (!g || (g->rule_id && g->rule_id != v->rule_id) || !g->stall_ns || g->stopped_ns ||
+	    !guard_cause(g, f))
 		return 0;
 	guard_stop(g, LOSS_GUARD_STALL, v->stall_start_ns + g->stall_ns, v->stall_start_ns, 0, 0,
 		   key->cookie, &v->flow, v->rule_id);
@@ -653,10 +682,11 @@ static __always_inline void guard_eval(struct loss_guard *g, const struct obs_fl
 	}
 	if (g->stall_ns) {
 		__u64 start = f->delivered_ns;
-		if (now - start >= g->stall_ns)
-			guard_stop(g, LOSS_GUARD_STALL, start + g->stall_ns, start, 0, 0, cookie, k,
-				   rule_id);
-		else
+		if (now - start >= g->stall_ns) {
+			if (guard_cause(g, f))
+				guard_stop(g, LOSS_GUARD_STALL, start + g->stall_ns, start, 0, 0,
+					   cookie, k, rule_id);
+		} else
 			guard_arm(g, cookie, start, now, key, rule_id, k);
 	}
 }
@@ -932,21 +962,9 @@ static __always_inline __u64 stall_threshold(const struct obs_config *cfg, __u32
 static __always_inline __u32 stall_cause(struct tcp_sock *tp, const struct obs_flow *f,
 					 __u32 unsent, __u32 nonagle)
 {
-	__u32 mask = f->st_rtx_mask;
-	if (mask & ((1u << OBS_RTX_RTO) | (1u << OBS_RTX_LOSS)))
-		return OBS_STALL_RTO;
-	if (mask & (1u << OBS_RTX_PROBE0))
-		return OBS_STALL_ZERO_WINDOW;
-	/* A tail probe sent as the peer's window closed (a busy machine's, the
-	 * data had arrived) did not hold the flow: the closed window did. */
-	if (mask == (1u << OBS_RTX_TLP) && f->st_min_wnd == 0)
-		return OBS_STALL_ZERO_WINDOW;
-	if (mask & (1u << OBS_RTX_TLP))
-		return OBS_STALL_TLP;
-	if (mask & (1u << OBS_RTX_FAST))
-		return OBS_STALL_FAST_RECOVERY;
-	if (mask)
-		return OBS_STALL_UNKNOWN;
+	__u32 c = resend_cause(f);
+	if (c != OBS_STALL_MAX)
+		return c;
 	if (f->st_min_wnd == 0 || tp->snd_wnd == 0)
 		return OBS_STALL_ZERO_WINDOW;
 	__u32 mss = tp->mss_cache;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "base/address.h"
+#include "observe_abi.h"
 
 namespace lossd {
 
@@ -138,7 +140,13 @@ struct loss_guard EncodeGuard(const Guard& guard, const struct loss_rule& rule) 
     g.rate_window_ns = uint64_t(guard.retrans_window.count());
     g.rate_ppm = std::max<uint32_t>(1, uint32_t(std::llround(guard.retrans * 1e6)));
   }
-  if (guard.watch_port) g.rtos |= LOSS_GUARD_WATCHING;  // its port's flows (loss_guard_watch)
+  if (guard.watch_port) g.rtos |= LOSS_GUARD_WATCHING;
+  const std::pair<const char*, uint32_t> causes[] = {{"rto", OBS_STALL_RTO},
+                                                     {"tlp", OBS_STALL_TLP},
+                                                     {"fast_recovery", OBS_STALL_FAST_RECOVERY},
+                                                     {"zero_window", OBS_STALL_ZERO_WINDOW}};
+  for (const auto& [name, cause] : causes)
+    if (guard.stall_cause == name) g.stall_causes = 1u << cause;  // its port's flows (loss_guard_watch)
   return g;
 }
 

@@ -196,7 +196,9 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
                   "Stop the rule (STOPPED) in the kernel when TCP says enough: stall>DURATION "
                   "(a flow it dropped from stalls that long), rtos>N/WINDOW (more than N RTOs "
                   "of its drops in WINDOW), resends>N/WINDOW (more than N resends of any "
-                  "type) or resets>N/WINDOW (more than N of its flows reset or aborted), "
+                  "type), resets>N/WINDOW (more than N of its flows reset or aborted), "
+                  "retrans>RATE/WINDOW (a flow's retransmit share), misbehaves (its loss above "
+                  "its rate's 99.9 % interval), stall(rto)>D (a stall of that cause), "
                   "comma-separated; watch=PORT judges that port's flows instead, e.g. "
                   "stall>500ms,rtos>5/2s or stall>1s,watch=8080");
   app->add_flag("--per-segment", f->per_segment,

@@ -55,6 +55,16 @@ Guard GuardFromProto(const v1::Guard& in) {
   g.retrans = std::isfinite(in.retrans()) ? in.retrans() : -1;  // refused by CheckGuard
   g.retrans_window = ns(in.retrans_window_ns());
   g.misbehaves = in.misbehaves();
+  switch (in.stall_cause()) {
+    case v1::STALL_CAUSE_UNSPECIFIED: break;
+    case v1::STALL_CAUSE_RTO: g.stall_cause = "rto"; break;
+    case v1::STALL_CAUSE_TLP: g.stall_cause = "tlp"; break;
+    case v1::STALL_CAUSE_FAST_RECOVERY: g.stall_cause = "fast_recovery"; break;
+    case v1::STALL_CAUSE_ZERO_WINDOW: g.stall_cause = "zero_window"; break;
+    default: g.stall_cause = v1::StallCause_Name(in.stall_cause());  // refused by CheckGuard
+  }
+  if (g.stall_cause.empty() && in.stall_cause() != v1::STALL_CAUSE_UNSPECIFIED)
+    g.stall_cause = std::to_string(int(in.stall_cause()));
   return g;
 }
 
@@ -71,6 +81,10 @@ void GuardToProto(const Guard& in, v1::Guard* out) {
   out->set_retrans(in.retrans);
   out->set_retrans_window_ns(static_cast<uint64_t>(in.retrans_window.count()));
   out->set_misbehaves(in.misbehaves);
+  if (in.stall_cause == "rto") out->set_stall_cause(v1::STALL_CAUSE_RTO);
+  if (in.stall_cause == "tlp") out->set_stall_cause(v1::STALL_CAUSE_TLP);
+  if (in.stall_cause == "fast_recovery") out->set_stall_cause(v1::STALL_CAUSE_FAST_RECOVERY);
+  if (in.stall_cause == "zero_window") out->set_stall_cause(v1::STALL_CAUSE_ZERO_WINDOW);
 }
 
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {

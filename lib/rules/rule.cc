@@ -595,6 +595,14 @@ std::string GuardRateText(double r) {
 
 Status CheckGuard(const Guard& g) {
   if (g.stall.count()) LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
+  if (!g.stall_cause.empty()) {
+    bool known = false;
+    for (const char* c : kGuardStallCauses) known = known || g.stall_cause == c;
+    if (!known)
+      return InvalidArgument("a guard's stall cause must be rto, tlp, fast_recovery or "
+                             "zero_window, not '" + Shown(g.stall_cause) + "'");
+    if (!g.stall.count()) return InvalidArgument("a guard's stall cause needs its stall>DURATION");
+  }
   int counts = 0;
   for (const GuardCount& c : kGuardCounts) {
     const auto window = g.*(c.window);
@@ -640,6 +648,11 @@ Status ParseGuard(const std::string& text, Guard* out) {
     std::string kind = op == std::string::npos ? c : TrimSpace(c.substr(0, op));
     for (auto& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     std::string value = op == std::string::npos ? "" : TrimSpace(c.substr(op + 1));
+    std::string cause;  // stall(CAUSE)
+    if (kind.rfind("stall", 0) == 0 && kind.size() > 5 && kind[5] == '(' && kind.back() == ')') {
+      cause = TrimSpace(kind.substr(6, kind.size() - 7));
+      kind = "stall";
+    }
     if (kind == "misbehaves" && op == std::string::npos) {
       if (g.misbehaves) return bad("misbehaves given twice");
       g.misbehaves = true;
@@ -677,7 +690,10 @@ Status ParseGuard(const std::string& text, Guard* out) {
       auto d = ParseDuration(value);
       if (!d.ok()) return bad(d.status().message());
       g.stall = *d;
+      g.stall_cause = cause;
       LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
+      Status st = CheckGuard(g);
+      if (!st.ok()) return bad(st.message());
     } else {
       if (counted) return bad(counted == count ? kind + " given twice" : kGuardCountsOne);
       counted = count;
@@ -733,7 +749,8 @@ Result<std::vector<RampStep>> ParseRamp(const std::string& text) {
 
 std::string Guard::Text() const {
   std::string t;
-  if (stall.count()) t = "stall>" + DurationText(stall);
+  if (stall.count())
+    t = "stall" + (stall_cause.empty() ? "" : "(" + stall_cause + ")") + ">" + DurationText(stall);
   for (const GuardCount& c : kGuardCounts)
     if ((this->*(c.window)).count())
       t += (t.empty() ? "" : ",") + std::string(c.key) + ">" + std::to_string(this->*(c.n)) + "/" +
@@ -748,7 +765,9 @@ std::string Guard::Text() const {
 
 std::string Guard::Describe() const {
   std::string d;
-  if (stall.count()) d = "a stall > " + DurationText(stall);
+  if (stall.count())
+    d = (stall_cause.empty() ? "a stall" : "a stall (" + stall_cause + ")") + " > " +
+        DurationText(stall);
   for (const GuardCount& c : kGuardCounts)
     if ((this->*(c.window)).count())
       d += (d.empty() ? "" : " or ") + std::string("> ") + std::to_string(this->*(c.n)) + " " +

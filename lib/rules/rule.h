@@ -118,6 +118,9 @@ constexpr uint32_t kMaxPulseCycles = 1000000;
 // end instead ("the health check on 8080"). Decided in the kernel.
 struct Guard {
   std::chrono::nanoseconds stall{0};        // 0: no stall condition
+  // The stalls it counts by cause, as their resends so far give it: "" any,
+  // "rto", "tlp", "fast_recovery" or "zero_window" (kGuardStallCauses).
+  std::string stall_cause;
   uint32_t rtos = 0;                        // "more than" this many ...
   std::chrono::nanoseconds rtos_window{0};  // ... within this; 0: no RTO condition
   uint32_t resends = 0;                        // the same over every resend ...
@@ -145,9 +148,10 @@ struct Guard {
            resends == o.resends && resends_window == o.resends_window && resets == o.resets &&
            resets_window == o.resets_window && retrans == o.retrans &&
            retrans_window == o.retrans_window && watch_port == o.watch_port &&
-           misbehaves == o.misbehaves;
+           misbehaves == o.misbehaves && stall_cause == o.stall_cause;
   }
 };
+constexpr const char* kGuardStallCauses[] = {"rto", "tlp", "fast_recovery", "zero_window"};
 constexpr int64_t kMinGuardNs = 1000000;               // 1 ms
 constexpr int64_t kMaxGuardNs = 3600LL * 1000000000;   // 1 h
 constexpr uint32_t kMaxGuardRtos = LOSS_GUARD_RING - 1;
@@ -242,7 +246,7 @@ Status ParsePulse(const std::string& text, Schedule* out);
 Result<std::vector<RampStep>> ParseRamp(const std::string& text);
 // A ramp model's steps within those bounds.
 Status CheckRamp(const LossModel& m);
-// Guard conditions, comma-separated: "stall>DURATION", "rtos>N/WINDOW" (or
+// Guard conditions, comma-separated: "stall>DURATION" (or "stall(CAUSE)>..."), "rtos>N/WINDOW" (or
 // "resends>N/WINDOW", "resets>N/WINDOW"), "retrans>RATE/WINDOW", "misbehaves"
 // and "watch=PORT"
 // (e.g. "stall>500ms,rtos>5/2s"); durations kMinGuardNs .. kMaxGuardNs, N

@@ -39,7 +39,7 @@ Json ValueOf(const RuleSpec& r, const std::string& flag) {
     return {r.guard.stall.count(),   r.guard.rtos,    r.guard.rtos_window.count(),
             r.guard.resends,         r.guard.resends_window.count(), r.guard.resets,
             r.guard.resets_window.count(), r.guard.watch_port, r.guard.retrans,
-            r.guard.retrans_window.count(), r.guard.misbehaves};
+            r.guard.retrans_window.count(), r.guard.misbehaves, r.guard.stall_cause};
   if (flag == "sport") return {r.sport.lo, r.sport.hi};
   if (flag == "dport") return {r.dport.lo, r.dport.hi};
   if (flag == "src") return r.src ? r.src->ToString() : "";

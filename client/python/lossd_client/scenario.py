@@ -241,7 +241,8 @@ def _rule_text(spec):
         g = spec["guard"]
         conds = []
         if g.get("stall_ns"):
-            conds.append("stall>%s" % format_duration(g["stall_ns"]))
+            cause = g.get("stall_cause", "")[12:].lower()  # "STALL_CAUSE_RTO" -> "rto"
+            conds.append("stall%s>%s" % ("(%s)" % cause if cause else "", format_duration(g["stall_ns"])))
         for kind in ("rtos", "resends", "resets"):
             if g.get(kind + "_window_ns"):
                 conds.append("%s>%d/%s" % (kind, g.get(kind, 0), format_duration(g[kind + "_window_ns"])))

@@ -320,6 +320,7 @@ MIN_GUARD_NS, MAX_GUARD_NS, MAX_GUARD_RTOS = 10**6, 3600 * 10**9, 63  # as lossd
 
 
 _GUARD_COUNTS = {"rtos": "RTO", "resends": "resend", "resets": "reset"}  # one per guard
+_STALL_CAUSES = ("rto", "tlp", "fast_recovery", "zero_window")  # stall(CAUSE)>D
 _GUARD_EXPECTED = ("expected stall>DURATION, rtos>N/WINDOW, resends>N/WINDOW, resets>N/WINDOW, "
                    "retrans>RATE/WINDOW, misbehaves or watch=PORT, e.g. stall>500ms,rtos>5/2s")
 
@@ -351,6 +352,13 @@ def _guard(text):
         cut = min((i for i in (c.find(">"), c.find("=")) if i >= 0), default=-1)
         kind = (c if cut < 0 else c[:cut]).strip().lower()
         value = "" if cut < 0 else c[cut + 1:].strip()
+        cause = None
+        m = re.match(r"^stall\s*\((.*)\)$", kind)
+        if m:
+            kind, cause = "stall", m.group(1).strip()
+            if cause not in _STALL_CAUSES:
+                raise LossdInputError("guard: invalid guard %r: a guard's stall cause must be rto, tlp, "
+                                      "fast_recovery or zero_window, not %r" % (c, cause))
         if kind == "misbehaves" and cut < 0:
             if kind in seen:
                 raise LossdInputError("guard: invalid guard %r: misbehaves given twice" % (c,))
@@ -374,6 +382,8 @@ def _guard(text):
             continue
         if kind == "stall":
             out["stall_ns"] = within(parse_duration(value, "guard"), "stall", value)
+            if cause:
+                out["stall_cause"] = "STALL_CAUSE_" + cause.upper()  # the proto's JSON shape
             continue
         n, slash, window = value.partition("/")
         if kind == "retrans":

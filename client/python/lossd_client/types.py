@@ -179,6 +179,16 @@ class LossModel:
         return s
 
 
+
+def _stall_cause(guard):
+    """A Guard's stall_cause as lossd's name ("rto", ...), "" for any (or a daemon without it)."""
+    v = getattr(guard, "stall_cause", 0)
+    if not v:
+        return ""
+    enum = type(guard).DESCRIPTOR.fields_by_name["stall_cause"].enum_type
+    return enum.values_by_number[v].name[len("STALL_CAUSE_"):].lower() if v in enum.values_by_number else str(v)
+
+
 @dataclasses.dataclass(frozen=True)
 class Rule:
     id: int
@@ -232,6 +242,7 @@ class Rule:
     guard_retrans: float = 0.0
     guard_retrans_window_ns: int = 0
     guard_misbehaves: bool = False
+    guard_stall_cause: str = ""  # "rto", "tlp", "fast_recovery", "zero_window"; "": any
     guard_stop: typing.Any = None
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
@@ -257,6 +268,7 @@ class Rule:
                          guard_retrans=getattr(s.guard, "retrans", 0.0),
                          guard_retrans_window_ns=getattr(s.guard, "retrans_window_ns", 0),
                          guard_misbehaves=getattr(s.guard, "misbehaves", False),
+                         guard_stall_cause=_stall_cause(s.guard),
                          guard_stop=m.guard_stop if m.HasField("guard_stop") else None)
         svc = {k: getattr(s, k) for k in ("pid", "unit", "container", "pod") if hasattr(s, k)}
         if hasattr(m, "cgroup_id"):

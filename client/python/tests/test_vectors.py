@@ -45,7 +45,8 @@ def value_of(spec, flag):
         g = spec.get("guard", {})
         return [g.get(k, 0) for k in ("stall_ns", "rtos", "rtos_window_ns", "resends", "resends_window_ns",
                                       "resets", "resets_window_ns", "watch_port", "retrans",
-                                      "retrans_window_ns")] + [g.get("misbehaves", False)]
+                                      "retrans_window_ns")] + [g.get("misbehaves", False),
+                                                               g.get("stall_cause", "")[12:].lower()]
     if flag in ("sport", "dport"):
         pr = match.get(flag, {"lo": 0, "hi": 65535})
         return [pr["lo"], pr["hi"]]

@@ -414,7 +414,11 @@ function scheduleText(sc) {
 function guardText(g) {
   if (!g) return "";
   const p = [];
-  if (u64(g.stall_ns)) p.push("stall > " + fmtDuration(u64(g.stall_ns)));
+  if (u64(g.stall_ns)) {
+    const cause = typeof g.stall_cause === "string" && g.stall_cause.startsWith("STALL_CAUSE_")
+      ? " (" + g.stall_cause.slice(12).toLowerCase() + ")" : "";
+    p.push("stall" + cause + " > " + fmtDuration(u64(g.stall_ns)));
+  }
   if (u64(g.rtos_window_ns)) p.push("> " + (g.rtos || 0) + " RTOs in " + fmtDuration(u64(g.rtos_window_ns)));
   if (u64(g.resends_window_ns))
     p.push("> " + (g.resends || 0) + " resends in " + fmtDuration(u64(g.resends_window_ns)));

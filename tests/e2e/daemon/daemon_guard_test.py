@@ -32,6 +32,9 @@ daemon then shows it STOPPED with the evidence (Rule.guard_stop).
       retrans>5%/1s on a 10 % per-segment rule: stopped, the evidence's share above 5 % over
       at least 50 segments and the window (the kernel's samples reach it back); retrans>50%/1s
       on the same loss holds over a 3 s transfer.
+  Conditions.test_stall_guard_by_cause
+      Two blackholes: stall(rto)>300ms stops its rule (its flow's stall is an RTO one),
+      stall(fast_recovery)>300ms on the other holds while its flow's RTO stall passes 800 ms.
   Conditions.test_watch_guard_judges_the_named_flows
       A blackhole on port 9081 with stall>300ms,watch=9082: its own flow's stall (1.5 s) does
       not stop it; the "health check" on 9082 stalling (another rule's blackhole) does, the
@@ -391,6 +394,29 @@ class Conditions(GuardHelpers, DaemonTestCase):
                  span_ms=round(span / 1e6, 1), reason=info.reason,
                  stop_after_resend_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1),
                  held_dropped=info2.counters.dropped_packets, held_retrans=sent2["total_retrans"])
+
+    def test_stall_guard_by_cause(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        fast, r_fast = self.blackhole_flow(1_000_000, 20, rate=1.0,
+                                           guard=dict(stall_ns=300 * MS, stall_cause="STALL_CAUSE_FAST_RECOVERY"))
+        rto, r_rto = self.blackhole_flow(1_000_000, 20, port=PORT_HC, rate=1.0,
+                                         guard=dict(stall_ns=300 * MS, stall_cause="STALL_CAUSE_RTO"))
+        self.assertEqual(pb.StallCause.Name(r_rto.spec.guard.stall_cause), "STALL_CAUSE_RTO", r_rto)
+        info = wait_until(lambda: self.stopped(r_rto.id), 15, "the RTO stall to stop its rule")
+        g = info.guard_stop
+        self.assertEqual(g.condition, "stall", info)
+        self.assertEqual(g.flow, "%s:%d -> %s:%d" % (lab.V4_A, rto.cli.sports[0], lab.V4_B, PORT_HC), info)
+        self.assertIn("stall(rto)>300ms", info.reason)
+        # The other flow's stall is an RTO stall too, past 300 ms by now: not the cause it counts.
+        time.sleep(0.5)
+        other = d.get(r_fast.id)
+        self.assertEqual(pb.RuleState.Name(other.state), "RULE_STATE_ACTIVE", other)
+        self.assertGreater(other.counters.dropped_packets, 0, other)
+        d.delete(r_fast.id)
+        for flow in (fast, rto):
+            sent, got = flow.release()
+            self.assertEqual(got["bytes"], 1_000_000)
+        measured("guard stall by cause", reason=info.reason)
 
     def test_watch_guard_judges_the_named_flows(self):
         lab, d, pb = self.lab, self.d, self.pb
