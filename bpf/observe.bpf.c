@@ -583,10 +583,11 @@ static __always_inline void guard_arm(struct loss_guard *g, __u64 cookie, __u64 
  * The retransmit share at a resend: of the data segments the flow sent since
  * its newest sample at least the window old (or, none that old yet, since it
  * opened: a longer span, never a shorter one), how many were resends; judged
- * over LOSS_GUARD_RETRANS_MIN_SEGS at least. Samples are the kernel's counts (tcp_sock's data_segs_out and
- * total_retrans, this resend counted in both before the callback) at its
- * resends, one per window / GUARD_RATE_SAMPLES at most: the ring reaches a
- * window back, so the share is over the window (up to 1/16 more).
+ * over LOSS_GUARD_RETRANS_MIN_SEGS at least. Samples are the kernel's counts
+ * (tcp_sock's data_segs_out and total_retrans, this resend counted in both
+ * before the callback) at its resends, one per window / GUARD_RATE_SAMPLES at
+ * most: the ring reaches a window back, so the share is over the window (up
+ * to 1/16 more).
  */
 static __always_inline void guard_share(struct loss_guard *g, const struct obs_flow *f,
 					struct tcp_sock *tp, __u64 cookie, __u64 now, __u32 slot,

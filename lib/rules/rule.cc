@@ -648,10 +648,15 @@ Status ParseGuard(const std::string& text, Guard* out) {
     std::string kind = op == std::string::npos ? c : TrimSpace(c.substr(0, op));
     for (auto& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     std::string value = op == std::string::npos ? "" : TrimSpace(c.substr(op + 1));
-    std::string cause;  // stall(CAUSE)
-    if (kind.rfind("stall", 0) == 0 && kind.size() > 5 && kind[5] == '(' && kind.back() == ')') {
-      cause = TrimSpace(kind.substr(6, kind.size() - 7));
-      kind = "stall";
+    std::string cause;  // stall(CAUSE): "stall ( rto )" too; "stall()" names none
+    bool has_cause = false;
+    if (kind.rfind("stall", 0) == 0) {
+      std::string rest = TrimSpace(kind.substr(5));
+      if (rest.size() >= 2 && rest.front() == '(' && rest.back() == ')') {
+        cause = TrimSpace(rest.substr(1, rest.size() - 2));
+        has_cause = true;
+        kind = "stall";
+      }
     }
     if (kind == "misbehaves" && op == std::string::npos) {
       if (g.misbehaves) return bad("misbehaves given twice");
@@ -691,6 +696,8 @@ Status ParseGuard(const std::string& text, Guard* out) {
       if (!d.ok()) return bad(d.status().message());
       g.stall = *d;
       g.stall_cause = cause;
+      if (has_cause && cause.empty())
+        return bad("a guard's stall cause must be rto, tlp, fast_recovery or zero_window");
       LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
       Status st = CheckGuard(g);
       if (!st.ok()) return bad(st.message());

@@ -202,6 +202,7 @@ def run_dict(m):
     d = plain(m)
     d["state"] = d.get("state", "SCENARIO_STATE_UNSPECIFIED").replace("SCENARIO_STATE_", "").lower()
     d.setdefault("id", 0)
+    d.setdefault("current_step", 0)  # proto3 leaves a zero out of plain()
     return d
 
 

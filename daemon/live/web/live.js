@@ -415,8 +415,9 @@ function guardText(g) {
   if (!g) return "";
   const p = [];
   if (u64(g.stall_ns)) {
-    const cause = typeof g.stall_cause === "string" && g.stall_cause.startsWith("STALL_CAUSE_")
-      ? " (" + g.stall_cause.slice(12).toLowerCase() + ")" : "";
+    const c = g.stall_cause;  // "STALL_CAUSE_RTO"; UNSPECIFIED: any
+    const cause = typeof c === "string" && c.startsWith("STALL_CAUSE_") && c !== "STALL_CAUSE_UNSPECIFIED"
+      ? " (" + c.slice(12).toLowerCase() + ")" : "";
     p.push("stall" + cause + " > " + fmtDuration(u64(g.stall_ns)));
   }
   if (u64(g.rtos_window_ns)) p.push("> " + (g.rtos || 0) + " RTOs in " + fmtDuration(u64(g.rtos_window_ns)));
