@@ -313,6 +313,7 @@ class Guards(GuardHelpers, DaemonTestCase):
 class Conditions(GuardHelpers, DaemonTestCase):
     """The conditions beyond a stall and RTOs: resets, the retransmit share, a watched port
     (ctest e2e_daemon_guard_conditions: run beside e2e_daemon_guard)."""
+    daemon_args = ("--http", "127.0.0.1:0")
 
     def peer(self, ns, *args):
         p = self.lab.popen(ns, [config.PY, "-c", PEER] + [str(a) for a in args], stdout=subprocess.PIPE)
@@ -453,7 +454,17 @@ class Conditions(GuardHelpers, DaemonTestCase):
         if config.LOSSCTL:
             out = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "get", str(r.id)]).out
             self.assertRegex(out, r"guard +stop on a stall > 300ms of port %d's flows\n" % PORT_HC, out)
-        measured("guard watch stop", reason=info.reason,
+        # The live page's rules table says what it watched and why it stopped.
+        b = Browser(lab, lab.a, width=1400, height=900)
+        b.open("http://127.0.0.1:%d/" % d.http_port)
+        row = "#rules tbody tr[data-rule-id='%d']" % r.id
+        text = b.wait(lambda: b.text(row), 20, "the rule's row")
+        b.driver.execute_script("document.getElementById('rules').scrollIntoView()")
+        shot = b.screenshot(artifact("live_guard_watch.png"))
+        self.assertIn("stopped (stall)", text)
+        self.assertIn("stop on stall > 300.0 ms of port %d's flows" % PORT_HC, text)
+        self.assertEqual(b.console_errors(), [])
+        measured("guard watch stop", reason=info.reason, row=text, screenshot=shot,
                  stop_after_limit_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1))
 
 
