@@ -90,10 +90,8 @@ std::string GuardStopInfo::Describe(const Guard& guard) const {
     char share[96];
     std::snprintf(share, sizeof(share), "%.2f %% (%u of %u) of the data segments it sent within ",
                   segs ? 100.0 * rtos / segs : 0.0, rtos, segs);
-    char limit[32];
-    std::snprintf(limit, sizeof(limit), "%.6g%%", guard.retrans * 100);
-    d += " resent " + std::string(share) + ms(crossed_ns, start_ns) + " (more than " + limit +
-         " in " + DurationText(guard.retrans_window) + ")";
+    d += " resent " + std::string(share) + ms(crossed_ns, start_ns) + " (more than " +
+         ShareText(guard.retrans) + " in " + DurationText(guard.retrans_window) + ")";
   } else
     d += count("'s RTO", "RTOs", guard.rtos, guard.rtos_window);
   d += "; the kernel stopped it " + ms(stopped_ns, crossed_ns) + " after that";

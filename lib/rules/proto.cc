@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <cmath>
+#include <utility>
 
 namespace lossd {
 
@@ -39,6 +40,18 @@ Schedule ScheduleFromProto(const v1::Schedule& in) {
   return s;
 }
 
+namespace {
+
+// A guard's stall causes (kGuardStallCauses) as lossd.v1 names them.
+constexpr std::pair<v1::StallCause, const char*> kGuardCauseNames[] = {
+    {v1::STALL_CAUSE_RTO, "rto"},
+    {v1::STALL_CAUSE_TLP, "tlp"},
+    {v1::STALL_CAUSE_FAST_RECOVERY, "fast_recovery"},
+    {v1::STALL_CAUSE_ZERO_WINDOW, "zero_window"},
+};
+
+}  // namespace
+
 Guard GuardFromProto(const v1::Guard& in) {
   auto ns = [](uint64_t v) {
     return std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX)));
@@ -55,16 +68,12 @@ Guard GuardFromProto(const v1::Guard& in) {
   g.retrans = std::isfinite(in.retrans()) ? in.retrans() : -1;  // refused by CheckGuard
   g.retrans_window = ns(in.retrans_window_ns());
   g.misbehaves = in.misbehaves();
-  switch (in.stall_cause()) {
-    case v1::STALL_CAUSE_UNSPECIFIED: break;
-    case v1::STALL_CAUSE_RTO: g.stall_cause = "rto"; break;
-    case v1::STALL_CAUSE_TLP: g.stall_cause = "tlp"; break;
-    case v1::STALL_CAUSE_FAST_RECOVERY: g.stall_cause = "fast_recovery"; break;
-    case v1::STALL_CAUSE_ZERO_WINDOW: g.stall_cause = "zero_window"; break;
-    default: g.stall_cause = v1::StallCause_Name(in.stall_cause());  // refused by CheckGuard
-  }
-  if (g.stall_cause.empty() && in.stall_cause() != v1::STALL_CAUSE_UNSPECIFIED)
+  if (in.stall_cause() != v1::STALL_CAUSE_UNSPECIFIED) {
+    // a cause a guard takes by its name; any other by its number (refused by CheckGuard)
     g.stall_cause = std::to_string(int(in.stall_cause()));
+    for (const auto& [cause, name] : kGuardCauseNames)
+      if (cause == in.stall_cause()) g.stall_cause = name;
+  }
   return g;
 }
 
@@ -81,10 +90,8 @@ void GuardToProto(const Guard& in, v1::Guard* out) {
   out->set_retrans(in.retrans);
   out->set_retrans_window_ns(static_cast<uint64_t>(in.retrans_window.count()));
   out->set_misbehaves(in.misbehaves);
-  if (in.stall_cause == "rto") out->set_stall_cause(v1::STALL_CAUSE_RTO);
-  if (in.stall_cause == "tlp") out->set_stall_cause(v1::STALL_CAUSE_TLP);
-  if (in.stall_cause == "fast_recovery") out->set_stall_cause(v1::STALL_CAUSE_FAST_RECOVERY);
-  if (in.stall_cause == "zero_window") out->set_stall_cause(v1::STALL_CAUSE_ZERO_WINDOW);
+  for (const auto& [cause, name] : kGuardCauseNames)
+    if (in.stall_cause == name) out->set_stall_cause(cause);
 }
 
 Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {

@@ -585,13 +585,13 @@ constexpr const char* kGuardExpected =
 // A share condition's rate: whole parts per million, below 100 % (the kernel's).
 constexpr double kMinGuardRetrans = 1e-6;
 
-std::string GuardRateText(double r) {
+}  // namespace
+
+std::string ShareText(double fraction) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6g%%", r * 100);
+  std::snprintf(buf, sizeof(buf), "%.6g%%", fraction * 100);
   return buf;
 }
-
-}  // namespace
 
 Status CheckGuard(const Guard& g) {
   if (g.stall.count()) LOSSD_RETURN_IF_ERROR(CheckGuardDuration("a guard's stall", g.stall));
@@ -763,7 +763,7 @@ std::string Guard::Text() const {
       t += (t.empty() ? "" : ",") + std::string(c.key) + ">" + std::to_string(this->*(c.n)) + "/" +
            DurationText(this->*(c.window));
   if (retrans_window.count())
-    t += (t.empty() ? "" : ",") + std::string("retrans>") + GuardRateText(retrans) + "/" +
+    t += (t.empty() ? "" : ",") + std::string("retrans>") + ShareText(retrans) + "/" +
          DurationText(retrans_window);
   if (misbehaves) t += (t.empty() ? "" : ",") + std::string("misbehaves");
   if (watch_port) t += (t.empty() ? "" : ",") + std::string("watch=") + std::to_string(watch_port);
@@ -780,7 +780,7 @@ std::string Guard::Describe() const {
       d += (d.empty() ? "" : " or ") + std::string("> ") + std::to_string(this->*(c.n)) + " " +
            c.plural + " in " + DurationText(this->*(c.window));
   if (retrans_window.count())
-    d += (d.empty() ? "" : " or ") + std::string("a flow resending > ") + GuardRateText(retrans) +
+    d += (d.empty() ? "" : " or ") + std::string("a flow resending > ") + ShareText(retrans) +
          " of its segments in " + DurationText(retrans_window);
   if (watch_port && !d.empty()) d += " of port " + std::to_string(watch_port) + "'s flows";
   if (misbehaves)

@@ -234,6 +234,8 @@ constexpr int64_t kMaxDurationSeconds = 30LL * 366 * 86400;  // 30 years
 // An exact spelling ParseDuration reads back: the largest unit that divides
 // it ("1500ms", "2m", "0s").
 std::string DurationText(std::chrono::nanoseconds d);
+// A fraction as a guard writes it: 0.05 -> "5%" (what ParseRate reads back).
+std::string ShareText(double fraction);
 // "p,r,1-h,1-k" as netem's gemodel (rates as above; r, 1-h, 1-k optional with
 // netem's defaults r = 1-p, 1-h = 1, 1-k = 0).
 Result<LossModel> ParseGilbertElliott(const std::string& text);

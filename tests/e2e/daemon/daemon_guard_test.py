@@ -116,6 +116,18 @@ class GuardHelpers:
         self.assertLessEqual(g.last_drop_mono_ns, g.stopped_mono_ns, "a drop after the stop: %s" % info)
         return info, g
 
+    def live_row(self, r, png):
+        """Rule r's row on the live page (the daemon runs with --http), scrolled into view and
+        saved as png; the page logged no error. Returns (its text, the screenshot's path)."""
+        b = Browser(self.lab, self.lab.a, width=1400, height=900)
+        b.open("http://127.0.0.1:%d/" % self.d.http_port)
+        row = "#rules tbody tr[data-rule-id='%d']" % r.id
+        text = b.wait(lambda: b.text(row), 20, "the rule's row")
+        b.driver.execute_script("document.getElementById('rules').scrollIntoView()")
+        shot = b.screenshot(artifact(png))
+        self.assertEqual(b.console_errors(), [])
+        return text, shot
+
     def blackhole_flow(self, nbytes, rate_mbit, rule_first=False, port=PORT, **rule):
         """A transfer A -> B and the rule on its data (rule_first: the rule before the flow
         connects, as per_segment needs: a socket takes its GSO size at connect)."""
@@ -192,15 +204,9 @@ class Guards(GuardHelpers, DaemonTestCase):
         samples = prom.parse(r_http.text())
         self.assertEqual(prom.one(samples, "lossd_rules", state="stopped"), 1)
         self.assertGreaterEqual(prom.one(samples, "lossd_guard_stops_total"), 1)
-        b = Browser(lab, lab.a, width=1400, height=900)
-        b.open("http://127.0.0.1:%d/" % d.http_port)
-        row = "#rules tbody tr[data-rule-id='%d']" % r.id
-        text = b.wait(lambda: b.text(row), 20, "the rule's row")
-        b.driver.execute_script("document.getElementById('rules').scrollIntoView()")
-        shot = b.screenshot(artifact("live_guard.png"))
+        text, shot = self.live_row(r, "live_guard.png")
         self.assertIn("stopped (stall)", text)
         self.assertIn("stop on stall > 500.0 ms", text)
-        self.assertEqual(b.console_errors(), [])
         measured("guard stall stop", stall_ms=round(st.duration_ns / 1e6, 3),
                  stop_after_limit_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1),
                  last_drop_before_stop_ms=round((g.stopped_mono_ns - g.last_drop_mono_ns) / 1e6, 3),
@@ -455,15 +461,9 @@ class Conditions(GuardHelpers, DaemonTestCase):
             out = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "get", str(r.id)]).out
             self.assertRegex(out, r"guard +stop on a stall > 300ms of port %d's flows\n" % PORT_HC, out)
         # The live page's rules table says what it watched and why it stopped.
-        b = Browser(lab, lab.a, width=1400, height=900)
-        b.open("http://127.0.0.1:%d/" % d.http_port)
-        row = "#rules tbody tr[data-rule-id='%d']" % r.id
-        text = b.wait(lambda: b.text(row), 20, "the rule's row")
-        b.driver.execute_script("document.getElementById('rules').scrollIntoView()")
-        shot = b.screenshot(artifact("live_guard_watch.png"))
+        text, shot = self.live_row(r, "live_guard_watch.png")
         self.assertIn("stopped (stall)", text)
         self.assertIn("stop on stall > 300.0 ms of port %d's flows" % PORT_HC, text)
-        self.assertEqual(b.console_errors(), [])
         measured("guard watch stop", reason=info.reason, row=text, screenshot=shot,
                  stop_after_limit_us=round((g.stopped_mono_ns - g.crossed_mono_ns) / 1e3, 1))
 
