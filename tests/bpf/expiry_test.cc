@@ -235,7 +235,9 @@ TEST_F(Expiry, PulseEndsAtItsLastWindowEvenWithAShortDormantPart) {
   ASSERT_TRUE(info.ok());
   const uint64_t end = info->schedule_start_mono_ns + 41000000;
   uint64_t after = 0, wrong = 0;
-  while (MonotonicNs() < end + 30000000) {
+  // 100 runs after the end, however slowly a loaded host lets this loop go (it had 38 in
+  // 30 ms once in CI): from then on every run must pass.
+  while (MonotonicNs() < end + 30000000 || (after < 100 && MonotonicNs() < end + 5000000000ull)) {
     uint64_t t0 = MonotonicNs();
     int verdict = Run(p, pkt);
     if (t0 >= end) {
