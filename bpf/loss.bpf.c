@@ -475,24 +475,18 @@ static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct 
 _Static_assert((LOSS_DROP_RANGES & (LOSS_DROP_RANGES - 1)) == 0, "ring index by mask");
 
 /*
- * Records a dropped TCP skb carrying payload in the flow's drop log: its
- * first sequence number (read again here, from the header the parser found:
- * nothing is read for packets that pass), payload bytes, wire segments, the
- * rule's id and the time. Anything in doubt records nothing (the drop
+ * Records a dropped (or corrupted) TCP skb carrying payload in the flow's drop
+ * log: its first sequence number (the parser's: an action may have changed
+ * the packet since, and its pointers with it), payload bytes, wire segments,
+ * the rule's id and the time. Anything in doubt records nothing (the drop
  * stands).
  */
 static __always_inline void log_drop(const struct pkt *p, const struct loss_rule *r, __u32 slot,
-				     struct loss_rule_stats *rs, void *base, void *end)
+				     struct loss_rule_stats *rs)
 {
 	if (p->l4proto != PROTO_TCP || !p->has_ports || !p->payload)
 		return;
-	__u32 off = p->l4off;
-	if (off > L4OFF_MAX)
-		return;
-	struct tcphdr *th = base + off;
-	if ((void *)(th + 1) > end)
-		return;
-	__u32 seq = bpf_ntohl(th->seq);
+	__u32 seq = p->tcp_seq;
 
 	struct loss_drop_key k = {
 		.sport = p->sport,
@@ -537,6 +531,196 @@ static __always_inline void log_drop(const struct pkt *p, const struct loss_rule
 	e->key = k;
 	e->range = d;
 	bpf_ringbuf_submit(e, 0);
+}
+
+/* ---- actions beside drop (tc only) ---------------------------------------- */
+
+#define CHECKSUM_NONE_ 0
+#define CHECKSUM_UNNECESSARY_ 1
+#define CHECKSUM_COMPLETE_ 2
+#define CHECKSUM_PARTIAL_ 3
+#define BPF_CSUM_LEVEL_RESET_ 3 /* bpf_csum_level: UNNECESSARY -> NONE */
+
+enum act_result {
+	ACT_DONE = 0,  /* changed or copied: the packet passes */
+	ACT_DROP = 1,  /* the action drops it (ECN: a non-ECT packet) */
+	ACT_NONE = 2,  /* could not act: it passes unchanged */
+};
+
+/* Flips bit `bit` (0-7) of the byte at off. */
+static __always_inline int flip_bit(struct __sk_buff *skb, __u32 off, __u32 bit, __u64 flags)
+{
+	__u8 b;
+	if (bpf_skb_load_bytes(skb, off, &b, 1))
+		return -1;
+	b ^= 1 << (bit & 7);
+	return bpf_skb_store_bytes(skb, off, &b, 1, flags) ? -1 : 0;
+}
+
+/* Where a flipped bit is covered by the L4 checksum, for each protocol: from
+ * this far into the L4 header (TCP past its ports, UDP its payload: a flipped
+ * length or port would be judged before the checksum). 0: none. */
+static __always_inline __u32 l4_flip_start(const struct pkt *p)
+{
+	if (!p->has_ports)
+		return p->l4proto == PROTO_ICMP || p->l4proto == PROTO_ICMPV6 ? 4 : 0;
+	return p->l4proto == PROTO_TCP ? 4 : p->l4proto == PROTO_UDP ? 8 : 0;
+}
+
+/*
+ * LOSS_ACTION_CORRUPT: one bit flipped where the receiving kernel's checksum
+ * check will find it, by the skb's checksum state (docs/architecture.md#corrupt):
+ *  NONE, COMPLETE: the L4 checksum in the packet (or skb->csum) is final; a
+ *   bit of the L4 segment flips and both are left stale.
+ *  UNNECESSARY (a device verified it): the same, then the skb says NONE, so
+ *   the stack checks again.
+ *  PARTIAL (the device finishes the L4 checksum later, over the flipped
+ *   bit; a veth peer never checks it): IPv4 and one segment: a bit of the IP
+ *   header's identification, its header checksum stale (every receiver checks
+ *   that); else nothing can be corrupted so that a receiver sees it
+ *   (segmentation rewrites each IP header; IPv6 has no header checksum).
+ * A UDP datagram over IPv4 without a checksum (0), or one with no payload, and
+ * other protocols: the IPv4 header's bit too.
+ */
+static __always_inline int act_corrupt(struct __sk_buff *skb, const struct pkt *p)
+{
+	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+	__u8 summed = BPF_CORE_READ_BITFIELD(kskb, ip_summed);
+	__u32 rnd = bpf_get_prandom_u32();
+	__u32 start = l4_flip_start(p);
+	int ip_header = summed == CHECKSUM_PARTIAL_ || !start || p->l4off + start >= skb->len;
+	if (!ip_header && p->l4proto == PROTO_UDP && p->family == 4) {
+		__u16 ucsum;
+		if (bpf_skb_load_bytes(skb, p->l4off + 6, &ucsum, 2) || !ucsum)
+			ip_header = 1;
+	}
+	if (ip_header) {
+		if (p->family != 4 || (summed == CHECKSUM_PARTIAL_ && skb->gso_segs > 1))
+			return ACT_NONE;
+		/* the identification's 16 bits (bytes 4-5 of the IPv4 header) */
+		if (flip_bit(skb, p->l3off + 4 + ((rnd >> 3) & 1), rnd, 0))
+			return ACT_NONE;
+		return ACT_DONE;
+	}
+	__u32 span = skb->len - p->l4off - start;
+	__u32 off = p->l4off + start + (rnd >> 3) % span;
+	if (flip_bit(skb, off, rnd, 0))
+		return ACT_NONE;
+	if (summed == CHECKSUM_UNNECESSARY_)
+		bpf_csum_level(skb, BPF_CSUM_LEVEL_RESET_);
+	return ACT_DONE;
+}
+
+/*
+ * LOSS_ACTION_CORRUPT_PAYLOAD: one bit of the TCP or UDP payload flipped, the
+ * checksum kept valid: PARTIAL, the device computes it over the new bytes;
+ * otherwise the checksum field changes by the same 16-bit word (the packet's
+ * sum, and a COMPLETE skb->csum, stay right; a UDP checksum 0 stays 0).
+ */
+static __always_inline int act_corrupt_payload(struct __sk_buff *skb, const struct pkt *p)
+{
+	if (!p->has_ports || !p->has_payload || p->l4off > L4OFF_MAX)
+		return ACT_NONE;
+	__u32 hdr;
+	if (p->l4proto == PROTO_TCP) {
+		__u8 doff;
+		if (bpf_skb_load_bytes(skb, p->l4off + 12, &doff, 1))
+			return ACT_NONE;
+		hdr = (doff >> 4) * 4;
+	} else {
+		hdr = 8;
+	}
+	__u32 from = p->l4off + hdr;
+	if (from >= skb->len)
+		return ACT_NONE;
+	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+	__u8 summed = BPF_CORE_READ_BITFIELD(kskb, ip_summed);
+	__u32 rnd = bpf_get_prandom_u32();
+	__u32 off = from + (rnd >> 3) % (skb->len - from);
+	/* the checksum's 16-bit word holding the byte: even offsets from the L4 header */
+	__u32 woff = off - ((off - p->l4off) & 1);
+	__be16 oldw, neww;
+	if (bpf_skb_load_bytes(skb, woff, &oldw, 2))
+		return ACT_NONE;
+	neww = oldw;
+	if (off == woff)
+		((__u8 *)&neww)[0] ^= 1 << (rnd & 7);
+	else
+		((__u8 *)&neww)[1] ^= 1 << (rnd & 7);
+	if (bpf_skb_store_bytes(skb, woff, &neww, 2, 0))
+		return ACT_NONE;
+	if (summed != CHECKSUM_PARTIAL_) {
+		__u32 csum_off = p->l4off + (p->l4proto == PROTO_TCP ? 16 : 6);
+		__u64 flags = 2 | (p->l4proto == PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0);
+		if (bpf_l4_csum_replace(skb, csum_off, oldw, neww, flags))
+			return ACT_NONE;
+	}
+	return ACT_DONE;
+}
+
+/*
+ * LOSS_ACTION_ECN and _PASS: ECT(0) or ECT(1) becomes CE (the IPv4 header
+ * checksum follows; IPv6 has none, and a COMPLETE skb->csum is kept right).
+ * A non-ECT packet is dropped (ECN) or passes (ECN_PASS); one already CE
+ * passes as it is.
+ */
+static __always_inline int act_ecn(struct __sk_buff *skb, const struct pkt *p, __u32 action)
+{
+	__u8 b[2];
+	if (bpf_skb_load_bytes(skb, p->l3off, b, 2))
+		return ACT_NONE;
+	__u8 ecn = p->family == 4 ? (b[1] & 3) : ((b[1] >> 4) & 3);
+	if (ecn == 0)
+		return action == LOSS_ACTION_ECN ? ACT_DROP : ACT_NONE;
+	if (ecn == 3)
+		return ACT_NONE;
+	if (p->family == 4) {
+		__be16 oldw, neww;
+		__builtin_memcpy(&oldw, b, 2);
+		b[1] |= 3;
+		__builtin_memcpy(&neww, b, 2);
+		if (bpf_skb_store_bytes(skb, p->l3off, b, 2, 0) ||
+		    bpf_l3_csum_replace(skb, p->l3off + 10, oldw, neww, 2))
+			return ACT_NONE;
+	} else {
+		b[1] |= 0x30;
+		if (bpf_skb_store_bytes(skb, p->l3off + 1, &b[1], 1, BPF_F_RECOMPUTE_CSUM))
+			return ACT_NONE;
+	}
+	return ACT_DONE;
+}
+
+/*
+ * LOSS_ACTION_DUPLICATE: a copy goes out (egress) or in (ingress) on the same
+ * device ahead of the packet. The copy meets a lossd tc program again
+ * (synchronously on egress, from the backlog on ingress): it carries
+ * LOSS_DUP_TC_INDEX, which that run clears, passing it undecided. A packet
+ * with a tc_index of its own is not copied (it could not be given back).
+ */
+static __always_inline int act_duplicate(struct __sk_buff *skb, const struct pkt *p)
+{
+	if (skb->tc_index)
+		return ACT_NONE;
+	skb->tc_index = LOSS_DUP_TC_INDEX;
+	long err = bpf_clone_redirect(skb, skb->ifindex, p->dir == LOSS_DIR_INGRESS ? BPF_F_INGRESS : 0);
+	skb->tc_index = 0;
+	return err ? ACT_NONE : ACT_DONE;
+}
+
+static __always_inline int act_tc(struct __sk_buff *skb, const struct pkt *p, __u32 action)
+{
+	switch (action) {
+	case LOSS_ACTION_CORRUPT:
+		return act_corrupt(skb, p);
+	case LOSS_ACTION_CORRUPT_PAYLOAD:
+		return act_corrupt_payload(skb, p);
+	case LOSS_ACTION_DUPLICATE:
+		return act_duplicate(skb, p);
+	case LOSS_ACTION_ECN:
+	case LOSS_ACTION_ECN_PASS:
+		return act_ecn(skb, p, action);
+	}
+	return ACT_NONE;
 }
 
 /* ---- the shared decision ------------------------------------------------ */
@@ -617,6 +801,17 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		hs->lease_expired++;
 		drop = 0;
 	}
+	/* The model picked it: a rule with another action than drop acts on it
+	 * (tc only: Validate keeps such rules off XDP and cgroup_skb). The ramp's
+	 * step counts what the model picked. */
+	int picked = drop, acted = 0;
+	if (drop && r->action != LOSS_ACTION_DROP) {
+		int res = ACT_NONE;
+		if (is_skb == CTX_TC)
+			res = act_tc(ctx, p, r->action);
+		drop = res == ACT_DROP;
+		acted = res == ACT_DONE;
+	}
 	if (rs) {
 		rs->matched_pkts++;
 		rs->matched_segs += p->segs;
@@ -625,6 +820,12 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 			rs->dropped_pkts++;
 			rs->dropped_segs += p->segs;
 			rs->dropped_bytes += p->len;
+		} else if (acted) {
+			rs->acted_pkts++;
+			rs->acted_segs += p->segs;
+			rs->acted_bytes += p->len;
+		} else if (picked) {
+			rs->unacted_pkts++;
 		}
 	}
 	if (step < LOSS_RAMP_STEPS) {
@@ -632,14 +833,20 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		if (st) {
 			st->matched_pkts[step]++;
 			st->matched_segs[step] += p->segs;
-			if (drop) {
+			if (picked) {
 				st->dropped_pkts[step]++;
 				st->dropped_segs[step] += p->segs;
 			}
 		}
 	}
-	if (drop) {
+	/* A corrupted packet is lost to its receiver like a dropped one: its
+	 * resend is linked the same way (the drop log; the guard's clock). */
+	int lost = drop || (acted && r->action == LOSS_ACTION_CORRUPT);
+	if (drop)
 		hs->dropped++;
+	else
+		hs->passed++;
+	if (lost) {
 		if (r->flags & LOSS_RULE_GUARDED) {
 			struct loss_guard *g = bpf_map_lookup_elem(&loss_guards, &slot);
 			if (g)
@@ -647,9 +854,7 @@ static __always_inline int loss_decide(void *ctx, struct cursor *c, __be16 l3pro
 		}
 		if (guard_all)
 			guard_all->last_drop_ns = bpf_ktime_get_ns();
-		log_drop(p, r, slot, rs, base, c->end);
-	} else {
-		hs->passed++;
+		log_drop(p, r, slot, rs);
 	}
 	return drop;
 }
@@ -675,6 +880,15 @@ int lossd_xdp(struct xdp_md *ctx)
  * network header; skb->protocol says which). l2: tc, else cgroup_skb. */
 static __always_inline int skb_run(struct __sk_buff *skb, const int hook, __u8 dir, const bool l2)
 {
+	if (l2 && skb->tc_index == LOSS_DUP_TC_INDEX) {
+		/* a duplicate's copy (act_duplicate): undecided, its tc_index given back */
+		skb->tc_index = 0;
+		__u32 hk = hook;
+		struct loss_hook_stats *hs = bpf_map_lookup_elem(&loss_hook_stats, &hk);
+		if (hs)
+			hs->copies++;
+		return 0;
+	}
 	void *data = (void *)(long)skb->data;
 	struct cursor c = {.pos = data, .end = (void *)(long)skb->data_end};
 	struct pkt p = {

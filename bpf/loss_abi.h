@@ -52,6 +52,33 @@ enum loss_model {
 	LOSS_MODEL_RAMP = 4,	  /* Bernoulli, its rate by step (loss_ramps) */
 };
 
+/*
+ * What a rule does to a packet its model picks (loss_rule.action;
+ * docs/architecture.md#impairments). Anything but DROP runs at tc only (it
+ * changes or copies the skb); a packet it cannot act on passes unchanged and
+ * is counted (loss_rule_stats.unacted_pkts).
+ */
+enum loss_action {
+	LOSS_ACTION_DROP = 0,
+	/* flip one bit where the receiver's checksum check finds it (by the skb's
+	 * checksum state), so the receiving kernel discards the packet */
+	LOSS_ACTION_CORRUPT = 1,
+	/* flip one bit of the L4 payload and keep every checksum valid: wrong
+	 * bytes delivered */
+	LOSS_ACTION_CORRUPT_PAYLOAD = 2,
+	/* send it twice: a copy (bpf_clone_redirect) goes ahead of it */
+	LOSS_ACTION_DUPLICATE = 3,
+	/* ECT(0)/ECT(1) -> CE; a non-ECT packet is dropped (netem's ecn) */
+	LOSS_ACTION_ECN = 4,
+	/* ECT -> CE; a non-ECT packet passes unchanged */
+	LOSS_ACTION_ECN_PASS = 5,
+	LOSS_ACTION_MAX = 6,
+};
+/* A duplicate's copy carries this in skb->tc_index (no qdisc of this kernel
+ * reads it) until a lossd tc program sees it again: that run passes it
+ * undecided and clears it (loss_hook_stats.copies). */
+#define LOSS_DUP_TC_INDEX 0x1055
+
 /* loss_rule.flags */
 #define LOSS_RULE_ACTIVE 0x1	/* slot holds a live rule */
 #define LOSS_RULE_SEEDED 0x2	/* per-flow PRNG seeded from loss_rule.seed */
@@ -113,8 +140,10 @@ struct loss_rule {
 	__u64 start_ns;
 	__u64 on_ns;
 	__u64 period_ns;
+	__u32 action; /* enum loss_action */
+	__u32 _pad_action;
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 192, "loss_rule layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 200, "loss_rule layout");
 
 /*
  * A bucket of rule slots sharing one anchor (a port, or a host address),
@@ -188,8 +217,18 @@ struct loss_rule_stats {
 	__u64 dropped_segs;
 	__u64 dropped_bytes;
 	__u64 logged_pkts; /* dropped TCP skbs with payload written to the drop log */
+	/* What the rule's action did to the packets its model picked (the rule's
+	 * action says which: corrupted, duplicated or marked CE); a drop is
+	 * counted as dropped (an ECN rule's non-ECT packets too). */
+	__u64 acted_pkts;
+	__u64 acted_segs;
+	__u64 acted_bytes;
+	/* picked, but the action could not apply: passed unchanged (a non-ECT
+	 * packet under ECN_PASS, one already CE, a checksum the device finishes
+	 * later that no receiver would check, a copy the kernel refused) */
+	__u64 unacted_pkts;
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_rule_stats) == 56, "loss_rule_stats layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_rule_stats) == 88, "loss_rule_stats layout");
 
 /* Per-hook counters (per-CPU). */
 struct loss_hook_stats {
@@ -199,8 +238,9 @@ struct loss_hook_stats {
 	__u64 unparsable;    /* truncated/malformed/non-linear: passed */
 	__u64 always_pass;   /* ARP and IPv6 neighbour discovery */
 	__u64 lease_expired; /* matched a dropping rule after the lease ran out */
+	__u64 copies;	     /* duplicates' copies seen again and passed undecided */
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_hook_stats) == 48, "loss_hook_stats layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_hook_stats) == 56, "loss_hook_stats layout");
 
 /* Key of per-rule per-flow model state. */
 struct loss_flow_key {

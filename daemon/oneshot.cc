@@ -207,7 +207,8 @@ void Report(const Injector& inj, uint32_t id, bool json, bool final,
                                 {"dropped", h.dropped},
                                 {"unparsable", h.unparsable},
                                 {"always_pass", h.always_pass},
-                                {"lease_expired", h.lease_expired}};
+                                {"lease_expired", h.lease_expired},
+                                {"copies", h.copies}};
     }
     j["hooks"] = std::move(hooks);
     Print(j);
@@ -219,7 +220,16 @@ void Report(const Injector& inj, uint32_t id, bool json, bool final,
              "rule %u: matched %llu pkts / %llu segs, dropped %llu pkts / %llu segs (%.4f%% of "
              "segments)",
              id, c.matched_pkts, c.matched_segs, c.dropped_pkts, c.dropped_segs, rate);
-    g_out.Line(line);
+    std::string text = line;
+    Action action = r->spec.action;
+    if (action != Action::kDrop) {
+      snprintf(line, sizeof(line), ", %s %llu pkts / %llu segs, %llu passed unchanged",
+               ActedName(action), static_cast<unsigned long long>(c.acted_pkts),
+               static_cast<unsigned long long>(c.acted_segs),
+               static_cast<unsigned long long>(c.unacted_pkts));
+      text += line;
+    }
+    g_out.Line(text);
   } else {
     g_out.Line("rule " + std::to_string(id) + ": " + r.status().message());
   }

@@ -60,8 +60,11 @@ struct pkt {
 	__u16 l4off;   /* offset of the L4 header from the start of the data */
 	__u8 stacked;  /* tc egress: a VLAN device above this one already saw it */
 	__u8 _pad2;
-	__u32 _pad3;
+	__u16 l3off;   /* offset of the IP header from the start of the data */
+	__u16 _pad3;
 	__u64 own_netns; /* tc: lossd's netns cookie (loss_config.netns_cookie) */
+	__u32 tcp_seq;	 /* TCP: the first sequence number, host order (the drop log's) */
+	__u32 _pad4;
 };
 
 struct cursor {
@@ -140,6 +143,7 @@ static __always_inline int parse_l4(struct cursor *c, struct pkt *p, __u32 l4len
 		p->sport = bpf_ntohs(th->source);
 		p->dport = bpf_ntohs(th->dest);
 		p->tcp_flags = ((__u8 *)th)[13];
+		p->tcp_seq = bpf_ntohl(th->seq);
 		p->has_ports = 1;
 	} else if (p->l4proto == PROTO_UDP) {
 		struct udphdr *uh = CURSOR_TAKE(c, struct udphdr);
@@ -249,6 +253,7 @@ static __always_inline int parse_l3(struct cursor *c, __be16 eth_proto, struct p
 
 	if (!c->pos)
 		return PARSE_BAD; /* truncated L2 header */
+	p->l3off = c->pos - base;
 	if (eth_proto == bpf_htons(ETH_P_IP))
 		ret = parse_ipv4(c, p, &l4len);
 	else if (eth_proto == bpf_htons(ETH_P_IPV6))

@@ -133,8 +133,9 @@ std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rule
     // architecture.md#measured-rate): each is dropped whole with the configured probability, so
     // its segments are not independent trials (a per-segment rule's skbs are one
     // segment each). The rate and its interval both count skbs.
-    e.measured = c.matched_pkts ? double(c.dropped_pkts) / double(c.matched_pkts) : 0;
-    WilsonInterval(c.dropped_pkts, c.matched_pkts, &e.ci_low, &e.ci_high);
+    // (Another action than drop: the packets its model picked.)
+    e.measured = c.matched_pkts ? double(c.picked_pkts()) / double(c.matched_pkts) : 0;
+    WilsonInterval(c.picked_pkts(), c.matched_pkts, &e.ci_low, &e.ci_high);
     e.configured_within_ci =
         e.configured >= 0 && e.ci_low <= e.configured && e.configured <= e.ci_high;
     // First-k and every-n-th drop by count: held against what the model drops of

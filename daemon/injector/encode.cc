@@ -103,6 +103,7 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
     r.on_ns = static_cast<uint64_t>(lm.RampSpan().count());
     r.period_ns = r.on_ns + 1;
   }
+  r.action = static_cast<uint32_t>(s.action);
   return r;
 }
 

@@ -143,7 +143,7 @@ bool Injector::MisbehavesLocked(uint32_t id, Rule& rule) {
   } else if (m.kind == LossModel::Kind::kBernoulli) {
     auto c = LiveCounters(rule);
     if (!c.ok()) return false;
-    judged.push_back({m.p, c->matched_pkts, c->dropped_pkts, "its"});
+    judged.push_back({m.p, c->matched_pkts, c->picked_pkts(), "its"});
   }
   for (const Judged& j : judged) {
     if (j.n < kMisbehaveMinMatched) continue;

@@ -23,6 +23,10 @@ RuleCounters Sum(const RuleCounters& a, const RuleCounters& b) {
   s.dropped_segs = a.dropped_segs + b.dropped_segs;
   s.dropped_bytes = a.dropped_bytes + b.dropped_bytes;
   s.logged_pkts = a.logged_pkts + b.logged_pkts;
+  s.acted_pkts = a.acted_pkts + b.acted_pkts;
+  s.acted_segs = a.acted_segs + b.acted_segs;
+  s.acted_bytes = a.acted_bytes + b.acted_bytes;
+  s.unacted_pkts = a.unacted_pkts + b.unacted_pkts;
   return s;
 }
 

@@ -19,6 +19,9 @@ namespace lossd {
 // The data plane's own counters (bpf/loss_abi.h), summed over CPUs.
 struct RuleCounters : loss_rule_stats {
   RuleCounters() : loss_rule_stats{} {}
+  // The packets the rule's model picked: dropped, acted on, or passed
+  // unacted (for a drop rule, its drops). What its rate is measured by.
+  uint64_t picked_pkts() const { return dropped_pkts + acted_pkts + unacted_pkts; }
 };
 RuleCounters Sum(const RuleCounters& a, const RuleCounters& b);
 

@@ -36,7 +36,9 @@ const char* ProgName(int hook) {
 Hook ChooseHook(const RuleSpec& spec) {
   if (spec.hook != Hook::kAuto) return spec.hook;
   if (NamesCgroup(spec)) return Hook::kCgroup;
-  if (spec.dir == Direction::kIngress && !IsVirtualInterface(spec.iface))
+  // XDP drops only: any other action changes or copies an skb (tc).
+  if (spec.dir == Direction::kIngress && spec.action == Action::kDrop &&
+      !IsVirtualInterface(spec.iface))
     return Hook::kXdp;  // physical NIC: drop before any skb exists
   return Hook::kTc;     // veth/virtual: tcx costs nothing measurable there
 }

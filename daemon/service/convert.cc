@@ -76,7 +76,7 @@ void RuleToProto(const RuleInfo& r, v1::Rule* out) {
   for (const auto& h : r.hooks) out->add_attachments(h);
   out->set_created_unix_ns(r.created_unix_ns);
   out->set_expires_unix_ns(r.expires_unix_ns);
-  CountersToProto(r.counters, out->mutable_counters());
+  CountersToProto(r.counters, r.spec.action, out->mutable_counters());
   out->set_hint(r.hint);
   out->set_schedule_start_mono_ns(r.schedule_start_mono_ns);
   out->set_schedule_start_unix_ns(r.schedule_start_unix_ns);
@@ -134,7 +134,7 @@ void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* o
     x->set_dropped_packets(e.expectation->dropped);
     x->set_flows(e.expectation->flows);
   }
-  CountersToProto(r.counters, out->mutable_counters());
+  CountersToProto(r.counters, r.spec.action, out->mutable_counters());
   for (int ty = 0; ty < OBS_RTX_MAX; ty++) {
     (*out->mutable_retransmitted_segments())[RtxTypeName(ty)] = e.caused.segs[ty];
     if (e.caused.resent_dropped[ty])
@@ -180,13 +180,34 @@ void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* o
   LimitsToProto(e.caused.limits, out->mutable_limit_ns());
 }
 
-void CountersToProto(const RuleCounters& c, v1::RuleCounters* out) {
+void CountersToProto(const RuleCounters& c, Action action, v1::RuleCounters* out) {
   out->set_matched_packets(c.matched_pkts);
   out->set_matched_segments(c.matched_segs);
   out->set_matched_bytes(c.matched_bytes);
   out->set_dropped_packets(c.dropped_pkts);
   out->set_dropped_segments(c.dropped_segs);
   out->set_dropped_bytes(c.dropped_bytes);
+  switch (action) {
+    case Action::kDrop: break;
+    case Action::kCorrupt:
+    case Action::kCorruptPayload:
+      out->set_corrupted_packets(c.acted_pkts);
+      out->set_corrupted_segments(c.acted_segs);
+      out->set_corrupted_bytes(c.acted_bytes);
+      break;
+    case Action::kDuplicate:
+      out->set_duplicated_packets(c.acted_pkts);
+      out->set_duplicated_segments(c.acted_segs);
+      out->set_duplicated_bytes(c.acted_bytes);
+      break;
+    case Action::kEcn:
+    case Action::kEcnPass:
+      out->set_marked_packets(c.acted_pkts);
+      out->set_marked_segments(c.acted_segs);
+      out->set_marked_bytes(c.acted_bytes);
+      break;
+  }
+  out->set_unacted_packets(c.unacted_pkts);
 }
 
 v1::RetransmitType TypeToProto(int t) {

@@ -27,7 +27,9 @@ grpc::Status ToGrpc(const Status& st);
 // Finishes a unary call with st (translated by ToGrpc).
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const Status& st);
 
-void CountersToProto(const RuleCounters& c, v1::RuleCounters* out);
+// The counters of a rule whose action is `action` (what it acted on is
+// counted under that action's name).
+void CountersToProto(const RuleCounters& c, Action action, v1::RuleCounters* out);
 void RuleToProto(const RuleInfo& r, v1::Rule* out);
 void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* out);
 void OwnerToProto(const CgroupOwner& o, v1::CgroupOwner* out);

@@ -98,6 +98,7 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
     r.model.kind = every ? LossModel::Kind::kEveryNth : LossModel::Kind::kFirstK;
     r.model.n = static_cast<uint32_t>(*n);
   }
+  LOSSD_RETURN_IF_ERROR(Set(name("action"), ParseAction(f.action), &r.action));
   if (!f.seed.empty()) {
     auto seed = ParseWholeNumber(f.seed, 0, UINT64_MAX, name("seed"));
     if (!seed.ok()) return seed.status();
@@ -180,6 +181,11 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
                   "Loss model: Bernoulli by steps RATE/DURATION,..., e.g. 0.1%/2s,1%/2s,5%/2s "
                   "(the data plane's clock; each step counted apart; the rule ends after the last)");
   app->add_option("--first", f->first, "Loss model: drop the first K packets of each flow");
+  app->add_option("--action", f->action,
+                  "What to do with the packets the model picks: drop (default) | corrupt (a "
+                  "flipped bit the receiver's checksum check discards) | corrupt-payload (wrong "
+                  "bytes, valid checksums) | duplicate | ecn (mark ECT packets CE, drop the "
+                  "others) | ecn-pass (mark ECT packets CE, pass the others); all but drop at tc");
   app->add_option("--seed", f->seed, "Same seed, same packets: same drops (per flow)");
   app->add_option("--priority", f->priority, "Highest wins among overlapping rules (0-1000000)");
   app->add_option("--ttl", f->ttl,
@@ -237,7 +243,8 @@ std::string* RuleFlagsField(RuleFlags* f, const std::string& name) {
       {"pulse", &RuleFlags::pulse},
       {"pulse_cycles", &RuleFlags::pulse_cycles},
       {"guard", &RuleFlags::guard},
-      {"ramp", &RuleFlags::ramp}};
+      {"ramp", &RuleFlags::ramp},
+      {"action", &RuleFlags::action}};
   for (const auto& [n, m] : kFields)
     if (name == n) return &(f->*m);
   return nullptr;

@@ -21,7 +21,7 @@ namespace lossd {
 struct RuleFlags {
   std::string iface, cgroup, pid, unit, container, pod, hook, dir, src, dst, sport, dport, proto,
       family, tcp_flags, payload, rate, ge, every, first, seed, priority, ttl, start_after, pulse,
-      pulse_cycles, guard, ramp;
+      pulse_cycles, guard, ramp, action;
   bool per_segment = false;
   bool reattach = false;
 };

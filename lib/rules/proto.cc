@@ -115,6 +115,15 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
     case v1::DIRECTION_BOTH: s.dir = Direction::kBoth; break;
     default: return InvalidArgument("direction: unknown value " + std::to_string(in.direction()));
   }
+  switch (in.action()) {
+    case v1::ACTION_DROP: s.action = Action::kDrop; break;
+    case v1::ACTION_CORRUPT: s.action = Action::kCorrupt; break;
+    case v1::ACTION_CORRUPT_PAYLOAD: s.action = Action::kCorruptPayload; break;
+    case v1::ACTION_DUPLICATE: s.action = Action::kDuplicate; break;
+    case v1::ACTION_ECN: s.action = Action::kEcn; break;
+    case v1::ACTION_ECN_PASS: s.action = Action::kEcnPass; break;
+    default: return InvalidArgument("action: unknown value " + std::to_string(in.action()));
+  }
   const v1::Match& m = in.match();
   if (!m.src().empty()) {
     auto c = ParseCidr(m.src());
@@ -219,6 +228,7 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
   out->set_direction(s.dir == Direction::kEgress ? v1::DIRECTION_EGRESS
                      : s.dir == Direction::kBoth ? v1::DIRECTION_BOTH
                                                  : v1::DIRECTION_INGRESS);
+  out->set_action(static_cast<v1::Action>(s.action));
   v1::Match* m = out->mutable_match();
   if (s.src) m->set_src(s.src->ToString());
   if (s.dst) m->set_dst(s.dst->ToString());

@@ -449,6 +449,21 @@ Result<int> ParsePayload(const std::string& text) {
   return Choose(text, "payload", "PAYLOAD_", "any, only or none", kTable);
 }
 
+Result<Action> ParseAction(const std::string& text) {
+  static const std::pair<const char*, Action> kTable[] = {
+      {"", Action::kDrop},
+      {"drop", Action::kDrop},
+      {"corrupt", Action::kCorrupt},
+      {"corrupt-payload", Action::kCorruptPayload},
+      {"corrupt_payload", Action::kCorruptPayload},
+      {"duplicate", Action::kDuplicate},
+      {"ecn", Action::kEcn},
+      {"ecn-pass", Action::kEcnPass},
+      {"ecn_pass", Action::kEcnPass}};
+  return Choose(text, "action", "ACTION_",
+                "drop, corrupt, corrupt-payload, duplicate, ecn or ecn-pass", kTable);
+}
+
 Result<int> ParseFamily(const std::string& text) {
   static const std::pair<const char*, int> kTable[] = {{"", 0},  {"any", 0},  {"0", 0},
                                                        {"4", 4}, {"ipv4", 4}, {"inet", 4},
@@ -473,6 +488,30 @@ const char* PayloadName(int payload) {
     case LOSS_PAYLOAD_NONE: return "none";
     default: return "any";
   }
+}
+
+const char* ActionName(Action action) {
+  switch (action) {
+    case Action::kDrop: return "drop";
+    case Action::kCorrupt: return "corrupt";
+    case Action::kCorruptPayload: return "corrupt-payload";
+    case Action::kDuplicate: return "duplicate";
+    case Action::kEcn: return "ecn";
+    case Action::kEcnPass: return "ecn-pass";
+  }
+  return "drop";
+}
+
+const char* ActedName(Action action) {
+  switch (action) {
+    case Action::kDrop: return "dropped";
+    case Action::kCorrupt:
+    case Action::kCorruptPayload: return "corrupted";
+    case Action::kDuplicate: return "duplicated";
+    case Action::kEcn:
+    case Action::kEcnPass: return "marked";
+  }
+  return "dropped";
 }
 
 const char* HookName(Hook hook) {
@@ -857,6 +896,17 @@ Status Validate(const RuleSpec& s) {
   if (s.hook == Hook::kXdp && NamesCgroup(s))
     return InvalidArgument(
         "XDP runs before any socket exists: a cgroup match needs hook tc or cgroup");
+  if (s.action != Action::kDrop) {
+    std::string a = std::string("action ") + ActionName(s.action);
+    if (s.hook == Hook::kXdp)
+      return InvalidArgument(a + " changes or copies the packet, which XDP cannot here (a frame "
+                                 "the device already checked, no copy): use hook tc (or auto)");
+    if (NamesCgroup(s) && s.dir != Direction::kEgress)
+      return InvalidArgument(
+          a + " needs tc, and a cgroup target's ingress is decided by a cgroup_skb program, "
+              "which cannot change or copy packets: use --dir egress for the cgroup, or a rule on "
+              "the interface its traffic arrives by");
+  }
   if (s.per_segment && s.iface.empty() && s.dir != Direction::kEgress)
     return InvalidArgument(
         "per-segment loss for a cgroup target is for its egress (its devices are made "

@@ -24,6 +24,18 @@ enum class Hook { kAuto, kXdp, kTc, kCgroup };
 
 enum class Direction { kIngress, kEgress, kBoth };
 
+// What a rule does to the packets its model picks (enum loss_action; docs/
+// architecture.md#impairments). All but kDrop change or copy the packet, which
+// only tc can: they run at tc on an interface or a cgroup target's egress.
+enum class Action {
+  kDrop = LOSS_ACTION_DROP,
+  kCorrupt = LOSS_ACTION_CORRUPT,                 // the receiver's checksum check discards it
+  kCorruptPayload = LOSS_ACTION_CORRUPT_PAYLOAD,  // wrong bytes, valid checksums
+  kDuplicate = LOSS_ACTION_DUPLICATE,             // sent twice
+  kEcn = LOSS_ACTION_ECN,                         // ECT marked CE, non-ECT dropped
+  kEcnPass = LOSS_ACTION_ECN_PASS,                // ECT marked CE, non-ECT passes
+};
+
 struct Cidr {
   int family = 0;                  // 4 or 6
   std::array<uint8_t, 16> addr{};  // network byte order; IPv4 in [0..3]
@@ -170,8 +182,9 @@ struct RuleSpec {
   uint8_t tcp_flags_mask = 0, tcp_flags_value = 0;
   int payload = LOSS_PAYLOAD_ANY;
   int family = 0;  // 0 any, 4, 6 (implied by addresses)
-  // Loss.
+  // Loss: which packets the model picks, and what the action does to them.
   LossModel model;
+  Action action = Action::kDrop;
   std::optional<uint64_t> seed;
   uint32_t priority = 0;
   std::chrono::nanoseconds ttl{0};  // 0 = no expiry
@@ -259,6 +272,8 @@ Status ParseGuard(const std::string& text, Guard* out);
 Result<Hook> ParseHook(const std::string& text);            // auto xdp tc cgroup
 Result<Direction> ParseDirection(const std::string& text);  // ingress (in) egress (out) both
 Result<int> ParsePayload(const std::string& text);          // any only none: LOSS_PAYLOAD_*
+// drop corrupt corrupt-payload duplicate ecn ecn-pass ('_' for '-', "ACTION_" prefix)
+Result<Action> ParseAction(const std::string& text);
 Result<int> ParseFamily(
     const std::string& text);  // 4 (ipv4, inet) 6 (ipv6, inet6) any (0): 0, 4, 6
 
@@ -275,6 +290,10 @@ std::string TrimSpace(const std::string& s);
 const char* HookName(Hook hook);
 const char* DirectionName(Direction dir);
 const char* PayloadName(int payload);  // "any", "only", "none"
+const char* ActionName(Action action);  // "drop", "corrupt", "corrupt-payload", ...
+// What the action's count of packets is called: "corrupted", "duplicated",
+// "marked" ("dropped" for kDrop).
+const char* ActedName(Action action);
 
 // The rule targets a cgroup: a path, or a service resolved to one.
 inline bool NamesCgroup(const RuleSpec& s) {
