@@ -97,6 +97,14 @@ struct {
 	__type(value, struct loss_ramp_stats);
 } loss_ramp_stats SEC(".maps");
 
+/* Policing rules' buckets, by slot (loss_abi.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LOSS_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct loss_policer);
+} loss_policers SEC(".maps");
+
 /* A flow's first log entry is built here: too large for the stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -400,6 +408,41 @@ static __always_inline __u32 ramp_step(const struct loss_rule *r, __u32 slot, __
 	return last;
 }
 
+/*
+ * A policer: 1 (picked) when the rule's bucket holds fewer tokens than the
+ * packet's bits, else it takes them. The bucket fills at the rule's rate from
+ * the last packet's time, up to its capacity; a new rule in the slot (another
+ * generation) finds it full. One lock per rule: every CPU's packets draw on
+ * the same bucket, as on one link.
+ */
+static __always_inline int police(const struct loss_rule *r, __u32 slot, const struct pkt *p)
+{
+	struct loss_policer *b = bpf_map_lookup_elem(&loss_policers, &slot);
+	if (!b)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cost = (__u64)p->len * 8000000000ULL;
+	int over;
+	bpf_spin_lock(&b->lock);
+	if (b->generation != r->generation) {
+		b->generation = r->generation;
+		b->tokens = r->r;
+		b->last_ns = now;
+	}
+	if (now > b->last_ns) {
+		__u64 dt = now - b->last_ns;
+		/* below fill_ns, dt * rate < capacity: no overflow */
+		__u64 add = dt >= r->bad_loss ? r->r : dt * r->p;
+		b->tokens = add >= r->r - b->tokens ? r->r : b->tokens + add;
+		b->last_ns = now;
+	}
+	over = cost > b->tokens;
+	if (!over)
+		b->tokens -= cost;
+	bpf_spin_unlock(&b->lock);
+	return over;
+}
+
 /* Returns 1 to drop; a ramp's step in *step (else LOSS_RAMP_STEPS). */
 static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct pkt *p, __u32 *step)
 {
@@ -410,6 +453,8 @@ static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct 
 		if (*step >= LOSS_RAMP_STEPS)
 			return 0;
 	}
+	if (r->model == LOSS_MODEL_POLICE)
+		return police(r, slot, p);
 	if ((r->model == LOSS_MODEL_BERNOULLI || r->model == LOSS_MODEL_RAMP) &&
 	    !(r->flags & LOSS_RULE_SEEDED)) {
 		if (thr == 0)
@@ -448,6 +493,42 @@ static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct 
 		return r->n && count % r->n == 0;
 	case LOSS_MODEL_FIRST:
 		return count <= r->n;
+	case LOSS_MODEL_MARKOV4: {
+		/* One transition per packet (one draw); the packet is lost when
+		 * the state it enters is 3 (burst loss) or 4 (isolated loss). */
+		__u64 u = draw(r, st);
+		switch (st->bad) {
+		case 0: /* 1: receiving in a gap */
+			if (u < r->q) {
+				st->bad = 3;
+				return 1;
+			}
+			if (u < r->q + r->p) {
+				st->bad = 2;
+				return 1;
+			}
+			return 0;
+		case 1: /* 2: receiving in a burst */
+			if (u < r->good_loss) {
+				st->bad = 2;
+				return 1;
+			}
+			return 0;
+		case 2: /* 3: losing in a burst */
+			if (u < r->r) {
+				st->bad = 0;
+				return 0;
+			}
+			if (u < r->r + r->bad_loss) {
+				st->bad = 1;
+				return 0;
+			}
+			return 1;
+		default: /* 4: an isolated loss, then back to 1 */
+			st->bad = 0;
+			return 0;
+		}
+	}
 	case LOSS_MODEL_GE: {
 		/* netem gemodel: the loss draw uses the state the packet found,
 		 * then the state may change. */
@@ -559,12 +640,22 @@ static __always_inline int flip_bit(struct __sk_buff *skb, __u32 off, __u32 bit,
 
 /* Where a flipped bit is covered by the L4 checksum, for each protocol: from
  * this far into the L4 header (TCP past its ports, UDP its payload: a flipped
- * length or port would be judged before the checksum). 0: none. */
+ * length or port would be judged before the checksum). 0: none (a later
+ * fragment has no L4 header: the parser left l4off 0). */
 static __always_inline __u32 l4_flip_start(const struct pkt *p)
 {
+	if (!p->l4off)
+		return 0;
 	if (!p->has_ports)
 		return p->l4proto == PROTO_ICMP || p->l4proto == PROTO_ICMPV6 ? 4 : 0;
 	return p->l4proto == PROTO_TCP ? 4 : p->l4proto == PROTO_UDP ? 8 : 0;
+}
+
+/* The end of the IP datagram in the skb: its length field's, never past the
+ * data (a short frame's link padding is no part of it). */
+static __always_inline __u32 datagram_end(struct __sk_buff *skb, const struct pkt *p)
+{
+	return p->ip_end && p->ip_end < skb->len ? p->ip_end : skb->len;
 }
 
 /*
@@ -588,7 +679,12 @@ static __always_inline int act_corrupt(struct __sk_buff *skb, const struct pkt *
 	__u8 summed = BPF_CORE_READ_BITFIELD(kskb, ip_summed);
 	__u32 rnd = bpf_get_prandom_u32();
 	__u32 start = l4_flip_start(p);
-	int ip_header = summed == CHECKSUM_PARTIAL_ || !start || p->l4off + start >= skb->len;
+	__u32 end = datagram_end(skb, p);
+	/* COMPLETE: skb->csum follows the flipped bit, so the packet's own
+	 * checksum no longer matches it (left alone it would still vouch for the
+	 * old bytes, and the check would pass) */
+	__u64 flags = summed == CHECKSUM_COMPLETE_ ? BPF_F_RECOMPUTE_CSUM : 0;
+	int ip_header = summed == CHECKSUM_PARTIAL_ || !start || p->l4off + start >= end;
 	if (!ip_header && p->l4proto == PROTO_UDP && p->family == 4) {
 		__u16 ucsum;
 		if (bpf_skb_load_bytes(skb, p->l4off + 6, &ucsum, 2) || !ucsum)
@@ -598,13 +694,13 @@ static __always_inline int act_corrupt(struct __sk_buff *skb, const struct pkt *
 		if (p->family != 4 || (summed == CHECKSUM_PARTIAL_ && skb->gso_segs > 1))
 			return ACT_NONE;
 		/* the identification's 16 bits (bytes 4-5 of the IPv4 header) */
-		if (flip_bit(skb, p->l3off + 4 + ((rnd >> 3) & 1), rnd, 0))
+		if (flip_bit(skb, p->l3off + 4 + ((rnd >> 3) & 1), rnd, flags))
 			return ACT_NONE;
 		return ACT_DONE;
 	}
-	__u32 span = skb->len - p->l4off - start;
+	__u32 span = end - p->l4off - start;
 	__u32 off = p->l4off + start + (rnd >> 3) % span;
-	if (flip_bit(skb, off, rnd, 0))
+	if (flip_bit(skb, off, rnd, flags))
 		return ACT_NONE;
 	if (summed == CHECKSUM_UNNECESSARY_)
 		bpf_csum_level(skb, BPF_CSUM_LEVEL_RESET_);
@@ -631,23 +727,26 @@ static __always_inline int act_corrupt_payload(struct __sk_buff *skb, const stru
 		hdr = 8;
 	}
 	__u32 from = p->l4off + hdr;
-	if (from >= skb->len)
+	__u32 end = datagram_end(skb, p);
+	if (from >= end)
 		return ACT_NONE;
 	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
 	__u8 summed = BPF_CORE_READ_BITFIELD(kskb, ip_summed);
 	__u32 rnd = bpf_get_prandom_u32();
-	__u32 off = from + (rnd >> 3) % (skb->len - from);
-	/* the checksum's 16-bit word holding the byte: even offsets from the L4 header */
+	__u32 off = from + (rnd >> 3) % (end - from);
+	/* the checksum's 16-bit word holding the byte: even offsets from the L4
+	 * header; an odd segment's last byte is a word padded with a zero */
 	__u32 woff = off - ((off - p->l4off) & 1);
-	__be16 oldw, neww;
-	if (bpf_skb_load_bytes(skb, woff, &oldw, 2))
+	__u32 wlen = woff + 2 <= end ? 2 : 1;
+	__be16 oldw = 0, neww;
+	if (bpf_skb_load_bytes(skb, woff, &oldw, wlen))
 		return ACT_NONE;
 	neww = oldw;
 	if (off == woff)
 		((__u8 *)&neww)[0] ^= 1 << (rnd & 7);
 	else
 		((__u8 *)&neww)[1] ^= 1 << (rnd & 7);
-	if (bpf_skb_store_bytes(skb, woff, &neww, 2, 0))
+	if (bpf_skb_store_bytes(skb, woff, &neww, wlen, 0))
 		return ACT_NONE;
 	if (summed != CHECKSUM_PARTIAL_) {
 		__u32 csum_off = p->l4off + (p->l4proto == PROTO_TCP ? 16 : 6);

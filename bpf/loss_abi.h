@@ -11,6 +11,7 @@
 #define LOSSD_LOSS_ABI_H
 
 #ifndef __VMLINUX_H__
+#include <linux/bpf.h> /* struct bpf_spin_lock */
 #include <linux/types.h>
 #endif
 
@@ -50,6 +51,11 @@ enum loss_model {
 	LOSS_MODEL_NTH = 2,	  /* drop every n-th packet of each flow */
 	LOSS_MODEL_FIRST = 3,	  /* drop the first k packets of each flow */
 	LOSS_MODEL_RAMP = 4,	  /* Bernoulli, its rate by step (loss_ramps) */
+	LOSS_MODEL_MARKOV4 = 5,	  /* netem's 4-state loss: p p13, r p31, bad_loss p32,
+				   * good_loss p23, q p14 (flow state: 0..3 = states 1..4) */
+	LOSS_MODEL_POLICE = 6,	  /* a token bucket (loss_policers): p the rate in bits/s,
+				   * r the capacity and bad_loss the ns it takes to fill
+				   * from empty; tokens in 1e-9 bits */
 };
 
 /*
@@ -142,8 +148,9 @@ struct loss_rule {
 	__u64 period_ns;
 	__u32 action; /* enum loss_action */
 	__u32 _pad_action;
+	__u64 q; /* MARKOV4: p14's threshold */
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 200, "loss_rule layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_rule) == 208, "loss_rule layout");
 
 /*
  * A bucket of rule slots sharing one anchor (a port, or a host address),
@@ -207,6 +214,15 @@ struct loss_config {
 	__u32 _pad;
 };
 LOSS_STATIC_ASSERT(sizeof(struct loss_config) == 296, "loss_config layout");
+
+/* A policing rule's bucket, keyed by its slot (an array: the entry of a slot
+ * whose generation differs is a former rule's, and starts full again). */
+struct loss_policer {
+	struct bpf_spin_lock lock;
+	__u32 generation;
+	__u64 tokens;  /* 1e-9 bits */
+	__u64 last_ns; /* bpf_ktime_get_ns when tokens was last filled */
+};
 
 /* Per-rule counters (per-CPU; the reader sums). */
 struct loss_rule_stats {

@@ -1396,7 +1396,13 @@ int BPF_PROG(obs_cong_state, struct sock *sk, const u8 ca_state)
 	if (old < OBS_CA_STATES && now > f->ca_since_ns)
 		f->ca_time_ns[old] += now - f->ca_since_ns;
 	f->ca_since_ns = now;
-	f->ca_state = ca_state < OBS_CA_STATES ? ca_state : 0;
+	__u32 st = ca_state < OBS_CA_STATES ? ca_state : 0;
+	f->ca_state = st;
+	if (st != old) {
+		/* the compiler knows st < 5 and would drop a bound the verifier needs */
+		asm volatile("" : "+r"(st));
+		f->ca_entries[st & 7]++;
+	}
 	f->updated_ns = now;
 	return 0;
 }

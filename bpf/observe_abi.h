@@ -250,8 +250,11 @@ struct obs_flow {
 	/* resent segments the peer reported arriving twice (D-SACK, RFC 2883):
 	 * needless resends, as the kernel counts them (TcpExtTCPDSACKRecvSegs) */
 	__u32 dsack_segs;
+	/* times it entered each congestion state (CWR: its answer to an ECN echo
+	 * or a local congestion signal) */
+	__u32 ca_entries[8]; /* [0, OBS_CA_STATES) used: 8 to index by a mask */
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 416, "obs_flow layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 448, "obs_flow layout");
 
 #define OBS_SAMPLE_BUSY 1u /* chrono type BUSY (not rwnd/sndbuf limited) */
 #define OBS_SAMPLE_CWND 2u /* tcp_sock.is_cwnd_limited */
@@ -339,7 +342,7 @@ struct obs_close_event {
 	struct obs_flow flow;
 	__u64 closed_ns;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 600, "obs_close_event layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 632, "obs_close_event layout");
 
 /*
  * Kernel-side filters: a socket is observed when there are no filters, or

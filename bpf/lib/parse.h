@@ -64,7 +64,8 @@ struct pkt {
 	__u16 _pad3;
 	__u64 own_netns; /* tc: lossd's netns cookie (loss_config.netns_cookie) */
 	__u32 tcp_seq;	 /* TCP: the first sequence number, host order (the drop log's) */
-	__u32 _pad4;
+	__u32 ip_end;	 /* offset of the IP datagram's end (its length field); 0: not given
+			  * (a GSO packet): the data's end. Past it: link padding. */
 };
 
 struct cursor {
@@ -183,6 +184,7 @@ static __always_inline int parse_ipv4(struct cursor *c, struct pkt *p, __u32 *l4
 	if (tot && tot < hl)
 		return PARSE_BAD;
 	*l4len = tot ? tot - hl : 0;
+	p->ip_end = tot ? p->l3off + tot : 0;
 	p->family = 4;
 	p->l4proto = ip->protocol;
 	p->saddr[0] = ip->saddr;
@@ -203,6 +205,7 @@ static __always_inline int parse_ipv6(struct cursor *c, struct pkt *p, __u32 *l4
 	int later_fragment = 0;
 
 	p->family = 6;
+	p->ip_end = plen ? p->l3off + sizeof(*ip6) + plen : 0;
 	__builtin_memcpy(p->saddr, &ip6->saddr, 16);
 	__builtin_memcpy(p->daddr, &ip6->daddr, 16);
 #pragma unroll

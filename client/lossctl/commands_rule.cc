@@ -52,6 +52,26 @@ std::string DropShare(uint64_t dropped, uint64_t matched) {
   return FormatRate(static_cast<double>(dropped) / static_cast<double>(matched));
 }
 
+// What a rule's action did, under the action's name ("corrupted", ...).
+struct Acted {
+  const char* name;
+  uint64_t pkts, segs, bytes;
+};
+Acted ActedOf(v1::Action action, const v1::RuleCounters& c) {
+  switch (action) {
+    case v1::ACTION_CORRUPT:
+    case v1::ACTION_CORRUPT_PAYLOAD:
+      return {"corrupted", c.corrupted_packets(), c.corrupted_segments(), c.corrupted_bytes()};
+    case v1::ACTION_DUPLICATE:
+      return {"duplicated", c.duplicated_packets(), c.duplicated_segments(),
+              c.duplicated_bytes()};
+    case v1::ACTION_ECN:
+    case v1::ACTION_ECN_PASS:
+      return {"marked", c.marked_packets(), c.marked_segments(), c.marked_bytes()};
+    default: return {"dropped", c.dropped_packets(), c.dropped_segments(), c.dropped_bytes()};
+  }
+}
+
 // "eth0 ingress via tc"
 std::string Where(const v1::Rule& r) {
   const v1::RuleSpec& s = r.spec();
@@ -66,7 +86,7 @@ void PrintRuleLine(const v1::Rule& r, const char* verb) {
   std::string schedule = lossd::ScheduleFromProto(s.schedule()).Describe();
   std::string guard = lossd::GuardFromProto(s.guard()).Describe();
   printf("rule %u %s: %s, %s, loss %s%s%s%s\n", r.id(), verb, Where(r).c_str(),
-         MatchSummary(s.match()).c_str(), LossSummary(s.loss()).c_str(),
+         MatchSummary(s.match()).c_str(), ImpairmentSummary(s).c_str(),
          schedule.empty() ? "" : (", " + schedule).c_str(),
          guard.empty() ? "" : (", " + guard).c_str(), ttl.c_str());
   for (const auto& a : r.attachments()) printf("  attached: %s\n", a.c_str());
@@ -90,7 +110,7 @@ void PrintRuleDetail(const v1::Rule& r) {
   if (!r.cgroup().empty())
     KeyValue("cgroup", r.cgroup() + " (id " + std::to_string(r.cgroup_id()) + ")");
   KeyValue("match", MatchSummary(s.match()));
-  KeyValue("loss", LossSummary(s.loss()));
+  KeyValue("loss", ImpairmentSummary(s));
   std::string schedule = lossd::ScheduleFromProto(s.schedule()).Describe();
   if (!schedule.empty())
     KeyValue("schedule", schedule + ", from " + FormatUnixTime(r.schedule_start_unix_ns()));
@@ -118,6 +138,23 @@ void PrintRuleDetail(const v1::Rule& r) {
                           FormatBytes(c.dropped_bytes()) + " (" +
                           DropShare(c.dropped_packets(), c.matched_packets()) +
                           " of packets: one decision each)");
+  if (s.action() != v1::ACTION_DROP) {
+    const Acted a = ActedOf(s.action(), c);
+    KeyValue(a.name, std::to_string(a.pkts) + " pkts, " + std::to_string(a.segs) + " segs, " +
+                         FormatBytes(a.bytes) + " (" + DropShare(a.pkts, c.matched_packets()) +
+                         " of packets)");
+    KeyValue("unchanged", std::to_string(c.unacted_packets()) +
+                              " pkts its model picked that the action could not apply to "
+                              "(passed as they were)");
+  }
+}
+
+// The DROPPED cell: the drops, and what another action did ("12 +1036 marked").
+std::string DroppedCell(const v1::RuleSpec& s, const v1::RuleCounters& c) {
+  std::string out = std::to_string(c.dropped_packets());
+  if (s.action() == v1::ACTION_DROP) return out;
+  const Acted a = ActedOf(s.action(), c);
+  return out + " +" + std::to_string(a.pkts) + " " + a.name;
 }
 
 void PrintRuleTable(const google::protobuf::RepeatedPtrField<v1::Rule>& rules) {
@@ -129,8 +166,8 @@ void PrintRuleTable(const google::protobuf::RepeatedPtrField<v1::Rule>& rules) {
     const auto& c = r.counters();
     t.AddRow({std::to_string(r.id()), RuleStateName(r.state()), TargetSummary(r),
               DirectionName(s.direction()), HookName(s.hook()), MatchSummary(s.match()),
-              LossSummary(s.loss()), std::to_string(s.priority()), ExpiresText(r),
-              std::to_string(c.matched_packets()), std::to_string(c.dropped_packets()),
+              ImpairmentSummary(s), std::to_string(s.priority()), ExpiresText(r),
+              std::to_string(c.matched_packets()), DroppedCell(s, c),
               DropShare(c.dropped_packets(), c.matched_packets()), FormatBytes(c.matched_bytes()),
               LabelsSummary(s.labels())});
   }
@@ -391,6 +428,9 @@ int Effect(const Globals& g, const std::string& id_text) {
                 none ? "(no packet)" : st.configured_within_ci() ? "ok" : "OUTSIDE"});
     }
     for (const auto& line : t.Lines()) printf("    %s\n", line.c_str());
+  } else if (e.configured_rate() < 0) {  // a policer: what it picks follows from the traffic
+    KeyValue("configured", "a policer (no rate: what it picks follows from the traffic)");
+    KeyValue("measured", FormatRate(e.measured_rate()) + " of packets picked");
   } else {  // over packets, the trial unit (docs/architecture.md#measured-rate)
     KeyValue("configured", FormatRate(e.configured_rate()));
     KeyValue("measured", FormatRate(e.measured_rate()) + " of packets  99.9% CI " +

@@ -291,11 +291,39 @@ std::string LossSummary(const v1::LossModel& l) {
         out += (out == "ramp" ? " " : ",") + FormatRate(st.rate()) + "/" +
                FormatDuration(st.duration_ns());
       break;
+    case v1::LossModel::kMarkov: {
+      const auto& m = l.markov();
+      out = "markov " + FormatRate(m.p13()) + "," + FormatRate(m.p31()) + "," +
+            FormatRate(m.p32()) + "," + FormatRate(m.p23()) + "," + FormatRate(m.p14());
+      break;
+    }
+    case v1::LossModel::kPolice:
+      out = "police " + lossd::BitRateText(l.police().rate_bps()) + "," +
+            lossd::ByteSizeText(l.police().burst_bytes());
+      break;
     default: out = "none"; break;
   }
   if (l.has_seed()) out += " seed " + std::to_string(l.seed());
   return out;
 }
+
+const char* ActionName(v1::Action a) {
+  switch (a) {
+    case v1::ACTION_CORRUPT: return "corrupt";
+    case v1::ACTION_CORRUPT_PAYLOAD: return "corrupt-payload";
+    case v1::ACTION_DUPLICATE: return "duplicate";
+    case v1::ACTION_ECN: return "ecn";
+    case v1::ACTION_ECN_PASS: return "ecn-pass";
+    default: return "drop";
+  }
+}
+
+std::string ImpairmentSummary(const v1::RuleSpec& s) {
+  std::string out = LossSummary(s.loss());
+  if (s.action() != v1::ACTION_DROP) out += std::string(" ") + ActionName(s.action());
+  return out;
+}
+
 
 std::string LabelsSummary(const google::protobuf::Map<std::string, std::string>& labels) {
   std::map<std::string, std::string> sorted(labels.begin(), labels.end());

@@ -114,17 +114,18 @@ bool ObjectToFlags(const google::protobuf::Struct& obj, RuleFlags* f, std::strin
       {"payload", &f->payload},   {"rate", &f->rate},       {"ge", &f->ge},
       {"every", &f->every},       {"first", &f->first},     {"seed", &f->seed},
       {"priority", &f->priority}, {"ttl", &f->ttl},     {"start_after", &f->start_after},
-      {"pulse", &f->pulse},       {"pulse_cycles", &f->pulse_cycles}, {"guard", &f->guard}, {"ramp", &f->ramp}};
+      {"pulse", &f->pulse},       {"pulse_cycles", &f->pulse_cycles}, {"guard", &f->guard}, {"ramp", &f->ramp},
+      {"markov", &f->markov},     {"police", &f->police},   {"action", &f->action}};
   std::map<std::string, bool*> bools = {{"per_segment", &f->per_segment}, {"force", &f->force}};
   // A rule's own loss model replaces the command line's.
-  static const char* kModels[] = {"rate", "ge", "every", "first", "ramp"};
+  static const char* kModels[] = {"rate", "ge", "every", "first", "ramp", "markov", "police"};
   bool model_seen = false;
   for (const auto& kv : obj.fields()) {
     std::string key = kv.first;
     for (auto& c : key) c = c == '-' ? '_' : c;
     for (const char* m : kModels) model_seen = model_seen || key == m;
   }
-  if (model_seen) f->rate = f->ge = f->every = f->first = f->ramp = "";
+  if (model_seen) f->rate = f->ge = f->every = f->first = f->ramp = f->markov = f->police = "";
 
   std::map<std::string, google::protobuf::Value> sorted(obj.fields().begin(), obj.fields().end());
   for (const auto& kv : sorted) {

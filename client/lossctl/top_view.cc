@@ -182,14 +182,14 @@ std::vector<TopLine> RuleLines(const TopFrame& f, size_t width, size_t max_rows)
   for (size_t i = 0; i < shown; i++) {
     const TopRule& r = f.rules[i];
     const v1::RuleSpec& s = r.rule.spec();
-    std::string configured = LossSummary(s.loss()), measured = "-", ci = "-", retrans = "-";
+    std::string configured = ImpairmentSummary(s), measured = "-", ci = "-", retrans = "-";
     const v1::RuleCounters& c = r.has_effect ? r.effect.counters() : r.rule.counters();
     if (r.has_effect) {
       const v1::RuleEffect& e = r.effect;
       if (c.matched_segments()) {
         measured = Rate3(e.measured_rate());
         ci = Rate3(e.rate_ci_low()) + " - " + Rate3(e.rate_ci_high()) +
-             (e.configured_within_ci() ? "" : " (!)");
+             (e.configured_within_ci() || e.configured_rate() < 0 ? "" : " (!)");
       }
       retrans = Count(Sum(e.retransmitted_segments()));
     } else if (!r.effect_error.empty()) {

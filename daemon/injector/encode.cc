@@ -87,6 +87,23 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
       r.model = LOSS_MODEL_FIRST;
       r.n = lm.n;
       break;
+    case LossModel::Kind::kMarkov4:
+      r.model = LOSS_MODEL_MARKOV4;
+      r.p = ProbabilityToThreshold(lm.p13);
+      r.r = ProbabilityToThreshold(lm.p31);
+      r.bad_loss = ProbabilityToThreshold(lm.p32);
+      r.good_loss = ProbabilityToThreshold(lm.p23);
+      r.q = ProbabilityToThreshold(lm.p14);
+      break;
+    case LossModel::Kind::kPolice: {
+      // In 1e-9 bits (loss_rule's comment): the bucket holds burst * 8e9, a
+      // nanosecond adds rate_bps, and from empty it is full after fill_ns.
+      r.model = LOSS_MODEL_POLICE;
+      r.p = lm.rate_bps;
+      r.r = lm.burst_bytes * 8 * 1000000000ULL;
+      r.bad_loss = lm.rate_bps ? (r.r + lm.rate_bps - 1) / lm.rate_bps : 0;
+      break;
+    }
     case LossModel::Kind::kRamp: break;  // below, with its timeline
   }
   r.expires_ns = expires_ns;

@@ -201,6 +201,8 @@ const char* ModelName(const LossModel& m) {
     case LossModel::Kind::kEveryNth: return "every_nth";
     case LossModel::Kind::kFirstK: return "first_k";
     case LossModel::Kind::kRamp: return "ramp";
+    case LossModel::Kind::kMarkov4: return "markov";
+    case LossModel::Kind::kPolice: return "police";
   }
   return "unknown";
 }

@@ -290,7 +290,10 @@ void FlowToProto(uint64_t cookie, const obs_flow& f, OwnerCache* owners, v1::Flo
     if (f.rtx_segs[t]) (*out->mutable_retransmitted_segments())[RtxTypeName(t)] = f.rtx_segs[t];
   out->set_dsacked_segments(f.dsack_segs);
   static const char* kCa[OBS_CA_STATES] = {"open", "disorder", "cwr", "recovery", "loss"};
-  for (int s = 0; s < OBS_CA_STATES; s++) (*out->mutable_ca_time_ns())[kCa[s]] = f.ca_time_ns[s];
+  for (int s = 0; s < OBS_CA_STATES; s++) {
+    (*out->mutable_ca_time_ns())[kCa[s]] = f.ca_time_ns[s];
+    (*out->mutable_ca_entries())[kCa[s]] = f.ca_entries[s];
+  }
   out->set_max_backoff(f.max_backoff);
   out->set_preexisting(f.preexisting != 0);
   out->set_ca_state(f.ca_state);

@@ -75,10 +75,11 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
   }
   LOSSD_RETURN_IF_ERROR(Set(name("payload"), ParsePayload(f.payload), &r.payload));
 
-  int models =
-      !f.rate.empty() + !f.ge.empty() + !f.every.empty() + !f.first.empty() + !f.ramp.empty();
+  int models = !f.rate.empty() + !f.ge.empty() + !f.every.empty() + !f.first.empty() +
+               !f.ramp.empty() + !f.markov.empty() + !f.police.empty();
   std::string model_flags = name("rate") + ", " + name("ge") + ", " + name("every") + ", " +
-                            name("first") + " or " + name("ramp");
+                            name("first") + ", " + name("ramp") + ", " + name("markov") + " or " +
+                            name("police");
   if (models == 0) return InvalidArgument("a loss model is needed: give " + model_flags);
   if (models > 1)
     return InvalidArgument("one loss model per rule: give only one of " + model_flags);
@@ -87,6 +88,10 @@ Result<RuleSpec> BuildRuleSpec(const RuleFlags& f, const std::string& dash) {
     LOSSD_RETURN_IF_ERROR(Set(name("rate"), ParseRate(f.rate), &r.model.p));
   } else if (!f.ge.empty()) {
     LOSSD_RETURN_IF_ERROR(Set(name("ge"), ParseGilbertElliott(f.ge), &r.model));
+  } else if (!f.markov.empty()) {
+    LOSSD_RETURN_IF_ERROR(Set(name("markov"), ParseMarkov(f.markov), &r.model));
+  } else if (!f.police.empty()) {
+    LOSSD_RETURN_IF_ERROR(Set(name("police"), ParsePolice(f.police), &r.model));
   } else if (!f.ramp.empty()) {
     r.model.kind = LossModel::Kind::kRamp;
     LOSSD_RETURN_IF_ERROR(Set(name("ramp"), ParseRamp(f.ramp), &r.model.steps));
@@ -181,6 +186,12 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
                   "Loss model: Bernoulli by steps RATE/DURATION,..., e.g. 0.1%/2s,1%/2s,5%/2s "
                   "(the data plane's clock; each step counted apart; the rule ends after the last)");
   app->add_option("--first", f->first, "Loss model: drop the first K packets of each flow");
+  app->add_option("--markov", f->markov,
+                  "Loss model: netem's 4-state Markov p13,p31,p32,p23,p14 (loss state), e.g. "
+                  "1%,30%,10%,40%,0.1%");
+  app->add_option("--police", f->police,
+                  "Loss model: a policer's token bucket RATE,BURST (tc's units), e.g. "
+                  "50mbit,64kib: what exceeds it is dropped (or marked: --action ecn)");
   app->add_option("--action", f->action,
                   "What to do with the packets the model picks: drop (default) | corrupt (a "
                   "flipped bit the receiver's checksum check discards) | corrupt-payload (wrong "
@@ -244,7 +255,9 @@ std::string* RuleFlagsField(RuleFlags* f, const std::string& name) {
       {"pulse_cycles", &RuleFlags::pulse_cycles},
       {"guard", &RuleFlags::guard},
       {"ramp", &RuleFlags::ramp},
-      {"action", &RuleFlags::action}};
+      {"action", &RuleFlags::action},
+      {"markov", &RuleFlags::markov},
+      {"police", &RuleFlags::police}};
   for (const auto& [n, m] : kFields)
     if (name == n) return &(f->*m);
   return nullptr;

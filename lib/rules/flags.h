@@ -21,7 +21,7 @@ namespace lossd {
 struct RuleFlags {
   std::string iface, cgroup, pid, unit, container, pod, hook, dir, src, dst, sport, dport, proto,
       family, tcp_flags, payload, rate, ge, every, first, seed, priority, ttl, start_after, pulse,
-      pulse_cycles, guard, ramp, action;
+      pulse_cycles, guard, ramp, action, markov, police;
   bool per_segment = false;
   bool reattach = false;
 };
@@ -38,12 +38,10 @@ Result<uint64_t> ParseWholeNumber(const std::string& text, uint64_t min, uint64_
                                   const std::string& name);
 
 // --iface/-i, --cgroup, --pid, --unit, --container, --pod, --hook, --dir, --src, --dst, --sport,
-// --dport,
-// --proto, --family, --tcp-flags, --payload, --rate, --ge, --every,
-// --first, --ramp, --seed, --priority, --ttl, --start-after, --pulse, --pulse-cycles, --guard,
-// --per-segment
-// into `flags` (which
-// must outlive `app`'s parse).
+// --dport, --proto, --family, --tcp-flags, --payload, --rate, --ge, --every, --first, --ramp,
+// --markov, --police, --action, --seed, --priority, --ttl, --start-after, --pulse,
+// --pulse-cycles, --guard, --per-segment, --reattach into `flags` (which must outlive `app`'s
+// parse).
 void AddRuleOptions(CLI::App* app, RuleFlags* flags);
 
 // The text field of `flags` named as in the parser vectors and JSON

@@ -15,6 +15,19 @@ double ModelMeanLoss(const LossModel& m) {
     }
     case LossModel::Kind::kEveryNth: return m.n ? 1.0 / m.n : 0;
     case LossModel::Kind::kFirstK: return -1;
+    case LossModel::Kind::kMarkov4: {
+      // The stationary distribution, pi1 = 1 (unnormalised): state 4 is entered from 1
+      // only and left at once (pi4 = p14 pi1); 3's inflow from 1 leaves by 3 -> 1
+      // (2 returns what it takes to 3: pi3 = pi1 p13 / p31); 2 is entered from 3 and
+      // left to 3 (pi2 = pi3 p32 / p23). A packet entering 3 or 4 is lost: in
+      // stationarity the share of time in them. A chain CheckMarkov refuses: -1.
+      if ((m.p13 > 0 && !(m.p31 > 0)) || (m.p32 > 0 && !(m.p23 > 0))) return -1;
+      double pi4 = m.p14;
+      double pi3 = m.p13 > 0 ? m.p13 / m.p31 : 0;
+      double pi2 = m.p32 > 0 ? pi3 * m.p32 / m.p23 : 0;
+      return (pi3 + pi4) / (1 + pi2 + pi3 + pi4);
+    }
+    case LossModel::Kind::kPolice: return -1;  // its drops follow the traffic's rate
     case LossModel::Kind::kRamp: {  // over its time, as if the traffic were even
       double sum = 0, t = 0;
       for (const auto& st : m.steps) {

@@ -7,11 +7,13 @@
 
 namespace lossd {
 
-// The model's long-run loss rate (Bernoulli p, Gilbert-Elliott's stationary
-// mean, 1/n for every-n-th); -1 where it has none (first-k).
+// The model's long-run loss rate (Bernoulli p, Gilbert-Elliott's and the
+// 4-state Markov chain's stationary mean, 1/n for every-n-th); -1 where it has
+// none independent of the traffic (first-k, a policer).
 double ModelMeanLoss(const LossModel& m);
 // Every-n-th and first-k: what they drop follows from the packets each flow
 // sent, so a rule of one has an expected count of drops, not a rate to test.
+// (A policer's follows from the traffic's rate: neither a rate nor a count.)
 bool ModelIsDeterministic(const LossModel& m);
 // What a deterministic model drops of a flow whose first `packets` packets the
 // rule decided on: every n-th, floor(packets / n); first k, min(packets, k).

@@ -195,9 +195,29 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
       if (Status rs = CheckRamp(s.model); !rs.ok())
         return InvalidArgument("loss.ramp: " + rs.message());
       break;
+    case v1::LossModel::kMarkov: {
+      const auto& mk = lm.markov();
+      s.model.kind = LossModel::Kind::kMarkov4;
+      s.model.p13 = mk.p13();
+      s.model.p31 = mk.p31();
+      s.model.p32 = mk.p32();
+      s.model.p23 = mk.p23();
+      s.model.p14 = mk.p14();
+      if (Status st = CheckMarkov(s.model); !st.ok())
+        return InvalidArgument("loss.markov: " + st.message());
+      break;
+    }
+    case v1::LossModel::kPolice:
+      s.model.kind = LossModel::Kind::kPolice;
+      s.model.rate_bps = lm.police().rate_bps();
+      s.model.burst_bytes = lm.police().burst_bytes();
+      if (Status st = CheckPolice(s.model); !st.ok())
+        return InvalidArgument("loss.police: " + st.message());
+      break;
     case v1::LossModel::MODEL_NOT_SET:
       return InvalidArgument(
-          "loss: give a model (bernoulli, gilbert_elliott, every_nth, first_k or ramp)");
+          "loss: give a model (bernoulli, gilbert_elliott, every_nth, first_k, ramp, markov or "
+          "police)");
   }
   if (lm.has_seed()) s.seed = lm.seed();
   s.priority = in.priority();
@@ -257,6 +277,19 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
       g->set_good_loss(s.model.good_loss);
       break;
     }
+    case LossModel::Kind::kMarkov4: {
+      auto* mk = lm->mutable_markov();
+      mk->set_p13(s.model.p13);
+      mk->set_p31(s.model.p31);
+      mk->set_p32(s.model.p32);
+      mk->set_p23(s.model.p23);
+      mk->set_p14(s.model.p14);
+      break;
+    }
+    case LossModel::Kind::kPolice:
+      lm->mutable_police()->set_rate_bps(s.model.rate_bps);
+      lm->mutable_police()->set_burst_bytes(s.model.burst_bytes);
+      break;
     case LossModel::Kind::kEveryNth: lm->set_every_nth(s.model.n); break;
     case LossModel::Kind::kFirstK: lm->set_first_k(s.model.n); break;
     case LossModel::Kind::kRamp: {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -386,26 +387,169 @@ Result<std::chrono::nanoseconds> ParseDuration(const std::string& text) {
   return std::chrono::nanoseconds(static_cast<int64_t>(ns));
 }
 
-Result<LossModel> ParseGilbertElliott(const std::string& text) {
+namespace {
+
+// 1 .. `max` comma-separated rates (ParseRate's); a message names the model
+// ("invalid WHAT 'TEXT': ...") and says what is `expected` on a wrong count.
+Result<std::vector<double>> RateList(const std::string& text, size_t max, const char* what,
+                                     const char* expected) {
   auto parts = Split(text.substr(0, kMaxInputLength + 1), ",");
-  if (parts.empty() || parts.size() > 4)
-    return InvalidArgument("invalid Gilbert-Elliott model '" + Shown(text) +
-                           "': expected p[,r[,1-h[,1-k]]] as in netem's gemodel");
-  double v[4];
-  for (size_t i = 0; i < parts.size(); i++) {
-    auto r = ParseRate(parts[i]);
-    if (!r.ok())
-      return InvalidArgument("invalid Gilbert-Elliott model '" + Shown(text) +
-                             "': " + r.status().message());
-    v[i] = *r;
+  std::string invalid = std::string("invalid ") + what + " '" + Shown(text) + "': ";
+  if (parts.size() > max) return InvalidArgument(invalid + expected);
+  std::vector<double> v;
+  for (const auto& part : parts) {
+    auto r = ParseRate(part);
+    if (!r.ok()) return InvalidArgument(invalid + r.status().message());
+    v.push_back(*r);
   }
+  return v;
+}
+
+}  // namespace
+
+Result<LossModel> ParseGilbertElliott(const std::string& text) {
+  auto v = RateList(text, 4, "Gilbert-Elliott model",
+                    "expected p[,r[,1-h[,1-k]]] as in netem's gemodel");
+  if (!v.ok()) return v.status();
   LossModel m;
   m.kind = LossModel::Kind::kGilbertElliott;
-  m.p = v[0];
-  m.r = parts.size() > 1 ? v[1] : 1 - v[0];
-  m.bad_loss = parts.size() > 2 ? v[2] : 1.0;
-  m.good_loss = parts.size() > 3 ? v[3] : 0.0;
+  m.p = (*v)[0];
+  m.r = v->size() > 1 ? (*v)[1] : 1 - (*v)[0];
+  m.bad_loss = v->size() > 2 ? (*v)[2] : 1.0;
+  m.good_loss = v->size() > 3 ? (*v)[3] : 0.0;
   return m;
+}
+
+Result<LossModel> ParseMarkov(const std::string& text) {
+  auto v = RateList(text, 5, "Markov model",
+                    "expected p13[,p31[,p32[,p23[,p14]]]] as in netem's loss state");
+  if (!v.ok()) return v.status();
+  LossModel m;
+  m.kind = LossModel::Kind::kMarkov4;
+  m.p13 = (*v)[0];
+  m.p31 = v->size() > 1 ? (*v)[1] : 1 - (*v)[0];
+  m.p32 = v->size() > 2 ? (*v)[2] : 0.0;
+  m.p23 = v->size() > 3 ? (*v)[3] : 1.0;
+  m.p14 = v->size() > 4 ? (*v)[4] : 0.0;
+  Status st = CheckMarkov(m);
+  if (!st.ok())
+    return InvalidArgument("invalid Markov model '" + Shown(text) + "': " + st.message());
+  return m;
+}
+
+Status CheckMarkov(const LossModel& m) {
+  for (double v : {m.p13, m.p31, m.p32, m.p23, m.p14})
+    if (!(v >= 0 && v <= 1 && std::isfinite(v)))
+      return InvalidArgument("Markov parameters must lie between 0% and 100%");
+  // A share of state 1's or 3's packets: at most all of them (within rounding).
+  constexpr double kOne = 1 + 1e-12;
+  if (m.p13 + m.p14 > kOne)
+    return InvalidArgument("p13 + p14 must not exceed 100% (the ways out of state 1)");
+  if (m.p31 + m.p32 > kOne)
+    return InvalidArgument("p31 + p32 must not exceed 100% (the ways out of state 3)");
+  if (m.p13 > 0 && m.p31 == 0)
+    return InvalidArgument("the burst state must be left: p13 > 0 needs p31 > 0");
+  if (m.p32 > 0 && m.p23 == 0)
+    return InvalidArgument("state 2 must be left: p32 > 0 needs p23 > 0");
+  return Status::Ok();
+}
+
+namespace {
+
+// A unit of a quantity: the number times 10^pow10 times mult.
+struct QuantityUnit {
+  const char* name;
+  int pow10;
+  uint64_t mult;
+};
+
+// tc's rate units (bits or bytes per second).
+constexpr QuantityUnit kRateUnits[] = {
+    {"bit", 0, 1},  {"kbit", 3, 1}, {"mbit", 6, 1}, {"gbit", 9, 1}, {"tbit", 12, 1},
+    {"bps", 0, 8},  {"kbps", 3, 8}, {"mbps", 6, 8}, {"gbps", 9, 8}};
+constexpr const char* kRateUnitNames =
+    "bit, kbit, mbit, gbit, tbit (bits per second) or bps, kbps, mbps, gbps (bytes per second, "
+    "as tc reads them)";
+// Sizes in bytes ("" a bare number).
+constexpr QuantityUnit kSizeUnits[] = {
+    {"", 0, 1},           {"b", 0, 1},          {"k", 0, 1 << 10},    {"kb", 0, 1 << 10},
+    {"kib", 0, 1 << 10},  {"m", 0, 1 << 20},    {"mb", 0, 1 << 20},   {"mib", 0, 1 << 20},
+    {"g", 0, 1ULL << 30}, {"gb", 0, 1ULL << 30}, {"gib", 0, 1ULL << 30}};
+constexpr const char* kSizeUnitNames =
+    "b, k (kb, kib), m (mb, mib) or g (gb, gib), x1024 each, or a bare number of bytes";
+
+// "NUMBER UNIT" (no sign; spaces around and between), the unit one of `units`
+// in any case: *out the number in the units' base, rounded half to even
+// (UINT64_MAX when larger). Else a message: "'TEXT' ...".
+template <size_t N>
+Status ParseQuantity(const std::string& text, const QuantityUnit (&units)[N],
+                     const char* unit_names, const char* example, uint64_t* out) {
+  std::string s = Trim(text);
+  std::string quoted = "'" + Shown(s) + "'";
+  size_t pos = 0;
+  Decimal d;
+  if (!ReadDecimal(s, &pos, /*allow_sign=*/false, &d))
+    return InvalidArgument(quoted + " is not a number with a unit, e.g. " + example);
+  std::string unit = Lower(Trim(s.substr(pos)));
+  for (const QuantityUnit& u : units) {
+    if (unit != u.name) continue;
+    if (!ScaleExact(d, u.pow10, u.mult, UINT64_MAX, out)) *out = UINT64_MAX;
+    return Status::Ok();
+  }
+  if (unit.empty()) return InvalidArgument(quoted + " needs a unit: " + unit_names);
+  return InvalidArgument(quoted + ": unknown unit '" + Shown(unit) + "': expected " + unit_names);
+}
+
+}  // namespace
+
+Result<LossModel> ParsePolice(const std::string& text) {
+  std::string invalid = "invalid police model '" + Shown(text) + "': ";
+  auto parts = Split(text.substr(0, kMaxInputLength + 1), ",/");
+  if (text.size() > kMaxInputLength || parts.size() != 2)
+    return InvalidArgument(invalid + "expected RATE,BURST, e.g. 50mbit,64kib");
+  LossModel m;
+  m.kind = LossModel::Kind::kPolice;
+  Status st = ParseQuantity(parts[0], kRateUnits, kRateUnitNames, "50mbit", &m.rate_bps);
+  if (!st.ok()) return InvalidArgument(invalid + "the rate " + st.message());
+  st = ParseQuantity(parts[1], kSizeUnits, kSizeUnitNames, "64kib", &m.burst_bytes);
+  if (!st.ok()) return InvalidArgument(invalid + "the burst " + st.message());
+  st = CheckPolice(m);
+  if (!st.ok()) return InvalidArgument(invalid + st.message());
+  return m;
+}
+
+Status CheckPolice(const LossModel& m) {
+  if (m.rate_bps < kMinPoliceBps || m.rate_bps > kMaxPoliceBps)
+    return InvalidArgument("a policer's rate must lie between " + BitRateText(kMinPoliceBps) +
+                           " and " + BitRateText(kMaxPoliceBps));
+  if (m.burst_bytes < 1 || m.burst_bytes > kMaxPoliceBurst)
+    return InvalidArgument("a policer's burst must lie between " + ByteSizeText(1) + " and " +
+                           ByteSizeText(kMaxPoliceBurst));
+  return Status::Ok();
+}
+
+namespace {
+
+// v in the largest of `units` (largest first) that divides it exactly.
+std::string ExactText(uint64_t v, const std::pair<uint64_t, const char*>* units, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (v && v % units[i].first == 0) return std::to_string(v / units[i].first) + units[i].second;
+  return std::to_string(v) + units[n - 1].second;
+}
+
+}  // namespace
+
+std::string BitRateText(uint64_t bits_per_second) {
+  static const std::pair<uint64_t, const char*> kUnits[] = {
+      {1000000000000ULL, "tbit"}, {1000000000, "gbit"}, {1000000, "mbit"}, {1000, "kbit"},
+      {1, "bit"}};
+  return ExactText(bits_per_second, kUnits, std::size(kUnits));
+}
+
+std::string ByteSizeText(uint64_t bytes) {
+  static const std::pair<uint64_t, const char*> kUnits[] = {
+      {1ULL << 30, "gib"}, {1 << 20, "mib"}, {1 << 10, "kib"}, {1, "b"}};
+  return ExactText(bytes, kUnits, std::size(kUnits));
 }
 
 namespace {
@@ -966,6 +1110,16 @@ Status Validate(const RuleSpec& s) {
       LOSSD_RETURN_IF_ERROR(CheckRamp(m));
       if (s.schedule.Pulse())
         return InvalidArgument("a ramp's steps are its timeline: give no pulse with it");
+      break;
+    case LossModel::Kind::kMarkov4:
+      if (Status st = CheckMarkov(m); !st.ok())
+        return InvalidArgument("Markov model: " + st.message());
+      break;
+    case LossModel::Kind::kPolice:
+      LOSSD_RETURN_IF_ERROR(CheckPolice(m));
+      if (s.seed)
+        return InvalidArgument("seed: a policer draws nothing (what it drops follows the "
+                               "traffic): give no seed with police");
       break;
   }
   if (s.priority > kMaxPriority)

@@ -60,13 +60,18 @@ struct RampStep {
 };
 
 struct LossModel {
-  enum class Kind { kBernoulli, kGilbertElliott, kEveryNth, kFirstK, kRamp };
+  enum class Kind { kBernoulli, kGilbertElliott, kEveryNth, kFirstK, kRamp, kMarkov4, kPolice };
   Kind kind = Kind::kBernoulli;
   double p = 0;          // Bernoulli rate; GE: P(good -> bad)
   double r = 0;          // GE: P(bad -> good)
   double bad_loss = 1;   // GE: loss probability in the bad state (1-h)
   double good_loss = 0;  // GE: loss probability in the good state (1-k)
   uint32_t n = 0;        // every n-th packet / first k packets
+  // Markov4 (netem "loss state"; lossd.v1 Markov4): the transition probabilities.
+  double p13 = 0, p31 = 0, p32 = 0, p23 = 0, p14 = 0;
+  // Police (lossd.v1 Police): the token bucket.
+  uint64_t rate_bps = 0;     // bits per second, kMinPoliceBps .. kMaxPoliceBps
+  uint64_t burst_bytes = 0;  // 1 .. kMaxPoliceBurst
   // Ramp: Bernoulli at each step's rate in turn, from the rule's start (its
   // schedule's origin); the rule ends (EXPIRED) after the last.
   std::vector<RampStep> steps;
@@ -78,6 +83,9 @@ struct LossModel {
   }
 };
 constexpr size_t kMaxRampSteps = LOSS_RAMP_STEPS;
+constexpr uint64_t kMinPoliceBps = 8;
+constexpr uint64_t kMaxPoliceBps = 100000000000ULL;  // 100 Gbit/s
+constexpr uint64_t kMaxPoliceBurst = 1ULL << 30;     // 1 GiB
 // Each step 1 ms .. 1 d (as a pulse's parts).
 
 // A service named as the user thinks of it; the daemon resolves it to the
@@ -252,6 +260,27 @@ std::string ShareText(double fraction);
 // "p,r,1-h,1-k" as netem's gemodel (rates as above; r, 1-h, 1-k optional with
 // netem's defaults r = 1-p, 1-h = 1, 1-k = 0).
 Result<LossModel> ParseGilbertElliott(const std::string& text);
+// netem's 4-state Markov loss "p13[,p31[,p32[,p23[,p14]]]]" (its "loss state"
+// order; rates as above), with netem's defaults for those omitted: p31 = 1 - p13,
+// p32 = 0, p23 = 1, p14 = 0. The chain must pass CheckMarkov.
+Result<LossModel> ParseMarkov(const std::string& text);
+// A Markov4 chain lossd can run: each probability within [0, 1], p13 + p14 <= 1,
+// p31 + p32 <= 1, and states 3 and 2 can be left (p13 > 0 needs p31 > 0, p32 > 0
+// needs p23 > 0).
+Status CheckMarkov(const LossModel& m);
+// A policer "RATE,BURST" ('/' for ',' too; spaces allowed), e.g. "50mbit,64kib".
+// RATE a number with tc's rate units, any case: bit kbit mbit gbit tbit (bits per
+// second, x1000 each) or bps kbps mbps gbps (bytes per second, x1000 each); a bare
+// number is refused. BURST a number of bytes, bare or with b, k (kb, kib), m (mb,
+// mib), g (gb, gib), x1024 each, any case. Decimal fractions are rounded to whole
+// bits per second and bytes (half to even); CheckPolice's bounds hold.
+Result<LossModel> ParsePolice(const std::string& text);
+// rate_bps kMinPoliceBps .. kMaxPoliceBps, burst_bytes 1 .. kMaxPoliceBurst.
+Status CheckPolice(const LossModel& m);
+// What ParsePolice reads back, in the largest unit that divides it exactly:
+// 50000000 -> "50mbit", 65536 -> "64kib", 1500 -> "1500b".
+std::string BitRateText(uint64_t bits_per_second);
+std::string ByteSizeText(uint64_t bytes);
 // A pulse "ACTIVE/DORMANT" (durations as above, e.g. "200ms/800ms"), each
 // kMinPulseNs .. kMaxPulseNs.
 Status ParsePulse(const std::string& text, Schedule* out);

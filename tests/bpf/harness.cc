@@ -5,9 +5,13 @@
 #include <linux/bpf.h>
 #include <net/if.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -80,13 +84,56 @@ int TestRun(int prog_fd, Prog p, const std::vector<uint8_t>& data, const RunOpts
     opts.ctx_in = &sctx;
     opts.ctx_size_in = sizeof(sctx);
   }
+  if (p != Prog::kXdp && o.skb) {
+    if (o.ifindex) o.skb->ifindex = o.ifindex;
+    if (o.gso_segs) o.skb->gso_segs = o.gso_segs;
+    opts.ctx_in = o.skb;
+    opts.ctx_size_in = sizeof(*o.skb);
+    opts.ctx_out = o.skb;
+    opts.ctx_size_out = sizeof(*o.skb);
+  }
+  std::vector<uint8_t> out;
+  if (o.out) {
+    out.resize(data.size() + 512);  // the programs never grow a packet by this much
+    opts.data_out = out.data();
+    opts.data_size_out = static_cast<__u32>(out.size());
+  }
   int err = bpf_prog_test_run_opts(prog_fd, &opts);
+  if (o.out) {
+    out.resize(err ? 0 : std::min<size_t>(opts.data_size_out, out.size()));
+    *o.out = std::move(out);
+  }
   if (err) {
     ADD_FAILURE() << "BPF_PROG_TEST_RUN on " << ProgName(p) << " (" << data.size()
                   << " bytes, repeat " << o.repeat << "): " << strerror(errno);
     return INT32_MIN;
   }
   return static_cast<int>(opts.retval);
+}
+
+bool SetLinkUp(const std::string& name, bool up) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    ADD_FAILURE() << "socket: " << strerror(errno);
+    return false;
+  }
+  struct ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name.c_str());
+  bool was = false;
+  if (ioctl(fd, SIOCGIFFLAGS, &ifr) != 0) {
+    ADD_FAILURE() << "SIOCGIFFLAGS " << name << ": " << strerror(errno);
+  } else {
+    was = ifr.ifr_flags & IFF_UP;
+    if (up)
+      ifr.ifr_flags |= IFF_UP;
+    else
+      ifr.ifr_flags &= ~IFF_UP;
+    if (ioctl(fd, SIOCSIFFLAGS, &ifr) != 0)
+      ADD_FAILURE() << "SIOCSIFFLAGS " << name << (up ? " up: " : " down: ") << strerror(errno);
+  }
+  close(fd);
+  return was;
 }
 
 uint32_t IfIndexOf(const std::string& name) {
@@ -236,6 +283,7 @@ HookCounters BpfTest::Totals(Prog p) {
   now.unparsable -= b.unparsable;
   now.always_pass -= b.always_pass;
   now.lease_expired -= b.lease_expired;
+  now.copies -= b.copies;
   return now;
 }
 

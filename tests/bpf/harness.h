@@ -17,6 +17,8 @@
 #include "packet.h"
 #include "rules/rule.h"
 
+struct __sk_buff;  // <linux/bpf.h>
+
 namespace lossd::bpftest {
 
 // The program a packet is run through.
@@ -32,11 +34,23 @@ struct RunOpts {
   uint32_t repeat = 1;
   uint32_t ifindex = 0;   // 0: the kernel's default (the namespace's loopback)
   uint32_t gso_segs = 0;  // tc only
+  // tc only: when set, the whole context given in (ctx_in; ifindex and
+  // gso_segs above are written into it when not 0) and read back (ctx_out).
+  // The kernel takes mark, priority, ingress_ifindex, ifindex, cb, tstamp,
+  // wire_len, gso_segs, gso_size and hwtstamp; any other field not 0 is EINVAL.
+  __sk_buff* skb = nullptr;
+  // When set: the packet as the (last) run left it (data_out). Note that
+  // repeat > 1 runs the program again on the same, already changed, packet.
+  std::vector<uint8_t>* out = nullptr;
 };
 
 // One BPF_PROG_TEST_RUN; returns the program's return value of the last run.
 // Fails the test (and returns INT32_MIN) if the syscall fails.
 int TestRun(int prog_fd, Prog p, const std::vector<uint8_t>& data, const RunOpts& o = {});
+
+// Sets an interface of this namespace up or down; returns whether it was up
+// before (false also when it does not exist: see IfIndexOf).
+bool SetLinkUp(const std::string& name, bool up);
 
 // Ifindex of an interface of this namespace (0 if none).
 uint32_t IfIndexOf(const std::string& name);

@@ -31,12 +31,44 @@ void PutAddr(std::vector<uint8_t>& b, int family, const std::string& text) {
   b.insert(b.end(), a, a + (family == 4 ? 4 : 16));
 }
 
-uint16_t Checksum(const uint8_t* p, size_t n) {
-  uint32_t sum = 0;
+uint32_t Sum(uint32_t sum, const uint8_t* p, size_t n) {
   for (size_t i = 0; i + 1 < n; i += 2) sum += uint32_t(p[i]) << 8 | p[i + 1];
   if (n & 1) sum += uint32_t(p[n - 1]) << 8;
+  return sum;
+}
+
+uint16_t Fold(uint32_t sum) {
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   return uint16_t(~sum);
+}
+
+uint16_t Checksum(const uint8_t* p, size_t n) {
+  return Fold(Sum(0, p, n));
+}
+
+uint16_t Get16(const std::vector<uint8_t>& b, size_t off) {
+  return uint16_t(b[off] << 8 | b[off + 1]);
+}
+
+// The L4 segment's length by its IP header.
+size_t L4Len(const std::vector<uint8_t>& b, const Packet& pkt) {
+  if ((b[pkt.l3_off] >> 4) == 4) return Get16(b, pkt.l3_off + 2) - (b[pkt.l3_off] & 0xf) * 4;
+  return Get16(b, pkt.l3_off + 4) - (pkt.l4_off - pkt.l3_off - 40);
+}
+
+// The folded checksum over the L4 segment (and its pseudo-header where the
+// protocol has one), with the checksum field as it is: 0 when it verifies.
+uint16_t L4Residue(const std::vector<uint8_t>& b, const Packet& pkt) {
+  size_t len = L4Len(b, pkt);
+  if (pkt.l4_off + len > b.size()) throw std::invalid_argument("L4 length past the frame");
+  uint32_t sum = 0;
+  bool v4 = (b[pkt.l3_off] >> 4) == 4;
+  if (!(v4 && pkt.l4_proto == 1)) {  // ICMP has no pseudo-header
+    uint8_t ph[4] = {0, pkt.l4_proto, uint8_t(len >> 8), uint8_t(len)};
+    sum = Sum(sum, &b[pkt.l3_off + (v4 ? 12 : 8)], v4 ? 8 : 32);  // source, destination
+    sum = Sum(sum, ph, 4);
+  }
+  return Fold(Sum(sum, &b[pkt.l4_off], len));
 }
 
 // The L4 header and payload. Returns the L4 bytes; *need is how many of them
@@ -57,7 +89,7 @@ std::vector<uint8_t> L4(const PacketSpec& s, bool later_fragment, size_t* need) 
       Put8(b, uint8_t(s.tcp_doff << 4));
       Put8(b, s.tcp_flags);
       Put16(b, 65535);  // window
-      Put16(b, 0);      // checksum (not checked by the data plane)
+      Put16(b, 0);      // checksum (0 unless spec.l4_checksum: see Build)
       Put16(b, 0);      // urgent
       for (int i = 5; i < s.tcp_doff; i++) Put32(b, 0x01010101);  // NOPs
       *need = 20;
@@ -130,7 +162,7 @@ Packet Build(const PacketSpec& s) {
     size_t ip = b.size();
     int ihl = s.ihl_override >= 0 ? s.ihl_override : int(hl / 4);
     Put8(b, uint8_t(((s.ip_version ? s.ip_version : 4) << 4) | (ihl & 0xf)));
-    Put8(b, 0);
+    Put8(b, s.tos);
     Put16(b, uint16_t(s.tot_len_override >= 0 ? s.tot_len_override : int(hl + l4.size())));
     Put16(b, 0x1234);  // id
     Put16(b, uint16_t((s.more_fragments ? 0x2000 : 0) | (s.frag_offset & 0x1fff)));
@@ -171,7 +203,7 @@ Packet Build(const PacketSpec& s) {
         for (size_t j = 2; j < e.len; j++) Put8(ext, 0);  // Pad1 options
       }
     }
-    Put32(b, uint32_t(s.ip_version ? s.ip_version : 6) << 28);
+    Put32(b, uint32_t(s.ip_version ? s.ip_version : 6) << 28 | uint32_t(s.tos) << 20);
     Put16(b, uint16_t(s.tot_len_override >= 0 ? s.tot_len_override : int(ext.size() + l4.size())));
     Put8(b, s.ext.empty() ? s.proto : s.ext[0].type);
     Put8(b, 64);
@@ -182,8 +214,40 @@ Packet Build(const PacketSpec& s) {
     b.insert(b.end(), l4.begin(), l4.end());
     pkt.parse_end = pkt.l4_off + need;
   }
+  if (s.family == 4 || s.family == 6) pkt.l4_proto = s.proto;
+  bool later = s.family == 4 && s.frag_offset != 0;
+  for (const auto& e : s.ext)
+    if (s.family == 6 && e.type == kExtFragment && s.frag_offset) later = true;
+  if (s.l4_checksum && !later && pkt.l4_proto && L4ChecksumOffset(pkt.l4_proto)) {
+    size_t at = pkt.l4_off + L4ChecksumOffset(pkt.l4_proto);
+    Set16(b, at, 0);
+    uint16_t c = L4Residue(b, pkt);  // with the field 0: the complemented sum
+    if (c == 0 && pkt.l4_proto == 17) c = 0xffff;  // UDP: 0 means "no checksum"
+    Set16(b, at, c);
+  }
   if (b.size() < s.pad_to) b.resize(s.pad_to, 0);
   return pkt;
+}
+
+size_t L4ChecksumOffset(uint8_t proto) {
+  switch (proto) {
+    case 6: return 16;
+    case 17: return 6;
+    case 1:
+    case 58: return 2;
+  }
+  return 0;
+}
+
+bool Ip4ChecksumOk(const std::vector<uint8_t>& frame, const Packet& layout) {
+  size_t hl = (frame[layout.l3_off] & 0xf) * 4;
+  return Checksum(&frame[layout.l3_off], hl) == 0;
+}
+
+bool L4ChecksumOk(const std::vector<uint8_t>& frame, const Packet& layout) {
+  bool v4 = (frame[layout.l3_off] >> 4) == 4;
+  if (v4 && layout.l4_proto == 17 && Get16(frame, layout.l4_off + 6) == 0) return true;
+  return L4Residue(frame, layout) == 0;
 }
 
 PacketSpec Udp4(const std::string& src, const std::string& dst, uint16_t sport, uint16_t dport,

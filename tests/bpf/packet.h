@@ -46,6 +46,8 @@ struct PacketSpec {
   int ihl_override = -1;      // override IPv4 ihl (malformed frames)
   int tot_len_override = -1;  // override IPv4 tot_len / IPv6 payload_len
   uint32_t seq = 0x01020304;  // TCP sequence number
+  uint8_t tos = 0;            // IPv4 TOS / IPv6 traffic class (DSCP << 2 | ECN)
+  bool l4_checksum = false;   // a valid TCP/UDP/ICMP/ICMPv6 checksum (else 0)
 };
 
 struct Packet {
@@ -55,9 +57,22 @@ struct Packet {
   // How many leading bytes the parser needs to reach a verdict on this
   // frame: every shorter prefix is truncated inside a header it reads.
   size_t parse_end = 0;
+  uint8_t l4_proto = 0;  // the L4 protocol (IP families)
 };
 
 Packet Build(const PacketSpec& spec);
+
+// Checksums of a frame laid out as `layout` (Build's, the bytes possibly
+// changed since, by a program): lengths are read from its IP header, so
+// Ethernet padding is not covered, as by a receiver.
+// The IPv4 header checksum verifies.
+bool Ip4ChecksumOk(const std::vector<uint8_t>& frame, const Packet& layout);
+// The TCP/UDP/ICMP/ICMPv6 checksum verifies (with the pseudo-header where the
+// protocol has one; a UDP/IPv4 checksum 0, "none", verifies too). The L4
+// header must be in the frame (not a later fragment).
+bool L4ChecksumOk(const std::vector<uint8_t>& frame, const Packet& layout);
+// Offset of the L4 checksum field from the L4 header (TCP 16, UDP 6, ICMP 2).
+size_t L4ChecksumOffset(uint8_t proto);
 
 // Convenience constructors.
 PacketSpec Udp4(const std::string& src, const std::string& dst, uint16_t sport, uint16_t dport,

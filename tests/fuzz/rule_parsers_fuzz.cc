@@ -7,7 +7,7 @@
 //   - parsed values lie in their ranges (rates in [0, 1], ports lo <= hi,
 //     durations >= 0 and within kMaxDurationSeconds, protocols 0..255);
 //   - printing and parsing again gives the same value (CIDRs, TCP flags,
-//     protocol names);
+//     protocol names, a policer's rate and burst);
 //   - an error message quotes at most Shown() of an input (64 bytes) and stays
 //     short whatever the input's length.
 // Run: tests/fuzz/run.sh FUZZER [SECONDS] (ctest fuzz_rule_parsers, label unit;
@@ -96,6 +96,21 @@ void OneValue(const std::string& v) {
   } else {
     CheckMessage(g.status(), v);
   }
+  if (auto m = ParseMarkov(v); m.ok()) {
+    if (!CheckMarkov(*m).ok()) Fail("ParseMarkov accepted a chain CheckMarkov refuses", v, "");
+  } else {
+    CheckMessage(m.status(), v);
+  }
+  if (auto p = ParsePolice(v); p.ok()) {
+    if (!CheckPolice(*p).ok()) Fail("ParsePolice accepted a bucket CheckPolice refuses", v, "");
+    std::string text = BitRateText(p->rate_bps) + "," + ByteSizeText(p->burst_bytes);
+    auto again = ParsePolice(text);
+    if (!again.ok() || again->rate_bps != p->rate_bps || again->burst_bytes != p->burst_bytes)
+      Fail("a policer does not survive printing", v, text);
+  } else {
+    CheckMessage(p.status(), v);
+  }
+  CheckMessage(ParseAction(v).status(), v);
   CheckMessage(ParseHook(v).status(), v);
   CheckMessage(ParseDirection(v).status(), v);
   CheckMessage(ParsePayload(v).status(), v);
@@ -139,7 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
          {&flags.iface, &flags.cgroup, &flags.hook, &flags.dir, &flags.src, &flags.dst,
           &flags.sport, &flags.dport, &flags.proto, &flags.family, &flags.tcp_flags, &flags.payload,
           &flags.rate, &flags.ge, &flags.every, &flags.first, &flags.seed, &flags.priority,
-          &flags.ttl})
+          &flags.ttl, &flags.markov, &flags.police, &flags.action})
       if (f->size() > kShown && spec.status().message().find(*f) != std::string::npos)
         Fail("BuildRuleSpec's message quotes a whole flag value", *f, spec.status().message());
     if (spec.status().message().size() > kMaxMessage)

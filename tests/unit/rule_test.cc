@@ -2,11 +2,13 @@
 #include "rules/rule.h"
 #include "injector/encode.h"
 #include "rules/model.h"
+#include "rules/proto.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -164,6 +166,209 @@ TEST(ParseGilbertElliott, NetemDefaults) {
   EXPECT_DOUBLE_EQ(full->good_loss, 0.001);
   ExpectInvalid(ParseGilbertElliott("1%,2%,3%,4%,5%").status(), "p[,r[,1-h[,1-k]]]");
   ExpectInvalid(ParseGilbertElliott("1%,200%").status(), "between 0% and 100%");
+}
+
+TEST(ParseMarkov, NetemDefaultsAndTheChainsChecks) {
+  auto m = ParseMarkov("1%");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->kind, LossModel::Kind::kMarkov4);
+  EXPECT_DOUBLE_EQ(m->p13, 0.01);
+  EXPECT_DOUBLE_EQ(m->p31, 0.99);  // 1 - p13
+  EXPECT_EQ(m->p32, 0.0);
+  EXPECT_EQ(m->p23, 1.0);
+  EXPECT_EQ(m->p14, 0.0);
+  auto full = ParseMarkov(" 1% , 0.3, 10%,40%, 1000ppm");
+  ASSERT_TRUE(full.ok()) << full.status().message();
+  EXPECT_DOUBLE_EQ(full->p31, 0.3);
+  EXPECT_DOUBLE_EQ(full->p32, 0.1);
+  EXPECT_DOUBLE_EQ(full->p23, 0.4);
+  EXPECT_DOUBLE_EQ(full->p14, 0.001);
+  ExpectInvalid(ParseMarkov("1%,2%,3%,4%,5%,6%").status(), "p13[,p31[,p32[,p23[,p14]]]]");
+  ExpectInvalid(ParseMarkov("101%").status(), "invalid Markov model '101%': invalid rate '101%'");
+  ExpectInvalid(ParseMarkov("60%,30%,0%,100%,50%").status(), "p13 + p14 must not exceed 100%");
+  ExpectInvalid(ParseMarkov("1%,60%,50%").status(), "p31 + p32 must not exceed 100%");
+  ExpectInvalid(ParseMarkov("1%,0%").status(), "the burst state must be left");
+  ExpectInvalid(ParseMarkov("100%").status(), "p13 > 0 needs p31 > 0");  // p31 = 1 - p13 = 0
+  ExpectInvalid(ParseMarkov("1%,50%,10%,0%").status(), "p32 > 0 needs p23 > 0");
+  EXPECT_TRUE(ParseMarkov("60%,100%,0%,100%,40%").ok());  // the sums at 100 % exactly
+  EXPECT_TRUE(ParseMarkov("1%,70%,30%").ok());
+  EXPECT_TRUE(ParseMarkov("0%,0%,0%,0%,5%").ok());  // state 3 never entered: p31 free
+}
+
+TEST(ParsePolice, TcsUnitsFractionsAndBounds) {
+  auto rate = [](const std::string& text) { return ParsePolice(text + ",1k")->rate_bps; };
+  auto burst = [](const std::string& text) { return ParsePolice("1mbit," + text)->burst_bytes; };
+  auto p = ParsePolice("50mbit,64kib");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->kind, LossModel::Kind::kPolice);
+  EXPECT_EQ(p->rate_bps, 50000000u);
+  EXPECT_EQ(p->burst_bytes, 65536u);
+  EXPECT_EQ(ParsePolice(" 50 MBIT / 64 KiB ")->rate_bps, 50000000u);
+  EXPECT_EQ(rate("8bit"), 8u);
+  EXPECT_EQ(rate("2kbit"), 2000u);
+  EXPECT_EQ(rate("1.5mbit"), 1500000u);
+  EXPECT_EQ(rate("3gbit"), 3000000000u);
+  EXPECT_EQ(rate("0.1tbit"), 100000000000u);
+  EXPECT_EQ(rate("100bps"), 800u);  // bytes per second, as tc reads them
+  EXPECT_EQ(rate("2kbps"), 16000u);
+  EXPECT_EQ(rate("2MBPS"), 16000000u);
+  EXPECT_EQ(rate("12.5gbps"), 100000000000u);
+  EXPECT_EQ(rate("1e3kbit"), 1000000u);
+  EXPECT_EQ(rate("10.5bit"), 10u);  // rounded half to even
+  EXPECT_EQ(rate("11.5bit"), 12u);
+  EXPECT_EQ(burst("1500"), 1500u);  // a bare number is bytes
+  EXPECT_EQ(burst("1500b"), 1500u);
+  EXPECT_EQ(burst("2k"), 2048u);
+  EXPECT_EQ(burst("2kb"), 2048u);
+  EXPECT_EQ(burst("1.5m"), 1572864u);
+  EXPECT_EQ(burst("1MiB"), 1048576u);
+  EXPECT_EQ(burst("1g"), 1073741824u);
+  EXPECT_EQ(burst("1gb"), 1073741824u);
+  EXPECT_EQ(burst("2.5"), 2u);
+  ExpectInvalid(ParsePolice("50000,64kib").status(), "the rate '50000' needs a unit: bit, kbit");
+  ExpectInvalid(ParsePolice("50mb,64kib").status(), "unknown unit 'mb': expected bit, kbit");
+  ExpectInvalid(ParsePolice("50mbit,64kbit").status(), "unknown unit 'kbit': expected b, k");
+  ExpectInvalid(ParsePolice("-5mbit,1k").status(), "'-5mbit' is not a number with a unit");
+  ExpectInvalid(ParsePolice("50mbit").status(),
+                "invalid police model '50mbit': expected RATE,BURST");
+  ExpectInvalid(ParsePolice("1mbit,1k,1").status(), "expected RATE,BURST");
+  ExpectInvalid(ParsePolice("7bit,1k").status(), "rate must lie between 8bit and 100gbit");
+  ExpectInvalid(ParsePolice("100000000001bit,1k").status(), "between 8bit and 100gbit");
+  ExpectInvalid(ParsePolice("99999999999999999999999tbit,1k").status(), "between 8bit and 100gbit");
+  ExpectInvalid(ParsePolice("1mbit,0").status(), "burst must lie between 1b and 1gib");
+  ExpectInvalid(ParsePolice("1mbit,1073741825").status(), "between 1b and 1gib");
+  ExpectInvalid(ParsePolice(std::string(300, '1') + "bit,1").status(), "expected RATE,BURST");
+  EXPECT_LT(ParsePolice(std::string(300, '1') + "bit,1").status().message().size(), 200u);
+}
+
+TEST(ParsePolice, TextReadsBack) {
+  EXPECT_EQ(BitRateText(50000000), "50mbit");
+  EXPECT_EQ(BitRateText(1500), "1500bit");
+  EXPECT_EQ(BitRateText(100000000000), "100gbit");
+  EXPECT_EQ(BitRateText(2000000000000), "2tbit");
+  EXPECT_EQ(ByteSizeText(65536), "64kib");
+  EXPECT_EQ(ByteSizeText(1500), "1500b");
+  EXPECT_EQ(ByteSizeText(kMaxPoliceBurst), "1gib");
+  EXPECT_EQ(ByteSizeText(3 << 20), "3mib");
+  for (uint64_t bps : {uint64_t{8}, uint64_t{999}, uint64_t{1000}, uint64_t{1234567},
+                       uint64_t{12500000000}, kMaxPoliceBps})
+    for (uint64_t bytes : {uint64_t{1}, uint64_t{1023}, uint64_t{1024}, uint64_t{1536},
+                           uint64_t{5} << 20, kMaxPoliceBurst}) {
+      auto p = ParsePolice(BitRateText(bps) + "," + ByteSizeText(bytes));
+      ASSERT_TRUE(p.ok()) << p.status().message();
+      EXPECT_EQ(p->rate_bps, bps);
+      EXPECT_EQ(p->burst_bytes, bytes);
+    }
+}
+
+TEST(Validate, MarkovAndPolice) {
+  RuleSpec s = Base();
+  s.model = *ParseMarkov("1%,30%,10%,40%,0.1%");
+  s.seed = 7;  // a Markov chain draws: seeded like GE
+  s.schedule.active = std::chrono::milliseconds(200);
+  s.schedule.dormant = std::chrono::milliseconds(800);
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
+  s.model.p23 = std::nan("");
+  ExpectInvalid(Validate(s), "Markov model: Markov parameters must lie between 0% and 100%");
+  s.model.p23 = 0;
+  ExpectInvalid(Validate(s), "p32 > 0 needs p23 > 0");
+  s.model.p23 = 0.4;
+  s.model.p31 = 0;
+  ExpectInvalid(Validate(s), "the burst state must be left");
+  s.model.p31 = 0.95;
+  ExpectInvalid(Validate(s), "p31 + p32 must not exceed 100%");
+  s.model.p31 = 0.3;
+  s.model.p14 = 0.995;
+  ExpectInvalid(Validate(s), "p13 + p14 must not exceed 100%");
+  s.model.p14 = -0.1;
+  ExpectInvalid(Validate(s), "between 0% and 100%");
+
+  s = Base();
+  s.model = *ParsePolice("50mbit,64kib");
+  s.action = Action::kEcn;
+  s.schedule.active = std::chrono::milliseconds(200);
+  s.schedule.dormant = std::chrono::milliseconds(800);
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
+  s.seed = 1;
+  ExpectInvalid(Validate(s), "seed: a policer draws nothing");
+  s.seed.reset();
+  s.model.rate_bps = kMinPoliceBps - 1;
+  ExpectInvalid(Validate(s), "a policer's rate must lie between 8bit and 100gbit");
+  s.model.rate_bps = kMaxPoliceBps + 1;
+  ExpectInvalid(Validate(s), "a policer's rate");
+  s.model.rate_bps = kMaxPoliceBps;
+  s.model.burst_bytes = 0;
+  ExpectInvalid(Validate(s), "a policer's burst must lie between 1b and 1gib");
+  s.model.burst_bytes = kMaxPoliceBurst + 1;
+  ExpectInvalid(Validate(s), "a policer's burst");
+  s.model.burst_bytes = kMaxPoliceBurst;
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
+  s.guard.misbehaves = true;  // no binomial interval for a policer
+  ExpectInvalid(Validate(s), "misbehaves judges a Bernoulli rate");
+}
+
+TEST(Validate, ActionNeedsTc) {
+  RuleSpec s = Base();
+  s.action = Action::kCorrupt;
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
+  s.hook = Hook::kXdp;
+  ExpectInvalid(Validate(s), "action corrupt changes or copies the packet, which XDP cannot");
+  s = Base();
+  s.cgroup = "/sys/fs/cgroup/x";
+  s.action = Action::kEcn;
+  ExpectInvalid(Validate(s), "action ecn needs tc, and a cgroup target's ingress");
+  s.dir = Direction::kBoth;
+  ExpectInvalid(Validate(s), "a cgroup target's ingress");
+  s.dir = Direction::kEgress;
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
+  s.action = Action::kDrop;
+  s.dir = Direction::kIngress;
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
+}
+
+TEST(Proto, MarkovPoliceAndActionBothWays) {
+  RuleSpec s = Base();
+  s.model = *ParseMarkov("1%,30%,10%,40%,0.1%");
+  s.seed = 3;
+  s.action = Action::kCorruptPayload;
+  v1::RuleSpec pb;
+  SpecToProto(s, &pb);
+  EXPECT_EQ(pb.loss().model_case(), v1::LossModel::kMarkov);
+  EXPECT_EQ(pb.action(), v1::ACTION_CORRUPT_PAYLOAD);
+  RuleSpec back;
+  ASSERT_TRUE(SpecFromProto(pb, &back).ok());
+  EXPECT_EQ(back.model.kind, LossModel::Kind::kMarkov4);
+  EXPECT_EQ(back.model.p13, 0.01);
+  EXPECT_EQ(back.model.p31, 0.3);
+  EXPECT_EQ(back.model.p32, 0.1);
+  EXPECT_EQ(back.model.p23, 0.4);
+  EXPECT_EQ(back.model.p14, 0.001);
+  EXPECT_EQ(back.seed, std::optional<uint64_t>(3));
+  EXPECT_EQ(back.action, Action::kCorruptPayload);
+  pb.mutable_loss()->mutable_markov()->set_p32(1.5);
+  ExpectInvalid(SpecFromProto(pb, &back), "loss.markov: Markov parameters must lie between");
+  pb.mutable_loss()->mutable_markov()->set_p32(0.1);
+  pb.mutable_loss()->mutable_markov()->set_p31(0);
+  ExpectInvalid(SpecFromProto(pb, &back), "loss.markov: the burst state must be left");
+
+  s = Base();
+  s.model = *ParsePolice("50mbit,64kib");
+  s.action = Action::kEcnPass;
+  pb.Clear();
+  SpecToProto(s, &pb);
+  EXPECT_EQ(pb.loss().police().rate_bps(), 50000000u);
+  EXPECT_EQ(pb.loss().police().burst_bytes(), 65536u);
+  EXPECT_FALSE(pb.loss().has_seed());
+  ASSERT_TRUE(SpecFromProto(pb, &back).ok());
+  EXPECT_EQ(back.model.kind, LossModel::Kind::kPolice);
+  EXPECT_EQ(back.model.rate_bps, 50000000u);
+  EXPECT_EQ(back.model.burst_bytes, 65536u);
+  EXPECT_EQ(back.action, Action::kEcnPass);
+  pb.mutable_loss()->mutable_police()->set_rate_bps(kMaxPoliceBps + 1);
+  ExpectInvalid(SpecFromProto(pb, &back), "loss.police: a policer's rate must lie between");
+  pb.mutable_loss()->mutable_police()->set_rate_bps(kMaxPoliceBps);
+  pb.mutable_loss()->mutable_police()->set_burst_bytes(0);
+  ExpectInvalid(SpecFromProto(pb, &back), "loss.police: a policer's burst must lie between");
 }
 
 TEST(Validate, AcceptsTypicalRules) {
@@ -413,6 +618,47 @@ TEST(Encode, Models) {
 
 namespace lossd {
 namespace {
+
+// The 4-state chain's loss: its transition matrix iterated to stationarity, the
+// share of packets whose transition enters state 3 or 4.
+TEST(ModelMeanLoss, Markov4IsItsChainsStationaryLoss) {
+  auto iterated = [](const LossModel& m) {
+    const double p[4][4] = {{1 - m.p13 - m.p14, 0, m.p13, m.p14},
+                            {0, 1 - m.p23, m.p23, 0},
+                            {m.p31, m.p32, 1 - m.p31 - m.p32, 0},
+                            {1, 0, 0, 0}};
+    double pi[4] = {1, 0, 0, 0};
+    for (int step = 0; step < 200000; step++) {
+      double next[4] = {0, 0, 0, 0};
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) next[j] += pi[i] * p[i][j];
+      std::copy(next, next + 4, pi);
+    }
+    double lost = 0;  // P(the next transition enters 3 or 4)
+    for (int i = 0; i < 4; i++) lost += pi[i] * (p[i][2] + p[i][3]);
+    return lost;
+  };
+  for (const char* text : {"1%,30%,10%,40%,0.1%", "1%", "5%,20%", "0.1%,50%,30%,10%",
+                           "0%,0%,0%,0%,5%", "0%"}) {
+    SCOPED_TRACE(text);
+    LossModel m = *ParseMarkov(text);
+    EXPECT_NEAR(ModelMeanLoss(m), iterated(m), 1e-12);
+    EXPECT_FALSE(ModelIsDeterministic(m));
+    EXPECT_EQ(ModelExpectedDrops(m, 1000), 0u);
+  }
+  LossModel m = *ParseMarkov("1%,30%,10%,40%,0.1%");
+  EXPECT_NEAR(ModelMeanLoss(m), 0.0329283887468, 1e-12);
+  EXPECT_NEAR(ModelMeanLoss(*ParseMarkov("5%")), 0.05, 1e-15);  // p31 = 1 - p13: Bernoulli
+  m.p31 = 0;  // refused by CheckMarkov: no rate, never a division by zero
+  EXPECT_EQ(ModelMeanLoss(m), -1);
+}
+
+TEST(ModelMeanLoss, APolicerHasNoRateOfItsOwn) {
+  LossModel m = *ParsePolice("50mbit,64kib");
+  EXPECT_EQ(ModelMeanLoss(m), -1);
+  EXPECT_FALSE(ModelIsDeterministic(m));
+  EXPECT_EQ(ModelExpectedDrops(m, 1000), 0u);
+}
 
 // Issue 24: first-k and every-n-th have an expected count per flow, not a rate.
 TEST(ModelExpectation, DeterministicModelsCountPerFlow) {

@@ -253,7 +253,20 @@ class Client(_Closing):
           (8080, '8000-8100', (lo, hi)), protocol='tcp'|'udp'|'icmp'|'icmpv6'|N,
           family=4|6, tcp_flags='syn,!ack', payload='any'|'only'|'none'.
         Loss model, exactly one: rate='1%' (or 0.01), ge=(p, r, bad_loss,
-          good_loss) or 'p,r,1-h,1-k', every=N, first=K; seed=S.
+          good_loss) or 'p,r,1-h,1-k', every=N, first=K, ramp='0.1%/2s,1%/2s',
+          markov='p13,p31,p32,p23,p14' (netem's 4-state loss state, e.g.
+          '1%,30%,10%,40%,0.1%'; omitted ones at netem's defaults p31 = 1 - p13,
+          p32 = 0, p23 = 100 %, p14 = 0; or a tuple or a dict of them), police=
+          'RATE,BURST' (a token bucket in tc's units, e.g. '50mbit,64kib': what
+          exceeds it is picked; or (rate, burst), or {'rate_bps': N, 'burst_bytes': N});
+          seed=S (not with police: a policer draws nothing).
+        Action, what is done to the packets the model picks: action='drop' (default),
+          'corrupt' (a flipped bit the receiver's checksum check discards),
+          'corrupt-payload' (wrong bytes, valid checksums), 'duplicate', 'ecn' (ECT
+          packets marked CE, the others dropped) or 'ecn-pass' (the others pass); all
+          but drop run at tc: not with hook='xdp', and for a cgroup target only
+          with direction='egress'. Rule.action and the counters' corrupted_*,
+          duplicated_*, marked_* and unacted_packets say what it did.
         Options: priority=P, ttl='30s' (0 or 'none': until deleted; None: the
           daemon's --default-ttl, 1 h unless set), per_segment=True,
           labels={'k': 'v'}, force=True, reattach=True (the interface deleted: the

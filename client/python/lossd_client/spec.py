@@ -13,7 +13,9 @@ import re
 import stat as _stat
 
 from .errors import LossdInputError
-from .units import MAX_INPUT, parse_duration, parse_labels, parse_ports, parse_rate
+from .units import (BIT_RATE_UNIT_NAMES, BIT_RATE_UNITS, MAX_INPUT, SIZE_UNIT_NAMES, SIZE_UNITS,
+                    format_bit_rate, format_size, parse_duration, parse_labels, parse_ports,
+                    parse_quantity, parse_rate)
 
 # ------------------------------------------------------------------ enums --
 
@@ -24,6 +26,13 @@ DIRECTIONS = {
 }
 HOOKS = {"auto": "HOOK_AUTO", "xdp": "HOOK_XDP", "tc": "HOOK_TC", "cgroup": "HOOK_CGROUP"}
 PAYLOADS = {"any": "PAYLOAD_ANY", "only": "PAYLOAD_ONLY", "none": "PAYLOAD_NONE"}
+# What a rule does to the packets its model picks ('_' for '-' too); all but drop at tc.
+ACTIONS = {
+    "drop": "ACTION_DROP", "corrupt": "ACTION_CORRUPT",
+    "corrupt-payload": "ACTION_CORRUPT_PAYLOAD", "corrupt_payload": "ACTION_CORRUPT_PAYLOAD",
+    "duplicate": "ACTION_DUPLICATE", "ecn": "ACTION_ECN", "ecn-pass": "ACTION_ECN_PASS",
+    "ecn_pass": "ACTION_ECN_PASS",
+}
 RETRANSMIT_TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
 TCP_FLAGS = ("fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr")  # bit i at index i
 PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6")
@@ -58,6 +67,19 @@ def parse_payload(value):
     if value is None:
         return "PAYLOAD_ANY"
     return _enum(value, PAYLOADS, "PAYLOAD_", "payload")
+
+
+def parse_action(value):
+    """'drop' (None or '' too), 'corrupt', 'corrupt-payload', 'duplicate', 'ecn', 'ecn-pass'
+    (any case, '_' for '-', the 'ACTION_' prefix optional) -> 'ACTION_...'."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "ACTION_DROP"
+    return _enum(value, ACTIONS, "ACTION_", "action")
+
+
+def action_name(enum_name):
+    """'ACTION_CORRUPT_PAYLOAD' -> 'corrupt-payload' (lossd's name)."""
+    return short_name(enum_name, "ACTION_").replace("_", "-")
 
 
 def parse_retransmit_type(value):
@@ -215,6 +237,102 @@ def gilbert_elliott(value):
     return out
 
 
+MARKOV_KEYS = ("p13", "p31", "p32", "p23", "p14")
+
+
+def markov4(value):
+    """netem's 4-state Markov loss ('loss state'): 'p13[,p31[,p32[,p23[,p14]]]]' like the
+    CLI's --markov (netem's defaults: p31 = 1 - p13, p32 = 0, p23 = 100 %, p14 = 0),
+    (p13[, p31[, ...]]) or {'p13':.., 'p31':.., ...}; every item a rate ('1%' or 0.01). From
+    state 1 to 3 with p13 and to 4 with p14, from 3 to 1 with p31 and to 2 with p32, from 2 to
+    3 with p23, from 4 to 1; a packet entering 3 or 4 is picked. p13 + p14 <= 1, p31 + p32 <= 1,
+    p13 > 0 needs p31 > 0 and p32 > 0 needs p23 > 0."""
+    given, text = value, isinstance(value, str)
+    if text:
+        value = value[:MAX_INPUT + 1].split(",")
+    if isinstance(value, dict):
+        unknown = set(value) - set(MARKOV_KEYS)
+        if unknown:
+            raise LossdInputError("markov: unknown keys %s (keys: %s)"
+                                  % (sorted(unknown), ", ".join(MARKOV_KEYS)))
+        if "p13" not in value:
+            raise LossdInputError("markov: p13 is required")
+        vals = dict(value)
+    elif isinstance(value, (list, tuple)) and 1 <= len(value) <= 5:
+        vals = dict(zip(MARKOV_KEYS, value))
+    else:
+        raise LossdInputError("markov: invalid Markov model %r: expected p13[,p31[,p32[,p23[,p14]]]] as in "
+                              "netem's loss state, or (p13, p31, p32, p23, p14)" % (given,))
+    out = {"p13": parse_rate(vals["p13"], "markov.p13")}
+    defaults = {"p31": 1.0 - out["p13"], "p32": 0.0, "p23": 1.0, "p14": 0.0}
+    for k in MARKOV_KEYS[1:]:
+        out[k] = parse_rate(vals[k], "markov." + k) if k in vals else defaults[k]
+    why = _markov_refusal(out)
+    if why:
+        raise LossdInputError("markov: invalid Markov model %r: %s" % (given, why))
+    return out
+
+
+def _markov_refusal(m):
+    """Why lossd refuses the chain (its CheckMarkov), or None. The rates are in [0, 1]."""
+    one = 1 + 1e-12  # at most all of a state's packets (within rounding)
+    if m["p13"] + m["p14"] > one:
+        return "p13 + p14 must not exceed 100% (the ways out of state 1)"
+    if m["p31"] + m["p32"] > one:
+        return "p31 + p32 must not exceed 100% (the ways out of state 3)"
+    if m["p13"] > 0 and m["p31"] == 0:
+        return "the burst state must be left: p13 > 0 needs p31 > 0"
+    if m["p32"] > 0 and m["p23"] == 0:
+        return "state 2 must be left: p32 > 0 needs p23 > 0"
+    return None
+
+
+MIN_POLICE_BPS, MAX_POLICE_BPS, MAX_POLICE_BURST = 8, 100 * 10**9, 1 << 30  # as lossd's
+
+
+def policer(value):
+    """A policer's token bucket (tc police): 'RATE,BURST' like the CLI's --police ('/' for ','
+    too), e.g. '50mbit,64kib', or (rate, burst), or {'rate_bps': N, 'burst_bytes': N}. RATE with
+    tc's units, any case: bit, kbit, mbit, gbit, tbit (bits per second, x1000 each) or bps, kbps,
+    mbps, gbps (bytes per second); a bare number is refused. BURST bytes, bare or with b, k (kb,
+    kib), m (mb, mib), g (gb, gib), x1024 each. Fractions are rounded to whole bits per second
+    and bytes (half to even). 8 bit/s .. 100 Gbit/s, 1 byte .. 1 GiB. What exceeds the bucket
+    is picked: dropped, or marked with action='ecn'."""
+    invalid = "police: invalid police model %r: " % (value,)
+    if isinstance(value, dict):
+        unknown = set(value) - {"rate_bps", "burst_bytes"}
+        if unknown or len(value) != 2:
+            raise LossdInputError("police: expected the keys rate_bps and burst_bytes, got %s"
+                                  % sorted(value))
+        out = {"rate_bps": _uint(value["rate_bps"], "police.rate_bps", bits=64),
+               "burst_bytes": _uint(value["burst_bytes"], "police.burst_bytes", bits=64)}
+    else:
+        if isinstance(value, str) and len(value) <= MAX_INPUT:
+            parts = re.split("[,/]", value)
+        elif isinstance(value, (list, tuple)):
+            parts = [p if isinstance(p, str) else str(p) for p in value
+                     if isinstance(p, (str, int, float)) and not isinstance(p, bool)]
+            parts = parts if len(parts) == len(value) else []
+        else:
+            parts = []
+        if len(parts) != 2:
+            raise LossdInputError(invalid + "expected RATE,BURST, e.g. 50mbit,64kib")
+        out = {}
+        for key, what, part, units, names, example in (
+                ("rate_bps", "rate", parts[0], BIT_RATE_UNITS, BIT_RATE_UNIT_NAMES, "50mbit"),
+                ("burst_bytes", "burst", parts[1], SIZE_UNITS, SIZE_UNIT_NAMES, "64kib")):
+            out[key], why = parse_quantity(part, units, names, example)
+            if why:
+                raise LossdInputError(invalid + "the %s %s" % (what, why))
+    if not MIN_POLICE_BPS <= out["rate_bps"] <= MAX_POLICE_BPS:
+        raise LossdInputError(invalid + "a policer's rate must lie between %s and %s"
+                              % (format_bit_rate(MIN_POLICE_BPS), format_bit_rate(MAX_POLICE_BPS)))
+    if not 1 <= out["burst_bytes"] <= MAX_POLICE_BURST:
+        raise LossdInputError(invalid + "a policer's burst must lie between %s and %s"
+                              % (format_size(1), format_size(MAX_POLICE_BURST)))
+    return out
+
+
 MAX_RAMP_STEPS = 16  # as lossd's
 
 
@@ -244,16 +362,23 @@ def _ramp(text):
     return {"steps": steps}
 
 
-def loss_model(rate=None, ge=None, every=None, first=None, seed=None, ramp=None):
+def loss_model(rate=None, ge=None, every=None, first=None, seed=None, ramp=None, markov=None,
+               police=None):
+    """The LossModel (lossd.v1) of exactly one of rate=, ge=, every=, first=, ramp=, markov=,
+    police= (see rule_spec), and seed= (not with police: a policer draws nothing)."""
     given = [k for k, v in (("rate", rate), ("ge", ge), ("every", every), ("first", first),
-                            ("ramp", ramp)) if v is not None]
+                            ("ramp", ramp), ("markov", markov), ("police", police)) if v is not None]
     if len(given) != 1:
-        raise LossdInputError("loss model: give exactly one of rate=, ge=, every=, first=, ramp= (got %s)"
-                              % (", ".join(given) or "none"))
+        raise LossdInputError("loss model: give exactly one of rate=, ge=, every=, first=, ramp=, markov=, "
+                              "police= (got %s)" % (", ".join(given) or "none"))
     if rate is not None:
         lm = {"bernoulli": {"rate": parse_rate(rate)}}
     elif ge is not None:
         lm = {"gilbert_elliott": gilbert_elliott(ge)}
+    elif markov is not None:
+        lm = {"markov": markov4(markov)}
+    elif police is not None:
+        lm = {"police": policer(police)}
     elif ramp is not None:
         lm = {"ramp": _ramp(ramp)}
     elif every is not None:
@@ -262,6 +387,9 @@ def loss_model(rate=None, ge=None, every=None, first=None, seed=None, ramp=None)
         lm = {"first_k": _uint(first, "first", minimum=1)}
     if seed is not None:
         lm["seed"] = _uint(seed, "seed", bits=64)
+        if police is not None:
+            raise LossdInputError("seed: a policer draws nothing (what it drops follows the traffic): "
+                                  "give no seed with police")
     return lm
 
 
@@ -421,7 +549,7 @@ def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, p
               rate=None, ge=None, every=None, first=None, seed=None,
               priority=0, ttl=None, per_segment=False, labels=None, force=False,
               reattach=False, start_after=None, pulse=None, pulse_cycles=None, guard=None,
-              ramp=None):
+              ramp=None, action=None, markov=None, police=None):
     """A RuleSpec from friendly arguments (see Client.add_rule)."""
     if not iface and not cgroup and not (pid or unit or container or pod):
         raise LossdInputError("target: give iface= and/or cgroup=, pid=, unit=, container= or pod=")
@@ -463,7 +591,21 @@ def rule_spec(iface=None, *, cgroup=None, pid=None, unit=None, container=None, p
         match["payload"] = pl
     if match:
         spec["match"] = match
-    spec["loss"] = loss_model(rate=rate, ge=ge, every=every, first=first, seed=seed, ramp=ramp)
+    spec["loss"] = loss_model(rate=rate, ge=ge, every=every, first=first, seed=seed, ramp=ramp,
+                              markov=markov, police=police)
+    act = parse_action(action)
+    if act != "ACTION_DROP":
+        # As lossd's Validate: changing or copying a packet needs tc.
+        name = action_name(act)
+        if spec["hook"] == "HOOK_XDP":
+            raise LossdInputError("action: %s changes or copies the packet, which XDP cannot here (a "
+                                  "frame the device already checked, no copy): use hook tc (or auto)" % name)
+        if (cgroup or pid or unit or container or pod) and spec["direction"] != "DIRECTION_EGRESS":
+            raise LossdInputError("action: %s needs tc, and a cgroup target's ingress is decided by a "
+                                  "cgroup_skb program, which cannot change or copy packets: use "
+                                  "direction='egress' for the cgroup, or a rule on the interface its "
+                                  "traffic arrives by" % name)
+        spec["action"] = act
     prio = _uint(priority, "priority", maximum=MAX_PRIORITY) if priority is not None else 0
     if prio:
         spec["priority"] = prio

@@ -27,7 +27,13 @@ Once any run has stalls, a run without any had none, and counts 0.
 A step is a loss rate ('1%') or a Gilbert-Elliott model 'ge:P/R/1-H/1-K' (netem's gemodel:
 P good->bad, R bad->good, 1-H loss in the bad state, 1-K in the good one), which is
 reported and plotted at its mean loss rate P/(P+R)*(1-H) + R/(P+R)*(1-K); its losses come
-in bursts, so the binomial interval does not apply to it.
+in bursts, so the binomial interval does not apply to it. 'markov:P13/P31/P32/P23/P14'
+(netem's 4-state loss state, omitted ones at netem's defaults) is likewise reported at its
+chain's stationary loss rate.
+
+--action makes every step's rule corrupt, duplicate or mark (ecn, ecn-pass) the packets its
+model picks instead of dropping them (lossd runs it at tc): the measured rate is then the
+picked packets' share (the daemon's), and a run records picked_packets beside the drops.
 
 The workload is any shell command, run once per repetition with LOSSD_SWEEP_RATE
 (a fraction), LOSSD_SWEEP_STEP and LOSSD_SWEEP_REP in its environment. If its
@@ -68,7 +74,8 @@ import time
 
 from . import cli
 from .errors import LossdError, LossdInputError
-from .spec import RETRANSMIT_TYPES, gilbert_elliott
+from .spec import RETRANSMIT_TYPES, action_name, gilbert_elliott, markov4, parse_action
+from .types import LossModel
 from .units import format_rate, parse_rate
 
 METRICS = ("measured_rate", "throughput_obs_bps", "throughput_workload_bps", "latency_mean_ms",
@@ -85,16 +92,28 @@ class Interrupted(Exception):
 
 
 def parse_step(text):
-    """'1%' -> Bernoulli; 'ge:P/R/1-H/1-K' -> Gilbert-Elliott. Returns a step dict:
-    label, rate (the mean loss rate), ge (None or the model's p, r, bad_loss, good_loss)."""
+    """'1%' -> Bernoulli; 'ge:P/R/1-H/1-K' -> Gilbert-Elliott; 'markov:P13/P31/P32/P23/P14' ->
+    netem's 4-state chain. Returns a step dict: label, rate (the mean loss rate), ge (None or
+    the model's p, r, bad_loss, good_loss), markov (None or its p13, p31, p32, p23, p14)."""
     text = text.strip()
     if text.lower().startswith("ge:"):
         ge = gilbert_elliott(text[3:].split("/"))
-        tot = ge["p"] + ge["r"]
-        bad = ge["p"] / tot if tot > 0 else 0.0
-        return {"label": text, "rate": bad * ge["bad_loss"] + (1 - bad) * ge["good_loss"], "ge": ge}
+        rate = LossModel("gilbert_elliott", **ge).mean_rate
+        return {"label": text, "rate": rate, "ge": ge, "markov": None}
+    if text.lower().startswith("markov:"):
+        mk = markov4(text[7:].split("/"))
+        return {"label": text, "rate": LossModel("markov", **mk).mean_rate, "ge": None, "markov": mk}
     rate = parse_rate(text, "--rates")
-    return {"label": format_rate(rate), "rate": rate, "ge": None}
+    return {"label": format_rate(rate), "rate": rate, "ge": None, "markov": None}
+
+
+def step_model(st):
+    """The add_rule() model arguments of a step, and the model's name."""
+    if st.get("ge"):
+        return {"ge": [st["ge"][k] for k in ("p", "r", "bad_loss", "good_loss")]}, "ge"
+    if st.get("markov"):
+        return {"markov": dict(st["markov"])}, "markov"
+    return {"rate": st["rate"]}, "bernoulli"
 
 
 def quantile(xs, q):
@@ -302,12 +321,12 @@ def run_workload(cmd, env, stop):
 
 def one_run(client, a, target_kw, st, step, rep, stop):
     hold_ns = a.duration_ns if not a.workload else a.workload_timeout_ns
-    model = {"ge": [st["ge"][k] for k in ("p", "r", "bad_loss", "good_loss")]} if st["ge"] else {"rate": st["rate"]}
+    model, model_name = step_model(st)
     rate = st["rate"]
     rule = client.add_rule(ttl="%dns" % (hold_ns + a.grace_ns), force=a.force,
                            labels={"client": "sweep", "pid": str(os.getpid()), "step": str(step),
                                    "rep": str(rep)}, **model, **target_kw)
-    result = {"step": step, "rep": rep, "label": st["label"], "model": "ge" if st["ge"] else "bernoulli",
+    result = {"step": step, "rep": rep, "label": st["label"], "model": model_name,
               "configured_rate": rate, "rule": rule.id, "ok": True}
     tracker = None
     try:
@@ -341,6 +360,7 @@ def one_run(client, a, target_kw, st, step, rep, stop):
         result.update(
             matched_segments=c.matched_segments, dropped_segments=c.dropped_segments,
             matched_packets=c.matched_packets, dropped_packets=c.dropped_packets,
+            picked_packets=c.picked_packets,
             measured_rate=effect.measured_rate if c.matched_packets else None,
             rate_ci_low=effect.rate_ci_low, rate_ci_high=effect.rate_ci_high,
             retransmitted_by_type=dict(effect.retransmitted_segments),
@@ -368,7 +388,8 @@ def summarize(runs, steps):
         if not isinstance(st, dict):  # a bare rate
             st = {"label": format_rate(st), "rate": st, "ge": None}
         rs = [r for r in runs if r["step"] == step and r.get("ok")]
-        s = {"step": step, "label": st["label"], "configured_rate": st["rate"], "ge": st["ge"], "runs": len(rs)}
+        s = {"step": step, "label": st["label"], "configured_rate": st["rate"], "ge": st["ge"],
+             "markov": st.get("markov"), "runs": len(rs)}
         for m in METRICS:
             s[m] = describe([r.get(m) for r in rs])
         types = {}
@@ -501,7 +522,7 @@ def plot_summary(outdir, doc):
             ax[2].bar(pos, v, bottom=bottom, label=t)
             bottom = [b + c for b, c in zip(bottom, v)]
     labels = [s.get("label") or format_rate(s["configured_rate"]) for s in summ]
-    rotation = 30 if any(s.get("ge") for s in summ) else 0
+    rotation = 30 if any(s.get("ge") or s.get("markov") for s in summ) else 0
     ax[2].set_xticks(pos)
     ax[2].set_xticklabels(labels, rotation=rotation)
     wl = [s["retransmits_workload"]["mean"] if s.get("retransmits_workload") else float("nan") for s in summ]
@@ -563,9 +584,12 @@ def parse_args(argv):
     t.add_argument("--payload", choices=("any", "only", "none"))
     t.add_argument("--per-segment", action="store_true")
     t.add_argument("--force", action="store_true")
+    t.add_argument("--action", help="what each rule does to the packets it picks: drop (default) | "
+                   "corrupt | corrupt-payload | duplicate | ecn | ecn-pass (all but drop at tc)")
     s = ap.add_argument_group("steps")
     s.add_argument("--rates", required=True,
-                   help="steps, comma-separated, in order: 0,0.1%%,1%%,5%% or ge:P/R/1-H/1-K")
+                   help="steps, comma-separated, in order: 0,0.1%%,1%%,5%%, ge:P/R/1-H/1-K or "
+                   "markov:P13/P31/P32/P23/P14")
     s.add_argument("--repeat", type=int, default=1, help="runs per rate (default 1)")
     s.add_argument("--duration", default="10s", help="hold per run without --workload (default 10s)")
     s.add_argument("--workload", help="shell command run once per run (instead of --duration)")
@@ -584,6 +608,7 @@ def parse_args(argv):
         ap.error("--repeat must be at least 1")
     try:
         a.steps = [parse_step(r) for r in a.rates.split(",") if r.strip()]
+        a.action = action_name(parse_action(a.action))
     except LossdInputError as e:
         ap.error(e.message)
     cli.durations_ns(ap, a, "duration", "workload_timeout", "settle", "grace")
@@ -607,7 +632,8 @@ def main(argv=None):
     client = cli.connect(a)
     target_kw = {"iface": a.iface, "cgroup": a.cgroup, "direction": a.dir, "hook": a.hook,
                  "protocol": None if a.proto == "any" else a.proto, "src": a.src, "dst": a.dst,
-                 "sport": a.sport, "dport": a.dport, "payload": a.payload, "per_segment": a.per_segment}
+                 "sport": a.sport, "dport": a.dport, "payload": a.payload, "per_segment": a.per_segment,
+                 "action": None if a.action == "drop" else a.action}
     target_kw = {k: v for k, v in target_kw.items() if v not in (None, False)}
     runs = []
     status = 0

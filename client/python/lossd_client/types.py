@@ -8,8 +8,8 @@ Enums become short lowercase names ('active', 'ingress', 'fast'), port ranges
 import dataclasses
 import typing
 
-from .spec import RETRANSMIT_TYPES, short_name
-from .units import format_duration, format_ports, format_rate
+from .spec import MARKOV_KEYS, RETRANSMIT_TYPES, action_name, short_name
+from .units import format_bit_rate, format_duration, format_ports, format_rate, format_size
 
 
 def _enum_name(enum_type, value, prefix):
@@ -63,11 +63,30 @@ class Counters:
     dropped_packets: int = 0
     dropped_segments: int = 0
     dropped_bytes: int = 0
+    # What the rule's action did to the packets its model picked (0 for the other actions);
+    # those it could not act on passed unchanged: unacted_packets (lossd.v1 RuleCounters).
+    corrupted_packets: int = 0
+    corrupted_segments: int = 0
+    corrupted_bytes: int = 0
+    duplicated_packets: int = 0
+    duplicated_segments: int = 0
+    duplicated_bytes: int = 0
+    marked_packets: int = 0
+    marked_segments: int = 0
+    marked_bytes: int = 0
+    unacted_packets: int = 0
 
     @classmethod
     def from_proto(cls, m):
-        return cls(m.matched_packets, m.matched_segments, m.matched_bytes,
-                   m.dropped_packets, m.dropped_segments, m.dropped_bytes)
+        # getattr: stubs of a daemon without actions have only the first six
+        return cls(**{f.name: getattr(m, f.name, 0) for f in dataclasses.fields(cls)})
+
+    @property
+    def picked_packets(self):
+        """The packets the rule's model picked: dropped, acted on (corrupted, duplicated,
+        marked) or not (unacted_packets). With action 'ecn' the non-ECT ones are dropped."""
+        return (self.dropped_packets + self.corrupted_packets + self.duplicated_packets +
+                self.marked_packets + self.unacted_packets)
 
     @property
     def drop_rate(self):
@@ -75,6 +94,12 @@ class Counters:
         segments it carries; the unit of the daemon's measured rate and interval), None
         before any match."""
         return self.dropped_packets / self.matched_packets if self.matched_packets else None
+
+    @property
+    def picked_rate(self):
+        """Picked / matched packets: the daemon's measured rate whatever the action (drop_rate
+        for a drop rule), None before any match."""
+        return self.picked_packets / self.matched_packets if self.matched_packets else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +141,8 @@ class Match:
 
 @dataclasses.dataclass(frozen=True)
 class LossModel:
-    kind: str = ""            # 'bernoulli', 'gilbert_elliott', 'every_nth', 'first_k', 'ramp' or ''
+    kind: str = ""            # 'bernoulli', 'gilbert_elliott', 'every_nth', 'first_k', 'ramp',
+                              # 'markov', 'police' or ''
     rate: float = 0.0         # bernoulli
     p: float = 0.0            # gilbert_elliott
     r: float = 0.0
@@ -125,6 +151,13 @@ class LossModel:
     n: int = 0                # every_nth / first_k
     seed: typing.Optional[int] = None
     steps: tuple = ()         # ramp: ((rate, duration_ns), ...)
+    p13: float = 0.0          # markov (netem's loss state; spec.markov4)
+    p31: float = 0.0
+    p32: float = 0.0
+    p23: float = 0.0
+    p14: float = 0.0
+    rate_bps: int = 0         # police: the token bucket (spec.policer)
+    burst_bytes: int = 0
 
     @classmethod
     def from_proto(cls, m):
@@ -141,12 +174,17 @@ class LossModel:
             return cls(kind, n=m.first_k, seed=seed)
         if kind == "ramp":
             return cls(kind, steps=tuple((st.rate, st.duration_ns) for st in m.ramp.steps), seed=seed)
+        if kind == "markov":
+            return cls(kind, seed=seed, **{k: getattr(m.markov, k) for k in MARKOV_KEYS})
+        if kind == "police":
+            return cls(kind, rate_bps=m.police.rate_bps, burst_bytes=m.police.burst_bytes, seed=seed)
         return cls(kind, seed=seed)
 
     @property
     def mean_rate(self):
-        """The long-run loss rate: the Bernoulli rate, the Gilbert-Elliott
-        stationary mean, 1/n for every_nth; None for first_k."""
+        """The long-run loss rate: the Bernoulli rate, the Gilbert-Elliott's and the
+        Markov chain's stationary mean, 1/n for every_nth; None for first_k and police
+        (what they pick follows the traffic), as the daemon's configured rate."""
         if self.kind == "bernoulli":
             return self.rate
         if self.kind == "gilbert_elliott":
@@ -159,6 +197,14 @@ class LossModel:
         if self.kind == "ramp":  # over its time, as if the traffic were even (the daemon's)
             t = sum(d for _, d in self.steps)
             return sum(r * d for r, d in self.steps) / t if t else 0.0
+        if self.kind == "markov":
+            # The stationary share of packets entering state 3 or 4 (lossd's ModelMeanLoss):
+            # with pi1 = 1, pi4 = p14, pi3 = p13 / p31, pi2 = pi3 p32 / p23.
+            if (self.p13 > 0 and not self.p31 > 0) or (self.p32 > 0 and not self.p23 > 0):
+                return None  # a chain lossd refuses
+            pi3 = self.p13 / self.p31 if self.p13 > 0 else 0.0
+            pi2 = pi3 * self.p32 / self.p23 if self.p32 > 0 else 0.0
+            return (pi3 + self.p14) / (1 + pi2 + pi3 + self.p14)
         return None
 
     def __str__(self):
@@ -172,6 +218,10 @@ class LossModel:
             s = "first %d" % self.n
         elif self.kind == "ramp":
             s = "ramp " + ",".join("%s/%s" % (format_rate(r), format_duration(d)) for r, d in self.steps)
+        elif self.kind == "markov":
+            s = "markov " + ",".join(format_rate(getattr(self, k)) for k in MARKOV_KEYS)
+        elif self.kind == "police":
+            s = "police %s,%s" % (format_bit_rate(self.rate_bps), format_size(self.burst_bytes))
         else:
             s = "no model"
         if self.seed is not None:
@@ -209,6 +259,9 @@ class Rule:
     created_unix_ns: int
     expires_unix_ns: int
     counters: Counters
+    # What it does to the packets its model picks: 'drop', 'corrupt', 'corrupt-payload',
+    # 'duplicate', 'ecn' or 'ecn-pass' (lossd.v1 Action).
+    action: str = "drop"
     # A service target as asked (docs/targeting.md), and the cgroup the daemon resolved
     # the rule's target to (path below the cgroup v2 mount; "" for interface rules).
     pid: int = 0
@@ -271,6 +324,8 @@ class Rule:
                          guard_stall_cause=_stall_cause(s.guard),
                          guard_stop=m.guard_stop if m.HasField("guard_stop") else None)
         svc = {k: getattr(s, k) for k in ("pid", "unit", "container", "pod") if hasattr(s, k)}
+        if hasattr(pb2, "Action"):  # stubs of a daemon with actions
+            svc["action"] = action_name(_enum_name(pb2.Action, s.action, "ACTION_"))
         if hasattr(m, "cgroup_id"):
             svc.update(resolved_cgroup=m.cgroup, cgroup_id=m.cgroup_id)
         return cls(
@@ -305,6 +360,8 @@ class Rule:
 
     def __str__(self):
         s = "rule %d %s: %s %s, %s" % (self.id, self.state, self.target, self.match, self.loss)
+        if self.action != "drop":
+            s += ", action %s" % self.action
         if self.ttl_ns:
             s += ", ttl %s" % format_duration(self.ttl_ns)
         if self.per_segment:
@@ -372,6 +429,10 @@ class RuleEffect:
                        "as configured" if self.configured_within_ci else "NOT AS CONFIGURED")
                     if self.expected_dropped is not None else
                     "rule %d: expected drops unknown (the per-flow counts did not add up: traffic still moving?)" % self.id)
+        elif self.configured_rate < 0:  # a policer: what it picks follows the traffic
+            head = ("rule %d: no configured rate (a policer), measured %s [%s, %s]"
+                    % (self.id, format_rate(self.measured_rate), format_rate(self.rate_ci_low),
+                       format_rate(self.rate_ci_high)))
         else:
             head = ("rule %d: configured %s, measured %s [%s, %s] %s"
                     % (self.id, format_rate(self.configured_rate), format_rate(self.measured_rate),

@@ -89,11 +89,11 @@ MAX_SECONDS = 30 * 366 * 86400  # as lossd's kMaxDurationSeconds; a bare number 
 _DUR_PART = re.compile(r"(%s)(ns|us|\u00b5s|\u03bcs|ms|sec|min|s|m|h|d)" % NUMBER)
 
 
-def _ns(d, unit_ns):
-    """Decimal d times unit_ns, rounded to an integer half to even (exactly)."""
+def _scaled(d, unit):
+    """Decimal d times the integer unit, rounded to an integer half to even (exactly)."""
     with decimal.localcontext() as ctx:
         ctx.prec = 2 * MAX_INPUT + 1100  # exact for every bounded input
-        return int((d * unit_ns).to_integral_value(decimal.ROUND_HALF_EVEN))
+        return int((d * unit).to_integral_value(decimal.ROUND_HALF_EVEN))
 
 
 def parse_duration(value, name="duration"):
@@ -115,7 +115,7 @@ def parse_duration(value, name="duration"):
         if abs(value) > MAX_SECONDS:
             raise LossdInputError("%s: %r seconds is more than 30 years; numbers are seconds "
                                   "(for nanoseconds write '%sns')" % (name, value, value))
-        ns = _ns(decimal.Decimal(repr(value) if isinstance(value, float) else value), 10**9)
+        ns = _scaled(decimal.Decimal(repr(value) if isinstance(value, float) else value), 10**9)
     elif isinstance(value, str):
         text = value.strip()
         compact = text.replace(" ", "").lower()
@@ -128,13 +128,13 @@ def parse_duration(value, name="duration"):
             if d > MAX_SECONDS:
                 raise LossdInputError("%s: %r seconds is more than 30 years; a bare number is "
                                       "seconds (for nanoseconds write '%sns')" % (name, value, text))
-            ns = _ns(d, 10**9)
+            ns = _scaled(d, 10**9)
         else:
             pos, ns = 0, 0
             for m in _DUR_PART.finditer(compact):
                 if m.start() != pos or m.group(1).startswith("-"):
                     break
-                ns += _ns(decimal.Decimal(m.group(1)), _NS[m.group(2)])
+                ns += _scaled(decimal.Decimal(m.group(1)), _NS[m.group(2)])
                 pos = m.end()
             if pos != len(compact) or not compact:
                 raise LossdInputError("%s: cannot read %r; expected e.g. '30s', '500ms', '2m30s', "
@@ -177,6 +177,58 @@ def format_duration(ns):
     if s or not out:
         out += "%ds" % s
     return out
+
+
+# ------------------------------------------------- a policer's rate and size --
+
+# tc's rate units, as lossd reads them: bits per second, or bytes per second (bps), x1000 each.
+BIT_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
+                  "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9}
+BIT_RATE_UNIT_NAMES = ("bit, kbit, mbit, gbit, tbit (bits per second) or bps, kbps, mbps, gbps "
+                       "(bytes per second, as tc reads them)")
+# Sizes in bytes, x1024 each ("": a bare number).
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+              "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+SIZE_UNIT_NAMES = "b, k (kb, kib), m (mb, mib) or g (gb, gib), x1024 each, or a bare number of bytes"
+_WS = " \t\n\v\f\r"  # what lossd trims (C's isspace)
+# A number without a sign (as NUMBER; a malformed exponent is no number, as in lossd), its unit.
+_QUANTITY = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]*)?(.*)", re.DOTALL)
+
+
+def parse_quantity(text, units, unit_names, example):
+    """'NUMBER UNIT' (spaces around and between, the unit one of units in any case) as lossd
+    reads a policer's rate or burst: the number times the unit, rounded half to even. Returns
+    (value, None), or (None, why) with why quoting the text ("'5x': unknown unit 'x': ...")."""
+    s = text.strip(_WS)
+    quoted = repr(s)
+    m = _QUANTITY.fullmatch(s)
+    if not m or (m.group(2) and not re.fullmatch(r"[eE][-+]?[0-9]{1,3}", m.group(2))):
+        return None, "%s is not a number with a unit, e.g. %s" % (quoted, example)
+    unit = m.group(3).strip(_WS).lower()
+    if unit in units:
+        return _scaled(decimal.Decimal(m.group(1) + (m.group(2) or "")), units[unit]), None
+    if not unit:
+        return None, "%s needs a unit: %s" % (quoted, unit_names)
+    return None, "%s: unknown unit %r: expected %s" % (quoted, unit, unit_names)
+
+
+def _exact_text(v, units):
+    for size, name in units:
+        if v and v % size == 0:
+            return "%d%s" % (v // size, name)
+    return "%d%s" % (v, units[-1][1])
+
+
+def format_bit_rate(bps):
+    """Bits per second in the largest unit that divides them (what lossd reads back):
+    50000000 -> '50mbit', 1500 -> '1500bit'."""
+    return _exact_text(int(bps), ((10**12, "tbit"), (10**9, "gbit"), (10**6, "mbit"), (10**3, "kbit"),
+                                  (1, "bit")))
+
+
+def format_size(n):
+    """Bytes in the largest unit that divides them: 65536 -> '64kib', 1500 -> '1500b'."""
+    return _exact_text(int(n), ((1 << 30, "gib"), (1 << 20, "mib"), (1 << 10, "kib"), (1, "b")))
 
 
 # ------------------------------------------------------------------ ports --

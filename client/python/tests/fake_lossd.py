@@ -124,7 +124,8 @@ class FakeLossd:
         which = spec.loss.WhichOneof("model")
         if which is None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          "loss: give a model (bernoulli, gilbert_elliott, every_nth or first_k)")
+                          "loss: give a model (bernoulli, gilbert_elliott, every_nth, first_k, ramp, "
+                          "markov or police)")
         if which == "bernoulli" and not 0 <= spec.loss.bernoulli.rate <= 1:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "loss.bernoulli.rate: must lie between 0 and 1")
         if len(self.rules) >= 4:

@@ -9,11 +9,11 @@ import unittest
 
 import support  # noqa: F401  (sys.path)
 from lossd_client import LossdInputError, rule_spec
-from lossd_client.spec import PROTOCOL_NUMBERS, TCP_FLAGS, short_name
+from lossd_client.spec import MARKOV_KEYS, PROTOCOL_NUMBERS, TCP_FLAGS, action_name, short_name
 
 VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "vectors",
                        "rule_parsers.json")
-MODELS = ("rate", "ge", "every", "first", "ramp")
+MODELS = ("rate", "ge", "every", "first", "ramp", "markov", "police")
 
 
 def value_of(spec, flag):
@@ -24,6 +24,12 @@ def value_of(spec, flag):
     if flag == "ge":
         g = loss["gilbert_elliott"]
         return [g["p"], g["r"], g["bad_loss"], g["good_loss"]]
+    if flag == "markov":
+        return [loss["markov"][k] for k in MARKOV_KEYS]
+    if flag == "police":
+        return [loss["police"]["rate_bps"], loss["police"]["burst_bytes"]]
+    if flag == "action":
+        return action_name(spec.get("action", "ACTION_DROP"))
     if flag in ("every", "first"):
         return loss["every_nth" if flag == "every" else "first_k"]
     if flag == "seed":
@@ -85,7 +91,7 @@ class VectorsTest(unittest.TestCase):
                 kw = dict(doc["base"])
                 if flag in MODELS:
                     del kw["rate"]
-                kw.update(v.get("with", {}))
+                kw.update({names.get(k, k): val for k, val in v.get("with", {}).items()})
                 kw[names.get(flag, flag)] = v["input"]
                 if "value" in v:
                     self.assertEqual(value_of(rule_spec(**kw), flag), v["value"])

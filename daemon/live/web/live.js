@@ -398,7 +398,27 @@ function lossText(l) {
   if (l.every_nth) return "every " + l.every_nth;
   if (l.first_k) return "first " + l.first_k;
   if (l.ramp) return "ramp " + (l.ramp.steps || []).map((st) => fmtRate(st.rate || 0)).join(" → ");
+  if (l.markov) return "4-state Markov";
+  if (l.police) return "police " + fmtBitRate(u64(l.police.rate_bps)) + ", burst " +
+                       fmtBytes(u64(l.police.burst_bytes));
   return "-";
+}
+function fmtBitRate(bps) {
+  return bps >= 1e9 ? (bps / 1e9).toPrecision(3) + " Gbit/s"
+       : bps >= 1e6 ? (bps / 1e6).toPrecision(3) + " Mbit/s"
+       : bps >= 1e3 ? (bps / 1e3).toPrecision(3) + " kbit/s" : bps + " bit/s";
+}
+// What a rule does to the packets its model picks, when not drop: its name
+// and what it did ("corrupt: 1,021 corrupted").
+const ACTIONS = {
+  ACTION_CORRUPT: ["corrupt", "corrupted"], ACTION_CORRUPT_PAYLOAD: ["corrupt payload", "corrupted"],
+  ACTION_DUPLICATE: ["duplicate", "duplicated"], ACTION_ECN: ["ECN mark", "marked"],
+  ACTION_ECN_PASS: ["ECN mark (non-ECT passes)", "marked"],
+};
+function actionText(s, c) {
+  const a = ACTIONS[s.action];
+  if (!a) return "";
+  return a[0] + ": " + fmtInt(u64(c[a[1] + "_segments"])) + " segs " + a[1];
 }
 // A rule's schedule (spec.schedule), after its loss: "pulse 200.0 ms / 800.0 ms ×10".
 function scheduleText(sc) {
@@ -478,7 +498,8 @@ function renderRules() {
           ? fmtRate(e.rate_ci_low || 0) + " – " + fmtRate(e.rate_ci_high || 0)
           : e.expectation ? "expected " + fmtInt(u64(e.expectation.expected_dropped_packets)) + " pkts"
                           : "expected ?";
-      inCi = e.configured_within_ci ? "ok" : "bad";
+      // a policer (configured_rate -1) has no rate to hold the measure to
+      inCi = (e.configured_rate || 0) < 0 ? "" : e.configured_within_ci ? "ok" : "bad";
     }
     const dr = state.dropRate[rule.id];
     rows.push({
@@ -490,7 +511,8 @@ function renderRules() {
              (s.direction || "DIRECTION_INGRESS").replace("DIRECTION_", "").toLowerCase()],
         ["wrap match", matchText(s.match)],
         ["num wrap", [lossText(s.loss), scheduleText(s.schedule)].filter(Boolean).join(" ") +
-                     (guardText(s.guard) ? ", " + guardText(s.guard) : "")],
+                     (guardText(s.guard) ? ", " + guardText(s.guard) : "") +
+                     (actionText(s, c) ? ", " + actionText(s, c) : "")],
         ["num measured", measured], ["num wrap interval " + inCi, interval],
         ["num wrap", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
         ["num dropped", fmtInt(u64(c.dropped_segments))],

@@ -238,7 +238,7 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
               protocol="", payload="any", rate=None, every_nth=None, first_k=None, ge=None, seed=None,
               ttl_ns=0, labels=None, priority=0, force=False, family=0, tcp_flags="", cgroup="",
               per_segment=False, reattach=False, pid=0, unit="", container="", pod="", schedule=None,
-              guard=None, ramp=None):
+              guard=None, ramp=None, action="drop", markov=None, police=None):
     def pr(p):
         if p is None:
             return None
@@ -257,6 +257,11 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
         loss.gilbert_elliott.CopyFrom(pb.GilbertElliott(p=ge[0], r=ge[1], bad_loss=ge[2], good_loss=ge[3]))
     elif ramp is not None:  # [(rate, duration_ns), ...]
         loss.ramp.CopyFrom(pb.Ramp(steps=[pb.RampStep(rate=x, duration_ns=ns) for x, ns in ramp]))
+    elif markov is not None:  # (p13, p31, p32, p23, p14)
+        loss.markov.CopyFrom(pb.Markov4(p13=markov[0], p31=markov[1], p32=markov[2], p23=markov[3],
+                                        p14=markov[4]))
+    elif police is not None:  # (rate_bps, burst_bytes)
+        loss.police.CopyFrom(pb.Police(rate_bps=police[0], burst_bytes=police[1]))
     if seed is not None:
         loss.seed = seed
     m = pb.Match(src=src, dst=dst, protocol=protocol, family=family, tcp_flags=tcp_flags,
@@ -272,8 +277,9 @@ def rule_spec(interface="", direction="ingress", hook="auto", src="", dst="", sp
                           "cgroup": pb.HOOK_CGROUP}[hook],
                     direction={"ingress": pb.DIRECTION_INGRESS, "egress": pb.DIRECTION_EGRESS,
                                "both": pb.DIRECTION_BOTH}[direction])
-    if rate is not None or every_nth is not None or first_k is not None or ge is not None or ramp is not None:
+    if any(m is not None for m in (rate, every_nth, first_k, ge, ramp, markov, police)):
         s.loss.CopyFrom(loss)
+    s.action = getattr(pb, "ACTION_" + action.upper().replace("-", "_"))
     for k, v in (labels or {}).items():
         s.labels[k] = v
     if schedule:  # dict of lossd.v1 Schedule fields

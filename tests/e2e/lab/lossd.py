@@ -25,7 +25,11 @@ from lab import config
 TYPES = ("fast", "rto", "loss", "tlp", "syn", "synack", "probe0", "unknown")
 OUTCOMES = ("sent", "failed")
 COUNTERS = ("matched_packets", "matched_segments", "matched_bytes", "dropped_packets",
-            "dropped_segments", "dropped_bytes")
+            "dropped_segments", "dropped_bytes",
+            # what a rule's action did (lossd.v1 Action): 0 for a drop rule
+            "corrupted_packets", "corrupted_segments", "corrupted_bytes", "duplicated_packets",
+            "duplicated_segments", "duplicated_bytes", "marked_packets", "marked_segments",
+            "marked_bytes", "unacted_packets")
 
 
 def api():

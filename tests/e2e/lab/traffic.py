@@ -209,13 +209,14 @@ class TcpFlow:
     """
 
     def __init__(self, lab, server_ns, client_ns, dst, port, nbytes, rate_mbit, conns=1, hold=False,
-                 acked=None, timeout=90, cgroup=None):
+                 acked=None, timeout=90, cgroup=None, cc=None):
         self.lab = lab
         self.timeout = timeout
         self.hold = hold
         self.srv = server(lab, server_ns, _any(dst), port, conns=conns)
         self.cli = sender(lab, client_ns, dst, port, nbytes=nbytes, rate_mbit=rate_mbit, conns=conns,
-                          timeout=timeout, hold=hold, acked=hold if acked is None else acked, cgroup=cgroup)
+                          timeout=timeout, hold=hold, acked=hold if acked is None else acked, cgroup=cgroup,
+                          cc=cc)
         self.t0 = time.monotonic()
 
     def running(self):
@@ -324,9 +325,10 @@ class UdpReceiver:
         return _last_json(out)
 
 
-def udp_send_cmd(dst, port, flow, count, pps):
+def udp_send_cmd(dst, port, flow, count, pps, size=None, tos=None):
     return [PY, UDPFLOW, "send", "--dst", dst, "--port", str(port), "--flow", str(flow),
-            "--count", str(count), "--pps", str(pps)]
+            "--count", str(count), "--pps", str(pps)] + \
+        (["--size", str(size)] if size else []) + (["--tos", str(tos)] if tos else [])
 
 
 def finish_sender(p, count=0, pps=1):
@@ -338,11 +340,13 @@ def finish_sender(p, count=0, pps=1):
 
 def udp_flows(lab, flows, settle=0.3):
     """Runs UDP flows at once. Each flow: dict(rx_ns, tx_ns, dst, port, flow, count, pps,
-    [rx_cgroup], [tx_cgroup], [list_missing]). Returns [(sender result, receiver result)]."""
+    [rx_cgroup], [tx_cgroup], [list_missing], [size], [tos]). Returns [(sender result,
+    receiver result)]."""
     rxs = [UdpReceiver(lab, f["rx_ns"], f["dst"], f["port"], f["flow"], cgroup=f.get("rx_cgroup"),
                        list_missing=f.get("list_missing", False))
            for f in flows]
-    txs = [lab.popen(f["tx_ns"], udp_send_cmd(f["dst"], f["port"], f["flow"], f["count"], f["pps"]),
+    txs = [lab.popen(f["tx_ns"], udp_send_cmd(f["dst"], f["port"], f["flow"], f["count"], f["pps"],
+                                              f.get("size"), f.get("tos")),
                      stdout=subprocess.PIPE, cgroup=f.get("tx_cgroup")) for f in flows]
     sent = [finish_sender(p, f["count"], f["pps"]) for p, f in zip(txs, flows)]
     time.sleep(settle)

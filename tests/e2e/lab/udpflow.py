@@ -6,13 +6,20 @@
       {"received", "unique", "dups", "foreign", "max_seq", "seqs_missing"}
       (+ "missing": the sequence numbers never received, with --list-missing).
 
+      Every datagram of the flow is checked whole: one whose header or body is not
+      what the sender wrote (a bit flipped on the way, checksum valid) counts as
+      "corrupt" (not received; its sequence number may be wrong).
+
   udpflow.py send --dst ADDR --port P --flow F --count N --pps R [--batch B] [--times FILE]
-      Sends N datagrams (magic, flow id, sequence number 0..N-1), paced to R
+                  [--size BYTES] [--tos TOS]
+      Sends N datagrams (magic, flow id, sequence number 0..N-1, then a body
+      derived from the sequence number; SIZE bytes, default 64), paced to R
       per second (B at a time, default 32), and prints {"sent", "errors": {errno name: count}}. A send
       that fails is counted, not retried. --times: FILE gets, per datagram,
       CLOCK_MONOTONIC just before and just after its sendto (two native
       unsigned 64-bit integers, ns): a tc egress program decides the datagram
-      between the two (it runs inside the sendto).
+      between the two (it runs inside the sendto). --tos: the IPv4 TOS / IPv6
+      traffic class byte (its low 2 bits are ECN: 1 ECT(1), 2 ECT(0)).
 """
 
 import array
@@ -34,6 +41,24 @@ def family(addr):
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
 
+def body(seq, n):
+    """The n bytes after the header of datagram seq: its number repeated, each
+    byte xored with its offset (so no two bodies and no two bytes are alike)."""
+    if n <= 0:
+        return b""
+    rep = int.from_bytes(seq.to_bytes(8, "little") * (n // 8 + 1), "little")
+    return (rep ^ _ramp(n // 8 + 1)).to_bytes((n // 8 + 1) * 8, "little")[:n]
+
+
+_ramps = {}
+
+
+def _ramp(words):
+    if words not in _ramps:
+        _ramps[words] = int.from_bytes(bytes(i & 0xff for i in range(words * 8)), "little")
+    return _ramps[words]
+
+
 def recv(a):
     s = socket.socket(family(a.bind), socket.SOCK_DGRAM)
     try:
@@ -43,19 +68,27 @@ def recv(a):
     s.bind((a.bind, a.port))
     print("READY", flush=True)
     seen = bytearray()
-    received = dups = foreign = 0
+    received = dups = foreign = corrupt = 0
     max_seq = -1
     buf = bytearray(2048)
     stdin = sys.stdin.fileno()
 
     def take(n):
-        nonlocal received, dups, foreign, max_seq, seen
+        nonlocal received, dups, foreign, corrupt, max_seq, seen
         if n < HDR.size:
             foreign += 1
             return
         magic, flow, seq = HDR.unpack_from(buf)
         if magic != MAGIC or flow != a.flow:
-            foreign += 1
+            # a flipped bit in the header of one of ours (the test's namespaces
+            # carry no other traffic to this port), or someone else's
+            if bin(magic ^ MAGIC).count("1") + bin(flow ^ a.flow).count("1") <= 1:
+                corrupt += 1
+            else:
+                foreign += 1
+            return
+        if buf[HDR.size:n] != body(seq, n - HDR.size):
+            corrupt += 1
             return
         received += 1
         if seq >= len(seen):
@@ -84,7 +117,7 @@ def recv(a):
     except BlockingIOError:
         pass
     unique = received - dups
-    out = {"received": received, "unique": unique, "dups": dups, "foreign": foreign,
+    out = {"received": received, "unique": unique, "dups": dups, "foreign": foreign, "corrupt": corrupt,
            "max_seq": max_seq, "seqs_missing": (max_seq + 1) - unique}
     if a.list_missing:
         out["missing"] = [i for i in range(max_seq + 1) if not seen[i]]
@@ -93,8 +126,13 @@ def recv(a):
 
 def send(a):
     s = socket.socket(family(a.dst), socket.SOCK_DGRAM)
+    if a.tos:
+        if family(a.dst) == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, a.tos)
+        else:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, a.tos)
     dst = (a.dst, a.port)
-    payload = bytearray(SIZE)
+    payload = bytearray(max(a.size, HDR.size))
     errors = {}
     sent = 0
     batch = a.batch
@@ -103,6 +141,7 @@ def send(a):
     t0 = time.monotonic()
     for seq in range(a.count):
         HDR.pack_into(payload, 0, MAGIC, a.flow, seq)
+        payload[HDR.size:] = body(seq, len(payload) - HDR.size)
         before = clock()
         try:
             s.sendto(payload, dst)
@@ -142,6 +181,8 @@ def main():
     w.add_argument("--pps", type=float, default=20000)
     w.add_argument("--batch", type=int, default=32, help="datagrams sent between two pauses")
     w.add_argument("--times", help="write each datagram's send time (before, after) to this file")
+    w.add_argument("--size", type=int, default=SIZE, help="datagram payload bytes (at least 16)")
+    w.add_argument("--tos", type=int, default=0, help="IPv4 TOS / IPv6 traffic class (ECN bits)")
     a = ap.parse_args()
     recv(a) if a.cmd == "recv" else send(a)
 

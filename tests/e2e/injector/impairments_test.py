@@ -1,0 +1,264 @@
+"""e2e: the actions beside drop (lossd --action), each reconciled with the receiving kernel's
+own counters in its namespace, and with what a numbered UDP receiver saw.
+
+A one-shot lossd on A's interface, direction egress (clsact), unless a test says otherwise;
+traffic A -> B over the lab's veth pair:
+
+- ecn: ECT(0) datagrams: B's IpExt.InCEPkts rises by exactly the marked count, every datagram
+  arrives; not-ECT ones: exactly the dropped ones are missing (ecn), or all pass (ecn-pass,
+  counted unacted). IPv6 the same (Ip6InCEPkts). TCP with ECN negotiated: InCEPkts equals the
+  marked segments, the sender answers with CWR (the observer's ca_time_ns["cwr"]).
+- corrupt: with the veth's checksum offload on (a locally sent datagram is CHECKSUM_PARTIAL:
+  the IPv4 header's identification flips) B's IpExt.InCsumErrors rises by exactly the corrupted
+  count; with it off (CHECKSUM_NONE: a payload bit flips) Udp.InCsumErrors does; the numbered
+  receiver misses exactly those. TCP: TcpRetransSegs resends exactly the corrupted segments.
+- corrupt-payload: every corrupted datagram arrives with a wrong body (the receiver counts
+  them), no checksum error anywhere.
+- duplicate: the receiver sees exactly `duplicated` extra copies (egress and ingress); TCP's
+  receiver answers each copy with a D-SACK.
+"""
+import unittest
+
+from lab import traffic
+from lab.config import main
+from lab.daemon import DaemonTestCase, wait_until
+from lab.netns import Lab, measured
+from lab.stats import binom_interval, retransmissions_explained
+
+PORT = 9400
+N = 20000
+PPS = 20000
+ECT0 = 2
+
+
+def rule(*extra, port=PORT, proto="udp", rate="5%", direction="egress"):
+    return ["--dir", direction, "--proto", proto, "--dport", str(port), "--rate", rate] + list(extra)
+
+
+class Impairments(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = Lab()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.lab.close()
+
+    def udp(self, args, dst=None, count=N, tos=0, iface=None, ns=None, size=None):
+        """A one-shot lossd (args) on A's (or `iface` in `ns`) interface while `count` numbered
+        datagrams go A -> B. Returns (final counters, sender, receiver, B's MIB delta)."""
+        lab = self.lab
+        dst = dst or lab.V4_B
+        d = lab.lossd(ns or lab.a, ["--iface", iface or lab.IF_A] + args)
+        b0 = lab.counters(lab.b)
+        ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=dst, port=PORT, flow=1,
+                                                     count=count, pps=PPS, tos=tos, size=size)])
+        db = lab.counters(lab.b) - b0
+        f = d.stop()
+        self.assertEqual(sent["sent"], count, sent)
+        self.assertEqual(got["foreign"], 0, got)
+        # The receiver's socket lost nothing of its own (the counts below are exact).
+        self.assertEqual(db["Udp.RcvbufErrors"] + db["Snmp6.Udp6RcvbufErrors"], 0, db)
+        return f, sent, got, db
+
+    def in_interval(self, k, n, p, what):
+        lo, hi = binom_interval(n, p)
+        self.assertTrue(lo <= k <= hi, "%s %d outside [%d, %d] of %d at %g" % (what, k, lo, hi, n, p))
+
+    # ---- ECN ----------------------------------------------------------------------------
+
+    def test_ecn_marks_ect_datagrams_ce(self):
+        f, sent, got, db = self.udp(rule("--action", "ecn"), tos=ECT0)
+        marked = f["marked_packets"]
+        measured("ecn_udp_v4", marked=marked, in_ce=db["IpExt.InCEPkts"], received=got["unique"])
+        self.assertEqual(f["matched_packets"], N)
+        self.assertEqual(db["IpExt.InCEPkts"], marked)
+        self.assertEqual(f["marked_segments"], marked)
+        self.assertEqual(f["dropped_packets"] + f["unacted_packets"], 0, f)
+        self.assertEqual(got["unique"], N, got)
+        self.in_interval(marked, N, 0.05, "marked")
+
+    def test_ecn_drops_or_passes_not_ect(self):
+        f, sent, got, db = self.udp(rule("--action", "ecn"))
+        self.assertEqual(f["marked_packets"], 0, f)
+        self.assertEqual(db["IpExt.InCEPkts"], 0, db)
+        self.assertEqual(got["unique"], N - f["dropped_packets"], (f, got))
+        self.assertEqual(got["seqs_missing"] if got["max_seq"] == N - 1 else None,
+                         f["dropped_packets"], got)
+        self.in_interval(f["dropped_packets"], N, 0.05, "dropped")
+        f, sent, got, db = self.udp(rule("--action", "ecn-pass"))
+        measured("ecn_pass_not_ect", unacted=f["unacted_packets"], received=got["unique"])
+        self.assertEqual(f["dropped_packets"] + f["marked_packets"], 0, f)
+        self.assertEqual(got["unique"], N, got)
+        self.in_interval(f["unacted_packets"], N, 0.05, "passed unacted")
+
+    def test_ecn_ipv6(self):
+        f, sent, got, db = self.udp(rule("--action", "ecn"), dst=self.lab.V6_B, tos=ECT0)
+        measured("ecn_udp_v6", marked=f["marked_packets"], in_ce=db["Snmp6.Ip6InCEPkts"])
+        self.assertEqual(db["Snmp6.Ip6InCEPkts"], f["marked_packets"])
+        self.assertEqual(got["unique"], N, got)
+        self.in_interval(f["marked_packets"], N, 0.05, "marked")
+
+    # ---- corrupt --------------------------------------------------------------------------
+
+    def test_corrupt_with_checksum_offload(self):
+        # veth's default: a local datagram's UDP checksum is left to the device (PARTIAL):
+        # the IPv4 header's checksum is what the receiver finds wrong.
+        f, sent, got, db = self.udp(rule("--action", "corrupt"))
+        c = f["corrupted_packets"]
+        measured("corrupt_udp_v4_partial", corrupted=c, ip_csum_errors=db["IpExt.InCsumErrors"],
+                 udp_csum_errors=db["Udp.InCsumErrors"], received=got["unique"])
+        self.assertEqual(db["IpExt.InCsumErrors"], c)
+        self.assertEqual(db["Ip.InHdrErrors"], c)
+        self.assertEqual(got["unique"], N - c, got)
+        self.assertEqual(got["corrupt"], 0, got)
+        self.assertEqual(f["unacted_packets"] + f["dropped_packets"], 0, f)
+        self.in_interval(c, N, 0.05, "corrupted")
+
+    def test_corrupt_without_checksum_offload(self):
+        # Checksums computed by the stack (CHECKSUM_NONE): a bit of the datagram flips and
+        # UDP's own check discards it.
+        lab = self.lab
+        lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tx", "off")
+        try:
+            for dst, key in ((lab.V4_B, "Udp.InCsumErrors"), (lab.V6_B, "Snmp6.Udp6InCsumErrors")):
+                f, sent, got, db = self.udp(rule("--action", "corrupt"), dst=dst)
+                c = f["corrupted_packets"]
+                measured("corrupt_udp_none", dst=dst, corrupted=c, csum_errors=db[key], received=got["unique"])
+                self.assertEqual(db[key], c, db)
+                self.assertEqual(got["unique"], N - c, got)
+                self.assertEqual(f["unacted_packets"], 0, f)
+                self.in_interval(c, N, 0.05, "corrupted")
+        finally:
+            lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tx", "on")
+
+    def test_corrupt_ipv6_offloaded_is_not_faked(self):
+        # IPv6 has no header checksum, and the device finishes the UDP one over the flipped
+        # bit: no receiver could tell. Nothing is corrupted; each pick is counted unacted.
+        f, sent, got, db = self.udp(rule("--action", "corrupt"), dst=self.lab.V6_B)
+        self.assertEqual(f["corrupted_packets"], 0, f)
+        self.assertEqual(got["unique"], N, got)
+        self.in_interval(f["unacted_packets"], N, 0.05, "unacted")
+
+    def test_corrupt_tcp_is_resent(self):
+        lab = self.lab
+        run = traffic.tcp_loss_run(lab, lab.a, ["--iface", lab.IF_A] +
+                                   rule("--action", "corrupt", "--per-segment", "--payload", "only",
+                                        proto="tcp", port=5201, rate="1%"),
+                                   lab.V4_B, mbytes=30, rate_mbit=200)
+        f, da, db = run["final"], run["da"], run["db"]
+        c = f["corrupted_segments"]
+        ok, numbers = retransmissions_explained(da, db, c, run["path_drops"])
+        measured("corrupt_tcp_v4", corrupted=c, ip_csum_errors=db["IpExt.InCsumErrors"], **numbers)
+        self.assertGreater(c, 0, f)
+        self.assertEqual(run["receiver"]["bytes"], run["sender"]["bytes"])
+        self.assertEqual(db["IpExt.InCsumErrors"], c)
+        self.assertTrue(ok, numbers)
+        self.assertEqual(f["corrupted_packets"], c, "per-segment: one segment per skb")
+
+    def test_corrupt_payload_delivers_wrong_bytes(self):
+        lab = self.lab
+        for dst in (lab.V4_B, lab.V6_B):
+            for offload in ("on", "off"):
+                lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tx", offload)
+                try:
+                    f, sent, got, db = self.udp(rule("--action", "corrupt-payload"), dst=dst, size=256)
+                finally:
+                    lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tx", "on")
+                c = f["corrupted_packets"]
+                errors = db["Udp.InCsumErrors"] + db["Snmp6.Udp6InCsumErrors"] + db["IpExt.InCsumErrors"]
+                measured("corrupt_payload", dst=dst, tx_offload=offload, corrupted=c,
+                         received_corrupt=got["corrupt"], csum_errors=errors)
+                self.assertEqual(errors, 0, db)
+                self.assertEqual(got["corrupt"], c, got)
+                self.assertEqual(got["received"] + got["corrupt"], N, got)
+                self.in_interval(c, N, 0.05, "corrupted")
+
+    # ---- duplicate ------------------------------------------------------------------------
+
+    def test_duplicate_udp_egress_and_ingress(self):
+        lab = self.lab
+        for where, iface, ns, direction in (("egress", lab.IF_A, lab.a, "egress"),
+                                            ("ingress", lab.IF_B, lab.b, "ingress")):
+            f, sent, got, db = self.udp(rule("--action", "duplicate", rate="10%", direction=direction),
+                                        iface=iface, ns=ns)
+            dup = f["duplicated_packets"]
+            hook = "tc_" + direction
+            measured("duplicate_udp", where=where, duplicated=dup, receiver_dups=got["dups"],
+                     copies_passed=f["hooks"][hook]["copies"])
+            self.assertEqual(got["dups"], dup, got)
+            self.assertEqual(f["hooks"][hook]["copies"], dup, f["hooks"])
+            self.assertEqual(got["unique"], N, got)
+            self.assertEqual(db["Udp.InDatagrams"], N + dup, db)
+            self.assertEqual(f["matched_packets"], N, "a copy is never decided again")
+            self.in_interval(dup, N, 0.10, "duplicated")
+
+    def test_duplicate_tcp_answered_with_dsacks(self):
+        lab = self.lab
+        run = traffic.tcp_loss_run(lab, lab.a, ["--iface", lab.IF_A] +
+                                   rule("--action", "duplicate", "--payload", "only", "--per-segment",
+                                        proto="tcp", port=5201, rate="2%"),
+                                   lab.V4_B, mbytes=30, rate_mbit=200)
+        f, da, db = run["final"], run["da"], run["db"]
+        dup = f["duplicated_segments"]
+        measured("duplicate_tcp", duplicated_pkts=f["duplicated_packets"], duplicated_segs=dup,
+                 receiver_dsacks_sent=db["TcpExt.TCPDSACKOldSent"], sender_dsack_recv=da["TcpExt.TCPDSACKRecv"],
+                 sender_dsack_recv_segs=da["TcpExt.TCPDSACKRecvSegs"], retrans=da["Tcp.RetransSegs"])
+        self.assertGreater(dup, 0, f)
+        self.assertEqual(run["receiver"]["bytes"], run["sender"]["bytes"])
+        self.assertEqual(f["duplicated_packets"], dup, "per-segment: one segment per skb")
+        # Every copy is old data to the receiver: one D-SACK each, and the sender hears them.
+        self.assertEqual(db["TcpExt.TCPDSACKOldSent"], f["duplicated_packets"], db)
+        self.assertEqual(da["TcpExt.TCPDSACKRecv"], f["duplicated_packets"], da)
+        self.assertEqual(da["Tcp.RetransSegs"], 0, "a duplicate is not a loss")
+
+
+
+class EcnTcp(DaemonTestCase):
+    """TCP with ECN negotiated (net.ipv4.tcp_ecn=1 on both ends) under an `ecn` rule on A's
+    egress: B's IpExt.InCEPkts equals the marked segments; nothing is resent (a mark is not a
+    loss); the sender answered the echoes: the observer saw its flow enter CWR (ca_entries,
+    ca_time_ns), which a flow on another port with ECN and no rule never did."""
+
+    def test_marks_echoed_and_answered(self):
+        lab, d, pb = self.lab, self.d, self.pb
+        for ns in (lab.a, lab.b):
+            lab.run(ns, "sysctl", "-qw", "net.ipv4.tcp_ecn=1")
+        marked_port, control_port = 5491, 5492
+        r = d.create(interface=lab.IF_A, direction="egress", protocol="tcp", dport=marked_port,
+                     payload="only", rate=0.01, action="ecn")
+        a0, b0 = lab.counters(lab.a), lab.counters(lab.b)
+        flows = [traffic.TcpFlow(lab, lab.b, lab.a, lab.V4_B, port, 20e6, 100, hold=True, cc="cubic")
+                 for port in (marked_port, control_port)]
+        for fl in flows:
+            self.addCleanup(fl.close)
+        for fl in flows:
+            fl.wait_sent()
+
+        def listed():
+            fl = d.obs.ListFlows(pb.ListFlowsRequest(filter=[pb.EventFilter(
+                port=pb.PortRange(lo=marked_port, hi=control_port))]), timeout=10).flows
+            by = {f.tuple.remote_port: f for f in fl if f.tuple.remote_port in (marked_port, control_port)}
+            return by if len(by) == 2 else None
+        by = wait_until(listed, 10, "both flows listed by the observer")
+        for fl in flows:
+            fl.release()
+        lab.wait_idle()
+        da, db = lab.counters(lab.a) - a0, lab.counters(lab.b) - b0
+        c = d.get(r.id).counters
+        m, ctl = by[marked_port], by[control_port]
+        measured("ecn_tcp", marked_pkts=c.marked_packets, marked_segs=c.marked_segments,
+                 in_ce=db["IpExt.InCEPkts"], retrans=da["Tcp.RetransSegs"],
+                 cwr_entries=m.ca_entries["cwr"], cwr_ms=round(m.ca_time_ns["cwr"] / 1e6, 1),
+                 control_cwr_entries=ctl.ca_entries["cwr"], cwnd_min=m.cwnd_min, cwnd_max=m.cwnd_max)
+        self.assertGreater(c.marked_segments, 0, c)
+        self.assertEqual(c.dropped_packets, 0, c)
+        self.assertEqual(db["IpExt.InCEPkts"], c.marked_segments)
+        self.assertEqual(da["Tcp.RetransSegs"], 0, "a mark is not a loss")
+        self.assertGreater(m.ca_entries["cwr"], 0, m)
+        self.assertGreater(m.ca_time_ns["cwr"], 0, m)
+        self.assertEqual(ctl.ca_entries["cwr"], 0, ctl)
+
+
+if __name__ == "__main__":
+    main()
