@@ -16,6 +16,12 @@ traffic A -> B over the lab's veth pair:
   them), no checksum error anywhere.
 - duplicate: the receiver sees exactly `duplicated` extra copies (egress and ingress); TCP's
   receiver answers each copy with a D-SACK.
+- markov (netem's 4-state loss): the loss-run lengths of a 200,000-datagram stream fit the
+  model's distribution (Pearson's chi-square, p > 0.001), the receiver misses exactly the
+  dropped ones, and the same seed on the same flow drops exactly the same datagrams again.
+- police: UDP offered at 100 Mbit/s through a 50mbit,64kib bucket passes 50 Mbit/s (within
+  2 %, by the receiver's count), the rest counted dropped; a TCP flow under it (per segment:
+  a policer on a wire sees wire packets) stays below the rate, every drop resent.
 """
 import unittest
 
@@ -23,7 +29,7 @@ from lab import traffic
 from lab.config import main
 from lab.daemon import DaemonTestCase, wait_until
 from lab.netns import Lab, measured
-from lab.stats import binom_interval, retransmissions_explained
+from lab.stats import binom_interval, chi2_gof, retransmissions_explained
 
 PORT = 9400
 N = 20000
@@ -32,7 +38,8 @@ ECT0 = 2
 
 
 def rule(*extra, port=PORT, proto="udp", rate="5%", direction="egress"):
-    return ["--dir", direction, "--proto", proto, "--dport", str(port), "--rate", rate] + list(extra)
+    return ["--dir", direction, "--proto", proto, "--dport", str(port)] + \
+        (["--rate", rate] if rate else []) + list(extra)
 
 
 class Impairments(unittest.TestCase):
@@ -44,7 +51,8 @@ class Impairments(unittest.TestCase):
     def tearDownClass(cls):
         cls.lab.close()
 
-    def udp(self, args, dst=None, count=N, tos=0, iface=None, ns=None, size=None):
+    def udp(self, args, dst=None, count=N, tos=0, iface=None, ns=None, size=None, pps=PPS, sport=None,
+            list_missing=False):
         """A one-shot lossd (args) on A's (or `iface` in `ns`) interface while `count` numbered
         datagrams go A -> B. Returns (final counters, sender, receiver, B's MIB delta)."""
         lab = self.lab
@@ -52,7 +60,8 @@ class Impairments(unittest.TestCase):
         d = lab.lossd(ns or lab.a, ["--iface", iface or lab.IF_A] + args)
         b0 = lab.counters(lab.b)
         ((sent, got),) = traffic.udp_flows(lab, [dict(rx_ns=lab.b, tx_ns=lab.a, dst=dst, port=PORT, flow=1,
-                                                     count=count, pps=PPS, tos=tos, size=size)])
+                                                     count=count, pps=pps, tos=tos, size=size, sport=sport,
+                                                     list_missing=list_missing)])
         db = lab.counters(lab.b) - b0
         f = d.stop()
         self.assertEqual(sent["sent"], count, sent)
@@ -212,6 +221,92 @@ class Impairments(unittest.TestCase):
         self.assertEqual(da["TcpExt.TCPDSACKRecv"], f["duplicated_packets"], da)
         self.assertEqual(da["Tcp.RetransSegs"], 0, "a duplicate is not a loss")
 
+
+    # ---- models: 4-state Markov, policer ---------------------------------------------------
+
+    MARKOV = (0.01, 0.30, 0.10, 0.40, 0.001)  # p13, p31, p32, p23, p14
+
+    @classmethod
+    def run_length_pmf(cls, kmax):
+        """P(a loss run has length k), k = 1 .. kmax-1, and P(>= kmax): a run that enters
+        state 4 is one packet long (4 goes back to 1); one that enters 3 stays there with
+        p33 = 1 - p31 - p32 per packet. The runs start in proportion to the stationary flux
+        into each: pi1 p13 + pi2 p23 into 3, pi1 p14 into 4."""
+        p13, p31, p32, p23, p14 = cls.MARKOV
+        pi1 = 1.0
+        pi3 = pi1 * p13 / p31
+        pi2 = pi3 * p32 / p23
+        into3, into4 = pi1 * p13 + pi2 * p23, pi1 * p14
+        w3, w4 = into3 / (into3 + into4), into4 / (into3 + into4)
+        q = 1 - p31 - p32
+        pmf = [w4 + w3 * (1 - q)] + [w3 * q ** (k - 1) * (1 - q) for k in range(2, kmax)]
+        return pmf + [1 - sum(pmf)]
+
+    def test_markov_loss_runs_fit_the_model(self):
+        count, kmax = 200000, 10
+        args = rule("--markov", ",".join("%g" % p for p in self.MARKOV), "--seed", "4242", rate=None)
+        runs = []
+        for _ in range(2):
+            f, sent, got, db = self.udp(args, count=count, pps=50000, sport=40404, list_missing=True)
+            runs.append((f, got))
+        (f, got), (f2, got2) = runs
+        missing = got["missing"] + list(range(got["max_seq"] + 1, count))
+        self.assertEqual(len(missing), f["dropped_packets"], "the receiver misses exactly the drops")
+        self.assertEqual(f["matched_packets"], count)
+        lengths, start = [], None
+        for i, seq in enumerate(missing):
+            if start is None or seq != missing[i - 1] + 1:
+                if start is not None:
+                    lengths.append(missing[i - 1] - start + 1)
+                start = seq
+        if start is not None:
+            lengths.append(missing[-1] - start + 1)
+        observed = [sum(1 for x in lengths if x == k) for k in range(1, kmax)] + \
+            [sum(1 for x in lengths if x >= kmax)]
+        stat, df, p = chi2_gof(observed, self.run_length_pmf(kmax))
+        measured("markov_runs", drops=f["dropped_packets"], runs=len(lengths), observed=observed,
+                 expected=[round(x * len(lengths), 1) for x in self.run_length_pmf(kmax)],
+                 chi2=round(stat, 2), df=df, p_value=round(p, 4))
+        self.assertGreater(p, 0.001, "the loss runs do not fit the model: chi2 %.1f, df %d" % (stat, df))
+        # Same seed, same flow (same source port): the same datagrams, exactly.
+        missing2 = got2["missing"] + list(range(got2["max_seq"] + 1, count))
+        self.assertEqual(missing2, missing)
+
+    def test_police_passes_its_rate(self):
+        size = 1250  # UDP payload: 1292-byte frames as tc counts them (Ethernet + IPv4 + UDP)
+        frame_bits = (size + 42) * 8
+        pps = int(100e6 / frame_bits)  # offered: 100 Mbit/s
+        count = pps * 3
+        f, sent, got, db = self.udp(rule("--police", "50mbit,64kib", rate=None), count=count, pps=pps, size=size)
+        passed = f["matched_packets"] - f["dropped_packets"]
+        secs = sent["secs"]
+        delivered_bps = (got["unique"] * frame_bits - 64 * 1024 * 8) / secs  # less the first burst
+        measured("police_udp", offered_mbit=round(count * frame_bits / secs / 1e6, 1),
+                 delivered_mbit=round(delivered_bps / 1e6, 2), passed=passed, dropped=f["dropped_packets"],
+                 received=got["unique"], secs=secs)
+        self.assertEqual(got["unique"], passed, "the receiver got exactly what the policer passed")
+        self.assertEqual(f["matched_bytes"] - f["dropped_bytes"], passed * (size + 42))
+        self.assertLess(abs(delivered_bps - 50e6) / 50e6, 0.02, delivered_bps)
+
+    def test_police_tcp_stays_below_the_rate(self):
+        lab = self.lab
+        # Per segment: a policer on a wire sees wire packets (a GSO skb of 45 segments is
+        # one 65 kB packet to the hook, larger than the whole bucket).
+        run = traffic.tcp_loss_run(lab, lab.a, ["--iface", lab.IF_A] +
+                                   rule("--police", "50mbit,64kib", "--per-segment", proto="tcp", port=5201,
+                                        rate=None),
+                                   lab.V4_B, mbytes=15, rate_mbit=200)
+        f, s = run["final"], run["sender"]
+        goodput = s["bytes"] * 8 / s["secs"]
+        ok, numbers = retransmissions_explained(run["da"], run["db"], f["dropped_segments"], run["path_drops"])
+        measured("police_tcp", goodput_mbit=round(goodput / 1e6, 2), dropped=f["dropped_packets"],
+                 timeouts=run["da"]["TcpExt.TCPTimeouts"], **numbers)
+        self.assertTrue(ok, numbers)
+        self.assertEqual(run["receiver"]["bytes"], s["bytes"])
+        self.assertGreater(f["dropped_packets"], 0, f)
+        # Below the rate; every byte arrived (the policer's hard edge costs TCP timeouts:
+        # a burst of the pacing's rate empties 64 KiB within a few hundred microseconds).
+        self.assertLess(goodput, 50e6 * 1.02)
 
 
 class EcnTcp(DaemonTestCase):

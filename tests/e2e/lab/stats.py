@@ -209,3 +209,56 @@ def fdinfo(pid):
         except OSError:
             pass
     return out
+
+
+# ---- goodness of fit -------------------------------------------------------------------
+
+def _gamma_q(a, x):
+    """The regularised upper incomplete gamma function Q(a, x) (Numerical Recipes' series
+    and continued fraction)."""
+    if x <= 0:
+        return 1.0
+    gln = math.lgamma(a)
+    if x < a + 1:  # series for P
+        ap, total, term = a, 1.0 / a, 1.0 / a
+        for _ in range(10000):
+            ap += 1
+            term *= x / ap
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return 1.0 - total * math.exp(-x + a * math.log(x) - gln)
+    b, c, d = x + 1 - a, 1e300, 1.0 / (x + 1 - a)
+    h = d
+    for i in range(1, 10000):  # Lentz's continued fraction for Q
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = 1e-300 if abs(d) < 1e-300 else d
+        c = b + an / c
+        c = 1e-300 if abs(c) < 1e-300 else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-15:
+            break
+    return math.exp(-x + a * math.log(x) - gln) * h
+
+
+def chi2_sf(x, df):
+    """P(X >= x) for X ~ chi-square with df degrees of freedom."""
+    return _gamma_q(df / 2.0, x / 2.0)
+
+
+def chi2_gof(observed, expected_probs, min_expected=5):
+    """Pearson's goodness of fit of counts `observed` (bins) against probabilities (summing to
+    1): adjacent bins from the end merged until each expects min_expected. Returns (statistic,
+    degrees of freedom, p-value)."""
+    n = sum(observed)
+    obs, exp = list(observed), [p * n for p in expected_probs]
+    while len(exp) > 2 and exp[-1] < min_expected:
+        exp[-2] += exp.pop()
+        obs[-2] += obs.pop()
+    stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp) if e > 0)
+    df = len(exp) - 1
+    return stat, df, chi2_sf(stat, df)

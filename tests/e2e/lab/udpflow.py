@@ -11,7 +11,7 @@
       "corrupt" (not received; its sequence number may be wrong).
 
   udpflow.py send --dst ADDR --port P --flow F --count N --pps R [--batch B] [--times FILE]
-                  [--size BYTES] [--tos TOS]
+                  [--size BYTES] [--tos TOS] [--sport PORT]
       Sends N datagrams (magic, flow id, sequence number 0..N-1, then a body
       derived from the sequence number; SIZE bytes, default 64), paced to R
       per second (B at a time, default 32), and prints {"sent", "errors": {errno name: count}}. A send
@@ -131,6 +131,8 @@ def send(a):
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, a.tos)
         else:
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, a.tos)
+    if a.sport:
+        s.bind(("::" if family(a.dst) == socket.AF_INET6 else "0.0.0.0", a.sport))
     dst = (a.dst, a.port)
     payload = bytearray(max(a.size, HDR.size))
     errors = {}
@@ -183,6 +185,7 @@ def main():
     w.add_argument("--times", help="write each datagram's send time (before, after) to this file")
     w.add_argument("--size", type=int, default=SIZE, help="datagram payload bytes (at least 16)")
     w.add_argument("--tos", type=int, default=0, help="IPv4 TOS / IPv6 traffic class (ECN bits)")
+    w.add_argument("--sport", type=int, default=0, help="the source port (default: any)")
     a = ap.parse_args()
     recv(a) if a.cmd == "recv" else send(a)
 
