@@ -38,6 +38,9 @@ class RuleFamilies {
   Fam hi_;
   Fam rtx_;
   Fam logged_;
+  Fam acted_;
+  Fam acted_s_;
+  Fam unacted_;
   Fam linked_;
   Fam recovery_;
   Fam limit_;
@@ -76,6 +79,16 @@ RuleFamilies::RuleFamilies(Families* out)
       logged_(out, "lossd_rule_drops_recorded_total",
               "Dropped TCP packets with payload whose sequence range the drop log recorded",
               MetricType::Counter),
+      acted_(out, "lossd_rule_acted_packets_total",
+             "Packets (skbs) the rule's action changed or copied, by action (corrupt, "
+             "corrupt-payload, duplicate, ecn, ecn-pass); a drop rule has none",
+             MetricType::Counter),
+      acted_s_(out, "lossd_rule_acted_segments_total",
+               "Wire segments the rule's action changed or copied, by action", MetricType::Counter),
+      unacted_(out, "lossd_rule_unacted_packets_total",
+               "Packets the rule's model picked that its action could not apply to (passed "
+               "unchanged)",
+               MetricType::Counter),
       linked_(out, "lossd_rule_linked_retransmits_total",
               "Resends, by type, linked to one of the rule's drops (the range they resent)",
               MetricType::Counter),
@@ -126,6 +139,12 @@ void RuleFamilies::Add(const RuleInfo& r, const RuleEffect* e) {
   double configured = ModelMeanLoss(s.model);
   if (configured >= 0) conf_.Add(l, configured);
   logged_.Add(l, c.logged_pkts);
+  if (s.action != Action::kDrop) {
+    MetricLabels al{{"rule", id}, {"action", ActionName(s.action)}};
+    acted_.Add(al, c.acted_pkts);
+    acted_s_.Add(al, c.acted_segs);
+    unacted_.Add(l, c.unacted_pkts);
+  }
   if (e) AddEffect(id, *e);
 }
 

@@ -25,8 +25,10 @@ traffic A -> B over the lab's veth pair:
 """
 import unittest
 
-from lab import traffic
-from lab.config import main
+from lab import config, traffic
+from lab.browser import Browser
+from lab.clients import run_client
+from lab.config import artifact, main
 from lab.daemon import DaemonTestCase, wait_until
 from lab.netns import Lab, measured
 from lab.stats import binom_interval, chi2_gof, retransmissions_explained
@@ -313,7 +315,10 @@ class EcnTcp(DaemonTestCase):
     """TCP with ECN negotiated (net.ipv4.tcp_ecn=1 on both ends) under an `ecn` rule on A's
     egress: B's IpExt.InCEPkts equals the marked segments; nothing is resent (a mark is not a
     loss); the sender answered the echoes: the observer saw its flow enter CWR (ca_entries,
-    ca_time_ns), which a flow on another port with ECN and no rule never did."""
+    ca_time_ns), which a flow on another port with ECN and no rule never did. `lossctl rule get`
+    and the live page (headless Chromium, screenshot live_ecn.png) show the marks."""
+
+    daemon_args = ("--http", "127.0.0.1:0")
 
     def test_marks_echoed_and_answered(self):
         lab, d, pb = self.lab, self.d, self.pb
@@ -353,6 +358,20 @@ class EcnTcp(DaemonTestCase):
         self.assertGreater(m.ca_entries["cwr"], 0, m)
         self.assertGreater(m.ca_time_ns["cwr"], 0, m)
         self.assertEqual(ctl.ca_entries["cwr"], 0, ctl)
+
+        if config.LOSSCTL:
+            out = run_client(lab, [config.LOSSCTL, "--addr", d.addr, "rule", "get", str(r.id)]).out
+            self.assertRegex(out, r"loss\s+1% ecn\b", out)
+            self.assertRegex(out, r"marked\s+%d pkts, %d segs" % (c.marked_packets, c.marked_segments), out)
+        b = Browser(lab, lab.a, width=1400, height=900)
+        b.open("http://127.0.0.1:%d/" % d.http_port)
+        row = "#rules tbody tr[data-rule-id='%d']" % r.id
+        want = "ECN mark: %s segs marked" % format(c.marked_segments, ",")
+        text = b.wait(lambda: b.text(row) if want in b.text(row) else None, 20, "the rule's marks on the page")
+        b.driver.execute_script("document.getElementById('rules').scrollIntoView()")
+        shot = b.screenshot(artifact("live_ecn.png"))
+        measured("ecn_live_row", row=text, screenshot=shot)
+        self.assertEqual(b.console_errors(), [])
 
 
 if __name__ == "__main__":
