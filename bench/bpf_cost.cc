@@ -27,6 +27,40 @@
 //                    every field check of loss_rank, rejected at the last one
 //   d_1_match        (above) the rule matches: the chosen rule, its counters,
 //                    the decision
+// and the actions beside drop, at tc only (JSON "actions"; --no-actions
+// leaves them out), each a rule on the tc ingress program matching the
+// packet (an ECT(0) UDP/TCP packet with valid checksums):
+//   t_empty          an empty tc program (the group's baseline)
+//   t_drop_0, t_drop_100      drop at 0 % and 100 %: the baseline of each action
+//   t_<action>_0, t_<action>_100  corrupt, corrupt_payload, duplicate, ecn,
+//                    ecn_pass at 0 % and at 100 % (every matched packet acted on)
+//   t_ecn_100_nonect, t_ecn_pass_100_nonect  the same on a non-ECT packet
+//                    (ecn drops it, ecn-pass passes it unchanged)
+//   t_markov4_0      a drop rule with the 4-state Markov model that never
+//                    leaves state 1 (p13 = p14 = 0): 0 % with the model's flow state
+//   t_markov4_100    p13 = 1, p31 = 1e-6: the chain stays in state 3, ~100 % dropped
+//   t_police_0       a drop rule with a policer it never exceeds (100 Gbit/s, 1 GiB)
+//   t_police_100     a policer every packet exceeds (8 bit/s, 1 byte burst)
+// BPF_PROG_TEST_RUN runs one skb `repeat` times, so what an action writes
+// would stay for the next run (a CE mark: the next runs find CE and do
+// nothing; flipped bits pile up until the TCP header no longer parses).
+// Each group case therefore runs through a wrapper tc program that first
+// writes the original 64 bytes back (bpf_skb_store_bytes) and then
+// tail-calls the case's program (lossd_tc_in, or the empty program for
+// t_empty): every run sees the same packet, and the wrapper's cost is in
+// every group case alike. Under BPF_PROG_TEST_RUN nothing happens to the skb
+// after the program (test_run discards it whatever the verdict), so a drop at
+// 100 % and an action at 100 % differ by the program's own work only. The
+// exception is duplicate: bpf_clone_redirect clones the skb (copying the
+// original's head, which the clone now shares) and queues the copy to the
+// namespace's lo (brought up for the group: a device that is down refuses
+// it); the copy is received from the backlog in the NET_RX softirq that the
+// test-run loop's local_bh_enable() runs after each run, i.e. inside the timed
+// loop: the copy's receive (lossd_tc_in again, which passes a copy undecided,
+// then ip_rcv, which drops it: it is not addressed to lo) and its free are in
+// the figure. (If the softirq were deferred to ksoftirqd, that time would be
+// in the wall clock figure, not the kernel's.)
+// Group cases use --action-repeat (default 2,000,000) runs per measurement.
 //
 // --variant NAME=OBJ (repeatable): also run the XDP program of another build
 // of loss.bpf.c (e.g. the previous commit's build/bpf/loss.bpf.o, or an
@@ -48,14 +82,18 @@
 // namespace; each injector gets its own namespace (one XDP program per
 // interface) and attaches to that namespace's "lo" (ifindex 1).
 //
-// Usage: bpf_cost [--repeat N] [--rounds R] [--variant NAME=OBJ]...   JSON on stdout
+// Usage: bpf_cost [--repeat N] [--rounds R] [--variant NAME=OBJ]...
+//                 [--action-repeat N] [--no-actions]          JSON on stdout
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,7 +150,10 @@ void Put16(uint8_t* p, uint16_t v) {
 }
 
 // Ethernet + IPv4 + UDP/TCP, 10.0.0.1:sport -> 10.0.0.2:dport, 64 bytes.
-std::vector<uint8_t> MakePacket(int proto, uint16_t sport, uint16_t dport) {
+// tos: the IPv4 TOS byte (its low 2 bits the ECN field); l4csum: a valid UDP /
+// TCP checksum (else 0, as the first cases' packets have).
+std::vector<uint8_t> MakePacket(int proto, uint16_t sport, uint16_t dport, uint8_t tos = 0,
+                                bool l4csum = false) {
   std::vector<uint8_t> pkt(64, 0);
   uint8_t* eth = pkt.data();
   const uint8_t dmac[6] = {0x02, 0, 0, 0, 0, 2}, smac[6] = {0x02, 0, 0, 0, 0, 1};
@@ -121,6 +162,7 @@ std::vector<uint8_t> MakePacket(int proto, uint16_t sport, uint16_t dport) {
   Put16(eth + 12, 0x0800);
   uint8_t* ip = eth + 14;
   ip[0] = 0x45;
+  ip[1] = tos;
   Put16(ip + 2, static_cast<uint16_t>(pkt.size() - 14));
   Put16(ip + 6, 0x4000);  // DF
   ip[8] = 64;
@@ -142,12 +184,25 @@ std::vector<uint8_t> MakePacket(int proto, uint16_t sport, uint16_t dport) {
     Put16(l4 + 14, 65535);
   }
   for (size_t i = (proto == IPPROTO_UDP ? 42 : 54); i < pkt.size(); i++) pkt[i] = uint8_t(i);
+  if (l4csum) {
+    // pseudo-header (addresses, protocol, L4 length) + the L4 segment (even length)
+    size_t l4len = pkt.size() - 34;
+    std::vector<uint8_t> sum(12 + l4len, 0);
+    memcpy(sum.data(), ip + 12, 8);
+    sum[9] = static_cast<uint8_t>(proto);
+    Put16(sum.data() + 10, static_cast<uint16_t>(l4len));
+    memcpy(sum.data() + 12, l4, l4len);
+    uint16_t c = Csum(sum.data(), sum.size());
+    if (proto == IPPROTO_UDP && c == 0) c = 0xffff;
+    Put16(l4 + (proto == IPPROTO_UDP ? 6 : 16), c);
+  }
   return pkt;
 }
 
 // ---- programs -----------------------------------------------------------
 
 constexpr int kTcActUnspec = -1;  // what lossd_tc_in returns to pass
+constexpr int kTcActShot = 2;     // ... and to drop
 
 // r0 = XDP_PASS (or TC_ACT_UNSPEC); exit.
 int LoadEmpty(bool tc) {
@@ -161,6 +216,68 @@ int LoadEmpty(bool tc) {
                          insns, 2, nullptr);
   if (fd < 0) Die(std::string("load empty program: ") + strerror(errno));
   return fd;
+}
+
+// The actions' wrapper (see the header): writes `pkt` (64 bytes) over the
+// skb's data, then tail-calls slot 0 of prog_array_fd; r0 = TC_ACT_UNSPEC
+// if the tail call fails.
+constexpr size_t kPktLen = 64;
+int LoadRestoreWrapper(const std::vector<uint8_t>& pkt, int prog_array_fd) {
+  if (pkt.size() != kPktLen) Die("wrapper: the packet must be 64 bytes");
+  std::vector<struct bpf_insn> in;
+  auto ins = [&](uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm) {
+    struct bpf_insn i;
+    memset(&i, 0, sizeof(i));
+    i.code = code;
+    i.dst_reg = dst & 0xf;
+    i.src_reg = src & 0xf;
+    i.off = off;
+    i.imm = imm;
+    in.push_back(i);
+  };
+  ins(BPF_ALU64 | BPF_MOV | BPF_X, BPF_REG_6, BPF_REG_1, 0, 0);  // r6 = ctx
+  for (size_t k = 0; k < kPktLen; k += 4) {                      // the bytes onto the stack
+    int32_t w;
+    memcpy(&w, pkt.data() + k, 4);
+    ins(BPF_ST | BPF_MEM | BPF_W, BPF_REG_10, 0, int16_t(-int(kPktLen) + int(k)), w);
+  }
+  ins(BPF_ALU64 | BPF_MOV | BPF_X, BPF_REG_1, BPF_REG_6, 0, 0);
+  ins(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_2, 0, 0, 0);  // offset 0: the Ethernet header
+  ins(BPF_ALU64 | BPF_MOV | BPF_X, BPF_REG_3, BPF_REG_10, 0, 0);
+  ins(BPF_ALU64 | BPF_ADD | BPF_K, BPF_REG_3, 0, 0, -int(kPktLen));
+  ins(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_4, 0, 0, int(kPktLen));
+  ins(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_5, 0, 0, 0);
+  ins(BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_skb_store_bytes);
+  ins(BPF_ALU64 | BPF_MOV | BPF_X, BPF_REG_1, BPF_REG_6, 0, 0);
+  ins(BPF_LD | BPF_DW | BPF_IMM, BPF_REG_2, BPF_PSEUDO_MAP_FD, 0, prog_array_fd);
+  ins(0, 0, 0, 0, 0);
+  ins(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_3, 0, 0, 0);
+  ins(BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_tail_call);
+  ins(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, kTcActUnspec);
+  ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
+  char log[4096] = "";
+  LIBBPF_OPTS(bpf_prog_load_opts, lo, .log_level = 1, .log_size = sizeof(log), .log_buf = log);
+  int fd = bpf_prog_load(BPF_PROG_TYPE_SCHED_CLS, "bench_restore", "GPL", in.data(),
+                         static_cast<uint32_t>(in.size()), &lo);
+  if (fd < 0) {
+    // the log only on failure: a successful load with log_level 1 is fine too
+    Die(std::string("load the restore wrapper: ") + strerror(errno) + "\n" + log);
+  }
+  return fd;
+}
+
+// ifup lo in the current network namespace (a copy redirected to a device
+// that is down is refused).
+void LoUp() {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) Die(std::string("socket: ") + strerror(errno));
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof(ifr));
+  strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  if (ioctl(s, SIOCGIFFLAGS, &ifr)) Die(std::string("SIOCGIFFLAGS lo: ") + strerror(errno));
+  ifr.ifr_flags |= IFF_UP;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr)) Die(std::string("SIOCSIFFLAGS lo: ") + strerror(errno));
+  close(s);
 }
 
 struct RunResult {
@@ -235,6 +352,24 @@ RuleSpec MatchRule() {
   return r;
 }
 
+// The actions' group: MatchRule at tc ingress with this action, Bernoulli p.
+RuleSpec ActRule(lossd::Action a, double p) {
+  RuleSpec r = MatchRule();
+  r.hook = lossd::Hook::kTc;
+  r.action = a;
+  r.model.p = p;
+  return r;
+}
+
+// What a group case's rule counters must show over the whole run.
+enum class Expect {
+  kNothing,    // 0 %: matched, nothing picked
+  kDropAll,    // every matched packet dropped
+  kDropMost,   // >= 99.9 % dropped (markov4 "100 %")
+  kActAll,     // every matched packet acted on (corrupted, copied, marked)
+  kUnactAll,   // every matched packet picked, passed unchanged (ecn-pass, non-ECT)
+};
+
 struct Case {
   std::string name, description;
   std::vector<RuleSpec> rules;  // empty for the baseline and b
@@ -245,13 +380,23 @@ struct Case {
   int base = -1;          // variant: index of the case whose netns and maps it uses
   std::string obj_path;   // variant: the object whose lossd_xdp it runs
   struct bpf_object* obj = nullptr;
+  // The actions' group (tc, lo up, run through the restore wrapper).
+  bool act = false;
+  std::string act_key, rate_key;  // "corrupt", "100pct": its place in JSON "actions"
+  bool nonect = false;            // the group's non-ECT packets
+  Expect expect = Expect::kNothing;
   // runtime
   int netns_fd = -1;
   int prog_fd = -1;
+  int prog_array_fd = -1;
+  std::array<int, 2> wrap_fd{-1, -1};  // group: the wrapper per packet
+  int repeat = 0;                      // runs per measurement
   std::unique_ptr<Injector> inj;
   uint32_t match_id = 0;
   double setup_s = 0;
   std::array<std::vector<double>, 2> wall, kernel;  // per packet
+  lossd::RuleCounters rc;   // the matching rule's, at the end
+  lossd::HookCounters hook;  // its hook's, at the end
 };
 
 std::vector<RuleSpec> TenKMixed(int n_port, int n_host) {
@@ -271,8 +416,20 @@ void EnterNetns(const Case& c) {
   if (setns(c.netns_fd, CLONE_NEWNET)) Die(std::string("setns: ") + strerror(errno));
 }
 
+// The group's wrappers: one per packet, each tail-calling c.prog_fd.
+void SetupWrappers(Case& c, const std::array<std::vector<uint8_t>, 2>& pkts) {
+  c.prog_array_fd = bpf_map_create(BPF_MAP_TYPE_PROG_ARRAY, "bench_tail", 4, 4, 1, nullptr);
+  if (c.prog_array_fd < 0) Die(std::string("prog array: ") + strerror(errno));
+  for (int pi = 0; pi < 2; pi++) c.wrap_fd[pi] = LoadRestoreWrapper(pkts[pi], c.prog_array_fd);
+  uint32_t zero = 0;
+  if (bpf_map_update_elem(c.prog_array_fd, &zero, &c.prog_fd, BPF_ANY))
+    Die("tail call slot for " + c.name + ": " + strerror(errno) +
+        " (the program must be compatible with the wrapper: same type, both JIT-ed)");
+}
+
 void Setup(Case& c, const std::string& state_root) {
   NewNetns(c);
+  if (c.act) LoUp();
   if (!c.injector) {
     c.prog_fd = LoadEmpty(c.tc);
     return;
@@ -355,10 +512,98 @@ std::string JsonList(const std::vector<double>& v) {
   return s + "]";
 }
 
+std::string Stats(const std::vector<double>& v) {
+  return "\"median_ns\": " + Json(Median(v)) + ", \"min_ns\": " +
+         Json(*std::min_element(v.begin(), v.end())) +
+         ", \"max_ns\": " + Json(*std::max_element(v.begin(), v.end()));
+}
+
+// JSON "actions": per packet, per action (keys as the cases' act_key), per
+// rate ("0pct", "100pct"): the case's kernel ns (median, min and max over the
+// rounds), added over t_empty, and beside it the drop rule at the same rate
+// (t_drop_0 / t_drop_100, same run): its median, the difference of medians,
+// and the per-round paired differences (median, min, max).
+std::string ActionsJson(const std::vector<Case>& cases, const char* const pkt_names[2],
+                        int action_repeat) {
+  auto find = [&](const std::string& n) -> const Case* {
+    for (const auto& c : cases)
+      if (c.name == n) return &c;
+    return nullptr;
+  };
+  const Case* empty = find("t_empty");
+  std::vector<std::string> keys;  // in the order of the cases
+  for (const auto& c : cases)
+    if (c.act && c.act_key != "empty" && std::find(keys.begin(), keys.end(), c.act_key) == keys.end())
+      keys.push_back(c.act_key);
+  std::string out = "  \"actions\": {\n";
+  out += "    \"repeat\": " + std::to_string(action_repeat) + ",\n";
+  out +=
+      "    \"legend\": \"tc ingress program (lossd_tc_in) through the restore wrapper (writes the "
+      "64-byte ECT(0) packet back, then tail-calls the case's program: every run sees the same "
+      "packet; the wrapper's cost is in every case, t_empty included). median/min/max_ns: the "
+      "kernel's ns per run over the rounds; added_ns: minus t_empty; drop_*: the drop rule at the "
+      "same rate in the same run (t_drop_0, t_drop_100; ecn_nonect, ecn_pass_nonect: a non-ECT "
+      "packet, against t_drop_100 on the ECT one; markov4, police: drop rules with those models, "
+      "against Bernoulli drop); vs_drop_ns: difference of medians; vs_drop_paired_ns: per-round "
+      "differences; wall_*: wall clock per run (duplicate: the copy's receive runs in the "
+      "softirq after each run, inside the kernel's figure unless deferred to ksoftirqd). Under "
+      "BPF_PROG_TEST_RUN the skb is discarded after the program whatever the verdict: the "
+      "figures are the program's own work (duplicate: plus the clone, the copy's receive up to "
+      "ip_rcv and its free).\",\n";
+  for (int pi = 0; pi < 2; pi++) {
+    out += std::string("    \"") + pkt_names[pi] + "\": {\n";
+    out += "      \"empty\": {" + Stats(empty->kernel[pi]) + "},\n";
+    for (size_t ki = 0; ki < keys.size(); ki++) {
+      out += "      \"" + keys[ki] + "\": {";
+      bool first = true;
+      for (const auto& c : cases) {
+        if (!c.act || c.act_key != keys[ki]) continue;
+        const Case* d = find(c.rate_key == "0pct" ? "t_drop_0" : "t_drop_100");
+        const auto& v = c.kernel[pi];
+        std::string e = std::string(first ? "" : ", ") + "\"" + c.rate_key + "\": {\"case\": \"" +
+                        c.name + "\", " + Stats(v) +
+                        ", \"added_ns\": " + Json(Median(v) - Median(empty->kernel[pi])) +
+                        ", \"wall_median_ns\": " + Json(Median(c.wall[pi]));
+        if (d && d != &c) {
+          std::vector<double> diff;
+          for (size_t r = 0; r < v.size() && r < d->kernel[pi].size(); r++)
+            diff.push_back(v[r] - d->kernel[pi][r]);
+          e += ", \"drop_case\": \"" + d->name + "\", \"drop_median_ns\": " +
+               Json(Median(d->kernel[pi])) +
+               ", \"drop_wall_median_ns\": " + Json(Median(d->wall[pi])) +
+               ", \"vs_drop_ns\": " + Json(Median(v) - Median(d->kernel[pi])) +
+               ", \"vs_drop_paired_ns\": {" + Stats(diff) + "}";
+        }
+        out += e + "}";
+        first = false;
+      }
+      out += std::string("}") + (ki + 1 < keys.size() ? ",\n" : "\n");
+    }
+    out += "    },\n";
+  }
+  // The rules' counters over the whole run (both packets, warm-up included).
+  out += "    \"counters\": {\n";
+  bool first = true;
+  for (const auto& c : cases) {
+    if (!c.act || !c.injector) continue;
+    out += std::string(first ? "" : ",\n") + "      \"" + c.name +
+           "\": {\"matched\": " + std::to_string(c.rc.matched_pkts) +
+           ", \"dropped\": " + std::to_string(c.rc.dropped_pkts) +
+           ", \"acted\": " + std::to_string(c.rc.acted_pkts) +
+           ", \"unacted\": " + std::to_string(c.rc.unacted_pkts) +
+           ", \"logged\": " + std::to_string(c.rc.logged_pkts) +
+           ", \"hook_copies\": " + std::to_string(c.hook.copies) + "}";
+    first = false;
+  }
+  out += "\n    }\n  },\n";
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int repeat = 10000000, rounds = 7;
+  int repeat = 10000000, rounds = 7, action_repeat = 2000000;
+  bool actions = true;
   std::vector<std::pair<std::string, std::string>> variants;  // name, object
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
@@ -366,17 +611,23 @@ int main(int argc, char** argv) {
       repeat = atoi(argv[++i]);
     else if (a == "--rounds" && i + 1 < argc)
       rounds = atoi(argv[++i]);
+    else if (a == "--action-repeat" && i + 1 < argc)
+      action_repeat = atoi(argv[++i]);
+    else if (a == "--no-actions")
+      actions = false;
     else if (a == "--variant" && i + 1 < argc && strchr(argv[i + 1], '=')) {
       std::string v = argv[++i];
       variants.emplace_back(v.substr(0, v.find('=')), v.substr(v.find('=') + 1));
     } else {
       fprintf(stderr,
-              "usage: %s [--repeat N (>= 1000000)] [--rounds R (>= 3)] [--variant NAME=OBJ]...\n",
+              "usage: %s [--repeat N (>= 1000000)] [--rounds R (>= 3)] [--variant NAME=OBJ]...\n"
+              "          [--action-repeat N (>= 100000)] [--no-actions]\n",
               argv[0]);
       return 2;
     }
   }
   if (repeat < 1000000 || rounds < 3) Die("need --repeat >= 1000000 and --rounds >= 3");
+  if (action_repeat < 100000) Die("need --action-repeat >= 100000");
 
   const std::string jit = ReadFirstLine("/proc/sys/net/core/bpf_jit_enable");  // init netns only
   // kernel.bpf_stats_enabled=1 (set by someone else) adds two clock reads to
@@ -476,6 +727,98 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The actions beside drop (tc only; see the header).
+  if (actions) {
+    auto act = [&](std::string name, std::string desc, std::vector<RuleSpec> rules, bool inj,
+                   std::string key, std::string rate, Expect expect, bool nonect = false) {
+      Case c;
+      c.name = std::move(name);
+      c.description = std::move(desc);
+      c.rules = std::move(rules);
+      c.injector = inj;
+      c.matching = inj;
+      c.tc = true;
+      c.act = true;
+      c.act_key = std::move(key);
+      c.rate_key = std::move(rate);
+      c.expect = expect;
+      c.nonect = nonect;
+      cases.push_back(std::move(c));
+    };
+    using lossd::Action;
+    act("t_empty", "actions: empty tc program through the restore wrapper (the group's baseline)",
+        {}, false, "empty", "", Expect::kNothing);
+    const struct {
+      const char* key;
+      Action a;
+      Expect at100;
+    } kActs[] = {{"drop", Action::kDrop, Expect::kDropAll},
+                 {"corrupt", Action::kCorrupt, Expect::kActAll},
+                 {"corrupt_payload", Action::kCorruptPayload, Expect::kActAll},
+                 {"duplicate", Action::kDuplicate, Expect::kActAll},
+                 {"ecn", Action::kEcn, Expect::kActAll},
+                 {"ecn_pass", Action::kEcnPass, Expect::kActAll}};
+    for (const auto& a : kActs) {
+      std::string an = lossd::ActionName(a.a);
+      act(std::string("t_") + a.key + "_0", "actions: tc rule, action " + an + " at 0%",
+          {ActRule(a.a, 0.0)}, true, a.key, "0pct", Expect::kNothing);
+      act(std::string("t_") + a.key + "_100",
+          "actions: tc rule, action " + an + " at 100% (every matched packet)",
+          {ActRule(a.a, 1.0)}, true, a.key, "100pct", a.at100);
+    }
+    // A control: the 0 % drop rule again, in its own namespace and maps: how far
+    // two identical setups differ in the same run.
+    act("t_drop_0_again", "actions: tc rule, action drop at 0% (a second, identical setup)",
+        {ActRule(Action::kDrop, 0.0)}, true, "drop_again", "0pct", Expect::kNothing);
+    act("t_ecn_100_nonect", "actions: tc rule, action ecn at 100%, non-ECT packet (dropped)",
+        {ActRule(Action::kEcn, 1.0)}, true, "ecn_nonect", "100pct", Expect::kDropAll, true);
+    act("t_ecn_pass_100_nonect",
+        "actions: tc rule, action ecn-pass at 100%, non-ECT packet (passes unchanged)",
+        {ActRule(Action::kEcnPass, 1.0)}, true, "ecn_pass_nonect", "100pct", Expect::kUnactAll,
+        true);
+    {
+      RuleSpec m = ActRule(Action::kDrop, 0.0);
+      m.model.kind = lossd::LossModel::Kind::kMarkov4;
+      m.model.p13 = 0;  // never leaves state 1
+      m.model.p31 = 1;
+      m.model.p32 = 0;
+      m.model.p23 = 1;
+      m.model.p14 = 0;
+      act("t_markov4_0", "actions: tc drop rule, markov4 p13=p14=0 (0%, with flow state)", {m},
+          true, "markov4", "0pct", Expect::kNothing);
+      m.model.p13 = 1;  // 1 -> 3, and 3 is left with p31 = 1e-6 only
+      m.model.p31 = 1e-6;
+      act("t_markov4_100", "actions: tc drop rule, markov4 p13=1 p31=1e-6 (~100%)", {m}, true,
+          "markov4", "100pct", Expect::kDropMost);
+      RuleSpec q = ActRule(Action::kDrop, 0.0);
+      q.model.kind = lossd::LossModel::Kind::kPolice;
+      q.model.rate_bps = lossd::kMaxPoliceBps;  // 100 Gbit/s, 1 GiB: never exceeded here
+      q.model.burst_bytes = lossd::kMaxPoliceBurst;
+      act("t_police_0", "actions: tc drop rule, police 100gbit,1gib (never exceeded: 0%)", {q},
+          true, "police", "0pct", Expect::kNothing);
+      q.model.rate_bps = lossd::kMinPoliceBps;  // 8 bit/s, 1 byte: every packet over
+      q.model.burst_bytes = 1;
+      act("t_police_100", "actions: tc drop rule, police 8bit,1b (every packet over: 100%)", {q},
+          true, "police", "100pct", Expect::kDropAll);
+    }
+  }
+  for (auto& c : cases) c.repeat = c.act ? action_repeat : repeat;
+
+  const std::array<std::vector<uint8_t>, 2> pkts = {MakePacket(IPPROTO_UDP, kUdpSport, kDport),
+                                                    MakePacket(IPPROTO_TCP, kTcpSport, kDport)};
+  // The group's: ECT(0) (TOS 0x02) and not, both with valid L4 checksums.
+  const std::array<std::vector<uint8_t>, 2> pkts_ect = {
+      MakePacket(IPPROTO_UDP, kUdpSport, kDport, 0x02, true),
+      MakePacket(IPPROTO_TCP, kTcpSport, kDport, 0x02, true)};
+  const std::array<std::vector<uint8_t>, 2> pkts_nonect = {
+      MakePacket(IPPROTO_UDP, kUdpSport, kDport, 0x00, true),
+      MakePacket(IPPROTO_TCP, kTcpSport, kDport, 0x00, true)};
+  auto pkts_of = [&](const Case& c) -> const std::array<std::vector<uint8_t>, 2>& {
+    return !c.act ? pkts : c.nonect ? pkts_nonect : pkts_ect;
+  };
+  auto run_fd = [](const Case& c, int pi) { return c.act ? c.wrap_fd[pi] : c.prog_fd; };
+  const char* pkt_names[2] = {"udp", "tcp"};
+
   double load_start[1] = {-1};
   getloadavg(load_start, 1);
   for (auto& c : cases) {
@@ -484,17 +827,14 @@ int main(int argc, char** argv) {
       SetupVariant(c, cases[c.base]);
     else
       Setup(c, state_root);
+    if (c.act) SetupWrappers(c, pkts_of(c));
     c.setup_s = (NowNs() - t0) / 1e9;
   }
-
-  const std::array<std::vector<uint8_t>, 2> pkts = {MakePacket(IPPROTO_UDP, kUdpSport, kDport),
-                                                    MakePacket(IPPROTO_TCP, kTcpSport, kDport)};
-  const char* pkt_names[2] = {"udp", "tcp"};
 
   // Warm-up: one short run of everything.
   for (auto& c : cases) {
     EnterNetns(c);
-    for (const auto& p : pkts) TestRun(c.prog_fd, p, 100000, c.tc);
+    for (int pi = 0; pi < 2; pi++) TestRun(run_fd(c, pi), pkts_of(c)[pi], 100000, c.tc);
   }
 
   // Interleaved rounds: every case, both packets, the starting case rotating.
@@ -504,11 +844,14 @@ int main(int argc, char** argv) {
       Case& c = cases[(k + r) % cases.size()];
       EnterNetns(c);
       for (int pi = 0; pi < 2; pi++) {
-        RunResult res = TestRun(c.prog_fd, pkts[pi], repeat, c.tc);
+        RunResult res = TestRun(run_fd(c, pi), pkts_of(c)[pi], c.repeat, c.tc);
         uint32_t pass = c.tc ? uint32_t(kTcActUnspec) : uint32_t(XDP_PASS);
-        if (res.retval != pass) {
+        const bool drops = c.expect == Expect::kDropAll;
+        uint32_t want = drops ? uint32_t(kTcActShot) : pass;
+        if (c.expect != Expect::kDropMost && res.retval != want) {
           problems += c.name + "/" + pkt_names[pi] + ": verdict " +
-                      std::to_string(int32_t(res.retval)) + " (expected pass); ";
+                      std::to_string(int32_t(res.retval)) + " (expected " +
+                      (drops ? "drop" : "pass") + "); ";
         }
         c.wall[pi].push_back(res.wall_ns);
         c.kernel[pi].push_back(res.kernel_ns);
@@ -517,19 +860,53 @@ int main(int argc, char** argv) {
   }
 
   // The matching rule must have seen every packet and dropped none; nothing
-  // may have been dropped anywhere.
+  // may have been dropped anywhere. Group cases: what their Expect says.
   for (auto& c : cases) {
     if (!c.inj) continue;  // variants: counted in their base case's maps
     auto h = c.inj->HookTotals(c.tc ? LOSS_HOOK_TC_INGRESS : LOSS_HOOK_XDP);
-    if (h.dropped) problems += c.name + ": " + std::to_string(h.dropped) + " dropped; ";
+    c.hook = h;
+    const bool may_drop = c.expect == Expect::kDropAll || c.expect == Expect::kDropMost;
+    if (h.dropped && !may_drop)
+      problems += c.name + ": " + std::to_string(h.dropped) + " dropped; ";
     if (h.unparsable) problems += c.name + ": " + std::to_string(h.unparsable) + " unparsable; ";
     if (c.matching) {
       auto rc = c.inj->Counters(c.match_id);
+      const uint64_t runs = uint64_t(c.repeat) * rounds * 2;
       if (!rc.ok()) {
         problems += c.name + ": counters: " + rc.status().message() + "; ";
-      } else if (rc->matched_pkts < uint64_t(repeat) * rounds * 2) {
+      } else if (rc->matched_pkts < runs) {
         problems += c.name + ": matching rule matched " + std::to_string(rc->matched_pkts) +
-                    " packets, expected >= " + std::to_string(uint64_t(repeat) * rounds * 2) + "; ";
+                    " packets, expected >= " + std::to_string(runs) + "; ";
+      } else {
+        c.rc = *rc;
+        const uint64_t m = rc->matched_pkts;
+        auto want = [&](const char* what, uint64_t got, uint64_t exp) {
+          if (got != exp)
+            problems += c.name + ": " + what + " " + std::to_string(got) + " of " +
+                        std::to_string(m) + " matched, expected " + std::to_string(exp) + "; ";
+        };
+        switch (c.expect) {
+          case Expect::kNothing:
+            want("picked", rc->picked_pkts(), 0);
+            break;
+          case Expect::kDropAll:
+            want("dropped", rc->dropped_pkts, m);
+            break;
+          case Expect::kDropMost:
+            if (rc->dropped_pkts < m - m / 1000)
+              problems += c.name + ": dropped " + std::to_string(rc->dropped_pkts) + " of " +
+                          std::to_string(m) + ", expected >= 99.9 %; ";
+            break;
+          case Expect::kActAll:
+            want("acted on", rc->acted_pkts, m);
+            break;
+          case Expect::kUnactAll:
+            want("passed unchanged", rc->unacted_pkts, m);
+            break;
+        }
+        // a duplicate's copies must have come back through the program
+        if (c.act && c.act_key == "duplicate")
+          want("copies seen again", h.copies, rc->acted_pkts);
       }
     }
     if (h.lease_expired) problems += c.name + ": lease expired during the run; ";
@@ -574,8 +951,9 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < cases.size(); k++) {
       const Case& c = cases[k];
       double m = Median(c.kernel[pi]);
+      double b = c.act ? Median(find("t_empty").kernel[pi]) : c.tc ? base_tc[pi] : base[pi];
       out += "      \"" + c.name + "\": {\"median_ns\": " + Json(m) +
-             ", \"added_ns\": " + Json(m - (c.tc ? base_tc[pi] : base[pi])) +
+             ", \"added_ns\": " + Json(m - b) +
              ", \"wall_median_ns\": " + Json(Median(c.wall[pi])) + ", \"rules\": " +
              std::to_string(c.base >= 0 ? cases[c.base].rules.size() : c.rules.size()) +
              ", \"what\": \"" + c.description + "\"" + ", \"setup_s\": " + Json(c.setup_s) +
@@ -620,7 +998,35 @@ int main(int argc, char** argv) {
          ",\n      \"pass\": " + (all_added ? "true" : "false") + "\n    },\n";
   out += "    \"cost_10k_rules_le_1.5x_1_rule\": {\n      \"limit\": 1.5,\n" + t_ratio +
          ",\n      \"pass\": " + (all_ratio ? "true" : "false") + "\n    },\n";
-  out += std::string("    \"pass\": ") + (all_added && all_ratio ? "true" : "false") + "\n  },\n";
+  // Issue: "a 0 % rule of any action costs what a 0 % drop rule costs": each
+  // action's 0 % case within 3 ns of t_drop_0 (difference of medians; the
+  // kernel's figure is whole ns), each packet. t_drop_0_again (the same drop
+  // rule in a second setup) shows how far two identical setups land apart.
+  bool all_zero = true;
+  if (actions) {
+    std::string t_zero;
+    for (int pi = 0; pi < 2; pi++) {
+      double d0 = Median(find("t_drop_0").kernel[pi]);
+      for (const auto& c : cases) {
+        if (!c.act || c.rate_key != "0pct" || c.name == "t_drop_0" || c.name == "t_drop_0_again" ||
+            c.act_key == "markov4" || c.act_key == "police")
+          continue;
+        double diff = Median(c.kernel[pi]) - d0;
+        bool pz = diff <= 3.0;
+        all_zero &= pz;
+        t_zero += std::string(t_zero.empty() ? "" : ",\n") + "      \"" + pkt_names[pi] + "/" +
+                  c.name + "\": {\"vs_drop_0_ns\": " + Json(diff) +
+                  ", \"pass\": " + (pz ? "true" : "false") + "}";
+      }
+      t_zero += std::string(",\n      \"") + pkt_names[pi] +
+                "/t_drop_0_again (control, not judged)\": {\"vs_drop_0_ns\": " +
+                Json(Median(find("t_drop_0_again").kernel[pi]) - d0) + "}";
+    }
+    out += "    \"action_0pct_le_drop_0pct_plus_3ns\": {\n      \"limit\": 3,\n" + t_zero +
+           ",\n      \"pass\": " + (all_zero ? "true" : "false") + "\n    },\n";
+  }
+  out += std::string("    \"pass\": ") + (all_added && all_ratio && all_zero ? "true" : "false") +
+         "\n  },\n";
 
   // Where the cost comes from (differences of medians, same run).
   out += "  \"diagnostics\": {\n";
@@ -653,6 +1059,7 @@ int main(int argc, char** argv) {
       "path in three steps, c_1_bucket_hookmiss - c_1_nomatch, c_1_bucket_addrmiss - "
       "c_1_bucket_hookmiss, d_1_match - c_1_bucket_addrmiss; ratios: the same "
       "kind of rule, 10,000 vs 1\",\n";
+  if (actions) out += ActionsJson(cases, pkt_names, action_repeat);
   out += std::string("  \"checks_ok\": ") + (problems.empty() ? "true" : "false") + ",\n";
   out += "  \"problems\": \"" + problems + "\"\n}\n";
   fputs(out.c_str(), stdout);
@@ -666,6 +1073,9 @@ int main(int argc, char** argv) {
   for (auto& c : cases) {
     if (c.base >= 0) continue;
     EnterNetns(c);
+    for (int fd : c.wrap_fd)
+      if (fd >= 0) close(fd);
+    if (c.prog_array_fd >= 0) close(c.prog_array_fd);
     c.inj.reset();
     if (!c.injector && c.prog_fd >= 0) close(c.prog_fd);
     close(c.netns_fd);

@@ -94,8 +94,6 @@ class Impairments(unittest.TestCase):
         self.assertEqual(f["marked_packets"], 0, f)
         self.assertEqual(db["IpExt.InCEPkts"], 0, db)
         self.assertEqual(got["unique"], N - f["dropped_packets"], (f, got))
-        self.assertEqual(got["seqs_missing"] if got["max_seq"] == N - 1 else None,
-                         f["dropped_packets"], got)
         self.in_interval(f["dropped_packets"], N, 0.05, "dropped")
         f, sent, got, db = self.udp(rule("--action", "ecn-pass"))
         measured("ecn_pass_not_ect", unacted=f["unacted_packets"], received=got["unique"])
@@ -218,9 +216,12 @@ class Impairments(unittest.TestCase):
         self.assertGreater(dup, 0, f)
         self.assertEqual(run["receiver"]["bytes"], run["sender"]["bytes"])
         self.assertEqual(f["duplicated_packets"], dup, "per-segment: one segment per skb")
-        # Every copy is old data to the receiver: one D-SACK each, and the sender hears them.
+        # Every copy is old data to the receiver: one D-SACK each, and the sender hears them
+        # (all but those reaching it after its socket closed: the copies of the last flight;
+        # 2 of 427 in one run).
         self.assertEqual(db["TcpExt.TCPDSACKOldSent"], f["duplicated_packets"], db)
-        self.assertEqual(da["TcpExt.TCPDSACKRecv"], f["duplicated_packets"], da)
+        self.assertLessEqual(da["TcpExt.TCPDSACKRecv"], f["duplicated_packets"], da)
+        self.assertGreaterEqual(da["TcpExt.TCPDSACKRecv"], 0.98 * f["duplicated_packets"], da)
         self.assertEqual(da["Tcp.RetransSegs"], 0, "a duplicate is not a loss")
 
 
