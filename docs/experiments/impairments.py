@@ -45,6 +45,7 @@ RATES = (0.01, 0.02, 0.05, 0.10)
 PORT = 9400       # UDP flows
 TCP_PORT = 5201   # lab.traffic's TCP flows
 N = 20000         # datagrams per UDP run
+CORRUPT_TCP_MB = 8  # MB per corrupt TCP run (20 for duplicate)
 PPS = 20000
 ECT0 = 2          # the TOS byte's ECN bits: ECT(0)
 MARKOV = (0.02, 0.25, 0.05, 0.20, 0.01)  # p13, p31, p32, p23, p14
@@ -113,7 +114,11 @@ def tcp_run(lab, args, mbytes=20, rate_mbit=200):
                 sender_dsack_recv=da["TcpExt.TCPDSACKRecv"], sender_dsack_recv_segs=da["TcpExt.TCPDSACKRecvSegs"],
                 receiver_dsacks_sent=db["TcpExt.TCPDSACKOldSent"] + db["TcpExt.TCPDSACKOfoSent"],
                 receiver_ip_csum_errors=db["IpExt.InCsumErrors"], receiver_tcp_csum_errors=db["Tcp.InCsumErrors"],
-                receiver_in_ce=db["IpExt.InCEPkts"])
+                receiver_in_ce=db["IpExt.InCEPkts"], sender_rtos=da["TcpExt.TCPTimeouts"],
+                sender_fast_retrans=da["TcpExt.TCPFastRetrans"], sender_loss_probes=da["TcpExt.TCPLossProbes"],
+                sender_dsack_ignored={k.split(".")[1]: da[k] for k in (
+                    "TcpExt.TCPDSACKIgnoredOld", "TcpExt.TCPDSACKIgnoredNoUndo", "TcpExt.TCPDSACKIgnoredDubious")},
+                sender_dsack_undo=da["TcpExt.TCPDSACKUndo"])
 
 
 def timed_tcp(lab, ns_tx, ns_rx, iface, dst, args, secs, rate_mbit, cc="cubic", observe=True):
@@ -181,11 +186,11 @@ def exp_corrupt(lab, dlab):
     log("corrupt udp6 offload on 5%%: %s" % out["udp6_offload_on"])
     for r in RATES:
         t = tcp_run(lab, rule("--action", "corrupt", "--per-segment", "--payload", "only", proto="tcp",
-                              port=TCP_PORT, rate=r))
+                              port=TCP_PORT, rate=r), mbytes=CORRUPT_TCP_MB)
         t["rate"] = r
         out["tcp"].append(t)
-        log("corrupt tcp %s: corrupted %d segs, retrans %d, goodput %.1f Mbit/s" %
-            (pct(r), t["final"]["corrupted_segments"], t["retrans_segs"], t["goodput_mbit"]))
+        log("corrupt tcp %s: corrupted %d segs, retrans %d (RTOs %d), goodput %.1f Mbit/s" %
+            (pct(r), t["final"]["corrupted_segments"], t["retrans_segs"], t["sender_rtos"], t["goodput_mbit"]))
     return out
 
 
@@ -237,9 +242,9 @@ def exp_duplicate(lab, dlab):
                               port=TCP_PORT, rate=r))
         t["rate"] = r
         out["tcp"].append(t)
-        log("duplicate tcp %s: duplicated %d, D-SACKs sent %d, recv %d, retrans %d" %
+        log("duplicate tcp %s: duplicated %d, D-SACKs sent %d, recv %d (ignored %s), retrans %d" %
             (pct(r), t["final"]["duplicated_segments"], t["receiver_dsacks_sent"], t["sender_dsack_recv"],
-             t["retrans_segs"]))
+             t["sender_dsack_ignored"], t["retrans_segs"]))
     return out
 
 
@@ -405,7 +410,7 @@ def plots(res, d):
 
     if "corrupt" in res:
         c = res["corrupt"]
-        fig, axs = plt.subplots(1, 3, figsize=(15, 4.6))
+        fig, axs = plt.subplots(1, 3, figsize=(16, 5))
         ax = axs[0]
         on, off = c["udp_offload_on"], c["udp_offload_off"]
         top = max(r["corrupted"] for r in on + off) * 1.08
@@ -416,7 +421,7 @@ def plots(res, d):
                 label="tx offload off (NONE): Udp InCsumErrors")
         ax.set_xlabel("datagrams lossd corrupted (corrupted_packets)")
         ax.set_ylabel("receiver's checksum errors (B's MIB)")
-        ax.set_title("UDP over IPv4, %d datagrams per run, 1/2/5/10 %%" % N)
+        ax.set_title("UDP/IPv4, {:,} datagrams per run,\nat 1, 2, 5 and 10 %".format(N))
         ax.legend(fontsize=8, loc="upper left")
         ax = axs[1]
         labels = [pct(t["rate"]) for t in c["tcp"]]
@@ -426,7 +431,7 @@ def plots(res, d):
                           ("sender's TcpRetransSegs", [t["retrans_segs"] for t in c["tcp"]], "tab:blue")])
         ax.set_xlabel("--rate (--action corrupt --per-segment --payload only)")
         ax.set_ylabel("segments")
-        ax.set_title("TCP, 20 MB paced at 200 Mbit/s: each corrupted segment resent")
+        ax.set_title("TCP, %d MB paced at 200 Mbit/s:\neach corrupted segment resent once" % CORRUPT_TCP_MB)
         ax.legend(fontsize=8, loc="upper left")
         ax = axs[2]
         ax.plot([100 * t["rate"] for t in c["tcp"]], [t["goodput_mbit"] for t in c["tcp"]], "o-")
@@ -435,7 +440,7 @@ def plots(res, d):
         ax.set_ylim(0, 220)
         ax.axhline(200, color="0.6", ls="--", lw=1, label="pacing rate")
         ax.legend(fontsize=8, loc="lower left")
-        ax.set_title("TCP goodput (bytes received / send time)")
+        ax.set_title("TCP goodput\n(bytes received / send time)")
         save(fig, "impairments-corrupt.png")
 
     if "corrupt-payload" in res:
@@ -447,7 +452,7 @@ def plots(res, d):
               ("delivered with wrong bytes (receiver)", [r["wrong_bytes"] for r in sw], "tab:purple"),
               ("checksum errors (B's MIB)", [r["csum_errors"] for r in sw], "tab:gray")])
         axs[0].set_xlabel("--rate (--action corrupt-payload), UDP/IPv4, tx offload on, 256-byte payloads")
-        axs[0].set_ylabel("datagrams (of %d per run)" % N)
+        axs[0].set_ylabel("datagrams (of {:,} per run)".format(N))
         axs[0].set_title("Wrong bytes delivered, every checksum valid")
         axs[0].legend(fontsize=8, loc="upper left")
         m = c["matrix"]
@@ -455,7 +460,7 @@ def plots(res, d):
              [("corrupted by lossd", [r["corrupted"] for r in m], "tab:red"),
               ("delivered with wrong bytes", [r["wrong_bytes"] for r in m], "tab:purple"),
               ("checksum errors", [r["csum_errors"] for r in m], "tab:gray")])
-        axs[1].set_ylabel("datagrams (of %d per run)" % N)
+        axs[1].set_ylabel("datagrams (of {:,} per run)".format(N))
         axs[1].set_title("5 %: each checksum state (PARTIAL with offload, NONE without)")
         axs[1].set_ylim(0, max(r["corrupted"] for r in m) * 1.3)
         axs[1].legend(fontsize=8, loc="upper left")
@@ -470,7 +475,7 @@ def plots(res, d):
               ("copies passed undecided (hook)", [r["copies_passed"] for r in u], "tab:olive"),
               ("duplicates the receiver got", [r["receiver_dups"] for r in u], "tab:cyan")])
         axs[0].set_xlabel("--rate (--action duplicate), UDP/IPv4 at A's egress")
-        axs[0].set_ylabel("datagrams (of %d sent per run)" % N)
+        axs[0].set_ylabel("datagrams (of {:,} sent per run)".format(N))
         axs[0].set_title("UDP: every copy arrives, none is decided again")
         axs[0].legend(fontsize=8, loc="upper left")
         t = c["tcp"]
@@ -481,7 +486,7 @@ def plots(res, d):
               ("retransmitted segments", [r["retrans_segs"] for r in t], "tab:red")])
         axs[1].set_xlabel("--rate (--action duplicate --per-segment --payload only)")
         axs[1].set_ylabel("segments")
-        axs[1].set_title("TCP, 20 MB paced at 200 Mbit/s: one D-SACK per copy")
+        axs[1].set_title("TCP, 20 MB paced at 200 Mbit/s: a D-SACK per copy, no resend")
         axs[1].legend(fontsize=8, loc="upper left")
         save(fig, "impairments-duplicate.png")
 
@@ -559,7 +564,7 @@ def plots(res, d):
         axs[0].set_title("UDP through --police 50mbit,64kib (%d s per point)" % POLICE_SECS)
         axs[0].legend(fontsize=8, loc="upper left")
         t = p["tcp"]
-        labels = ["%s\n--action %s" % (r["path"], r["action"]) for r in t]
+        labels = ["%s (min RTT %.2f ms)\n--action %s" % (r["path"], r.get("min_rtt_us", 0) / 1e3, r["action"]) for r in t]
         bs = axs[1].bar(range(len(t)), [r["goodput_mbit"] for r in t],
                         color=["tab:red" if r["action"] == "drop" else "tab:orange" for r in t])
         for b, r in zip(bs, t):
@@ -568,6 +573,7 @@ def plots(res, d):
                             (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=7,
                             xytext=(0, 1), textcoords="offset points")
         axs[1].axhline(50, color="0.4", ls="--", lw=1, label="policer rate")
+        axs[1].axhline(200, color="0.7", ls=":", lw=1, label="sender's pacing cap")
         axs[1].set_xticks(range(len(t)))
         axs[1].set_xticklabels(labels, fontsize=8)
         axs[1].set_ylabel("goodput (Mbit/s)")

@@ -298,7 +298,7 @@ class Impairments(unittest.TestCase):
         run = traffic.tcp_loss_run(lab, lab.a, ["--iface", lab.IF_A] +
                                    rule("--police", "50mbit,64kib", "--per-segment", proto="tcp", port=5201,
                                         rate=None),
-                                   lab.V4_B, mbytes=15, rate_mbit=200)
+                                   lab.V4_B, mbytes=5, rate_mbit=200)
         f, s = run["final"], run["sender"]
         goodput = s["bytes"] * 8 / s["secs"]
         ok, numbers = retransmissions_explained(run["da"], run["db"], f["dropped_segments"], run["path_drops"])
