@@ -5,7 +5,8 @@ kernel's own counters (docs/experiments.md#4-impairments-beside-drop).
   corrupt          --action corrupt at 1, 2, 5, 10 %: UDP with the veth's tx checksum offload
                    on (CHECKSUM_PARTIAL: the IPv4 header's identification flips) and off
                    (CHECKSUM_NONE: a payload bit flips), IPv6 with offload (nothing can be
-                   corrupted: unacted); TCP (--per-segment): corrupted segments vs TcpRetransSegs
+                   corrupted: unacted); TCP (--per-segment): corrupted segments vs TcpRetransSegs;
+                   which TCP packets can be corrupted (IPv4/IPv6, offload on/off, GSO or not)
   corrupt-payload  --action corrupt-payload at 1, 2, 5, 10 % (IPv4, offload on), and at 5 % for
                    IPv4/IPv6 x offload on/off: datagrams delivered with wrong bytes vs checksum errors
   duplicate        --action duplicate at 1, 2, 5, 10 %: UDP (egress; ingress at 5 %) receiver's
@@ -27,7 +28,7 @@ them). Prints one JSON document; plots go to --plots (default: this directory).
 
 Usage (root, after `make build`; ~4 min):
     /usr/bin/python3 docs/experiments/impairments.py [--only corrupt,duplicate,...]
-                     [--plots DIR] [--out FILE]
+                     [--plots DIR] [--out FILE] [--replot FILE (only redraw from a saved --out)]
 """
 import argparse
 import datetime
@@ -191,6 +192,26 @@ def exp_corrupt(lab, dlab):
         out["tcp"].append(t)
         log("corrupt tcp %s: corrupted %d segs, retrans %d (RTOs %d), goodput %.1f Mbit/s" %
             (pct(r), t["final"]["corrupted_segments"], t["retrans_segs"], t["sender_rtos"], t["goodput_mbit"]))
+    # Which TCP packets can be corrupted at the sender's egress: 5 %, 4 MB at 100 Mbit/s each
+    from lab import traffic
+    out["tcp_matrix"] = []
+    for fam, dst, offload, per_segment in (("IPv4", lab.V4_B, "on", True), ("IPv4", lab.V4_B, "off", True),
+                                           ("IPv4", lab.V4_B, "on", False), ("IPv6", lab.V6_B, "on", True),
+                                           ("IPv6", lab.V6_B, "off", True)):
+        lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tx", offload)
+        try:
+            run = traffic.tcp_loss_run(lab, lab.a, ["--iface", lab.IF_A] + rule(
+                "--action", "corrupt", "--payload", "only", *(["--per-segment"] if per_segment else []),
+                proto="tcp", port=TCP_PORT, rate=0.05), dst, mbytes=4, rate_mbit=100)
+        finally:
+            lab.run(lab.a, "ethtool", "-K", lab.IF_A, "tx", "on")
+        f, da, db = run["final"], run["da"], run["db"]
+        out["tcp_matrix"].append(dict(family=fam, tx_offload=offload, per_segment=per_segment, rate=0.05,
+                                      matched_packets=f["matched_packets"], matched_segments=f["matched_segments"],
+                                      corrupted=f["corrupted_packets"], unacted=f["unacted_packets"],
+                                      retrans_segs=da["Tcp.RetransSegs"], ip_csum_errors=db["IpExt.InCsumErrors"],
+                                      tcp_csum_errors=db["Tcp.InCsumErrors"]))
+        log("corrupt tcp matrix: %s" % out["tcp_matrix"][-1])
     return out
 
 
@@ -249,7 +270,7 @@ def exp_duplicate(lab, dlab):
 
 
 ECN_RATES = (0.0, 0.001, 0.003, 0.01, 0.03)
-ECN_SECS = 3
+ECN_SECS = 4
 
 
 def exp_ecn(lab, dlab):
@@ -564,7 +585,7 @@ def plots(res, d):
         axs[0].set_title("UDP through --police 50mbit,64kib (%d s per point)" % POLICE_SECS)
         axs[0].legend(fontsize=8, loc="upper left")
         t = p["tcp"]
-        labels = ["%s (min RTT %.2f ms)\n--action %s" % (r["path"], r.get("min_rtt_us", 0) / 1e3, r["action"]) for r in t]
+        labels = ["%s\n--action %s" % ("direct veth" if r["path"] == "direct" else r["path"], r["action"]) for r in t]
         bs = axs[1].bar(range(len(t)), [r["goodput_mbit"] for r in t],
                         color=["tab:red" if r["action"] == "drop" else "tab:orange" for r in t])
         for b, r in zip(bs, t):
@@ -598,6 +619,7 @@ def main():
     if args.replot:
         with open(args.replot) as f:
             doc = json.load(f)
+        os.makedirs(args.plots, exist_ok=True)
         for p in plots(doc["results"], args.plots):
             log("plot " + p)
         return 0
