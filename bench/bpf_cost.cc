@@ -259,10 +259,7 @@ int LoadRestoreWrapper(const std::vector<uint8_t>& pkt, int prog_array_fd) {
   LIBBPF_OPTS(bpf_prog_load_opts, lo, .log_level = 1, .log_size = sizeof(log), .log_buf = log);
   int fd = bpf_prog_load(BPF_PROG_TYPE_SCHED_CLS, "bench_restore", "GPL", in.data(),
                          static_cast<uint32_t>(in.size()), &lo);
-  if (fd < 0) {
-    // the log only on failure: a successful load with log_level 1 is fine too
-    Die(std::string("load the restore wrapper: ") + strerror(errno) + "\n" + log);
-  }
+  if (fd < 0) Die(std::string("load the restore wrapper: ") + strerror(errno) + "\n" + log);
   return fd;
 }
 
@@ -363,11 +360,11 @@ RuleSpec ActRule(lossd::Action a, double p) {
 
 // What a group case's rule counters must show over the whole run.
 enum class Expect {
-  kNothing,    // 0 %: matched, nothing picked
-  kDropAll,    // every matched packet dropped
-  kDropMost,   // >= 99.9 % dropped (markov4 "100 %")
-  kActAll,     // every matched packet acted on (corrupted, copied, marked)
-  kUnactAll,   // every matched packet picked, passed unchanged (ecn-pass, non-ECT)
+  kNothing,   // 0 %: matched, nothing picked
+  kDropAll,   // every matched packet dropped
+  kDropMost,  // >= 99.9 % dropped (markov4 "100 %")
+  kActAll,    // every matched packet acted on (corrupted, copied, marked)
+  kUnactAll,  // every matched packet picked, passed unchanged (ecn-pass, non-ECT)
 };
 
 struct Case {
@@ -395,8 +392,8 @@ struct Case {
   uint32_t match_id = 0;
   double setup_s = 0;
   std::array<std::vector<double>, 2> wall, kernel;  // per packet
-  lossd::RuleCounters rc;   // the matching rule's, at the end
-  lossd::HookCounters hook;  // its hook's, at the end
+  lossd::RuleCounters rc;                           // the matching rule's, at the end
+  lossd::HookCounters hook;                         // its hook's, at the end
 };
 
 std::vector<RuleSpec> TenKMixed(int n_port, int n_host) {
@@ -513,8 +510,8 @@ std::string JsonList(const std::vector<double>& v) {
 }
 
 std::string Stats(const std::vector<double>& v) {
-  return "\"median_ns\": " + Json(Median(v)) + ", \"min_ns\": " +
-         Json(*std::min_element(v.begin(), v.end())) +
+  return "\"median_ns\": " + Json(Median(v)) +
+         ", \"min_ns\": " + Json(*std::min_element(v.begin(), v.end())) +
          ", \"max_ns\": " + Json(*std::max_element(v.begin(), v.end()));
 }
 
@@ -533,7 +530,8 @@ std::string ActionsJson(const std::vector<Case>& cases, const char* const pkt_na
   const Case* empty = find("t_empty");
   std::vector<std::string> keys;  // in the order of the cases
   for (const auto& c : cases)
-    if (c.act && c.act_key != "empty" && std::find(keys.begin(), keys.end(), c.act_key) == keys.end())
+    if (c.act && c.act_key != "empty" &&
+        std::find(keys.begin(), keys.end(), c.act_key) == keys.end())
       keys.push_back(c.act_key);
   std::string out = "  \"actions\": {\n";
   out += "    \"repeat\": " + std::to_string(action_repeat) + ",\n";
@@ -568,8 +566,8 @@ std::string ActionsJson(const std::vector<Case>& cases, const char* const pkt_na
           std::vector<double> diff;
           for (size_t r = 0; r < v.size() && r < d->kernel[pi].size(); r++)
             diff.push_back(v[r] - d->kernel[pi][r]);
-          e += ", \"drop_case\": \"" + d->name + "\", \"drop_median_ns\": " +
-               Json(Median(d->kernel[pi])) +
+          e += ", \"drop_case\": \"" + d->name +
+               "\", \"drop_median_ns\": " + Json(Median(d->kernel[pi])) +
                ", \"drop_wall_median_ns\": " + Json(Median(d->wall[pi])) +
                ", \"vs_drop_ns\": " + Json(Median(v) - Median(d->kernel[pi])) +
                ", \"vs_drop_paired_ns\": {" + Stats(diff) + "}";
@@ -763,8 +761,8 @@ int main(int argc, char** argv) {
       act(std::string("t_") + a.key + "_0", "actions: tc rule, action " + an + " at 0%",
           {ActRule(a.a, 0.0)}, true, a.key, "0pct", Expect::kNothing);
       act(std::string("t_") + a.key + "_100",
-          "actions: tc rule, action " + an + " at 100% (every matched packet)",
-          {ActRule(a.a, 1.0)}, true, a.key, "100pct", a.at100);
+          "actions: tc rule, action " + an + " at 100% (every matched packet)", {ActRule(a.a, 1.0)},
+          true, a.key, "100pct", a.at100);
     }
     // A control: the 0 % drop rule again, in its own namespace and maps: how far
     // two identical setups differ in the same run.
@@ -886,27 +884,18 @@ int main(int argc, char** argv) {
                         std::to_string(m) + " matched, expected " + std::to_string(exp) + "; ";
         };
         switch (c.expect) {
-          case Expect::kNothing:
-            want("picked", rc->picked_pkts(), 0);
-            break;
-          case Expect::kDropAll:
-            want("dropped", rc->dropped_pkts, m);
-            break;
+          case Expect::kNothing: want("picked", rc->picked_pkts(), 0); break;
+          case Expect::kDropAll: want("dropped", rc->dropped_pkts, m); break;
           case Expect::kDropMost:
             if (rc->dropped_pkts < m - m / 1000)
               problems += c.name + ": dropped " + std::to_string(rc->dropped_pkts) + " of " +
                           std::to_string(m) + ", expected >= 99.9 %; ";
             break;
-          case Expect::kActAll:
-            want("acted on", rc->acted_pkts, m);
-            break;
-          case Expect::kUnactAll:
-            want("passed unchanged", rc->unacted_pkts, m);
-            break;
+          case Expect::kActAll: want("acted on", rc->acted_pkts, m); break;
+          case Expect::kUnactAll: want("passed unchanged", rc->unacted_pkts, m); break;
         }
         // a duplicate's copies must have come back through the program
-        if (c.act && c.act_key == "duplicate")
-          want("copies seen again", h.copies, rc->acted_pkts);
+        if (c.act && c.act_key == "duplicate") want("copies seen again", h.copies, rc->acted_pkts);
       }
     }
     if (h.lease_expired) problems += c.name + ": lease expired during the run; ";

@@ -8,6 +8,7 @@
 #   BPF_COST_ARGS   extra arguments for bpf_cost (e.g. "--repeat 1000000 --rounds 3")
 #   E2E_ARGS        extra arguments for e2e_throughput.py (e.g. "--pairs 3 --no-iptables")
 #   PATH_COST_ARGS  extra arguments for path_cost.py (e.g. "--rounds 3 --paths veth")
+#   PATH_COST_ACTIONS_ARGS  extra arguments for its actions section (e.g. "--actions-rounds 3")
 #   OLD_LOSSD, DIAGNOSIS_COST_ARGS  the old build and extra arguments for diagnosis_cost.py
 # (observer_bench.py and daemon_bench.py run by hand: docs/benchmarks-observer-daemon.md)
 #   BENCH_STRICT=1  exit 1 when a target is missed (default: only when a benchmark fails)
@@ -59,6 +60,10 @@ run bpf_cost "$BUILD/bench/bpf_cost" ${BPF_COST_ARGS:-}
 run e2e_throughput "$PY" "$HERE/e2e_throughput.py" --lossd "$BUILD/daemon/lossd" ${E2E_ARGS:-}
 # shellcheck disable=SC2086
 run path_cost "$PY" "$HERE/path_cost.py" --lossd "$BUILD/daemon/lossd" ${PATH_COST_ARGS:-}
+# The actions beside drop on the veth path, against a 0 % drop rule (~3 minutes)
+# shellcheck disable=SC2086
+run path_cost_actions "$PY" "$HERE/path_cost.py" --lossd "$BUILD/daemon/lossd" --actions-only \
+    ${PATH_COST_ACTIONS_ARGS:-}
 run transport "$PY" "$HERE/transport_bench.py" --lossd "$BUILD/daemon/lossd" \
     --lossctl "$BUILD/client/lossctl/lossctl" --producer "$BUILD/bench/ring_producer"
 run live_page "$PY" "$HERE/live_bench.py" --lossd "$BUILD/daemon/lossd" \
