@@ -129,9 +129,11 @@ def u64(x):
 
 
 def counters(rule_or_effect):
+    """Every lossd.v1 RuleCounters field of a rule's or effect's JSON (proto3 JSON leaves zeros
+    out) as an int."""
+    from lab.lossd import COUNTERS
     c = rule_or_effect.get("counters", {})
-    return {k: u64(c.get(k)) for k in ("matched_packets", "matched_segments", "matched_bytes",
-                                       "dropped_packets", "dropped_segments", "dropped_bytes")}
+    return {k: u64(c.get(k)) for k in COUNTERS}
 
 
 def retrans_by_type(effect):

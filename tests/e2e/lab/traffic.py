@@ -325,11 +325,11 @@ class UdpReceiver:
         return _last_json(out)
 
 
-def udp_send_cmd(dst, port, flow, count, pps, size=None, tos=None, sport=None):
+def udp_send_cmd(dst, port, flow, count, pps, size=None, tos=None, sport=None, times=None):
     return [PY, UDPFLOW, "send", "--dst", dst, "--port", str(port), "--flow", str(flow),
             "--count", str(count), "--pps", str(pps)] + \
         (["--size", str(size)] if size else []) + (["--tos", str(tos)] if tos else []) + \
-        (["--sport", str(sport)] if sport else [])
+        (["--sport", str(sport)] if sport else []) + (["--times", times] if times else [])
 
 
 def finish_sender(p, count=0, pps=1):
@@ -341,13 +341,15 @@ def finish_sender(p, count=0, pps=1):
 
 def udp_flows(lab, flows, settle=0.3):
     """Runs UDP flows at once. Each flow: dict(rx_ns, tx_ns, dst, port, flow, count, pps,
-    [rx_cgroup], [tx_cgroup], [list_missing], [size], [tos], [sport]). Returns [(sender result,
+    [rx_cgroup], [tx_cgroup], [list_missing], [size], [tos], [sport], [times: a file for each
+    datagram's send times, udpflow's --times]). Returns [(sender result,
     receiver result)]."""
     rxs = [UdpReceiver(lab, f["rx_ns"], f["dst"], f["port"], f["flow"], cgroup=f.get("rx_cgroup"),
                        list_missing=f.get("list_missing", False))
            for f in flows]
     txs = [lab.popen(f["tx_ns"], udp_send_cmd(f["dst"], f["port"], f["flow"], f["count"], f["pps"],
-                                              f.get("size"), f.get("tos"), f.get("sport")),
+                                              f.get("size"), f.get("tos"), f.get("sport"),
+                                              f.get("times")),
                      stdout=subprocess.PIPE, cgroup=f.get("tx_cgroup")) for f in flows]
     sent = [finish_sender(p, f["count"], f["pps"]) for p, f in zip(txs, flows)]
     time.sleep(settle)
