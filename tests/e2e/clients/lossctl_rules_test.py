@@ -43,6 +43,7 @@ from lab import config, traffic
 from lab.config import main
 from lab.netns import measured
 from lab.clients import ClientTestCase, counters, retrans_by_type, table_rows, u64
+from lab.lossd import COUNTERS
 
 
 N = 1000
@@ -101,11 +102,13 @@ class LossctlRules(ClientTestCase):
         self.assertEqual(g_drop["unique"], 0, "the 100 % rule let datagrams through")
         self.assertEqual(g_pass["unique"], N, "the other port lost datagrams")
         self.assertEqual(g_pass["dups"] + g_drop["dups"], 0)
+        # (a drop rule's action counters: all 0)
+        acted = {k: 0 for k in COUNTERS if k.split("_")[0] in ("corrupted", "duplicated", "marked", "unacted")}
         self.assertEqual(cd, {"matched_packets": N, "matched_segments": N, "matched_bytes": N * FRAME,
                               "dropped_packets": lost_drop, "dropped_segments": lost_drop,
-                              "dropped_bytes": lost_drop * FRAME})
+                              "dropped_bytes": lost_drop * FRAME, **acted})
         self.assertEqual(cp, {"matched_packets": N, "matched_segments": N, "matched_bytes": N * FRAME,
-                              "dropped_packets": lost_pass, "dropped_segments": 0, "dropped_bytes": 0})
+                              "dropped_packets": lost_pass, "dropped_segments": 0, "dropped_bytes": 0, **acted})
         # 64-bit integers as strings (README: -o json).
         self.assertIsInstance(by_id[rid]["counters"]["dropped_packets"], str)
 
