@@ -58,17 +58,17 @@ struct Acted {
   uint64_t pkts, segs, bytes;
 };
 Acted ActedOf(v1::Action action, const v1::RuleCounters& c) {
+  const char* name = lossd::ActedName(static_cast<lossd::Action>(action));
   switch (action) {
     case v1::ACTION_CORRUPT:
     case v1::ACTION_CORRUPT_PAYLOAD:
-      return {"corrupted", c.corrupted_packets(), c.corrupted_segments(), c.corrupted_bytes()};
+      return {name, c.corrupted_packets(), c.corrupted_segments(), c.corrupted_bytes()};
     case v1::ACTION_DUPLICATE:
-      return {"duplicated", c.duplicated_packets(), c.duplicated_segments(),
-              c.duplicated_bytes()};
+      return {name, c.duplicated_packets(), c.duplicated_segments(), c.duplicated_bytes()};
     case v1::ACTION_ECN:
     case v1::ACTION_ECN_PASS:
-      return {"marked", c.marked_packets(), c.marked_segments(), c.marked_bytes()};
-    default: return {"dropped", c.dropped_packets(), c.dropped_segments(), c.dropped_bytes()};
+      return {name, c.marked_packets(), c.marked_segments(), c.marked_bytes()};
+    default: return {name, c.dropped_packets(), c.dropped_segments(), c.dropped_bytes()};
   }
 }
 

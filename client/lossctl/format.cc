@@ -307,20 +307,11 @@ std::string LossSummary(const v1::LossModel& l) {
   return out;
 }
 
-const char* ActionName(v1::Action a) {
-  switch (a) {
-    case v1::ACTION_CORRUPT: return "corrupt";
-    case v1::ACTION_CORRUPT_PAYLOAD: return "corrupt-payload";
-    case v1::ACTION_DUPLICATE: return "duplicate";
-    case v1::ACTION_ECN: return "ecn";
-    case v1::ACTION_ECN_PASS: return "ecn-pass";
-    default: return "drop";
-  }
-}
 
 std::string ImpairmentSummary(const v1::RuleSpec& s) {
   std::string out = LossSummary(s.loss());
-  if (s.action() != v1::ACTION_DROP) out += std::string(" ") + ActionName(s.action());
+  if (s.action() != v1::ACTION_DROP)
+    out += std::string(" ") + lossd::ActionName(static_cast<lossd::Action>(s.action()));
   return out;
 }
 

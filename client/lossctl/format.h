@@ -66,8 +66,6 @@ std::string MatchSummary(const v1::Match& m);
 std::string Rate3(double fraction);
 // "1%", "ge 1%,20%,100%,0%", "every 10", "first 3"; " seed 7" appended.
 std::string LossSummary(const v1::LossModel& l);
-// "drop", "corrupt", "corrupt-payload", "duplicate", "ecn", "ecn-pass".
-const char* ActionName(v1::Action a);
 // The model, then the action when it is not drop: "5% ecn", "police 50mbit,64KiB".
 std::string ImpairmentSummary(const v1::RuleSpec& s);
 // "k=v,k2=v2" sorted by key.
