@@ -57,7 +57,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SOL_TCP 6
 #define TCP_NAGLE_OFF 1
 #define TCP_NAGLE_CORK 2
+#define TCPHDR_SYN 0x02
 #define TCPHDR_ACK 0x10
+#define TCPHDR_ECE 0x40
 #define TCP_CHRONO_BUSY 1
 #define TCP_CHRONO_SNDBUF_LIMITED 3
 #define CLOCK_MONOTONIC 1
@@ -1164,6 +1166,19 @@ static __always_inline __u32 dsack_of(struct tcp_sock *tp, const void *th, __u32
 	return dup;
 }
 
+/*
+ * The segments the peer D-SACKed that the flow never resent (copies the path
+ * made): tcp_dsack_seen adds every D-SACK's segments to dsack_dups, those it
+ * skipped for more duplicates than resends too; the accepted ones are the
+ * flow's dsack_segs. Read where the flow's record is (each ACK, before it is
+ * processed, and the close).
+ */
+static __always_inline void read_copies(struct tcp_sock *tp, struct obs_flow *f)
+{
+	__u32 dups = tp->dsack_dups;
+	f->dsack_copy_segs = dups > f->dsack_segs ? dups - f->dsack_segs : 0;
+}
+
 /* A D-SACK of the flow's data: counted in its record, told as an event. */
 static __always_inline void on_dsack(struct tcp_sock *tp, struct obs_flow *f, __u64 cookie,
 				     __u64 now, const void *th, __u32 ack)
@@ -1225,6 +1240,9 @@ static __always_inline void on_segment(struct obs_config *cfg, struct tcp_sock *
 
 	if (!(tcp_flags & TCPHDR_ACK))
 		return;
+	if ((tcp_flags & (TCPHDR_ECE | TCPHDR_SYN)) == TCPHDR_ECE)
+		f->ece_acks++;
+	read_copies(tp, f); /* the ACKs before this one's */
 	on_dsack(tp, f, cookie, now, th, ack);
 	/* The window before this ACK: the one it advertises is snd_wnd at the
 	 * next ACK (a zero window is seen there, or at the stall's end). */
@@ -1476,6 +1494,7 @@ int BPF_PROG(obs_set_state, const struct sock *sk, const int oldstate, const int
 		 * FIN was sent would be missing from a short flow's record */
 		f->bytes_acked = tp->bytes_acked;
 		f->bytes_sent = tp->bytes_sent;
+		read_copies(tp, f); /* also those D-SACKed after our FIN was acknowledged */
 		account_limits(tp, f, now);
 	}
 	/* close the books on the congestion state it ends in */

@@ -253,8 +253,18 @@ struct obs_flow {
 	/* times it entered each congestion state (CWR: its answer to an ECN echo
 	 * or a local congestion signal) */
 	__u32 ca_entries[8]; /* [0, OBS_CA_STATES) used: 8 to index by a mask */
+	/* ACKs it received with ECE set (not SYNs): the peer's echoes of CE
+	 * marks (RFC 3168: repeated until our CWR reaches it) */
+	__u32 ece_acks;
+	/* segments the peer D-SACKed that it never resent: copies the path made
+	 * (a duplicating link, lossd's duplicate action). The kernel counts each
+	 * such block in TcpExtTCPDSACKRecv or TCPDSACKOfoRecv, then ignores it
+	 * as dubious (TCPDSACKIgnoredDubious): more duplicates than resends.
+	 * tcp_sock.dsack_dups less dsack_segs, read at each ACK (as of the one
+	 * before) and at the close. */
+	__u32 dsack_copy_segs;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 448, "obs_flow layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_flow) == 456, "obs_flow layout");
 
 #define OBS_SAMPLE_BUSY 1u /* chrono type BUSY (not rwnd/sndbuf limited) */
 #define OBS_SAMPLE_CWND 2u /* tcp_sock.is_cwnd_limited */
@@ -342,7 +352,7 @@ struct obs_close_event {
 	struct obs_flow flow;
 	__u64 closed_ns;
 };
-OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 632, "obs_close_event layout");
+OBS_STATIC_ASSERT(sizeof(struct obs_close_event) == 640, "obs_close_event layout");
 
 /*
  * Kernel-side filters: a socket is observed when there are no filters, or

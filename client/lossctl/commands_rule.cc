@@ -471,6 +471,17 @@ int Effect(const Globals& g, const std::string& id_text) {
                            " other resends (after a timeout TCP resends what was in flight)");
   KeyValue("needless", std::to_string(dsacked) + " segs the receivers D-SACKed (they had arrived)" +
                            (dsack_by_type.empty() ? "" : ": " + dsack_by_type));
+  // How its flows answered: congestion state entries (CWR: ECN echoes), the echoes, the copies.
+  std::string entries;
+  for (uint32_t st = 1; st < 5; st++) {  // not "open": every recovery ends there
+    auto it = e.ca_entries().find(CaStateName(st));
+    uint64_t n = it == e.ca_entries().end() ? 0 : it->second;
+    entries += (entries.empty() ? "" : ", ") + CaStateName(st) + " " + std::to_string(n);
+  }
+  KeyValue("entered", entries + " (congestion states, by its flows)");
+  KeyValue("ecn echoes", std::to_string(e.ece_acks()) + " ACKs with ECE received");
+  KeyValue("copies", std::to_string(e.dsacked_copies()) +
+                         " segs D-SACKed that were never resent (copies the path made)");
   // Drop by drop: the resends of its drops and the time they took, the stalls they made.
   KeyValue("drops logged", std::to_string(e.drops_recorded()) + " TCP data skbs (their ranges kept)");
   std::string recovery;

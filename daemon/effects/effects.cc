@@ -36,6 +36,12 @@ void LimitTotals::Add(const FlowLimits& l) {
   for (size_t i = 0; i < within_busy_ns.size(); i++) within_busy_ns[i] += l.within_busy_ns[i];
 }
 
+void FlowAnswers::Add(const obs_flow& f) {
+  for (size_t i = 0; i < ca_entries.size(); i++) ca_entries[i] += f.ca_entries[i];
+  ece_acks += f.ece_acks;
+  dsacked_copies += f.dsack_copy_segs;
+}
+
 std::optional<DropRecord> NewestCovering(const FlowDrops& d, uint32_t seq,
                                          uint64_t at_or_before_ns) {
   for (auto it = d.ranges.rbegin(); it != d.ranges.rend(); ++it) {
@@ -182,7 +188,7 @@ std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rule
     index[rule.id] = out.size();
     out.push_back(std::move(e));
   }
-  // The open flows' limits as of now, added to the rules that cover them.
+  // The open flows' limits and answers as of now, added to the rules that cover them.
   Observer* obs;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -196,7 +202,10 @@ std::vector<RuleEffect> EffectTracker::Effects(const std::vector<RuleInfo>& rule
     FlowLimits l = LimitsOf(f.flow, now > f.flow.opened_ns ? now - f.flow.opened_ns : 0);
     for (uint32_t id : ids) {
       auto it = index.find(id);
-      if (it != index.end()) out[it->second].caused.limits.Add(l);
+      if (it == index.end()) continue;
+      out[it->second].caused.limits.Add(l);
+      out[it->second].caused.answers.Add(f.flow);
+      out[it->second].caused.flows.insert(f.cookie);
     }
   }
   return out;
@@ -380,8 +389,12 @@ void EffectTracker::OnClose(const obs_close_event& c) {
   FlowLimits l =
       LimitsOf(c.flow, c.closed_ns > c.flow.opened_ns ? c.closed_ns - c.flow.opened_ns : 0);
   std::lock_guard<std::mutex> lock(mu_);
-  for (uint32_t id : ids)
-    if (rules_.count(id)) totals_[id].limits.Add(l);
+  for (uint32_t id : ids) {
+    if (!rules_.count(id)) continue;
+    totals_[id].limits.Add(l);
+    totals_[id].answers.Add(c.flow);
+    totals_[id].flows.insert(c.ev.cookie);
+  }
   cache_.erase(c.ev.cookie);
   resends_.erase(c.ev.cookie);
 }

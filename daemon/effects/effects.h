@@ -52,9 +52,20 @@ struct LimitTotals {
   void Add(const FlowLimits& l);
 };
 
+// What flows answered, summed (lossd.v1 RuleEffect.ca_entries, ece_acks,
+// dsacked_copies): their congestion state entries, ECN echoes received, and
+// the D-SACKed copies they never resent.
+struct FlowAnswers {
+  std::array<uint64_t, OBS_CA_STATES> ca_entries{};
+  uint64_t ece_acks = 0, dsacked_copies = 0;
+  void Add(const obs_flow& f);
+};
+
 struct RuleEffectTotals {
   std::array<uint64_t, OBS_RTX_MAX> segs{};  // sent or failed after counting
-  std::set<uint64_t> flows;                  // socket cookies
+  // Socket cookies of the flows it covered: closed ones (Effect() adds the
+  // open ones) and those a resend counted here came from.
+  std::set<uint64_t> flows;
   // Sent resends linked to one of the rule's drops, by obs_rtx_type: drop
   // to resend time.
   std::array<DurationHist, OBS_RTX_MAX> recovery{};
@@ -68,6 +79,7 @@ struct RuleEffectTotals {
   // and every stall on the flows the rule matched.
   std::array<StallTotal, OBS_STALL_MAX> stalls_caused{}, stalls_on_flows{};
   LimitTotals limits;  // the matched flows that closed (Effect() adds the open ones)
+  FlowAnswers answers;  // the same flows'
 };
 
 // One drop from the injector's drop log (loss_drop_range).

@@ -68,6 +68,11 @@ std::string NetnsWatchText(const NetnsWatch& w) {
   return s;
 }
 
+const char* CaStateName(int state) {
+  static const char* kNames[OBS_CA_STATES] = {"open", "disorder", "cwr", "recovery", "loss"};
+  return state >= 0 && state < OBS_CA_STATES ? kNames[state] : "?";
+}
+
 const char* RtxTypeName(int type) {
   switch (type) {
     case OBS_RTX_FAST: return "fast";

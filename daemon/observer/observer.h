@@ -111,6 +111,7 @@ struct ObsFlow {
 };
 
 const char* RtxTypeName(int type);     // "fast", "rto", ...
+const char* CaStateName(int state);    // "open", "disorder", "cwr", "recovery", "loss"
 const char* OutcomeName(int outcome);  // "sent", "failed", ...
 
 class Observer;

@@ -178,6 +178,10 @@ void RuleEffectToProto(const RuleInfo& r, const RuleEffect& e, v1::RuleEffect* o
     put(e.caused.stalls_on_flows[c], out->mutable_stalls_on_flows());
   }
   LimitsToProto(e.caused.limits, out->mutable_limit_ns());
+  for (int s = 0; s < OBS_CA_STATES; s++)
+    (*out->mutable_ca_entries())[CaStateName(s)] = e.caused.answers.ca_entries[s];
+  out->set_ece_acks(e.caused.answers.ece_acks);
+  out->set_dsacked_copies(e.caused.answers.dsacked_copies);
 }
 
 void CountersToProto(const RuleCounters& c, Action action, v1::RuleCounters* out) {
@@ -289,11 +293,12 @@ void FlowToProto(uint64_t cookie, const obs_flow& f, OwnerCache* owners, v1::Flo
   for (int t = 0; t < OBS_RTX_MAX; t++)
     if (f.rtx_segs[t]) (*out->mutable_retransmitted_segments())[RtxTypeName(t)] = f.rtx_segs[t];
   out->set_dsacked_segments(f.dsack_segs);
-  static const char* kCa[OBS_CA_STATES] = {"open", "disorder", "cwr", "recovery", "loss"};
   for (int s = 0; s < OBS_CA_STATES; s++) {
-    (*out->mutable_ca_time_ns())[kCa[s]] = f.ca_time_ns[s];
-    (*out->mutable_ca_entries())[kCa[s]] = f.ca_entries[s];
+    (*out->mutable_ca_time_ns())[CaStateName(s)] = f.ca_time_ns[s];
+    (*out->mutable_ca_entries())[CaStateName(s)] = f.ca_entries[s];
   }
+  out->set_ece_acks(f.ece_acks);
+  out->set_dsacked_copies(f.dsack_copy_segs);
   out->set_max_backoff(f.max_backoff);
   out->set_preexisting(f.preexisting != 0);
   out->set_ca_state(f.ca_state);

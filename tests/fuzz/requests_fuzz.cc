@@ -509,6 +509,7 @@ Result<std::string> ResolveServiceCgroup(const ServiceTarget&, const std::string
   Unreached("ResolveServiceCgroup");
 }
 const char* RtxTypeName(int) { Unreached("RtxTypeName"); }
+const char* CaStateName(int) { Unreached("CaStateName"); }
 uint64_t RetransSegsOf(const RtxTotals&) { Unreached("RetransSegsOf"); }
 const std::array<uint64_t, DurationHist::kBounds> DurationHist::kBoundsNs = {};  // never read
 std::vector<uint32_t> EffectTracker::RulesShownFor(uint64_t, const obs_tuple&) {

@@ -9,7 +9,7 @@ import dataclasses
 import typing
 
 from .spec import MARKOV_KEYS, RETRANSMIT_TYPES, action_name, short_name
-from .units import format_bit_rate, format_duration, format_ports, format_rate, format_size
+from .units import format_duration, format_police, format_ports, format_rate
 
 
 def _enum_name(enum_type, value, prefix):
@@ -158,6 +158,7 @@ class LossModel:
     p14: float = 0.0
     rate_bps: int = 0         # police: the token bucket (spec.policer)
     burst_bytes: int = 0
+    per_flow: bool = False    # police: one bucket per flow (else one for the rule)
 
     @classmethod
     def from_proto(cls, m):
@@ -177,7 +178,8 @@ class LossModel:
         if kind == "markov":
             return cls(kind, seed=seed, **{k: getattr(m.markov, k) for k in MARKOV_KEYS})
         if kind == "police":
-            return cls(kind, rate_bps=m.police.rate_bps, burst_bytes=m.police.burst_bytes, seed=seed)
+            return cls(kind, rate_bps=m.police.rate_bps, burst_bytes=m.police.burst_bytes,
+                       per_flow=getattr(m.police, "per_flow", False), seed=seed)
         return cls(kind, seed=seed)
 
     @property
@@ -221,7 +223,7 @@ class LossModel:
         elif self.kind == "markov":
             s = "markov " + ",".join(format_rate(getattr(self, k)) for k in MARKOV_KEYS)
         elif self.kind == "police":
-            s = "police %s,%s" % (format_bit_rate(self.rate_bps), format_size(self.burst_bytes))
+            s = "police " + format_police(self.rate_bps, self.burst_bytes, self.per_flow)
         else:
             s = "no model"
         if self.seed is not None:
@@ -399,6 +401,12 @@ class RuleEffect:
     # start_offset_ns, duration_ns, matched/dropped packets and segments, measured_rate,
     # rate_ci_low/high, configured_within_ci), in order.
     steps: tuple = ()
+    # How its flows answered (summed over them, as Flow counts it): congestion state
+    # entries ({'cwr': n, ...}: CWR answers an ecn rule's marks), ACKs with ECE they
+    # received, and segments D-SACKed they never resent (a duplicate rule's copies).
+    ca_entries: dict = dataclasses.field(default_factory=dict)
+    ece_acks: int = 0
+    dsacked_copies: int = 0
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -411,7 +419,9 @@ class RuleEffect:
                    x.dropped_packets if x else None, hint=getattr(m, "hint", ""),
                    resent_dropped_segments=type_counts(getattr(m, "resent_dropped_segments", {})),
                    dsacked_segments=type_counts(getattr(m, "dsacked_segments", {})),
-                   steps=tuple(getattr(m, "steps", ())), raw=m)
+                   steps=tuple(getattr(m, "steps", ())),
+                   ca_entries=dict(getattr(m, "ca_entries", {})), ece_acks=getattr(m, "ece_acks", 0),
+                   dsacked_copies=getattr(m, "dsacked_copies", 0), raw=m)
 
     @property
     def retransmitted_total(self):
@@ -550,6 +560,10 @@ class Flow:
     min_rtt_us: int = 0
     netns_ino: int = 0             # the socket's network namespace (inode)
     dsacked_segments: int = 0      # resends the peer D-SACKed: needless (TCPDSACKRecvSegs)
+    # Times it entered each congestion state (names of ca_time_ns): "cwr" answers ECN echoes.
+    ca_entries: dict = dataclasses.field(default_factory=dict)
+    ece_acks: int = 0              # ACKs with ECE it received: its peer's echoes of CE marks
+    dsacked_copies: int = 0        # segments D-SACKed that it never resent: the path's copies
     raw: typing.Any = dataclasses.field(repr=False, compare=False, default=None)
 
     @classmethod
@@ -557,7 +571,8 @@ class Flow:
         return _from_proto(cls, m, tuple=Tuple.from_proto(m.tuple),
                            retransmitted_segments=type_counts(m.retransmitted_segments),
                            ca_time_ns={k.lower(): v for k, v in m.ca_time_ns.items()},
-                           limit_ns=dict(m.limit_ns), stall_ns=dict(m.stall_ns))
+                           limit_ns=dict(m.limit_ns), stall_ns=dict(m.stall_ns),
+                           ca_entries=dict(m.ca_entries))
 
     @property
     def retransmitted_total(self):

@@ -400,7 +400,7 @@ function lossText(l) {
   if (l.ramp) return "ramp " + (l.ramp.steps || []).map((st) => fmtRate(st.rate || 0)).join(" → ");
   if (l.markov) return "4-state Markov";
   if (l.police) return "police " + fmtBitRate(u64(l.police.rate_bps)) + ", burst " +
-                       fmtBytes(u64(l.police.burst_bytes));
+                       fmtBytes(u64(l.police.burst_bytes)) + (l.police.per_flow ? ", per flow" : "");
   return "-";
 }
 function fmtBitRate(bps) {
@@ -415,10 +415,16 @@ const ACTIONS = {
   ACTION_DUPLICATE: ["duplicate", "duplicated"], ACTION_ECN: ["ECN mark", "marked"],
   ACTION_ECN_PASS: ["ECN mark (non-ECT passes)", "marked"],
 };
-function actionText(s, c) {
+// With what its flows answered (the rule's effect e, when known): the echoes of its marks
+// and the CWRs that answered them; the copies their peers D-SACKed.
+function actionText(s, c, e) {
   const a = ACTIONS[s.action];
   if (!a) return "";
-  return a[0] + ": " + fmtInt(u64(c[a[1] + "_segments"])) + " segs " + a[1];
+  let t = a[0] + ": " + fmtInt(u64(c[a[1] + "_segments"])) + " segs " + a[1];
+  if (e && a[1] === "marked")
+    t += " → " + fmtInt(u64(e.ece_acks)) + " echoes, " + fmtInt(u64((e.ca_entries || {}).cwr)) + " CWR";
+  if (e && s.action === "ACTION_DUPLICATE") t += " → " + fmtInt(u64(e.dsacked_copies)) + " D-SACKed";
+  return t;
 }
 // A rule's schedule (spec.schedule), after its loss: "pulse 200.0 ms / 800.0 ms ×10".
 function scheduleText(sc) {
@@ -512,7 +518,7 @@ function renderRules() {
         ["wrap match", matchText(s.match)],
         ["num wrap", [lossText(s.loss), scheduleText(s.schedule)].filter(Boolean).join(" ") +
                      (guardText(s.guard) ? ", " + guardText(s.guard) : "") +
-                     (actionText(s, c) ? ", " + actionText(s, c) : "")],
+                     (actionText(s, c, e) ? ", " + actionText(s, c, e) : "")],
         ["num measured", measured], ["num wrap interval " + inCi, interval],
         ["num wrap", fmtInt(matched) + " segs · " + fmtBytes(u64(c.matched_bytes))],
         ["num dropped", fmtInt(u64(c.dropped_segments))],
