@@ -41,6 +41,8 @@
 //   t_markov4_100    p13 = 1, p31 = 1e-6: the chain stays in state 3, ~100 % dropped
 //   t_police_0       a drop rule with a policer it never exceeds (100 Gbit/s, 1 GiB)
 //   t_police_100     a policer every packet exceeds (8 bit/s, 1 byte burst)
+//   t_police_flow_0, t_police_flow_100  the same with a bucket per flow (GCRA
+//                    on the flow state: a hash lookup, a compare-and-swap)
 // BPF_PROG_TEST_RUN runs one skb `repeat` times, so what an action writes
 // would stay for the next run (a CE mark: the next runs find CE and do
 // nothing; flipped bits pile up until the TCP header no longer parses).
@@ -541,9 +543,9 @@ std::string ActionsJson(const std::vector<Case>& cases, const char* const pkt_na
       "packet; the wrapper's cost is in every case, t_empty included). median/min/max_ns: the "
       "kernel's ns per run over the rounds; added_ns: minus t_empty; drop_*: the drop rule at the "
       "same rate in the same run (t_drop_0, t_drop_100; ecn_nonect, ecn_pass_nonect: a non-ECT "
-      "packet, against t_drop_100 on the ECT one; markov4, police: drop rules with those models, "
-      "against Bernoulli drop); vs_drop_ns: difference of medians; vs_drop_paired_ns: per-round "
-      "differences; wall_*: wall clock per run (duplicate: the copy's receive runs in the "
+      "packet, against t_drop_100 on the ECT one; markov4, police, police_flow: drop rules with "
+      "those models, against Bernoulli drop); vs_drop_ns: difference of medians; "
+      "vs_drop_paired_ns: per-round differences; wall_*: wall clock per run (duplicate: the copy's receive runs in the "
       "softirq after each run, inside the kernel's figure unless deferred to ksoftirqd). Under "
       "BPF_PROG_TEST_RUN the skb is discarded after the program whatever the verdict: the "
       "figures are the program's own work (duplicate: plus the clone, the copy's receive up to "
@@ -798,6 +800,17 @@ int main(int argc, char** argv) {
       q.model.burst_bytes = 1;
       act("t_police_100", "actions: tc drop rule, police 8bit,1b (every packet over: 100%)", {q},
           true, "police", "100pct", Expect::kDropAll);
+      q.model.police_per_flow = true;  // a bucket per flow: GCRA on the flow's state
+      q.model.rate_bps = lossd::kMaxPoliceBps;
+      q.model.burst_bytes = lossd::kMaxPoliceBurst;
+      act("t_police_flow_0",
+          "actions: tc drop rule, police 100gbit,1gib,flow (never exceeded: 0%)", {q}, true,
+          "police_flow", "0pct", Expect::kNothing);
+      q.model.rate_bps = lossd::kMinPoliceBps;
+      q.model.burst_bytes = 1;
+      act("t_police_flow_100",
+          "actions: tc drop rule, police 8bit,1b,flow (every packet over: 100%)", {q}, true,
+          "police_flow", "100pct", Expect::kDropAll);
     }
   }
   for (auto& c : cases) c.repeat = c.act ? action_repeat : repeat;
@@ -998,7 +1011,7 @@ int main(int argc, char** argv) {
       double d0 = Median(find("t_drop_0").kernel[pi]);
       for (const auto& c : cases) {
         if (!c.act || c.rate_key != "0pct" || c.name == "t_drop_0" || c.name == "t_drop_0_again" ||
-            c.act_key == "markov4" || c.act_key == "police")
+            c.act_key == "markov4" || c.act_key == "police" || c.act_key == "police_flow")
           continue;
         double diff = Median(c.kernel[pi]) - d0;
         bool pz = diff <= 3.0;

@@ -443,6 +443,44 @@ static __always_inline int police(const struct loss_rule *r, __u32 slot, const s
 	return over;
 }
 
+/*
+ * A policer per flow (LOSS_MODEL_POLICE_FLOW): the same token bucket as
+ * police()'s, run as GCRA (virtual scheduling) on the flow's one variable
+ * st->tat, in 1/16 ns. A packet of len bytes costs its bits' time at the rate
+ * (rounded up); it is picked (1) when the bucket's time would run past tau
+ * (r->good_loss) ahead of now, and takes nothing; else it moves tat by its
+ * cost, by compare-and-swap (an LRU value holds no lock), retried a few times
+ * when another CPU moved tat meanwhile: passed when all of them lose (on any
+ * doubt). A global function, verified once on its own: inlined, its loop and
+ * compare-and-swap multiply the states of every hook's decision past the
+ * verifier's limit.
+ */
+#define POLICE_FLOW_TRIES 3
+#define POLICE_FLOW_MAX_LEN (1U << 27) /* len * 128e9 stays below 2^64 */
+__noinline int loss_police_flow(const struct loss_rule *r, struct loss_flow_state *st, __u32 len)
+{
+	if (!r || !st)
+		return 0;
+	__u64 rate = r->p;
+	if (!rate)
+		return 0;
+	__u64 bytes = len < POLICE_FLOW_MAX_LEN ? len : POLICE_FLOW_MAX_LEN;
+	__u64 cost = (bytes * 128000000000ULL + rate - 1) / rate; /* 8e9 * 16 a byte */
+	__u64 now = bpf_ktime_get_ns() * 16;
+	__u64 tat = *(volatile __u64 *)&st->tat;
+	for (int i = 0; i < POLICE_FLOW_TRIES; i++) {
+		__u64 base = tat > now ? tat : now;
+		/* base - now <= tau (a tat is set only so), cost < 2^61: no overflow */
+		if (base - now + cost > r->good_loss)
+			return 1;
+		__u64 seen = __sync_val_compare_and_swap(&st->tat, tat, base + cost);
+		if (seen == tat)
+			return 0;
+		tat = seen;
+	}
+	return 0;
+}
+
 /* Returns 1 to drop; a ramp's step in *step (else LOSS_RAMP_STEPS). */
 static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct pkt *p, __u32 *step)
 {
@@ -489,6 +527,8 @@ static __always_inline int decide(struct loss_rule *r, __u32 slot, const struct 
 	case LOSS_MODEL_BERNOULLI:
 	case LOSS_MODEL_RAMP:
 		return (__u64)draw(r, st) < thr;
+	case LOSS_MODEL_POLICE_FLOW:
+		return loss_police_flow(r, st, p->len);
 	case LOSS_MODEL_NTH:
 		return r->n && count % r->n == 0;
 	case LOSS_MODEL_FIRST:

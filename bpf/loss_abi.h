@@ -56,7 +56,17 @@ enum loss_model {
 	LOSS_MODEL_POLICE = 6,	  /* a token bucket (loss_policers): p the rate in bits/s,
 				   * r the capacity and bad_loss the ns it takes to fill
 				   * from empty; tokens in 1e-9 bits */
+	LOSS_MODEL_POLICE_FLOW = 7, /* a token bucket per flow, as GCRA (virtual scheduling) on
+				     * loss_flow_state.tat: p the rate in bits/s, good_loss
+				     * (a field LOSS_MODEL_POLICE leaves unused) tau, the
+				     * bucket's depth in time: burst_bytes * 8e9 * 16 / rate,
+				     * in 1/16 ns, rounded down, at most LOSS_POLICE_TAU_MAX;
+				     * docs/architecture.md#police-flow */
 };
+/* LOSS_MODEL_POLICE_FLOW: the largest tau (2^62 / 16 ns, 9 years: a 1 GiB
+ * burst at 8 bit/s is 34 years), so tau + a packet's cost stays far below
+ * 2^64. */
+#define LOSS_POLICE_TAU_MAX (1ULL << 62)
 
 /*
  * What a rule does to a packet its model picks (loss_rule.action;
@@ -277,8 +287,13 @@ struct loss_flow_state {
 	__u64 count; /* packets of this flow seen by the rule */
 	__u32 bad;   /* GE: 1 while in the bad state */
 	__u32 _pad;
+	/* POLICE_FLOW: the theoretical arrival time of the flow's next packet
+	 * (GCRA), bpf_ktime_get_ns * 16 (1/16 ns); 0 (a new state, or one the
+	 * LRU evicted and a packet created again) is a full bucket. Changed only
+	 * by compare-and-swap (no lock in an LRU map's value). */
+	__u64 tat;
 };
-LOSS_STATIC_ASSERT(sizeof(struct loss_flow_state) == 24, "loss_flow_state layout");
+LOSS_STATIC_ASSERT(sizeof(struct loss_flow_state) == 32, "loss_flow_state layout");
 
 /*
  * Drop log: per TCP flow (as on the wire: src -> dst), the sequence ranges of

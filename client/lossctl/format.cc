@@ -298,8 +298,8 @@ std::string LossSummary(const v1::LossModel& l) {
       break;
     }
     case v1::LossModel::kPolice:
-      out = "police " + lossd::BitRateText(l.police().rate_bps()) + "," +
-            lossd::ByteSizeText(l.police().burst_bytes());
+      out = "police " + lossd::PoliceText(l.police().rate_bps(), l.police().burst_bytes(),
+                                          l.police().per_flow());
       break;
     default: out = "none"; break;
   }

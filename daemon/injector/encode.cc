@@ -96,10 +96,22 @@ struct loss_rule Encode(const RuleSpec& s, uint32_t ifindex, uint64_t cgroup_id,
       r.q = ProbabilityToThreshold(lm.p14);
       break;
     case LossModel::Kind::kPolice: {
+      r.p = lm.rate_bps;
+      if (lm.police_per_flow) {
+        // GCRA per flow (LOSS_MODEL_POLICE_FLOW): the bucket's depth in time,
+        // tau = burst * 8e9 * 16 / rate in 1/16 ns, rounded down (a packet's
+        // cost, the data plane's, rounds up: never more than the bucket).
+        r.model = LOSS_MODEL_POLICE_FLOW;
+        if (lm.rate_bps) {
+          unsigned __int128 tau = static_cast<unsigned __int128>(lm.burst_bytes) *
+                                  (8ULL * 1000000000ULL * 16) / lm.rate_bps;
+          r.good_loss = tau > LOSS_POLICE_TAU_MAX ? LOSS_POLICE_TAU_MAX : uint64_t(tau);
+        }
+        break;
+      }
       // In 1e-9 bits (loss_rule's comment): the bucket holds burst * 8e9, a
       // nanosecond adds rate_bps, and from empty it is full after fill_ns.
       r.model = LOSS_MODEL_POLICE;
-      r.p = lm.rate_bps;
       r.r = lm.burst_bytes * 8 * 1000000000ULL;
       r.bad_loss = lm.rate_bps ? (r.r + lm.rate_bps - 1) / lm.rate_bps : 0;
       break;

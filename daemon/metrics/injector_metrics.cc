@@ -221,7 +221,7 @@ const char* ModelName(const LossModel& m) {
     case LossModel::Kind::kFirstK: return "first_k";
     case LossModel::Kind::kRamp: return "ramp";
     case LossModel::Kind::kMarkov4: return "markov";
-    case LossModel::Kind::kPolice: return "police";
+    case LossModel::Kind::kPolice: return m.police_per_flow ? "police_flow" : "police";
   }
   return "unknown";
 }

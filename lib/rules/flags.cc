@@ -190,8 +190,9 @@ void AddRuleOptions(CLI::App* app, RuleFlags* f) {
                   "Loss model: netem's 4-state Markov p13,p31,p32,p23,p14 (loss state), e.g. "
                   "1%,30%,10%,40%,0.1%");
   app->add_option("--police", f->police,
-                  "Loss model: a policer's token bucket RATE,BURST (tc's units), e.g. "
-                  "50mbit,64kib: what exceeds it is dropped (or marked: --action ecn)");
+                  "Loss model: a policer's token bucket RATE,BURST[,flow|rule] (tc's units), "
+                  "e.g. 50mbit,64kib: what exceeds it is dropped (or marked: --action ecn); "
+                  "one bucket for the rule, or with ,flow one per flow (5-tuple)");
   app->add_option("--action", f->action,
                   "What to do with the packets the model picks: drop (default) | corrupt (a "
                   "flipped bit the receiver's checksum check discards) | corrupt-payload (wrong "

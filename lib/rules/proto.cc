@@ -211,6 +211,7 @@ Status SpecFromProto(const v1::RuleSpec& in, RuleSpec* out) {
       s.model.kind = LossModel::Kind::kPolice;
       s.model.rate_bps = lm.police().rate_bps();
       s.model.burst_bytes = lm.police().burst_bytes();
+      s.model.police_per_flow = lm.police().per_flow();
       if (Status st = CheckPolice(s.model); !st.ok())
         return InvalidArgument("loss.police: " + st.message());
       break;
@@ -289,6 +290,7 @@ void SpecToProto(const RuleSpec& s, v1::RuleSpec* out) {
     case LossModel::Kind::kPolice:
       lm->mutable_police()->set_rate_bps(s.model.rate_bps);
       lm->mutable_police()->set_burst_bytes(s.model.burst_bytes);
+      lm->mutable_police()->set_per_flow(s.model.police_per_flow);
       break;
     case LossModel::Kind::kEveryNth: lm->set_every_nth(s.model.n); break;
     case LossModel::Kind::kFirstK: lm->set_first_k(s.model.n); break;

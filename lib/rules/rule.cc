@@ -505,10 +505,19 @@ Status ParseQuantity(const std::string& text, const QuantityUnit (&units)[N],
 Result<LossModel> ParsePolice(const std::string& text) {
   std::string invalid = "invalid police model '" + Shown(text) + "': ";
   auto parts = Split(text.substr(0, kMaxInputLength + 1), ",/");
-  if (text.size() > kMaxInputLength || parts.size() != 2)
-    return InvalidArgument(invalid + "expected RATE,BURST, e.g. 50mbit,64kib");
+  if (text.size() > kMaxInputLength || parts.size() < 2 || parts.size() > 3)
+    return InvalidArgument(invalid + "expected RATE,BURST[,flow|rule], e.g. 50mbit,64kib or " +
+                           "50mbit,64kib,flow");
   LossModel m;
   m.kind = LossModel::Kind::kPolice;
+  if (parts.size() == 3) {
+    std::string scope = Lower(Trim(parts[2]));
+    if (scope != "flow" && scope != "rule")
+      return InvalidArgument(invalid + "expected RATE,BURST[,flow|rule]: the third part '" +
+                             Shown(Trim(parts[2])) +
+                             "' must be flow (a bucket per flow) or rule (one, the default)");
+    m.police_per_flow = scope == "flow";
+  }
   Status st = ParseQuantity(parts[0], kRateUnits, kRateUnitNames, "50mbit", &m.rate_bps);
   if (!st.ok()) return InvalidArgument(invalid + "the rate " + st.message());
   st = ParseQuantity(parts[1], kSizeUnits, kSizeUnitNames, "64kib", &m.burst_bytes);
@@ -550,6 +559,10 @@ std::string ByteSizeText(uint64_t bytes) {
   static const std::pair<uint64_t, const char*> kUnits[] = {
       {1ULL << 30, "gib"}, {1 << 20, "mib"}, {1 << 10, "kib"}, {1, "b"}};
   return ExactText(bytes, kUnits, std::size(kUnits));
+}
+
+std::string PoliceText(uint64_t rate_bps, uint64_t burst_bytes, bool per_flow) {
+  return BitRateText(rate_bps) + "," + ByteSizeText(burst_bytes) + (per_flow ? ",flow" : "");
 }
 
 namespace {

@@ -72,6 +72,9 @@ struct LossModel {
   // Police (lossd.v1 Police): the token bucket.
   uint64_t rate_bps = 0;     // bits per second, kMinPoliceBps .. kMaxPoliceBps
   uint64_t burst_bytes = 0;  // 1 .. kMaxPoliceBurst
+  // One bucket per flow (the rule's per-flow state, per 5-tuple) instead of one
+  // per rule (lossd.v1 Police.per_flow; docs/architecture.md#police).
+  bool police_per_flow = false;
   // Ramp: Bernoulli at each step's rate in turn, from the rule's start (its
   // schedule's origin); the rule ends (EXPIRED) after the last.
   std::vector<RampStep> steps;
@@ -268,7 +271,9 @@ Result<LossModel> ParseMarkov(const std::string& text);
 // p31 + p32 <= 1, and states 3 and 2 can be left (p13 > 0 needs p31 > 0, p32 > 0
 // needs p23 > 0).
 Status CheckMarkov(const LossModel& m);
-// A policer "RATE,BURST" ('/' for ',' too; spaces allowed), e.g. "50mbit,64kib".
+// A policer "RATE,BURST[,SCOPE]" ('/' for ',' too; spaces allowed), e.g.
+// "50mbit,64kib" or "50mbit,64kib,flow". SCOPE, any case: rule (the default: one
+// bucket for the rule) or flow (one bucket per flow: police_per_flow).
 // RATE a number with tc's rate units, any case: bit kbit mbit gbit tbit (bits per
 // second, x1000 each) or bps kbps mbps gbps (bytes per second, x1000 each); a bare
 // number is refused. BURST a number of bytes, bare or with b, k (kb, kib), m (mb,
@@ -281,6 +286,11 @@ Status CheckPolice(const LossModel& m);
 // 50000000 -> "50mbit", 65536 -> "64kib", 1500 -> "1500b".
 std::string BitRateText(uint64_t bits_per_second);
 std::string ByteSizeText(uint64_t bytes);
+// A policer as ParsePolice reads it back: "50mbit,64kib", "50mbit,64kib,flow".
+std::string PoliceText(uint64_t rate_bps, uint64_t burst_bytes, bool per_flow);
+inline std::string PoliceText(const LossModel& m) {
+  return PoliceText(m.rate_bps, m.burst_bytes, m.police_per_flow);
+}
 // A pulse "ACTIVE/DORMANT" (durations as above, e.g. "200ms/800ms"), each
 // kMinPulseNs .. kMaxPulseNs.
 Status ParsePulse(const std::string& text, Schedule* out);

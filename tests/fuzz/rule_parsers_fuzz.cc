@@ -103,9 +103,10 @@ void OneValue(const std::string& v) {
   }
   if (auto p = ParsePolice(v); p.ok()) {
     if (!CheckPolice(*p).ok()) Fail("ParsePolice accepted a bucket CheckPolice refuses", v, "");
-    std::string text = BitRateText(p->rate_bps) + "," + ByteSizeText(p->burst_bytes);
+    std::string text = PoliceText(*p);
     auto again = ParsePolice(text);
-    if (!again.ok() || again->rate_bps != p->rate_bps || again->burst_bytes != p->burst_bytes)
+    if (!again.ok() || again->rate_bps != p->rate_bps || again->burst_bytes != p->burst_bytes ||
+        again->police_per_flow != p->police_per_flow)
       Fail("a policer does not survive printing", v, text);
   } else {
     CheckMessage(p.status(), v);

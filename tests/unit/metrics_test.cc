@@ -101,6 +101,14 @@ TEST(RuleMetrics, InfoNamesTheTargetAndItsOwner) {
   EXPECT_EQ(Find(out, "lossd_metrics_rules_omitted")->metric.at(0).gauge.value, 0);
 }
 
+TEST(RuleMetrics, ModelNamesAPolicersScope) {
+  LossModel m;
+  m.kind = LossModel::Kind::kPolice;
+  EXPECT_STREQ(ModelName(m), "police");
+  m.police_per_flow = true;
+  EXPECT_STREQ(ModelName(m), "police_flow");
+}
+
 TEST(MetricsCollector, ScrapesPartsStillLoading) {
   Components parts(RuleLimits{}, /*observer_wanted=*/false);
   MetricsCollector metrics(MetricsSources{&parts, [] { return 4; }, nullptr}, MetricsOptions{});

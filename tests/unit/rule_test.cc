@@ -258,7 +258,48 @@ TEST(ParsePolice, TextReadsBack) {
       ASSERT_TRUE(p.ok()) << p.status().message();
       EXPECT_EQ(p->rate_bps, bps);
       EXPECT_EQ(p->burst_bytes, bytes);
+      EXPECT_FALSE(p->police_per_flow);
+      for (bool per_flow : {false, true}) {
+        std::string text = PoliceText(bps, bytes, per_flow);
+        auto q = ParsePolice(text);
+        ASSERT_TRUE(q.ok()) << text << ": " << q.status().message();
+        EXPECT_EQ(q->rate_bps, bps);
+        EXPECT_EQ(q->burst_bytes, bytes);
+        EXPECT_EQ(q->police_per_flow, per_flow) << text;
+        EXPECT_EQ(PoliceText(*q), text);
+      }
     }
+  EXPECT_EQ(PoliceText(50000000, 65536, false), "50mbit,64kib");
+  EXPECT_EQ(PoliceText(50000000, 65536, true), "50mbit,64kib,flow");
+}
+
+// RATE,BURST[,flow|rule]: the scope in any case, rule the default.
+TEST(ParsePolice, PerFlowOrPerRule) {
+  for (const char* text : {"50mbit,64kib,flow", "50mbit/64kib/FLOW", " 50mbit , 64kib , Flow "}) {
+    auto p = ParsePolice(text);
+    ASSERT_TRUE(p.ok()) << text << ": " << p.status().message();
+    EXPECT_TRUE(p->police_per_flow) << text;
+    EXPECT_EQ(p->rate_bps, 50000000u);
+    EXPECT_EQ(p->burst_bytes, 65536u);
+  }
+  for (const char* text : {"50mbit,64kib", "50mbit,64kib,rule", "50mbit/64kib/RULE"}) {
+    auto p = ParsePolice(text);
+    ASSERT_TRUE(p.ok()) << text << ": " << p.status().message();
+    EXPECT_FALSE(p->police_per_flow) << text;
+  }
+  ExpectInvalid(ParsePolice("50mbit,64kib,flows").status(),
+                "invalid police model '50mbit,64kib,flows': expected RATE,BURST[,flow|rule]: the "
+                "third part 'flows' must be flow (a bucket per flow) or rule (one, the default)");
+  ExpectInvalid(ParsePolice("50mbit,64kib,").status(), "the third part '' must be flow");
+  ExpectInvalid(ParsePolice("50mbit,64kib,flow,flow").status(),
+                "expected RATE,BURST[,flow|rule], e.g. 50mbit,64kib or 50mbit,64kib,flow");
+  ExpectInvalid(ParsePolice("50mbit,flow").status(), "the burst 'flow' is not a number");
+  ExpectInvalid(ParsePolice("7bit,1k,flow").status(), "rate must lie between 8bit and 100gbit");
+  ExpectInvalid(ParsePolice("1mbit,0,flow").status(), "burst must lie between 1b and 1gib");
+  // A long third part is quoted through Shown() (64 bytes at most).
+  auto long_scope = ParsePolice("1mbit,1k," + std::string(200, 'x')).status();
+  ExpectInvalid(long_scope, "must be flow");
+  EXPECT_EQ(long_scope.message().find(std::string(65, 'x')), std::string::npos);
 }
 
 TEST(Validate, MarkovAndPolice) {
@@ -305,6 +346,21 @@ TEST(Validate, MarkovAndPolice) {
   EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
   s.guard.misbehaves = true;  // no binomial interval for a policer
   ExpectInvalid(Validate(s), "misbehaves judges a Bernoulli rate");
+
+  // Per flow: the same bounds and refusals.
+  s = Base();
+  s.model = *ParsePolice("50mbit,64kib,flow");
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
+  s.seed = 1;
+  ExpectInvalid(Validate(s), "seed: a policer draws nothing");
+  s.seed.reset();
+  s.model.rate_bps = kMinPoliceBps - 1;
+  ExpectInvalid(Validate(s), "a policer's rate must lie between 8bit and 100gbit");
+  s.model.rate_bps = kMaxPoliceBps;
+  s.model.burst_bytes = kMaxPoliceBurst + 1;
+  ExpectInvalid(Validate(s), "a policer's burst must lie between 1b and 1gib");
+  s.model.burst_bytes = kMaxPoliceBurst;
+  EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
 }
 
 TEST(Validate, ActionNeedsTc) {
@@ -369,6 +425,28 @@ TEST(Proto, MarkovPoliceAndActionBothWays) {
   pb.mutable_loss()->mutable_police()->set_rate_bps(kMaxPoliceBps);
   pb.mutable_loss()->mutable_police()->set_burst_bytes(0);
   ExpectInvalid(SpecFromProto(pb, &back), "loss.police: a policer's burst must lie between");
+  EXPECT_FALSE(pb.loss().police().per_flow());
+
+  // Per flow, both ways (and the same bounds).
+  s = Base();
+  s.model = *ParsePolice("20mbit,32kib,flow");
+  pb.Clear();
+  SpecToProto(s, &pb);
+  EXPECT_EQ(pb.loss().police().rate_bps(), 20000000u);
+  EXPECT_EQ(pb.loss().police().burst_bytes(), 32768u);
+  EXPECT_TRUE(pb.loss().police().per_flow());
+  ASSERT_TRUE(SpecFromProto(pb, &back).ok());
+  EXPECT_EQ(back.model.kind, LossModel::Kind::kPolice);
+  EXPECT_EQ(back.model.rate_bps, 20000000u);
+  EXPECT_EQ(back.model.burst_bytes, 32768u);
+  EXPECT_TRUE(back.model.police_per_flow);
+  EXPECT_EQ(PoliceText(back.model), "20mbit,32kib,flow");
+  pb.mutable_loss()->mutable_police()->set_per_flow(false);
+  ASSERT_TRUE(SpecFromProto(pb, &back).ok());
+  EXPECT_FALSE(back.model.police_per_flow);
+  pb.mutable_loss()->mutable_police()->set_per_flow(true);
+  pb.mutable_loss()->mutable_police()->set_rate_bps(kMinPoliceBps - 1);
+  ExpectInvalid(SpecFromProto(pb, &back), "loss.police: a policer's rate must lie between");
 }
 
 TEST(Validate, AcceptsTypicalRules) {
@@ -611,6 +689,36 @@ TEST(Encode, Models) {
   EXPECT_EQ(r.model, uint32_t(LOSS_MODEL_FIRST));
   EXPECT_EQ(r.n, 3u);
   EXPECT_EQ(r.flags & LOSS_RULE_SEEDED, 0u);
+}
+
+// A policer per rule: tokens in 1e-9 bits (loss_policers). Per flow: GCRA, its
+// depth tau = burst * 8e9 * 16 / rate in 1/16 ns (rounded down, capped) in
+// good_loss, which the per-rule policer leaves 0.
+TEST(Encode, Policers) {
+  RuleSpec s = Base();
+  s.model = *ParsePolice("50mbit,64kib");
+  struct loss_rule r = Encode(s, 0, 0, 0, 0, 1);
+  EXPECT_EQ(r.model, uint32_t(LOSS_MODEL_POLICE));
+  EXPECT_EQ(r.p, 50000000u);
+  EXPECT_EQ(r.r, 65536u * 8000000000u);
+  EXPECT_EQ(r.bad_loss, 10485760u);  // 64 KiB at 50 Mbit/s: 10.49 ms from empty to full
+  EXPECT_EQ(r.good_loss, 0u);
+  s.model = *ParsePolice("20mbit,32kib,flow");
+  r = Encode(s, 0, 0, 0, 0, 1);
+  EXPECT_EQ(r.model, uint32_t(LOSS_MODEL_POLICE_FLOW));
+  EXPECT_EQ(r.p, 20000000u);
+  EXPECT_EQ(r.good_loss, 32768u * 6400u);  // 13.1 ms, 6400/16 ns a byte
+  EXPECT_EQ(r.r, 0u);
+  EXPECT_EQ(r.bad_loss, 0u);
+  EXPECT_EQ(r.flags & LOSS_RULE_SEEDED, 0u);
+  s.model = *ParsePolice("3mbit,1000b,flow");  // 42666666.67: rounded down
+  EXPECT_EQ(Encode(s, 0, 0, 0, 0, 1).good_loss, 42666666u);
+  s.model = *ParsePolice("100gbit,1b,flow");  // 1.28
+  EXPECT_EQ(Encode(s, 0, 0, 0, 0, 1).good_loss, 1u);
+  s.model = *ParsePolice("8bit,1gib,flow");  // 2^30 * 1.6e10 > 2^62: capped
+  EXPECT_EQ(Encode(s, 0, 0, 0, 0, 1).good_loss, LOSS_POLICE_TAU_MAX);
+  s.model = *ParsePolice("100gbit,1gib,flow");  // no overflow on the way
+  EXPECT_EQ(Encode(s, 0, 0, 0, 0, 1).good_loss, (uint64_t{1} << 30) * 128 / 100);
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ Json ValueOf(const RuleSpec& r, const std::string& flag) {
   if (flag == "rate") return r.model.p;
   if (flag == "ge") return {r.model.p, r.model.r, r.model.bad_loss, r.model.good_loss};
   if (flag == "markov") return {r.model.p13, r.model.p31, r.model.p32, r.model.p23, r.model.p14};
-  if (flag == "police") return {r.model.rate_bps, r.model.burst_bytes};
+  if (flag == "police") return {r.model.rate_bps, r.model.burst_bytes, r.model.police_per_flow};
   if (flag == "action") return ActionName(r.action);
   if (flag == "every" || flag == "first") return r.model.n;
   if (flag == "seed") return r.seed.value_or(0);

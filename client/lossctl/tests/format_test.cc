@@ -87,6 +87,17 @@ TEST(Summaries, RuleInOneLine) {
   EXPECT_EQ(MatchSummary(v1::Match()), "any");
 }
 
+TEST(Summaries, PolicerPerRuleOrPerFlow) {
+  v1::RuleSpec s;
+  s.mutable_loss()->mutable_police()->set_rate_bps(50000000);
+  s.mutable_loss()->mutable_police()->set_burst_bytes(65536);
+  s.set_action(v1::ACTION_ECN);
+  EXPECT_EQ(LossSummary(s.loss()), "police 50mbit,64kib");
+  EXPECT_EQ(ImpairmentSummary(s), "police 50mbit,64kib ecn");
+  s.mutable_loss()->mutable_police()->set_per_flow(true);  // what --police reads back
+  EXPECT_EQ(LossSummary(s.loss()), "police 50mbit,64kib,flow");
+}
+
 TEST(Json, FieldNamesAsInProtoAndDefaultsPrinted) {
   v1::ClearRulesResponse r;
   EXPECT_EQ(ToJson(r), "{\"deleted\":0}");

@@ -257,8 +257,10 @@ class Client(_Closing):
           markov='p13,p31,p32,p23,p14' (netem's 4-state loss state, e.g.
           '1%,30%,10%,40%,0.1%'; omitted ones at netem's defaults p31 = 1 - p13,
           p32 = 0, p23 = 100 %, p14 = 0; or a tuple or a dict of them), police=
-          'RATE,BURST' (a token bucket in tc's units, e.g. '50mbit,64kib': what
-          exceeds it is picked; or (rate, burst), or {'rate_bps': N, 'burst_bytes': N});
+          'RATE,BURST[,flow|rule]' (a token bucket in tc's units, e.g. '50mbit,64kib':
+          what exceeds it is picked; one bucket for the rule, or with ',flow' one per
+          flow; or (rate, burst[, 'flow']), or {'rate_bps': N, 'burst_bytes': N[,
+          'per_flow': True]});
           seed=S (not with police: a policer draws nothing).
         Action, what is done to the packets the model picks: action='drop' (default),
           'corrupt' (a flipped bit the receiver's checksum check discards),

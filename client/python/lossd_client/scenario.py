@@ -41,7 +41,7 @@ import time
 
 from . import spec as _spec
 from .errors import LossdError, LossdInputError
-from .units import format_bit_rate, format_duration, format_rate, format_size, parse_duration
+from .units import format_duration, format_police, format_rate, parse_duration
 
 MAX_FILE_BYTES = 1 << 20
 EXIT_ERROR, EXIT_USAGE, EXIT_STOPPED = 1, 2, 3  # as cli's, and a guard's stop
@@ -224,8 +224,8 @@ def _rule_text(spec):
         model = "markov " + ",".join(format_rate(loss["markov"].get(k, 0)) for k in _spec.MARKOV_KEYS)
     elif "police" in loss:
         p = loss["police"]
-        model = "police %s,%s" % (format_bit_rate(int(p.get("rate_bps", 0))),
-                                  format_size(int(p.get("burst_bytes", 0))))
+        model = "police " + format_police(int(p.get("rate_bps", 0)), int(p.get("burst_bytes", 0)),
+                                          bool(p.get("per_flow", False)))
     else:
         model = format_rate(loss.get("bernoulli", {}).get("rate", 0))
     action = spec.get("action", "ACTION_DROP")

@@ -13,7 +13,7 @@ import re
 import stat as _stat
 
 from .errors import LossdInputError
-from .units import (BIT_RATE_UNIT_NAMES, BIT_RATE_UNITS, MAX_INPUT, SIZE_UNIT_NAMES, SIZE_UNITS,
+from .units import (_WS, BIT_RATE_UNIT_NAMES, BIT_RATE_UNITS, MAX_INPUT, SIZE_UNIT_NAMES, SIZE_UNITS,
                     format_bit_rate, format_size, parse_duration, parse_labels, parse_ports,
                     parse_quantity, parse_rate)
 
@@ -288,24 +288,33 @@ def _markov_refusal(m):
 
 
 MIN_POLICE_BPS, MAX_POLICE_BPS, MAX_POLICE_BURST = 8, 100 * 10**9, 1 << 30  # as lossd's
+POLICE_SCOPES = {"rule": False, "flow": True}  # RATE,BURST,SCOPE: a bucket per rule or per flow
 
 
-def policer(value):
-    """A policer's token bucket (tc police): 'RATE,BURST' like the CLI's --police ('/' for ','
-    too), e.g. '50mbit,64kib', or (rate, burst), or {'rate_bps': N, 'burst_bytes': N}. RATE with
-    tc's units, any case: bit, kbit, mbit, gbit, tbit (bits per second, x1000 each) or bps, kbps,
-    mbps, gbps (bytes per second); a bare number is refused. BURST bytes, bare or with b, k (kb,
-    kib), m (mb, mib), g (gb, gib), x1024 each. Fractions are rounded to whole bits per second
-    and bytes (half to even). 8 bit/s .. 100 Gbit/s, 1 byte .. 1 GiB. What exceeds the bucket
-    is picked: dropped, or marked with action='ecn'."""
+def policer(value, per_flow=None):
+    """A policer's token bucket (tc police): 'RATE,BURST[,flow|rule]' like the CLI's --police
+    ('/' for ',' too), e.g. '50mbit,64kib' or '50mbit,64kib,flow', or (rate, burst[, 'flow' |
+    'rule']), or {'rate_bps': N, 'burst_bytes': N[, 'per_flow': bool]}. RATE with tc's units, any
+    case: bit, kbit, mbit, gbit, tbit (bits per second, x1000 each) or bps, kbps, mbps, gbps
+    (bytes per second); a bare number is refused. BURST bytes, bare or with b, k (kb, kib), m
+    (mb, mib), g (gb, gib), x1024 each. Fractions are rounded to whole bits per second and bytes
+    (half to even). 8 bit/s .. 100 Gbit/s, 1 byte .. 1 GiB. The scope, any case: rule (the
+    default: one bucket for the rule) or flow (one bucket per flow, per 5-tuple); the keyword
+    per_flow=True / False says it too (it must not contradict the value's). What exceeds the
+    bucket is picked: dropped, or marked with action='ecn'."""
     invalid = "police: invalid police model %r: " % (value,)
+    scope = None
     if isinstance(value, dict):
-        unknown = set(value) - {"rate_bps", "burst_bytes"}
-        if unknown or len(value) != 2:
-            raise LossdInputError("police: expected the keys rate_bps and burst_bytes, got %s"
+        unknown = set(value) - {"rate_bps", "burst_bytes", "per_flow"}
+        if unknown or not {"rate_bps", "burst_bytes"} <= set(value):
+            raise LossdInputError("police: expected the keys rate_bps and burst_bytes (and per_flow), got %s"
                                   % sorted(value))
         out = {"rate_bps": _uint(value["rate_bps"], "police.rate_bps", bits=64),
                "burst_bytes": _uint(value["burst_bytes"], "police.burst_bytes", bits=64)}
+        if "per_flow" in value:
+            if not isinstance(value["per_flow"], bool):
+                raise LossdInputError("police.per_flow: expected True or False, got %r" % (value["per_flow"],))
+            scope = value["per_flow"]
     else:
         if isinstance(value, str) and len(value) <= MAX_INPUT:
             parts = re.split("[,/]", value)
@@ -315,8 +324,15 @@ def policer(value):
             parts = parts if len(parts) == len(value) else []
         else:
             parts = []
-        if len(parts) != 2:
-            raise LossdInputError(invalid + "expected RATE,BURST, e.g. 50mbit,64kib")
+        if len(parts) not in (2, 3):
+            raise LossdInputError(invalid + "expected RATE,BURST[,flow|rule], e.g. 50mbit,64kib or "
+                                  "50mbit,64kib,flow")
+        if len(parts) == 3:
+            word = parts[2].strip(_WS)
+            if word.lower() not in POLICE_SCOPES:
+                raise LossdInputError(invalid + "expected RATE,BURST[,flow|rule]: the third part %r must be "
+                                      "flow (a bucket per flow) or rule (one, the default)" % (word,))
+            scope = POLICE_SCOPES[word.lower()]
         out = {}
         for key, what, part, units, names, example in (
                 ("rate_bps", "rate", parts[0], BIT_RATE_UNITS, BIT_RATE_UNIT_NAMES, "50mbit"),
@@ -330,6 +346,15 @@ def policer(value):
     if not 1 <= out["burst_bytes"] <= MAX_POLICE_BURST:
         raise LossdInputError(invalid + "a policer's burst must lie between %s and %s"
                               % (format_size(1), format_size(MAX_POLICE_BURST)))
+    if per_flow is not None:
+        if not isinstance(per_flow, bool):
+            raise LossdInputError("police: per_flow: expected True or False, got %r" % (per_flow,))
+        if scope is not None and scope != per_flow:
+            raise LossdInputError(invalid + "per_flow=%r contradicts its scope (%s)"
+                                  % (per_flow, "flow" if scope else "rule"))
+        scope = per_flow
+    if scope:
+        out["per_flow"] = True  # as the proto's JSON: false is left out
     return out
 
 

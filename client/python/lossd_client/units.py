@@ -231,6 +231,12 @@ def format_size(n):
     return _exact_text(int(n), ((1 << 30, "gib"), (1 << 20, "mib"), (1 << 10, "kib"), (1, "b")))
 
 
+def format_police(rate_bps, burst_bytes, per_flow=False):
+    """A policer as lossd (and spec.policer) reads it back: '50mbit,64kib', or
+    '50mbit,64kib,flow' with a bucket per flow."""
+    return "%s,%s%s" % (format_bit_rate(rate_bps), format_size(burst_bytes), ",flow" if per_flow else "")
+
+
 # ------------------------------------------------------------------ ports --
 
 def parse_ports(value, name="port"):

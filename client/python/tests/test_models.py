@@ -12,7 +12,7 @@ from lossd_client import scenario as sc
 from lossd_client import sweep
 from lossd_client import types as t
 from lossd_client.spec import loss_model, markov4, parse_action, policer, to_proto
-from lossd_client.units import format_bit_rate, format_size
+from lossd_client.units import format_bit_rate, format_police, format_size
 
 
 def refused(test, words, **kw):
@@ -120,7 +120,40 @@ class PoliceTest(unittest.TestCase):
 
     def test_seed_refused(self):
         refused(self, "seed: a policer draws nothing", iface="e", police="1mbit,1k", seed=1)
+        refused(self, "seed: a policer draws nothing", iface="e", police="1mbit,1k,flow", seed=1)
         self.assertNotIn("seed", loss_model(police="1mbit,1k"))
+
+    def test_per_flow(self):
+        want = {"rate_bps": 50000000, "burst_bytes": 65536, "per_flow": True}
+        for value in ("50mbit,64kib,flow", "50Mbit/64KiB/FLOW", " 50mbit , 64kib , Flow ",
+                      ("50mbit", "64kib", "flow"), ["50mbit", 65536, "flow"],
+                      {"rate_bps": 50000000, "burst_bytes": 65536, "per_flow": True}):
+            with self.subTest(value=value):
+                self.assertEqual(policer(value), want)
+        for value in ("50mbit,64kib,rule", "50mbit,64kib,RULE", ("50mbit", "64kib", "rule"),
+                      {"rate_bps": 50000000, "burst_bytes": 65536, "per_flow": False}):
+            with self.subTest(value=value):
+                self.assertEqual(policer(value), {"rate_bps": 50000000, "burst_bytes": 65536})
+        # The keyword: says it for a value that does not, agrees with one that does.
+        self.assertEqual(policer("50mbit,64kib", per_flow=True), want)
+        self.assertEqual(policer("50mbit,64kib,flow", per_flow=True), want)
+        self.assertNotIn("per_flow", policer("50mbit,64kib", per_flow=False))
+        self.assertEqual(rule_spec("e", police="50mbit,64kib,flow")["loss"], {"police": want})
+        for value, kw, words in (("50mbit,64kib,flows", {}, "the third part 'flows' must be flow"),
+                                 ("50mbit,64kib,", {}, "the third part '' must be flow"),
+                                 ("50mbit,64kib,flow,rule", {}, "expected RATE,BURST[,flow|rule]"),
+                                 ("50mbit,flow", {}, "the burst 'flow' is not a number"),
+                                 ("101gbit,1k,flow", {}, "between 8bit and 100gbit"),
+                                 ("1mbit,0,flow", {}, "between 1b and 1gib"),
+                                 ({"rate_bps": 8, "burst_bytes": 1, "per_flow": "yes"}, {},
+                                  "police.per_flow: expected True or False"),
+                                 ("50mbit,64kib,rule", {"per_flow": True}, "per_flow=True contradicts"),
+                                 ("50mbit,64kib", {"per_flow": 1}, "per_flow: expected True or False")):
+            with self.subTest(value=value, kw=kw):
+                with self.assertRaises(LossdInputError) as cm:
+                    policer(value, **kw)
+                self.assertIn(words, str(cm.exception))
+                self.assertIn("police", str(cm.exception))
 
     def test_text_reads_back(self):
         self.assertEqual(format_bit_rate(50000000), "50mbit")
@@ -133,6 +166,13 @@ class PoliceTest(unittest.TestCase):
             for size in (1, 1023, 1024, 1536, 5 << 20, 1 << 30):
                 p = policer("%s,%s" % (format_bit_rate(bps), format_size(size)))
                 self.assertEqual((p["rate_bps"], p["burst_bytes"]), (bps, size))
+                for per_flow in (False, True):
+                    text = format_police(bps, size, per_flow)
+                    p = policer(text)
+                    self.assertEqual((p["rate_bps"], p["burst_bytes"], p.get("per_flow", False)),
+                                     (bps, size, per_flow), text)
+        self.assertEqual(format_police(50000000, 65536), "50mbit,64kib")
+        self.assertEqual(format_police(50000000, 65536, True), "50mbit,64kib,flow")
 
 
 def stationary_loss(m):
@@ -177,6 +217,16 @@ class ViewsTest(support.StubsTestCase):
         self.assertEqual((lm.kind, lm.rate_bps, lm.burst_bytes), ("police", 50000000, 65536))
         self.assertIsNone(lm.mean_rate)
         self.assertEqual(str(lm), "police 50mbit,64kib")
+        self.assertFalse(lm.per_flow)
+        lm = t.LossModel.from_proto(pb2.LossModel(police=pb2.Police(rate_bps=20000000, burst_bytes=32768,
+                                                                    per_flow=True)))
+        self.assertEqual((lm.kind, lm.rate_bps, lm.burst_bytes, lm.per_flow), ("police", 20000000, 32768, True))
+        self.assertIsNone(lm.mean_rate)
+        self.assertEqual(str(lm), "police 20mbit,32kib,flow")
+        m = to_proto(rule_spec("e", police="20mbit,32kib,flow"), pb2.RuleSpec())
+        self.assertEqual((m.loss.police.rate_bps, m.loss.police.burst_bytes, m.loss.police.per_flow),
+                         (20000000, 32768, True))
+        self.assertFalse(to_proto(rule_spec("e", police="20mbit,32kib"), pb2.RuleSpec()).loss.police.per_flow)
 
     def test_rule_action_and_counters(self):
         pb2 = self.pb2
@@ -223,6 +273,11 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual((r0.loss.police.rate_bps, r0.action), (50000000, pb2.ACTION_ECN))
         self.assertEqual((r1.loss.markov.p31, r1.action), (0.3, pb2.ACTION_CORRUPT_PAYLOAD))
         self.assertEqual(sc._rule_text(sc.plain(r0)), "police 50mbit,64kib ecn eth0 ingress")
+        m = sc.to_proto({"name": "x", "steps": [{"duration": "1s", "rules": [
+            {"iface": "eth0", "police": "50mbit,64kib,flow"}]}]}, pb2)
+        (r2,) = m.steps[0].rules
+        self.assertTrue(r2.loss.police.per_flow)
+        self.assertEqual(sc._rule_text(sc.plain(r2)), "police 50mbit,64kib,flow eth0 ingress")
         self.assertEqual(sc._rule_text(sc.plain(r1)), "markov 1%,30%,0%,100%,0% corrupt-payload eth0 ingress")
         with self.assertRaises(LossdInputError) as cm:
             sc.to_proto({"name": "x", "steps": [{"duration": "1s", "rules": [

@@ -27,7 +27,7 @@ def value_of(spec, flag):
     if flag == "markov":
         return [loss["markov"][k] for k in MARKOV_KEYS]
     if flag == "police":
-        return [loss["police"]["rate_bps"], loss["police"]["burst_bytes"]]
+        return [loss["police"]["rate_bps"], loss["police"]["burst_bytes"], loss["police"].get("per_flow", False)]
     if flag == "action":
         return action_name(spec.get("action", "ACTION_DROP"))
     if flag in ("every", "first"):
