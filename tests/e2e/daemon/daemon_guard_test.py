@@ -404,9 +404,11 @@ class Conditions(GuardHelpers, DaemonTestCase):
 
     def test_stall_guard_by_cause(self):
         lab, d, pb = self.lab, self.d, self.pb
-        fast, r_fast = self.blackhole_flow(1_000_000, 20, rate=1.0,
+        # The rules before the flows: 1 MB at 20 Mbit/s is sent in 0.4 s, and a rule made 0.3 s
+        # into it on a loaded CI host once came after the last byte (it dropped nothing).
+        fast, r_fast = self.blackhole_flow(1_000_000, 20, rate=1.0, rule_first=True,
                                            guard=dict(stall_ns=300 * MS, stall_cause="STALL_CAUSE_FAST_RECOVERY"))
-        rto, r_rto = self.blackhole_flow(1_000_000, 20, port=PORT_HC, rate=1.0,
+        rto, r_rto = self.blackhole_flow(1_000_000, 20, port=PORT_HC, rate=1.0, rule_first=True,
                                          guard=dict(stall_ns=300 * MS, stall_cause="STALL_CAUSE_RTO"))
         self.assertEqual(pb.StallCause.Name(r_rto.spec.guard.stall_cause), "STALL_CAUSE_RTO", r_rto)
         info = wait_until(lambda: self.stopped(r_rto.id), 15, "the RTO stall to stop its rule")
