@@ -97,7 +97,10 @@ class LiveLayoutTest(DaemonTestCase):
         own = [r for r in rows if ":0 " in r + " " or ":%d " % http_port in r + " "]
         over_1400 = b.driver.execute_script(OVERFLOW_JS)
         shot_1400 = b.screenshot(artifact("live_layout_1400.png"))
-        closed_cells = b.texts("#flows tbody tr.closed td")
+        # In one script: the table is redrawn in place (same rows, new contents) as it re-sorts,
+        # so cells found first and read one by one could be another flow's by then.
+        closed_cells = self.js(b, "[...document.querySelectorAll('#flows tbody tr.closed td')]"
+                                  ".map(td => td.innerText.trim())")
 
         # 2. the P1 rule followed: its flows only, its resends listed
         b.click("#rules tbody tr:nth-child(1)")
