@@ -223,13 +223,17 @@ class Impairments(unittest.TestCase):
         self.assertGreater(dup, 0, f)
         self.assertEqual(run["receiver"]["bytes"], run["sender"]["bytes"])
         self.assertEqual(f["duplicated_packets"], dup, "per-segment: one segment per skb")
-        # Every copy is old data to the receiver: one D-SACK each, and the sender hears them
-        # (all but those reaching it after its socket closed: the copies of the last flight;
-        # 2 of 427 in one run).
-        self.assertEqual(db["TcpExt.TCPDSACKOldSent"], f["duplicated_packets"], db)
-        self.assertLessEqual(da["TcpExt.TCPDSACKRecv"], f["duplicated_packets"], da)
-        self.assertGreaterEqual(da["TcpExt.TCPDSACKRecv"], 0.98 * f["duplicated_packets"], da)
-        self.assertEqual(da["Tcp.RetransSegs"], 0, "a duplicate is not a loss")
+        # A duplicate is not a loss: nothing is recovered. A loaded host can still delay an ACK
+        # past the probe timer: its resend (a TLP; 1 in one CI run) arrives as old data too.
+        rtx = da["Tcp.RetransSegs"]
+        self.assertEqual((da["TcpExt.TCPFastRetrans"], da["TcpExt.TCPSlowStartRetrans"]), (0, 0), da)
+        self.assertLessEqual(rtx, 3, da)
+        # Every copy is old data to the receiver: one D-SACK each (and one for each such resend),
+        # and the sender hears them, all but those reaching it after its socket closed (the
+        # copies of the last flight: 2 of 427 in one run, 11 of 269 on a loaded CI host).
+        self.assertEqual(db["TcpExt.TCPDSACKOldSent"], f["duplicated_packets"] + rtx, db)
+        self.assertLessEqual(da["TcpExt.TCPDSACKRecv"], f["duplicated_packets"] + rtx, da)
+        self.assertGreaterEqual(da["TcpExt.TCPDSACKRecv"], 0.9 * f["duplicated_packets"], da)
 
 
     # ---- models: 4-state Markov, policer ---------------------------------------------------
@@ -558,22 +562,28 @@ class Answers(DaemonTestCase):
 
     def test_duplicates_dsacked_as_copies(self):
         def ready(e, da):
-            return e.dsacked_copies >= da["TcpExt.TCPDSACKRecv"] + da["TcpExt.TCPDSACKOfoRecv"]
+            return e.dsacked_copies >= da["TcpExt.TCPDSACKIgnoredDubious"]
         c, e, da, db = self.transfer(5494, ready, rate=0.02, action="duplicate")
         dsacks = da["TcpExt.TCPDSACKRecv"] + da["TcpExt.TCPDSACKOfoRecv"]
         measured("duplicate_effect", duplicated=c.duplicated_segments, dsacked_copies=e.dsacked_copies,
                  sender_dsacks=dsacks, ignored_dubious=da["TcpExt.TCPDSACKIgnoredDubious"],
                  receiver_dsacks_sent=db["TcpExt.TCPDSACKOldSent"], retrans=da["Tcp.RetransSegs"])
         self.assertGreater(c.duplicated_segments, 0, c)
-        self.assertEqual(da["Tcp.RetransSegs"], 0, "a duplicate is not a loss")
-        # Nothing was resent: every D-SACK names a copy, which the kernel ignores as dubious,
-        # and the observer counted each (one segment each, per segment) on the rule's flow.
-        self.assertEqual(da["TcpExt.TCPDSACKIgnoredDubious"], dsacks, da)
-        self.assertEqual(e.dsacked_copies, dsacks, e)
-        self.assertEqual(sum(e.dsacked_segments.values()), 0, e)
-        # All the copies, but those of the last flight D-SACKed after the socket closed.
+        # A duplicate is not a loss: nothing is recovered (a loaded host's probe timer may
+        # resend a segment or two that had arrived).
+        rtx = da["Tcp.RetransSegs"]
+        self.assertEqual((da["TcpExt.TCPFastRetrans"], da["TcpExt.TCPSlowStartRetrans"]), (0, 0), da)
+        self.assertLessEqual(rtx, 3, da)
+        # A D-SACK that names no resend is a copy, which the kernel ignores as dubious; the
+        # observer counted each (one segment each, per segment) on the rule's flow, exactly; and
+        # those of resends, which the kernel took, as needless resends.
+        self.assertEqual(e.dsacked_copies, da["TcpExt.TCPDSACKIgnoredDubious"], (e, da))
+        self.assertEqual(sum(e.dsacked_segments.values()), da["TcpExt.TCPDSACKRecvSegs"], (e, da))
+        self.assertEqual(dsacks, da["TcpExt.TCPDSACKIgnoredDubious"] + da["TcpExt.TCPDSACKRecvSegs"], da)
+        # All the copies, but those of the last flight D-SACKed after the socket closed (11 of
+        # 269 on a loaded CI host).
         self.assertLessEqual(e.dsacked_copies, c.duplicated_segments)
-        self.assertGreaterEqual(e.dsacked_copies, 0.98 * c.duplicated_segments)
+        self.assertGreaterEqual(e.dsacked_copies, 0.9 * c.duplicated_segments)
 
 
 if __name__ == "__main__":
